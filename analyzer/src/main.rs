@@ -1,0 +1,3 @@
+//! mslprof: gprof-compatible reports over multi-module profiles.
+
+fn main() {}

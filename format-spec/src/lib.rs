@@ -1,0 +1,1 @@
+//! Writer and reader of the mslprof profile format (see SPEC.md), and of GNU/BSD gmon.out.

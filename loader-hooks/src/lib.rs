@@ -1,0 +1,1 @@
+//! Loader events for the runtime: start-up scan, dlopen/dlclose, fork, exec and termination.

@@ -1,0 +1,1 @@
+//! libmslprof.so: the sampler, the mcount family and the dump at exit.
