@@ -1,0 +1,233 @@
+//! The in-memory profile: what every reader produces and what the owned writer consumes.
+//!
+//! One [`Profile`] is the whole process. Each [`Module`] is one *load instance* of one ELF module, identified by
+//! its key. GNU and BSD gmon.out files become a profile with a single module (the main program).
+//! Every address here is a link-time address of the module it belongs to (see SPEC.md §1).
+
+/// The arc caller key meaning "unknown / spontaneous" (SPEC.md §5).
+pub const UNKNOWN_KEY: u32 = 0xFFFF_FFFF;
+
+/// Which on-disk format a profile was read from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SourceFormat {
+    /// The keyed multi-module mslprof format of SPEC.md.
+    Mslprof { major: u16, minor: u16 },
+    /// GNU gmon.out (magic `gmon`).
+    Gnu { version: u32 },
+    /// The old BSD gmon.out (no magic).
+    Bsd,
+}
+
+/// Bits of [`Header::flags`] (SPEC.md §4).
+pub mod header_flags {
+    pub const INCOMPLETE: u32 = 1 << 0;
+    pub const MERGED: u32 = 1 << 1;
+    pub const PRE_EXEC: u32 = 1 << 2;
+    pub const FORKED_CHILD: u32 = 1 << 3;
+    pub const SAMPLING_SHARED_TIMER: u32 = 1 << 4;
+}
+
+/// Bits of [`Module::flags`] (SPEC.md §6).
+pub mod module_flags {
+    pub const PROFILED: u32 = 1 << 0;
+    pub const UNLOADED: u32 = 1 << 1;
+    pub const MAIN_PROGRAM: u32 = 1 << 2;
+    pub const VDSO: u32 = 1 << 3;
+    pub const DYNAMIC_LINKER: u32 = 1 << 4;
+    pub const HAS_BUILD_ID: u32 = 1 << 5;
+}
+
+/// Why a profile is incomplete (SPEC.md §4, `incomplete_cause`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum IncompleteCause {
+    #[default]
+    None,
+    Signal,
+    UnderscoreExit,
+    ExitFromThread,
+    Exec,
+    InternalFault,
+    /// A cause code this reader does not know (a newer minor version).
+    Other(u32),
+}
+
+impl IncompleteCause {
+    pub fn code(self) -> u32 {
+        match self {
+            IncompleteCause::None => 0,
+            IncompleteCause::Signal => 1,
+            IncompleteCause::UnderscoreExit => 2,
+            IncompleteCause::ExitFromThread => 3,
+            IncompleteCause::Exec => 4,
+            IncompleteCause::InternalFault => 5,
+            IncompleteCause::Other(c) => c,
+        }
+    }
+
+    pub fn from_code(code: u32) -> Self {
+        match code {
+            0 => IncompleteCause::None,
+            1 => IncompleteCause::Signal,
+            2 => IncompleteCause::UnderscoreExit,
+            3 => IncompleteCause::ExitFromThread,
+            4 => IncompleteCause::Exec,
+            5 => IncompleteCause::InternalFault,
+            c => IncompleteCause::Other(c),
+        }
+    }
+}
+
+/// The file header (SPEC.md §4). For GNU/BSD input, fields the format lacks are zero or empty.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct Header {
+    pub flags: u32,
+    pub incomplete_cause: IncompleteCause,
+    pub incomplete_signal: u32,
+    pub pid: u32,
+    pub ppid: u32,
+    pub start_time_ns: i64,
+    pub end_time_ns: i64,
+    /// Nominal rate in samples per second (GNU: the histogram's `prof_rate`).
+    pub hz: u32,
+    /// True period of one sample in nanoseconds (GNU input: `1e9 / prof_rate`).
+    pub sample_period_ns: u64,
+    /// Unit name, at most 15 bytes, normally `seconds`.
+    pub dimension: Vec<u8>,
+    /// Unit abbreviation, normally `b's'`.
+    pub dimension_abbrev: u8,
+    pub total_samples: u64,
+    pub unknown_samples: u64,
+    pub dropped_arcs: u64,
+    pub dropped_samples: u64,
+    pub program_name: Vec<u8>,
+    pub program_path: Vec<u8>,
+}
+
+/// Bucket values of one histogram range, stored the way that costs least memory.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Buckets {
+    Dense16(Vec<u16>),
+    Dense32(Vec<u32>),
+    /// `len` buckets of which only `entries` (index, count) are non-zero; indices strictly increasing.
+    Sparse { len: u64, entries: Vec<(u64, u32)> },
+}
+
+impl Buckets {
+    /// Number of buckets (the dense count).
+    pub fn len(&self) -> u64 {
+        match self {
+            Buckets::Dense16(v) => v.len() as u64,
+            Buckets::Dense32(v) => v.len() as u64,
+            Buckets::Sparse { len, .. } => *len,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The non-zero buckets as (index, count), in increasing index order.
+    pub fn nonzero(&self) -> Box<dyn Iterator<Item = (u64, u32)> + '_> {
+        match self {
+            Buckets::Dense16(v) => Box::new(
+                v.iter()
+                    .enumerate()
+                    .filter(|(_, c)| **c != 0)
+                    .map(|(i, c)| (i as u64, u32::from(*c))),
+            ),
+            Buckets::Dense32(v) => Box::new(
+                v.iter()
+                    .enumerate()
+                    .filter(|(_, c)| **c != 0)
+                    .map(|(i, c)| (i as u64, *c)),
+            ),
+            Buckets::Sparse { entries, .. } => Box::new(entries.iter().copied()),
+        }
+    }
+
+    /// Sum of all bucket values.
+    pub fn total(&self) -> u64 {
+        self.nonzero().map(|(_, c)| u64::from(c)).sum()
+    }
+}
+
+/// One histogram range: buckets laid evenly over `[start, end)` (link-time addresses).
+///
+/// For mslprof input `end - start` is a multiple of the bucket count. For GNU input it need not be: GNU gprof
+/// divides `(end - start)` by the bucket count in floating point, and so must an analyzer that wants the same
+/// numbers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HistRange {
+    pub start: u64,
+    pub end: u64,
+    pub buckets: Buckets,
+}
+
+/// A module's PC-sampling histogram.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Histogram {
+    /// 16 or 32: the width of the buckets the runtime counted in (16-bit ones can saturate).
+    pub bucket_bits: u8,
+    pub ranges: Vec<HistRange>,
+}
+
+/// One call-graph arc into a module (SPEC.md §7.1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Arc {
+    /// Load instance of the call site, or [`UNKNOWN_KEY`].
+    pub caller_key: u32,
+    /// Link-time address of the call site in the caller's module.
+    pub caller_address: u64,
+    /// Link-time address in this module of the called (instrumented) function.
+    pub callee_address: u64,
+    pub count: u64,
+}
+
+/// A GNU basic-block execution count record entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BasicBlockCount {
+    pub address: u64,
+    pub count: u64,
+}
+
+/// One load instance of one module.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct Module {
+    pub key: u32,
+    /// Full path as the loader knew it (empty for the vDSO).
+    pub path: Vec<u8>,
+    /// File name as LD_PROFILE matches it.
+    pub name: Vec<u8>,
+    pub soname: Vec<u8>,
+    pub build_id: Vec<u8>,
+    /// [`module_flags`] bits.
+    pub flags: u32,
+    pub load_order: u32,
+    pub unload_order: u32,
+    pub load_bias: u64,
+    pub samples: u64,
+    pub saturated_buckets: u64,
+    pub dropped_arcs: u64,
+    pub histogram: Option<Histogram>,
+    pub arcs: Vec<Arc>,
+    /// Only GNU input has these.
+    pub basic_blocks: Vec<BasicBlockCount>,
+}
+
+impl Module {
+    pub fn is_profiled(&self) -> bool {
+        self.flags & module_flags::PROFILED != 0
+    }
+    pub fn is_main_program(&self) -> bool {
+        self.flags & module_flags::MAIN_PROGRAM != 0
+    }
+}
+
+/// A whole profile.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Profile {
+    pub format: SourceFormat,
+    pub header: Header,
+    pub modules: Vec<Module>,
+}
