@@ -57,4 +57,115 @@ pub fn discard(base: *mut u8, len: usize) {
     });
 }
 
+/// Saves every register an instrumented function may still need, aligns the stack, calls
+/// `$record(frompc, selfpc)` and restores them. Expects `push rbp; mov rbp, rsp` done, with
+/// `frompc` in rdi and `selfpc` in rsi not yet loaded: `$load` loads them from the frame.
+///
+/// Saved: rax (vector-argument count of a variadic call), rcx, rdx, rsi, rdi, r8, r9 (integer
+/// arguments), r10 (static chain / DRAP), r11, and xmm0–xmm7 in full 128 bits (vector and
+/// floating-point arguments). Not saved: the upper halves of ymm0–ymm7/zmm0–zmm7, xmm8–15, x87 and
+/// MXCSR: the Rust code on this path is compiled for baseline x86_64 (SSE2 only, never VEX/EVEX
+/// encoded, so it cannot change an upper half) and calls no libc function that could (no string
+/// functions; only `mmap` on a table's first use or growth), so `__m256`/`__m512` arguments
+/// arrive intact; the register-preservation test passes `__m256` arguments to prove it.
+macro_rules! mcount_stub {
+    ($load:literal, $record:path) => {
+        core::arch::naked_asm!(
+            "push rbp",
+            "mov rbp, rsp",
+            "and rsp, -16",
+            "sub rsp, 208",
+            "movaps [rsp], xmm0",
+            "movaps [rsp + 16], xmm1",
+            "movaps [rsp + 32], xmm2",
+            "movaps [rsp + 48], xmm3",
+            "movaps [rsp + 64], xmm4",
+            "movaps [rsp + 80], xmm5",
+            "movaps [rsp + 96], xmm6",
+            "movaps [rsp + 112], xmm7",
+            "mov [rsp + 128], rax",
+            "mov [rsp + 136], rcx",
+            "mov [rsp + 144], rdx",
+            "mov [rsp + 152], rsi",
+            "mov [rsp + 160], rdi",
+            "mov [rsp + 168], r8",
+            "mov [rsp + 176], r9",
+            "mov [rsp + 184], r10",
+            "mov [rsp + 192], r11",
+            $load,
+            "call {record}",
+            "movaps xmm0, [rsp]",
+            "movaps xmm1, [rsp + 16]",
+            "movaps xmm2, [rsp + 32]",
+            "movaps xmm3, [rsp + 48]",
+            "movaps xmm4, [rsp + 64]",
+            "movaps xmm5, [rsp + 80]",
+            "movaps xmm6, [rsp + 96]",
+            "movaps xmm7, [rsp + 112]",
+            "mov rax, [rsp + 128]",
+            "mov rcx, [rsp + 136]",
+            "mov rdx, [rsp + 144]",
+            "mov rsi, [rsp + 152]",
+            "mov rdi, [rsp + 160]",
+            "mov r8, [rsp + 168]",
+            "mov r9, [rsp + 176]",
+            "mov r10, [rsp + 184]",
+            "mov r11, [rsp + 192]",
+            "mov rsp, rbp",
+            "pop rbp",
+            "ret",
+            record = sym $record,
+        )
+    };
+}
+
+/// `-pg` (gcc, clang) calls this after the instrumented function's prologue: that function's frame
+/// pointer is in rbp, so `selfpc` is our return address and `frompc` the instrumented function's
+/// own return address, the word above its saved frame pointer (as glibc's `_mcount` takes them).
+///
+/// # Safety
+/// Only compiler-generated profiling calls may call this, with rbp the instrumented function's
+/// frame pointer.
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mcount() {
+    // After our `push rbp`: [rbp] = instrumented function's rbp, [rbp + 8] = selfpc.
+    mcount_stub!(
+        "mov rsi, [rbp + 8]\nmov rdi, [rbp]\nmov rdi, [rdi + 8]",
+        crate::mcount::record_call
+    )
+}
+
+/// The other name of [`mcount`] (glibc exports both; some compilers call `_mcount`).
+///
+/// # Safety
+/// As [`mcount`].
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn _mcount() {
+    mcount_stub!(
+        "mov rsi, [rbp + 8]\nmov rdi, [rbp]\nmov rdi, [rdi + 8]",
+        crate::mcount::record_call
+    )
+}
+
+/// `-pg -mfentry` calls this as the first instruction of the instrumented function, before its
+/// prologue: `selfpc` is our return address and `frompc` the word above it (the instrumented
+/// function's return address).
+///
+/// # Safety
+/// Only compiler-generated profiling calls may call this.
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __fentry__() {
+    // After our `push rbp`: [rbp + 8] = selfpc, [rbp + 16] = frompc.
+    mcount_stub!(
+        "mov rsi, [rbp + 8]\nmov rdi, [rbp + 16]",
+        crate::mcount::record_call
+    )
+}
+
 // ==== end of rt-mcount section ====
