@@ -259,6 +259,84 @@ macro_rules! mcount_stub {
     };
 }
 
+/// The fast path shared by the exported stubs: with only rax, rcx, rdx, rsi, rdi saved (pushed),
+/// look the (frompc, selfpc) pair up in this thread's call cache and add 1 to the cached counter.
+/// Anything else (cache miss, stale generation, nested call, paused) restores the five registers
+/// and jumps to the full stub, which saves everything and calls Rust.
+///
+/// Cache layout (`mcount::ThreadCache`): generation at 0, depth (u32) at 8, shared-stripe flag
+/// (u8) at 16, entries of (frompc, selfpc, counter) from offset 32, 256 of them, indexed by the top
+/// 8 bits of `(selfpc ^ rotl(frompc, 17)) * 0x9E3779B97F4A7C15`. The depth is set while the entry
+/// is read, so a signal handler that interrupts this path leaves the cache alone.
+macro_rules! mcount_fast_path {
+    ($load:literal, $slow:path) => {
+        core::arch::naked_asm!(
+            "push rdi",
+            "push rsi",
+            "push rax",
+            "push rcx",
+            "push rdx",
+            $load,
+            "cmp byte ptr [rip + {paused}], 0",
+            "jne 3f",
+            "mov rdx, qword ptr fs:[0]",
+            "add rdx, qword ptr [rip + mslprof_thread_cache@GOTTPOFF]",
+            "cmp dword ptr [rdx + 8], 0",
+            "jne 3f",
+            "mov dword ptr [rdx + 8], 1",
+            "mov rax, qword ptr [rip + {epoch}]",
+            "ror rax, 1",
+            "xor rax, qword ptr [rip + {table}]",
+            "or rax, 1",
+            "cmp qword ptr [rdx], rax",
+            "jne 2f",
+            "mov rax, rdi",
+            "rol rax, 17",
+            "xor rax, rsi",
+            "movabs rcx, 0x9E3779B97F4A7C15",
+            "imul rax, rcx",
+            "shr rax, 56",
+            "lea rax, [rax + rax * 2]",
+            "lea rax, [rdx + rax * 8 + 32]",
+            "cmp qword ptr [rax], rdi",
+            "jne 2f",
+            "cmp qword ptr [rax + 8], rsi",
+            "jne 2f",
+            "mov rax, qword ptr [rax + 16]",
+            "test rax, rax",
+            "jz 1f",
+            "cmp byte ptr [rdx + 16], 0",
+            "jne 4f",
+            "add qword ptr [rax], 1",
+            "1:",
+            "mov dword ptr [rdx + 8], 0",
+            "pop rdx",
+            "pop rcx",
+            "pop rax",
+            "pop rsi",
+            "pop rdi",
+            "ret",
+            "4:",
+            "lock add qword ptr [rax], 1",
+            "jmp 1b",
+            // Miss: leave the cache to the Rust side.
+            "2:",
+            "mov dword ptr [rdx + 8], 0",
+            "3:",
+            "pop rdx",
+            "pop rcx",
+            "pop rax",
+            "pop rsi",
+            "pop rdi",
+            "jmp {slow}",
+            paused = sym crate::mcount::PAUSED,
+            epoch = sym crate::mcount::RESET_EPOCH,
+            table = sym crate::modules::CURRENT,
+            slow = sym $slow,
+        )
+    };
+}
+
 /// `-pg` (gcc, clang) calls this after the instrumented function's prologue: that function's frame
 /// pointer is in rbp, so `selfpc` is our return address and `frompc` the instrumented function's
 /// own return address, the word above its saved frame pointer (as glibc's `_mcount` takes them).
@@ -270,11 +348,8 @@ macro_rules! mcount_stub {
 #[unsafe(naked)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mcount() {
-    // After our `push rbp`: [rbp] = instrumented function's rbp, [rbp + 8] = selfpc.
-    mcount_stub!(
-        "mov rsi, [rbp + 8]\nmov rdi, [rbp]\nmov rdi, [rdi + 8]",
-        crate::mcount::record_call
-    )
+    // After the five pushes: [rsp + 40] = selfpc; [rbp + 8] = frompc.
+    mcount_fast_path!("mov rsi, [rsp + 40]\nmov rdi, [rbp + 8]", mcount_slow)
 }
 
 /// The other name of [`mcount`] (glibc exports both; some compilers call `_mcount`).
@@ -285,10 +360,7 @@ pub unsafe extern "C" fn mcount() {
 #[unsafe(naked)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn _mcount() {
-    mcount_stub!(
-        "mov rsi, [rbp + 8]\nmov rdi, [rbp]\nmov rdi, [rdi + 8]",
-        crate::mcount::record_call
-    )
+    mcount_fast_path!("mov rsi, [rsp + 40]\nmov rdi, [rbp + 8]", mcount_slow)
 }
 
 /// `-pg -mfentry` calls this as the first instruction of the instrumented function, before its
@@ -301,6 +373,25 @@ pub unsafe extern "C" fn _mcount() {
 #[unsafe(naked)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn __fentry__() {
+    // After the five pushes: [rsp + 40] = selfpc, [rsp + 48] = frompc.
+    mcount_fast_path!("mov rsi, [rsp + 40]\nmov rdi, [rsp + 48]", fentry_slow)
+}
+
+/// Slow path of [`mcount`]: entered by a jump with the original registers and stack.
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
+unsafe extern "C" fn mcount_slow() {
+    // After our `push rbp`: [rbp] = instrumented function's rbp, [rbp + 8] = selfpc.
+    mcount_stub!(
+        "mov rsi, [rbp + 8]\nmov rdi, [rbp]\nmov rdi, [rdi + 8]",
+        crate::mcount::record_call
+    )
+}
+
+/// Slow path of [`__fentry__`]: entered by a jump with the original registers and stack.
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
+unsafe extern "C" fn fentry_slow() {
     // After our `push rbp`: [rbp + 8] = selfpc, [rbp + 16] = frompc.
     mcount_stub!(
         "mov rsi, [rbp + 8]\nmov rdi, [rbp + 16]",
