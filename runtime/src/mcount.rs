@@ -117,7 +117,7 @@ const _: () = {
 #[inline(always)]
 fn cache_index(frompc: usize, selfpc: usize) -> usize {
     let mixed = (selfpc ^ frompc.rotate_left(17)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    (mixed >> 56) as usize
+    mixed >> 56
 }
 
 #[inline(always)]

@@ -159,7 +159,10 @@ impl Symbols {
 /// The arcs of a GNU `gmon.out` written by glibc for a non-PIE executable: (from, self, count).
 /// Histogram and basic-block records are skipped.
 pub fn gnu_gmon_arcs(bytes: &[u8]) -> Vec<(u64, u64, u64)> {
-    assert!(bytes.len() >= 20 && &bytes[..4] == b"gmon", "not a GNU gmon.out");
+    assert!(
+        bytes.len() >= 20 && &bytes[..4] == b"gmon",
+        "not a GNU gmon.out"
+    );
     let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap());
     let u32_at = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap());
     let mut arcs = Vec::new();
@@ -228,10 +231,7 @@ pub fn profile_call_graph(profile: &Profile, keep: &dyn Fn(&str) -> bool) -> Cal
         if key == UNKNOWN_KEY {
             return None;
         }
-        symbols
-            .get(&key)?
-            .function_at(address)
-            .map(str::to_string)
+        symbols.get(&key)?.function_at(address).map(str::to_string)
     };
     call_graph(
         profile.modules.iter().flat_map(|module| {

@@ -126,7 +126,10 @@ fn only_selected_modules_record_arcs() {
             let calls: u64 = module.arcs.iter().map(|a| a.count).sum();
             assert_eq!(calls, 1000 + 75, "b_chain and b_pong calls");
         } else {
-            assert!(module.arcs.is_empty(), "{name} has arcs but was not selected");
+            assert!(
+                module.arcs.is_empty(),
+                "{name} has arcs but was not selected"
+            );
         }
     }
 }
@@ -140,9 +143,7 @@ fn four_threads_times_half_a_million_calls_are_exactly_two_million() {
     let exe = build_program(&workspace, "threads", &["threads.c"], &["cct"], &flags);
     run_ok(&mut workspace.command_with_runtime(&exe));
     let profile = read_profile(&workspace.join("gmon.out"));
-    let graph = profile_call_graph(&profile, &|name| {
-        name == "thread_body" || name == "t_work"
-    });
+    let graph = profile_call_graph(&profile, &|name| name == "thread_body" || name == "t_work");
     assert_eq!(
         graph[&("thread_body".into(), "t_work".into())],
         2_000_000,
