@@ -11,9 +11,10 @@
 //!   [`ArcTable::for_each`] sums such duplicates, so counts stay exact.
 //! - **No shared cache line written on every call.** Each slot has [`STRIPES`] counters that live in
 //!   separate arrays (separate cache lines); a thread adds to the stripe of its own thread number
-//!   (`thread number % STRIPES`), so two threads calling the same function do not bounce one line
-//!   between cores. The count of an arc is the sum of its stripes. Threads that share a stripe still
-//!   count exactly (atomic add).
+//!   ([`ArcTable::stripe_of_thread`]), so two threads calling the same function do not bounce one
+//!   line between cores. The count of an arc is the sum of its stripes. Threads that share a stripe
+//!   still count exactly (atomic add); a thread that owns its stripe may use a plain
+//!   single-instruction add (see `mcount`), which a signal on the same thread cannot split.
 //! - **Bounded growth without locks.** Storage is a chain of up to [`MAX_LEVELS`] open-addressing
 //!   levels, level *i* having `FIRST_LEVEL_SLOTS << i` slots, each level one anonymous `mmap`. A level
 //!   accepts new arcs until it is half full; then the next one is mapped (the thread that wins the
@@ -29,8 +30,9 @@ use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering}
 
 use crate::sys;
 
-/// Counter stripes per arc; a thread uses stripe `thread number % STRIPES`.
-pub const STRIPES: usize = 4;
+/// Counter stripes per arc. Threads 0..STRIPES-1 (in order of their first recorded call) each own
+/// one stripe; every later thread shares the last stripe.
+pub const STRIPES: usize = 8;
 /// Slots of the first level (a power of two).
 pub const FIRST_LEVEL_SLOTS: usize = 1 << 10;
 /// Number of levels; level `i` has `FIRST_LEVEL_SLOTS << i` slots.
@@ -92,12 +94,13 @@ impl Default for ArcTable {
 
 /// Geometry of level `index`: its slot count and the byte offsets of its parts in its mapping.
 #[derive(Clone, Copy)]
-struct Level {
+struct Level<'table> {
     base: *mut u8,
     slots: usize,
+    table: core::marker::PhantomData<&'table ArcTable>,
 }
 
-impl Level {
+impl<'table> Level<'table> {
     const fn slots_of(index: usize) -> usize {
         FIRST_LEVEL_SLOTS << index
     }
@@ -107,7 +110,7 @@ impl Level {
         slots * KEY_SLOT_BYTES + STRIPES * slots * 8
     }
 
-    fn key(&self, index: usize) -> &KeySlot {
+    fn key(&self, index: usize) -> &'table KeySlot {
         debug_assert!(index < self.slots);
         // SAFETY: `base` is a live, zero-initialised mapping of `mapping_bytes(slots)` bytes, page
         // aligned, whose first `slots * KEY_SLOT_BYTES` bytes are the key slots; `index < slots`.
@@ -116,7 +119,7 @@ impl Level {
         unsafe { &*(self.base as *const KeySlot).add(index) }
     }
 
-    fn count(&self, stripe: usize, index: usize) -> &AtomicU64 {
+    fn count(&self, stripe: usize, index: usize) -> &'table AtomicU64 {
         debug_assert!(stripe < STRIPES && index < self.slots);
         let offset = self.slots * KEY_SLOT_BYTES + (stripe * self.slots + index) * 8;
         // SAFETY: as in `key`; `offset` is inside the mapping and 8-byte aligned, and zeroed
@@ -155,6 +158,11 @@ thread_local! {
 
 static NEXT_THREAD_NUMBER: AtomicU32 = AtomicU32::new(0);
 
+/// A new thread number: 0, 1, 2, … in order of first use.
+pub fn next_thread_number() -> u32 {
+    NEXT_THREAD_NUMBER.fetch_add(1, Ordering::Relaxed)
+}
+
 /// The stripe of the calling thread. Const-initialised TLS: no allocation, usable from a signal
 /// handler.
 pub fn current_stripe() -> usize {
@@ -163,7 +171,7 @@ pub fn current_stripe() -> usize {
         if current != u32::MAX {
             return current;
         }
-        let assigned = NEXT_THREAD_NUMBER.fetch_add(1, Ordering::Relaxed) % STRIPES as u32;
+        let assigned = ArcTable::stripe_of_thread(next_thread_number()) as u32;
         cell.set(assigned);
         assigned
     });
@@ -180,11 +188,12 @@ impl ArcTable {
         }
     }
 
-    fn level(&self, index: usize) -> Option<Level> {
+    fn level(&self, index: usize) -> Option<Level<'_>> {
         let base = self.levels[index].load(Ordering::Acquire);
         (!base.is_null()).then(|| Level {
             base,
             slots: Level::slots_of(index),
+            table: core::marker::PhantomData,
         })
     }
 
@@ -193,15 +202,24 @@ impl ArcTable {
         self.record_in_stripe(current_stripe(), caller_key, caller_addr, callee_addr);
     }
 
+    /// The thread-number-to-stripe rule: thread numbers below `STRIPES - 1` own their stripe
+    /// alone; all later threads share the last one.
+    pub fn stripe_of_thread(number: u32) -> usize {
+        (number as usize).min(STRIPES - 1)
+    }
+
     /// Counts one call of the arc in counter stripe `stripe % STRIPES`. Lock-free and
     /// async-signal-safe; reentrant (a signal handler may call it while it runs on the same thread).
+    /// Returns the counter it incremented (this arc's counter of that stripe), which stays valid
+    /// and belongs to this arc for the table's lifetime, until [`Self::reset`]; `None` when the
+    /// call was counted as dropped.
     pub fn record_in_stripe(
         &self,
         stripe: usize,
         caller_key: u32,
         caller_addr: u64,
         callee_addr: u64,
-    ) {
+    ) -> Option<&AtomicU64> {
         let stripe = stripe % STRIPES;
         let tag = u64::from(caller_key) + 2;
         let hash = hash(caller_key, caller_addr, callee_addr);
@@ -212,27 +230,28 @@ impl ArcTable {
             };
             match probe(&level, hash, tag, caller_addr, callee_addr) {
                 Probe::Found(slot) => {
-                    level.count(stripe, slot).fetch_add(1, Ordering::Relaxed);
-                    return;
+                    let counter = level.count(stripe, slot);
+                    counter.fetch_add(1, Ordering::Relaxed);
+                    return Some(counter);
                 }
                 Probe::Vacant(slot) => last_vacant = Some((index, level, slot)),
                 Probe::Exhausted => last_vacant = None,
             }
         }
-        self.insert(stripe, hash, tag, caller_addr, callee_addr, last_vacant);
+        self.insert(stripe, hash, tag, caller_addr, callee_addr, last_vacant)
     }
 
     /// Slow path: the arc is in no level. Claims a slot in the newest level, or maps the next one.
     #[cold]
-    fn insert(
-        &self,
+    fn insert<'table>(
+        &'table self,
         stripe: usize,
         hash: u64,
         tag: u64,
         caller_addr: u64,
         callee_addr: u64,
-        mut candidate: Option<(usize, Level, usize)>,
-    ) {
+        mut candidate: Option<(usize, Level<'table>, usize)>,
+    ) -> Option<&'table AtomicU64> {
         let mut level_index = match candidate {
             Some((index, _, _)) => index,
             None => self.newest_level_index().map_or(0, |index| index + 1),
@@ -240,7 +259,7 @@ impl ArcTable {
         loop {
             if level_index >= MAX_LEVELS {
                 self.dropped.fetch_add(1, Ordering::Relaxed);
-                return;
+                return None;
             }
             let level = match candidate.take() {
                 Some((_, level, _)) => level,
@@ -251,7 +270,7 @@ impl ArcTable {
                     Some(level) => level,
                     None => {
                         self.dropped.fetch_add(1, Ordering::Relaxed);
-                        return;
+                        return None;
                     }
                 },
             };
@@ -262,8 +281,9 @@ impl ArcTable {
                 if fresh {
                     self.used[level_index].fetch_add(1, Ordering::Relaxed);
                 }
-                level.count(stripe, slot).fetch_add(1, Ordering::Relaxed);
-                return;
+                let counter = level.count(stripe, slot);
+                counter.fetch_add(1, Ordering::Relaxed);
+                return Some(counter);
             }
             level_index += 1;
         }
@@ -276,7 +296,7 @@ impl ArcTable {
     }
 
     /// Maps level `index` (all lower levels exist). Returns the installed level, whoever mapped it.
-    fn map_level(&self, index: usize) -> Option<Level> {
+    fn map_level(&self, index: usize) -> Option<Level<'_>> {
         let slots = Level::slots_of(index);
         let bytes = Level::mapping_bytes(slots);
         let fresh = sys::map_zeroed(bytes)?;
@@ -286,13 +306,18 @@ impl ArcTable {
             Ordering::AcqRel,
             Ordering::Acquire,
         ) {
-            Ok(_) => Some(Level { base: fresh, slots }),
+            Ok(_) => Some(Level {
+                base: fresh,
+                slots,
+                table: core::marker::PhantomData,
+            }),
             Err(winner) => {
                 // SAFETY: `fresh` was mapped above with `bytes` bytes and was never published.
                 unsafe { sys::unmap(fresh, bytes) };
                 Some(Level {
                     base: winner,
                     slots,
+                    table: core::marker::PhantomData,
                 })
             }
         }

@@ -2,22 +2,33 @@
 //!
 //! Entry points: `mcount`, `_mcount` and `__fentry__` (assembly stubs in `sys`, which save the
 //! registers and call [`record_call`]), and `__cyg_profile_func_enter` / `__cyg_profile_func_exit`
-//! (`-finstrument-functions`, ordinary C calls, defined here). Each maps the callee PC to its module
-//! load instance; a callee in a module that LD_PROFILE did not select returns at once. The caller
-//! may be in any module (key and link-time address), or in none (`UNKNOWN_KEY`, address 0).
+//! (`-finstrument-functions`, ordinary C calls, defined here).
 //!
-//! Reentrancy: a thread-local depth counter (const-initialised, so it never allocates) lets a
-//! signal handler that interrupts `mcount` count its own calls (the arc table is lock-free and
-//! reentrant), but stops runaway recursion when code the runtime itself calls is instrumented
-//! (for example a `-pg` program that defines its own `memcpy`): calls beyond [`MAX_DEPTH`] are
-//! counted as dropped in the callee's table.
+//! **Fast path.** Each thread has a direct-mapped cache of [`CACHE_ENTRIES`] entries in static TLS
+//! (`sys::thread_cache_block`), mapping the raw pair (frompc, selfpc) to the arc's counter in the
+//! thread's own stripe of the callee module's [`ArcTable`](crate::arcs::ArcTable). A hit costs a
+//! few loads and one add; nothing shared is written. A thread that owns its stripe adds with one
+//! non-locked instruction, later threads (sharing the last stripe) with an atomic add. The cache is
+//! emptied when the module table changes (load/unload: `modules::generation`) or the arcs are
+//! reset (fork).
+//!
+//! **Slow path** (cache miss): map selfpc to its module load instance; a callee in a module that
+//! LD_PROFILE did not select returns at once (remembered in the cache with a null counter, so the
+//! next call is cheap too). The caller may be in any module (key and link-time address), or in none
+//! (`UNKNOWN_KEY`, address 0). The arc is recorded in the table and the counter cached.
+//!
+//! **Reentrancy.** The cache header holds a nesting depth. A signal handler that interrupts
+//! `record_call` and calls instrumented code takes the slow path without touching the cache (so it
+//! cannot tear an entry the interrupted call is reading) and still counts exactly: the table is
+//! lock-free and reentrant. Nesting deeper than [`MAX_DEPTH`] (runaway recursion, e.g. when code
+//! the runtime calls is itself instrumented) is counted as dropped in the callee's table.
 
-use core::cell::Cell;
 use core::ffi::c_void;
-use core::sync::atomic::{AtomicBool, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, compiler_fence};
 
-use crate::arcs;
+use crate::arcs::{self, ArcTable};
 use crate::modules;
+use crate::sys;
 
 /// Caller key of an arc whose call site is in no known module (SPEC.md §5).
 pub const UNKNOWN_KEY: u32 = 0xFFFF_FFFF;
@@ -26,8 +37,14 @@ pub const UNKNOWN_KEY: u32 = 0xFFFF_FFFF;
 /// handlers interrupting it.
 pub const MAX_DEPTH: u32 = 3;
 
+/// Entries of each thread's call cache.
+pub const CACHE_ENTRIES: usize = 255;
+
 /// Set by `moncontrol(0)`, cleared by `moncontrol(1)`.
 static PAUSED: AtomicBool = AtomicBool::new(false);
+
+/// Bumped by [`reset_after_fork`] so every thread cache is emptied.
+static RESET_EPOCH: AtomicUsize = AtomicUsize::new(0);
 
 /// Pauses (`true`) or resumes call counting.
 pub fn set_paused(paused: bool) {
@@ -39,12 +56,50 @@ pub fn is_paused() -> bool {
     PAUSED.load(Ordering::Relaxed)
 }
 
-thread_local! {
-    /// Bits 0..8: nesting depth of `record_call`; bits 8..: counter stripe + 1 (0 = unassigned).
-    static THREAD_STATE: Cell<u32> = const { Cell::new(0) };
+/// Forgets every arc of every module (in a forked child, which must profile only itself). Only
+/// valid while no other thread records: after `fork` there is one thread.
+pub fn reset_after_fork() {
+    RESET_EPOCH.fetch_add(1, Ordering::Relaxed);
+    for module in modules::all() {
+        module.arcs.reset();
+    }
 }
 
-const DEPTH_MASK: u32 = 0xFF;
+/// One cached arc: raw PCs and the counter (null: callee in an unprofiled module).
+#[repr(C)]
+struct CacheEntry {
+    frompc: usize,
+    selfpc: usize,
+    counter: *const AtomicU64,
+}
+
+/// The per-thread cache, overlaid on `sys::thread_cache_block`.
+#[repr(C)]
+struct ThreadCache {
+    /// `modules::generation() ^ epoch` the entries were made under; 0 = never used.
+    generation: usize,
+    /// Nesting depth of `record_call` on this thread.
+    depth: u32,
+    /// Stripe + 1 (0 = unassigned).
+    stripe: u32,
+    /// True when this thread shares its stripe (atomic adds needed).
+    shared_stripe: bool,
+    entries: [CacheEntry; CACHE_ENTRIES],
+}
+
+const _: () = assert!(core::mem::size_of::<ThreadCache>() <= sys::THREAD_CACHE_BYTES);
+
+#[inline(always)]
+fn cache_index(frompc: usize, selfpc: usize) -> usize {
+    let mixed = (selfpc ^ frompc.rotate_left(17)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    (mixed >> 56) % CACHE_ENTRIES
+}
+
+#[inline(always)]
+fn current_generation() -> usize {
+    // Never 0, so a zeroed cache is always stale.
+    (modules::generation() ^ RESET_EPOCH.load(Ordering::Relaxed).rotate_right(1)) | 1
+}
 
 /// Records the arc `frompc` → `selfpc` (runtime PCs). Called by the assembly stubs with the stack
 /// aligned and every argument register saved; async-signal-safe, never panics, never allocates.
@@ -52,37 +107,111 @@ pub extern "C" fn record_call(frompc: usize, selfpc: usize) {
     if PAUSED.load(Ordering::Relaxed) {
         return;
     }
-    let Some(callee) = modules::find(selfpc) else {
-        return;
-    };
-    if !callee.profiled {
+    let cache = sys::thread_cache_block().cast::<ThreadCache>();
+    // SAFETY: the block is this thread's own, zero-initialised (a valid ThreadCache: integers,
+    // false, null pointers), aligned and large enough (checked above). Only this thread touches
+    // it; a signal handler on this thread sees `depth != 0` and stays away from the entries.
+    let cache = unsafe { &mut *cache };
+    let depth = cache.depth;
+    if depth != 0 {
+        record_nested(cache, depth, frompc, selfpc);
         return;
     }
-    THREAD_STATE.with(|state| {
-        let value = state.get();
-        let depth = value & DEPTH_MASK;
-        if depth >= MAX_DEPTH {
-            callee.arcs.add_dropped(1);
-            return;
+    cache.depth = 1;
+    compiler_fence(Ordering::SeqCst);
+    let generation = current_generation();
+    if cache.generation != generation {
+        for entry in &mut cache.entries {
+            entry.frompc = 0;
+            entry.selfpc = 0;
         }
-        let stripe = match value >> 8 {
-            0 => arcs::current_stripe(),
-            assigned => (assigned - 1) as usize,
-        };
-        state.set(((stripe as u32 + 1) << 8) | (depth + 1));
-        let (caller_key, caller_addr) = match modules::find(frompc) {
-            Some(caller) => (caller.key, frompc.wrapping_sub(caller.bias) as u64),
-            None => (UNKNOWN_KEY, 0),
-        };
-        callee.arcs.record_in_stripe(
+        cache.generation = generation;
+    }
+    let entry = &mut cache.entries[cache_index(frompc, selfpc)];
+    if entry.frompc == frompc && entry.selfpc == selfpc {
+        // SAFETY: cached counters point into arc tables of leaked (never freed) LiveModules, whose
+        // level mappings are only unmapped on drop; the generation check above dropped entries
+        // made before the last module-table change or reset.
+        if let Some(counter) = unsafe { entry.counter.as_ref() } {
+            increment(counter, cache.shared_stripe);
+        }
+    } else {
+        let stripe = thread_stripe(cache);
+        let counter = record_uncached(stripe, frompc, selfpc);
+        let entry = &mut cache.entries[cache_index(frompc, selfpc)];
+        match counter {
+            Some(counter) => {
+                entry.frompc = frompc;
+                entry.selfpc = selfpc;
+                entry.counter = counter;
+            }
+            None => entry.frompc = 0,
+        }
+    }
+    compiler_fence(Ordering::SeqCst);
+    cache.depth = 0;
+}
+
+/// The slow path of a call nested in another (a signal handler): count without the cache.
+#[cold]
+fn record_nested(cache: &mut ThreadCache, depth: u32, frompc: usize, selfpc: usize) {
+    if depth >= MAX_DEPTH {
+        if let Some(callee) = modules::find(selfpc)
+            && callee.profiled
+        {
+            callee.arcs.add_dropped(1);
+        }
+        return;
+    }
+    cache.depth = depth + 1;
+    compiler_fence(Ordering::SeqCst);
+    let stripe = thread_stripe(cache);
+    record_uncached(stripe, frompc, selfpc);
+    compiler_fence(Ordering::SeqCst);
+    cache.depth = depth;
+}
+
+fn thread_stripe(cache: &mut ThreadCache) -> usize {
+    if cache.stripe == 0 {
+        let number = arcs::next_thread_number();
+        let stripe = ArcTable::stripe_of_thread(number);
+        cache.shared_stripe = stripe == arcs::STRIPES - 1;
+        cache.stripe = stripe as u32 + 1;
+    }
+    (cache.stripe - 1) as usize
+}
+
+#[inline(always)]
+fn increment(counter: &AtomicU64, shared: bool) {
+    if shared {
+        counter.fetch_add(1, Ordering::Relaxed);
+    } else {
+        sys::increment_unshared(counter);
+    }
+}
+
+/// Maps the PCs to modules and records the arc. Returns the counter to cache: the arc's counter,
+/// or null when the callee's module is not profiled; `None` when nothing may be cached (no
+/// module, or the call was dropped).
+#[cold]
+fn record_uncached(stripe: usize, frompc: usize, selfpc: usize) -> Option<*const AtomicU64> {
+    let callee = modules::find(selfpc)?;
+    if !callee.profiled {
+        return Some(core::ptr::null());
+    }
+    let (caller_key, caller_addr) = match modules::find(frompc) {
+        Some(caller) => (caller.key, frompc.wrapping_sub(caller.bias) as u64),
+        None => (UNKNOWN_KEY, 0),
+    };
+    callee
+        .arcs
+        .record_in_stripe(
             stripe,
             caller_key,
             caller_addr,
             selfpc.wrapping_sub(callee.bias) as u64,
-        );
-        // Restore the depth we found: a handler that ran meanwhile restored its own.
-        state.set(((stripe as u32 + 1) << 8) | depth);
-    });
+        )
+        .map(|counter| counter as *const AtomicU64)
 }
 
 /// `-finstrument-functions`: called on entry of every instrumented function with its address and

@@ -142,6 +142,12 @@ pub fn find(pc: usize) -> Option<&'static LiveModule> {
     (pc < end).then_some(module)
 }
 
+/// Changes whenever a new table is published (a load or unload): a cache of lookups made under one
+/// generation is stale under another (used by the mcount call cache).
+pub fn generation() -> usize {
+    CURRENT.load(Ordering::Acquire) as usize
+}
+
 /// Every load instance created so far, in load order (loaded and unloaded ones).
 pub fn all() -> &'static [&'static LiveModule] {
     current().map_or(&[], |t| t.all.as_slice())

@@ -308,6 +308,62 @@ pub unsafe extern "C" fn __fentry__() {
     )
 }
 
+/// Bytes of the per-thread call cache block (see `mcount::ThreadCache`), in `.tbss`.
+pub const THREAD_CACHE_BYTES: usize = 8192;
+
+// The per-thread call cache lives in this library's static TLS block, addressed with the
+// initial-exec model (`@gottpoff` + `fs`): two instructions, no `__tls_get_addr` call, no
+// allocation, valid in signal handlers. Static TLS is fine because the runtime is loaded at start-up
+// (LD_PRELOAD or DT_NEEDED); every new thread gets it zeroed.
+#[cfg(target_arch = "x86_64")]
+core::arch::global_asm!(
+    ".pushsection .tbss,\"awT\",@nobits",
+    ".balign 64",
+    ".globl mslprof_thread_cache",
+    ".hidden mslprof_thread_cache",
+    ".type mslprof_thread_cache,@object",
+    ".size mslprof_thread_cache, 8192",
+    "mslprof_thread_cache:",
+    ".zero 8192",
+    ".popsection",
+);
+
+/// Address of the calling thread's call-cache block ([`THREAD_CACHE_BYTES`] zero-initialised,
+/// 64-byte aligned bytes that belong to this thread for its lifetime).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub fn thread_cache_block() -> *mut u8 {
+    let address: usize;
+    // SAFETY: reads the thread pointer (fs:0, the TCB's self pointer on x86_64 glibc) and the
+    // linker-provided TLS offset of our own `.tbss` symbol; touches no other memory.
+    unsafe {
+        core::arch::asm!(
+            "mov {address}, qword ptr fs:[0]",
+            "add {address}, qword ptr [rip + mslprof_thread_cache@GOTTPOFF]",
+            address = out(reg) address,
+            options(nostack, readonly, pure),
+        );
+    }
+    address as *mut u8
+}
+
+/// Adds 1 to `counter` with one non-locked instruction. A signal on the calling thread cannot
+/// split it, but another core can: only for counters no other thread writes.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub fn increment_unshared(counter: &core::sync::atomic::AtomicU64) {
+    // SAFETY: `counter` is a valid, aligned u64; the add is one instruction on memory that the
+    // caller guarantees no other thread writes, and readers on other cores see the old or the new
+    // value (aligned 8-byte accesses are atomic on x86_64).
+    unsafe {
+        core::arch::asm!(
+            "add qword ptr [{counter}], 1",
+            counter = in(reg) counter.as_ptr(),
+            options(nostack),
+        );
+    }
+}
+
 // ==== end of rt-mcount section ====
 
 /// A per-thread CPU-time timer (the kernel's timer id).
