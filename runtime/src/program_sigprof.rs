@@ -7,7 +7,7 @@
 //! program's action: its handler is called with its flags and mask, SIG_IGN drops the signal, SIG_DFL
 //! terminates the process as the kernel would. So the program's handler gets the signals it would have got
 //! without mslprof, and mslprof keeps sampling every thread with its own timers. `setitimer(ITIMER_PROF)` is
-//! passed through untouched. Each of these is said once on stderr, and the dump records it
+//! passed through untouched. The first of these is said once on stderr, and the dump records it
 //! (`SAMPLING_SHARED_TIMER`). Code that bypasses libc (raw `rt_sigaction` syscalls) cannot be seen.
 
 use std::os::raw::c_void;
@@ -24,8 +24,8 @@ static PROGRAM_HANDLER: AtomicUsize = AtomicUsize::new(0);
 static PROGRAM_FLAGS: AtomicI32 = AtomicI32::new(0);
 const MASK_WORDS: usize = std::mem::size_of::<libc::sigset_t>() / 8;
 static PROGRAM_MASK: [AtomicU64; MASK_WORDS] = [const { AtomicU64::new(0) }; MASK_WORDS];
-static WARNED_HANDLER: AtomicBool = AtomicBool::new(false);
-static WARNED_TIMER: AtomicBool = AtomicBool::new(false);
+/// One line on stderr, whichever use of SIGPROF is seen first.
+static WARNED: AtomicBool = AtomicBool::new(false);
 /// The program used SIGPROF or ITIMER_PROF itself (recorded in the dump header).
 pub static SHARED: AtomicBool = AtomicBool::new(false);
 
@@ -99,7 +99,7 @@ pub fn install_sampling_handler(handler: sys::SignalHandler) -> bool {
 
 fn note_program_handler() {
     SHARED.store(true, Ordering::Relaxed);
-    if !WARNED_HANDLER.swap(true, Ordering::Relaxed) {
+    if !WARNED.swap(true, Ordering::Relaxed) {
         sys::stderr_line(&[
             b"mslprof: the program handles SIGPROF itself; its handler keeps getting its own SIGPROF signals and ",
             b"mslprof samples with per-thread timers alongside\n",
@@ -162,7 +162,7 @@ pub unsafe fn note_program_itimer(which: i32, value: *const libc::itimerval) {
         .is_some_and(|v| v.it_value.tv_sec != 0 || v.it_value.tv_usec != 0);
     if which == libc::ITIMER_PROF && arming {
         SHARED.store(true, Ordering::Relaxed);
-        if !WARNED_TIMER.swap(true, Ordering::Relaxed) {
+        if !WARNED.swap(true, Ordering::Relaxed) {
             sys::stderr_line(&[
                 b"mslprof: the program uses ITIMER_PROF; its SIGPROF signals go to its own SIGPROF disposition ",
                 b"and mslprof samples with per-thread timers alongside\n",

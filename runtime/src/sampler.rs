@@ -238,3 +238,17 @@ pub unsafe fn create_thread(
     }
     result
 }
+
+/// Test hook, exported from libmslprof.so: counts `count` samples at `pc` through the same path as the
+/// SIGPROF handler. It exists so tests can reach 16-bit saturation (65 535 samples in one bucket) without
+/// hours of CPU time; it does nothing unless profiling is active.
+#[unsafe(no_mangle)]
+pub extern "C" fn mslprof_test_inject_samples(pc: *const c_void, count: libc::c_ulong) {
+    let _ = std::panic::catch_unwind(|| {
+        if crate::ensure_started() && is_sampling() {
+            for _ in 0..count {
+                record_pc(pc as usize);
+            }
+        }
+    });
+}
