@@ -95,3 +95,250 @@ pub unsafe fn mapped_bytes<'a>(address: usize, len: usize) -> &'a [u8] {
     // SAFETY: guaranteed by the caller.
     unsafe { std::slice::from_raw_parts(address as *const u8, len) }
 }
+
+// ---------------------------------------------------------------------------------------------------------
+// Loader events (owned by the loader-hooks engineer): symbol look-up of the functions we interpose, the
+// thread/process identity calls, the futex behind the loader lock, signals and the process-ending syscalls.
+// ---------------------------------------------------------------------------------------------------------
+
+use std::os::raw::c_char;
+use std::sync::atomic::AtomicU32;
+
+/// The next definition of `name` after libmslprof.so in the lookup order (libc's), or 0.
+///
+/// `name` must be NUL-terminated.
+pub fn next_definition(name: &[u8]) -> usize {
+    debug_assert_eq!(name.last(), Some(&0));
+    // SAFETY: `name` is NUL-terminated; RTLD_NEXT is a valid pseudo-handle for a caller inside a loaded object.
+    unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr() as *const c_char) as usize }
+}
+
+/// The calling thread's kernel thread id. Async-signal-safe.
+pub fn thread_id() -> i32 {
+    // SAFETY: gettid has no preconditions and cannot fail.
+    unsafe { libc::gettid() }
+}
+
+/// The calling process's id (never cached by glibc, so correct in a vfork/clone child). Async-signal-safe.
+pub fn process_id() -> i32 {
+    // SAFETY: getpid has no preconditions and cannot fail.
+    unsafe { libc::getpid() }
+}
+
+/// Blocks until `*word != expected` may hold (spurious wake-ups allowed).
+pub fn futex_wait(word: &AtomicU32, expected: u32) {
+    // SAFETY: `word` is a valid, aligned u32 for the whole call; FUTEX_WAIT_PRIVATE only reads it.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+            expected,
+            std::ptr::null::<libc::timespec>(),
+        );
+    }
+}
+
+/// Wakes one thread blocked in [`futex_wait`] on `word`.
+pub fn futex_wake_one(word: &AtomicU32) {
+    // SAFETY: `word` is a valid, aligned u32; FUTEX_WAKE_PRIVATE does not access it.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+            1,
+        );
+    }
+}
+
+/// The thread's errno, saved so that our bookkeeping inside an interposed call leaves it as the real call set it.
+pub struct SavedErrno(c_int);
+
+impl SavedErrno {
+    pub fn save() -> Self {
+        // SAFETY: __errno_location always returns the calling thread's errno slot.
+        SavedErrno(unsafe { *libc::__errno_location() })
+    }
+}
+
+impl Drop for SavedErrno {
+    fn drop(&mut self) {
+        // SAFETY: as in `save`.
+        unsafe { *libc::__errno_location() = self.0 };
+    }
+}
+
+/// Registers fork handlers (`pthread_atfork`). Returns false when glibc refused (out of memory).
+pub fn register_fork_handlers(
+    prepare: unsafe extern "C" fn(),
+    parent: unsafe extern "C" fn(),
+    child: unsafe extern "C" fn(),
+) -> bool {
+    // SAFETY: the handlers are plain functions of this library, which is never unloaded.
+    unsafe { libc::pthread_atfork(Some(prepare), Some(parent), Some(child)) == 0 }
+}
+
+/// Blocks `signal` in the calling thread; returns the previous mask to restore.
+pub fn block_signal(signal: c_int) -> libc::sigset_t {
+    // SAFETY: both sets are valid local values; pthread_sigmask only reads/writes them.
+    unsafe {
+        let mut block: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut block);
+        libc::sigaddset(&mut block, signal);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &block, &mut old);
+        old
+    }
+}
+
+/// Restores a signal mask saved by [`block_signal`].
+pub fn restore_signal_mask(mask: &libc::sigset_t) {
+    // SAFETY: `mask` is a valid sigset_t.
+    unsafe {
+        libc::pthread_sigmask(libc::SIG_SETMASK, mask, std::ptr::null_mut());
+    }
+}
+
+/// A signal disposition as `sigaction` reports it.
+pub type SignalAction = libc::sigaction;
+
+/// Installs `handler` (SA_SIGINFO) for `signal` and returns the previous disposition, or None on failure.
+///
+/// The handler runs with every catchable signal blocked, on the alternate stack if the thread has one, and
+/// SA_RESTART so that interrupted system calls of the program resume.
+pub fn install_signal_handler(
+    signal: c_int,
+    handler: extern "C" fn(c_int, *mut libc::siginfo_t, *mut c_void),
+) -> Option<SignalAction> {
+    // SAFETY: `new` and `old` are valid local sigaction structs; the handler is a function of this library,
+    // which is never unloaded.
+    unsafe {
+        let mut new: libc::sigaction = std::mem::zeroed();
+        new.sa_sigaction = handler as usize;
+        new.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK | libc::SA_RESTART;
+        libc::sigfillset(&mut new.sa_mask);
+        let mut old: libc::sigaction = std::mem::zeroed();
+        if libc::sigaction(signal, &new, &mut old) == 0 {
+            Some(old)
+        } else {
+            None
+        }
+    }
+}
+
+/// Puts back a disposition saved by [`install_signal_handler`] (or any other). Async-signal-safe.
+pub fn set_signal_action(signal: c_int, action: &SignalAction) {
+    // SAFETY: `action` is a valid sigaction struct.
+    unsafe {
+        libc::sigaction(signal, action, std::ptr::null_mut());
+    }
+}
+
+/// The disposition SIG_DFL for `signal`.
+pub fn default_action() -> SignalAction {
+    // SAFETY: an all-zero sigaction is SIG_DFL with an empty mask and no flags.
+    unsafe { std::mem::zeroed() }
+}
+
+/// Whether `action` is SIG_DFL / SIG_IGN.
+pub fn is_default(action: &SignalAction) -> bool {
+    action.sa_sigaction == libc::SIG_DFL
+}
+pub fn is_ignore(action: &SignalAction) -> bool {
+    action.sa_sigaction == libc::SIG_IGN
+}
+
+/// Calls the program's own handler as the kernel would have (SA_SIGINFO or plain form), with its mask.
+///
+/// # Safety
+/// `action` must hold a real handler (not SIG_DFL/SIG_IGN) that the program installed, and `info`/`context`
+/// must be the values the kernel passed to our handler for this signal.
+pub unsafe fn call_program_handler(
+    action: &SignalAction,
+    signal: c_int,
+    info: *mut libc::siginfo_t,
+    context: *mut c_void,
+) {
+    // SAFETY: the mask is a valid sigset_t; we add the program's sa_mask (and the signal itself unless
+    // SA_NODEFER) as the kernel would have for its handler.
+    unsafe {
+        let mut mask = action.sa_mask;
+        if action.sa_flags & libc::SA_NODEFER == 0 {
+            libc::sigaddset(&mut mask, signal);
+        }
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::pthread_sigmask(libc::SIG_BLOCK, &mask, &mut old);
+        if action.sa_flags & libc::SA_SIGINFO != 0 {
+            let handler: extern "C" fn(c_int, *mut libc::siginfo_t, *mut c_void) =
+                std::mem::transmute(action.sa_sigaction);
+            handler(signal, info, context);
+        } else {
+            let handler: extern "C" fn(c_int) = std::mem::transmute(action.sa_sigaction);
+            handler(signal);
+        }
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+    }
+}
+
+/// Unblocks `signal` in the calling thread. Async-signal-safe.
+pub fn unblock_signal(signal: c_int) {
+    // SAFETY: valid local sigset_t.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, signal);
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+    }
+}
+
+/// Sends `signal` to the calling thread. Async-signal-safe.
+pub fn raise_in_this_thread(signal: c_int) {
+    // SAFETY: tgkill to our own thread has no memory preconditions.
+    unsafe {
+        libc::syscall(
+            libc::SYS_tgkill,
+            libc::getpid(),
+            libc::gettid(),
+            signal as libc::c_long,
+        );
+    }
+}
+
+/// Ends the process at once with `status` (the exit_group system call). Async-signal-safe.
+pub fn exit_group(status: c_int) -> ! {
+    // SAFETY: exit_group never returns.
+    unsafe {
+        libc::syscall(libc::SYS_exit_group, status as libc::c_long);
+    }
+    // exit_group cannot fail; keep the type checker happy without touching libc's exit handlers.
+    loop {
+        std::hint::spin_loop();
+    }
+}
+
+/// Reads an environment variable without allocating (`getenv`). Not for use in a signal handler.
+pub fn environment_value(name: &[u8]) -> Option<&'static [u8]> {
+    debug_assert_eq!(name.last(), Some(&0));
+    // SAFETY: `name` is NUL-terminated; getenv returns a pointer into the environment or NULL.
+    let value = unsafe { libc::getenv(name.as_ptr() as *const c_char) };
+    if value.is_null() {
+        None
+    } else {
+        // SAFETY: a non-NULL getenv result is a NUL-terminated string that lives as long as the environment
+        // entry; we read it immediately at start-up, before the program can change its environment.
+        Some(unsafe { CStr::from_ptr(value) }.to_bytes())
+    }
+}
+
+/// Sleeps about 10 ms (nanosleep). Async-signal-safe.
+pub fn sleep_10ms() {
+    let pause = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 10_000_000,
+    };
+    // SAFETY: `pause` is a valid timespec; the remainder pointer may be NULL.
+    unsafe {
+        libc::nanosleep(&pause, std::ptr::null_mut());
+    }
+}

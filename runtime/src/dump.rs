@@ -38,6 +38,9 @@ pub fn snapshot(settings: &Settings) -> model::Profile {
     if pid != START_PID.load(Ordering::Relaxed) {
         flags |= header_flags::FORKED_CHILD;
     }
+    let mut incomplete_cause = model::IncompleteCause::None;
+    let mut incomplete_signal = 0;
+    crate::lifecycle::ending_header(&mut flags, &mut incomplete_cause, &mut incomplete_signal);
     let program_path = modules::all()
         .iter()
         .find(|m| m.info.is_main)
@@ -46,6 +49,8 @@ pub fn snapshot(settings: &Settings) -> model::Profile {
         format: model::SourceFormat::Mslprof { major: 1, minor: 0 },
         header: model::Header {
             flags,
+            incomplete_cause,
+            incomplete_signal,
             pid,
             ppid: sys::getppid(),
             start_time_ns: START_TIME_NS.load(Ordering::Relaxed),
@@ -129,6 +134,11 @@ fn module_snapshot(module: &LiveModule) -> model::Module {
     }
 }
 
+/// Lets [`write_at_exit`] write again (a forked child; an image whose exec failed after its pre-exec dump).
+pub fn allow_another_dump() {
+    DUMPED.store(false, Ordering::SeqCst);
+}
+
 /// Writes the profile once, at normal termination. Later calls do nothing.
 pub fn write_at_exit(settings: &Settings) {
     if DUMPED.swap(true, Ordering::SeqCst) {
@@ -144,9 +154,11 @@ pub fn write_at_exit(settings: &Settings) {
     }
     let pid = sys::getpid();
     let forked_child = pid != START_PID.load(Ordering::Relaxed);
+    let pid_named = crate::lifecycle::writes_pid_named_file(forked_child);
     let Some(path) = settings
         .output
-        .path(pid, &settings.program_name, forked_child)
+        .path(pid, &settings.program_name, pid_named)
+        .map(crate::lifecycle::output_path)
     else {
         return;
     };

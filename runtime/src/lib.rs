@@ -11,6 +11,7 @@ mod encoding;
 pub mod glibc_gmon;
 pub mod histogram;
 mod interpose;
+pub mod lifecycle;
 pub mod mcount;
 pub mod modules;
 pub mod program_sigprof;
@@ -115,12 +116,14 @@ fn start(explicit: bool) -> bool {
         return false;
     }
     sys::at_exit(dump_at_exit);
+    lifecycle::install();
     true
 }
 
 extern "C" fn dump_at_exit() {
     let result = std::panic::catch_unwind(|| {
         if let Some(settings) = settings() {
+            lifecycle::note_normal_exit();
             dump::write_at_exit(settings);
         }
     });

@@ -140,6 +140,8 @@ pub fn clock_ns(clock: libc::clockid_t) -> i64 {
 
 pub use libc::CLOCK_REALTIME;
 
+
+
 /// A per-thread CPU-time timer (the kernel's timer id).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ThreadTimer(usize);
@@ -386,6 +388,15 @@ pub fn page_size() -> usize {
     // SAFETY: sysconf has no preconditions.
     let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     if size > 0 { size as usize } else { 4096 }
+}
+
+// ==== lh section: loader events (lifecycle.rs) ====
+
+/// Sets an environment variable (the root-process marker), at start-up.
+pub fn set_environment_variable(name: &str, value: &str) {
+    // SAFETY: called once from the runtime's start-up, before the program's main runs and normally before it
+    // has other threads; the environment is not read concurrently by this library.
+    unsafe { std::env::set_var(name, value) };
 }
 
 // ==== rt-mcount section: memory for arc tables, mcount stubs, gmon interposition helpers ====
