@@ -6,7 +6,6 @@
 
 pub mod config;
 pub mod dump;
-mod encoding;
 pub mod histogram;
 mod interpose;
 pub mod modules;

@@ -370,20 +370,3 @@ pub fn argv0() -> Vec<u8> {
         .and_then(|c| c.split(|&b| b == 0).next().map(<[u8]>::to_vec))
         .unwrap_or_default()
 }
-
-/// Which pages of `[address, address + len)` are resident (`mincore`); `None` if the kernel refuses.
-/// `address` must be page-aligned.
-pub fn resident_pages(address: usize, len: usize) -> Option<Vec<bool>> {
-    let page = page_size();
-    let pages = len.div_ceil(page);
-    let mut vector = vec![0u8; pages];
-    // SAFETY: `vector` has one byte per page of the range; mincore only writes into it.
-    let result = unsafe { libc::mincore(address as *mut c_void, len, vector.as_mut_ptr()) };
-    (result == 0).then(|| vector.iter().map(|b| b & 1 != 0).collect())
-}
-
-pub fn page_size() -> usize {
-    // SAFETY: sysconf has no preconditions.
-    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    if size > 0 { size as usize } else { 4096 }
-}

@@ -15,7 +15,11 @@ use mslprof_format::model::{Module, Profile};
 pub fn target_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");
     let deps = exe.parent().expect("test executable has a directory");
-    if deps.file_name() == Some(OsStr::new("deps")) { deps.parent().unwrap().to_path_buf() } else { deps.to_path_buf() }
+    if deps.file_name() == Some(OsStr::new("deps")) {
+        deps.parent().unwrap().to_path_buf()
+    } else {
+        deps.to_path_buf()
+    }
 }
 
 fn built_file(name: &str) -> PathBuf {
@@ -40,7 +44,9 @@ pub fn analyzer_binary() -> PathBuf {
 
 /// `tests/fixtures/<area>/`.
 pub fn fixtures_dir(area: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures").join(area)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures")
+        .join(area)
 }
 
 /// A temporary directory holding one test's build products and output files.
@@ -56,7 +62,12 @@ impl Default for Workspace {
 
 impl Workspace {
     pub fn new() -> Workspace {
-        Workspace { dir: tempfile::Builder::new().prefix("mslprof-test-").tempdir().expect("temporary directory") }
+        Workspace {
+            dir: tempfile::Builder::new()
+                .prefix("mslprof-test-")
+                .tempdir()
+                .expect("temporary directory"),
+        }
     }
 
     pub fn path(&self) -> &Path {
@@ -73,15 +84,28 @@ impl Workspace {
         I: IntoIterator<Item = S>,
         S: AsRef<OsStr>,
     {
-        let args: Vec<_> = args.into_iter().map(|a| a.as_ref().to_os_string()).collect();
-        let output = Command::new("cc").args(&args).current_dir(self.path()).output().expect("running cc");
-        assert!(output.status.success(), "cc {:?} failed:\n{}", args, String::from_utf8_lossy(&output.stderr));
+        let args: Vec<_> = args
+            .into_iter()
+            .map(|a| a.as_ref().to_os_string())
+            .collect();
+        let output = Command::new("cc")
+            .args(&args)
+            .current_dir(self.path())
+            .output()
+            .expect("running cc");
+        assert!(
+            output.status.success(),
+            "cc {:?} failed:\n{}",
+            args,
+            String::from_utf8_lossy(&output.stderr)
+        );
     }
 
     /// Builds a shared library `file_name` from `sources` (paths) with extra flags, e.g. a soname.
     pub fn shared_library(&self, file_name: &str, sources: &[PathBuf], flags: &[&str]) -> PathBuf {
         let out = self.join(file_name);
-        let mut args: Vec<std::ffi::OsString> = vec!["-shared".into(), "-fPIC".into(), "-O1".into(), "-g".into()];
+        let mut args: Vec<std::ffi::OsString> =
+            vec!["-shared".into(), "-fPIC".into(), "-O1".into(), "-g".into()];
         args.extend(flags.iter().map(Into::into));
         args.push("-o".into());
         args.push(out.clone().into());
@@ -93,7 +117,8 @@ impl Workspace {
     /// Builds an executable `name` from `sources`, then `flags` (libraries, `-L`, `-Wl,...`).
     pub fn program(&self, name: &str, sources: &[PathBuf], flags: &[&str]) -> PathBuf {
         let out = self.join(name);
-        let mut args: Vec<std::ffi::OsString> = vec!["-O1".into(), "-g".into(), "-o".into(), out.clone().into()];
+        let mut args: Vec<std::ffi::OsString> =
+            vec!["-O1".into(), "-g".into(), "-o".into(), out.clone().into()];
         args.extend(sources.iter().map(|s| s.clone().into_os_string()));
         args.extend(flags.iter().map(Into::into));
         args.push("-Wl,-rpath,$ORIGIN".into());
@@ -116,8 +141,14 @@ impl Workspace {
         for (name, _) in std::env::vars_os() {
             let name_text = name.to_string_lossy();
             if name_text.starts_with("MSLPROF_")
-                || ["LD_PROFILE", "LD_PROFILEBUCKET_SIZE", "GPROFDIR", "GMON_OUT_PREFIX", "LD_PRELOAD"]
-                    .contains(&name_text.as_ref())
+                || [
+                    "LD_PROFILE",
+                    "LD_PROFILEBUCKET_SIZE",
+                    "GPROFDIR",
+                    "GMON_OUT_PREFIX",
+                    "LD_PRELOAD",
+                ]
+                .contains(&name_text.as_ref())
             {
                 command.env_remove(&name);
             }
@@ -133,7 +164,9 @@ impl Workspace {
 
 /// Runs `command`, returning its output; panics if it could not be started.
 pub fn run(command: &mut Command) -> Output {
-    command.output().unwrap_or_else(|e| panic!("cannot run {command:?}: {e}"))
+    command
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {command:?}: {e}"))
 }
 
 /// Decodes a profile file with the format-spec reader; panics with the reader's error.
@@ -154,20 +187,32 @@ pub fn module<'a>(profile: &'a Profile, name: &str) -> &'a Module {
 
 /// File names of the profile's modules, for messages.
 pub fn module_names(profile: &Profile) -> Vec<String> {
-    profile.modules.iter().map(|m| String::from_utf8_lossy(&m.name).into_owned()).collect()
+    profile
+        .modules
+        .iter()
+        .map(|m| String::from_utf8_lossy(&m.name).into_owned())
+        .collect()
 }
 
 /// Sum of a module's histogram buckets (0 without a histogram).
 pub fn histogram_total(module: &Module) -> u64 {
-    module.histogram.as_ref().map_or(0, |h| h.ranges.iter().map(|r| r.buckets.total()).sum())
+    module
+        .histogram
+        .as_ref()
+        .map_or(0, |h| h.ranges.iter().map(|r| r.buckets.total()).sum())
 }
 
 /// Whether `perf record -e cpu-clock` works here (installed, permitted); the reason when it does not.
 pub fn perf_unavailable() -> Option<String> {
-    let probe = Command::new("perf").args(["record", "-e", "cpu-clock", "-o", "/dev/null", "--", "true"]).output();
+    let probe = Command::new("perf")
+        .args(["record", "-e", "cpu-clock", "-o", "/dev/null", "--", "true"])
+        .output();
     match probe {
         Err(e) => Some(format!("perf cannot be run: {e}")),
-        Ok(o) if !o.status.success() => Some(format!("perf record fails: {}", String::from_utf8_lossy(&o.stderr).trim())),
+        Ok(o) if !o.status.success() => Some(format!(
+            "perf record fails: {}",
+            String::from_utf8_lossy(&o.stderr).trim()
+        )),
         Ok(_) => None,
     }
 }
