@@ -61,7 +61,7 @@ fn main() {
         rounds += 1;
     }
     // The same counting path the handler uses, at a profiled PC, an unprofiled one and an unknown one.
-    for pc in [spin as usize, libc_pc, 16] {
+    for pc in [spin as *const () as usize, libc_pc, 16] {
         mslprof::sampler::record_pc(pc);
     }
     let allocations = ALLOCATIONS.load(Ordering::SeqCst) - allocations_before;
@@ -72,7 +72,8 @@ fn main() {
         allocations, 0,
         "{allocations} allocations while {samples} samples were taken"
     );
-    let main_module = mslprof::modules::find(spin as usize).expect("the test program is a module");
+    let main_module =
+        mslprof::modules::find(spin as *const () as usize).expect("the test program is a module");
     assert!(main_module.profiled && main_module.histogram.is_some());
     assert!(mslprof::modules::find(libc_pc).is_some_and(|m| !m.profiled));
     assert!(mslprof::sampler::UNKNOWN_SAMPLES.load(Ordering::SeqCst) >= 1);
