@@ -182,6 +182,38 @@ impl Histogram {
         unsafe { std::slice::from_raw_parts(atomics.as_ptr() as *const u32, atomics.len()) }
     }
 
+    /// The non-zero buckets as (index, count), skipping pages that were never touched (they are all zero, and
+    /// reading them would only map the zero page). Meant for moments when no handler writes.
+    pub fn nonzero_buckets(&self) -> Vec<(u64, u32)> {
+        let width = self.bucket_bits.bytes();
+        let bytes = self.bucket_count * width;
+        let page = sys::page_size();
+        let resident = sys::resident_pages(self.base, bytes);
+        let mut entries = Vec::new();
+        for (page_index, first_byte) in (0..bytes).step_by(page).enumerate() {
+            if resident
+                .as_ref()
+                .is_some_and(|r| !r.get(page_index).copied().unwrap_or(true))
+            {
+                continue;
+            }
+            let first = first_byte / width;
+            let last = ((first_byte + page) / width).min(self.bucket_count);
+            for index in first..last {
+                let count = match self.bucket_bits {
+                    BucketBits::Sixteen => {
+                        u32::from(self.buckets16()[index].load(Ordering::Relaxed))
+                    }
+                    BucketBits::ThirtyTwo => self.buckets32()[index].load(Ordering::Relaxed),
+                };
+                if count != 0 {
+                    entries.push((index as u64, count));
+                }
+            }
+        }
+        entries
+    }
+
     /// Sum of every bucket (for tests and sanity checks).
     pub fn total(&self) -> u64 {
         let sixteen = self
@@ -317,5 +349,6 @@ mod tests {
         assert!(h.record(1 << 29));
         assert_eq!(h.buckets16()[12_345_678 / 4].load(Ordering::Relaxed), 2);
         assert_eq!(h.buckets16()[1 << 27].load(Ordering::Relaxed), 1);
+        assert_eq!(h.nonzero_buckets(), vec![(12_345_678 / 4, 2), (1 << 27, 1)]);
     }
 }

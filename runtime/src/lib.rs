@@ -4,10 +4,13 @@
 //! `sigaction`, `signal`) that another library's constructor makes, so it does not depend on the order in
 //! which constructors run. See runtime/README.md for the environment variables.
 
+pub mod arcs;
 pub mod config;
 pub mod dump;
+pub mod glibc_gmon;
 pub mod histogram;
 mod interpose;
+pub mod mcount;
 pub mod modules;
 pub mod program_sigprof;
 pub mod sampler;

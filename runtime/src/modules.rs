@@ -39,6 +39,8 @@ pub struct LiveModule {
     pub histogram: Option<Histogram>,
     /// Samples whose PC fell in this module (profiled or not).
     pub samples: AtomicU64,
+    /// Call-graph arcs into this module (recorded only when profiled; maps nothing until used).
+    pub arcs: crate::arcs::ArcTable,
     /// 0 while loaded; else the unload order number.
     unload_order: AtomicU32,
     /// Executable ranges as runtime addresses `[start, end)`, sorted.
@@ -76,6 +78,7 @@ impl LiveModule {
             info,
             histogram,
             samples: AtomicU64::new(0),
+            arcs: crate::arcs::ArcTable::new(),
             unload_order: AtomicU32::new(0),
             runtime_ranges,
         }
@@ -112,14 +115,15 @@ impl LiveModule {
 
 /// One published table.
 #[derive(Debug, Default)]
-struct Table {
+pub(crate) struct Table {
     /// Executable ranges of loaded modules, sorted by start, non-overlapping.
     by_address: Vec<(usize, usize, &'static LiveModule)>,
     /// Every load instance ever created, loaded or not, in load order.
     all: Vec<&'static LiveModule>,
 }
 
-static CURRENT: AtomicPtr<Table> = AtomicPtr::new(std::ptr::null_mut());
+/// The published table (read directly by the mcount fast path in `sys` as its generation).
+pub(crate) static CURRENT: AtomicPtr<Table> = AtomicPtr::new(std::ptr::null_mut());
 static WRITER: Mutex<()> = Mutex::new(());
 static NEXT_KEY: AtomicU32 = AtomicU32::new(1);
 static NEXT_UNLOAD: AtomicU32 = AtomicU32::new(1);
@@ -137,6 +141,12 @@ pub fn find(pc: usize) -> Option<&'static LiveModule> {
     let after = slots.partition_point(|&(start, _, _)| start <= pc);
     let &(_, end, module) = slots.get(after.checked_sub(1)?)?;
     (pc < end).then_some(module)
+}
+
+/// Changes whenever a new table is published (a load or unload): a cache of lookups made under one
+/// generation is stale under another (used by the mcount call cache).
+pub fn generation() -> usize {
+    CURRENT.load(Ordering::Acquire) as usize
 }
 
 /// Every load instance created so far, in load order (loaded and unloaded ones).
