@@ -65,22 +65,6 @@ pub fn reset_after_fork() {
     }
 }
 
-/// The module's arcs for the dump, module-relative, sorted (SPEC.md §7.1); empty when it is not
-/// profiled.
-pub fn arcs_snapshot(module: &modules::LiveModule) -> Vec<mslprof_format::model::Arc> {
-    let mut arcs = Vec::with_capacity(module.arcs.len());
-    module.arcs.for_each(|arc| {
-        arcs.push(mslprof_format::model::Arc {
-            caller_key: arc.caller_key,
-            caller_address: arc.caller_addr,
-            callee_address: arc.callee_addr,
-            count: arc.count,
-        });
-    });
-    arcs.sort_unstable();
-    arcs
-}
-
 /// One cached arc: raw PCs and the counter (null: callee in an unprofiled module).
 #[repr(C)]
 struct CacheEntry {
