@@ -65,6 +65,24 @@ pub fn reset_after_fork() {
     }
 }
 
+static START_TRIED: AtomicBool = AtomicBool::new(false);
+
+/// The constructors of libraries loaded with the program can run before the runtime's own
+/// constructor (ELF runs dependencies' initialisers first, and a preloaded library depends on
+/// nothing): their instrumented calls reach `mcount` before any module is known. The first such
+/// call starts the runtime (once per process), with the vector state saved around it.
+fn start_before_own_constructor() -> bool {
+    if modules::generation() != 0 || START_TRIED.swap(true, Ordering::Relaxed) {
+        return false;
+    }
+    extern "C" fn start() -> bool {
+        crate::ensure_started()
+    }
+    // SAFETY: `start` is an ordinary function that never unwinds (ensure_started catches panics);
+    // this is x86_64.
+    unsafe { sys::call_preserving_vector_state(start) }
+}
+
 /// One cached arc: raw PCs and the counter (null: callee in an unprofiled module).
 #[repr(C)]
 struct CacheEntry {
@@ -146,7 +164,7 @@ pub extern "C" fn record_call(frompc: usize, selfpc: usize) {
         }
     } else {
         let stripe = thread_stripe(cache);
-        let counter = record_uncached(stripe, frompc, selfpc);
+        let counter = record_uncached(stripe, frompc, selfpc, true);
         let entry = &mut cache.entries[cache_index(frompc, selfpc)];
         match counter {
             Some(counter) => {
@@ -175,7 +193,7 @@ fn record_nested(cache: &mut ThreadCache, depth: u32, frompc: usize, selfpc: usi
     cache.depth = depth + 1;
     compiler_fence(Ordering::SeqCst);
     let stripe = thread_stripe(cache);
-    record_uncached(stripe, frompc, selfpc);
+    record_uncached(stripe, frompc, selfpc, false);
     compiler_fence(Ordering::SeqCst);
     cache.depth = depth;
 }
@@ -202,10 +220,23 @@ fn increment(counter: &AtomicU64, shared: bool) {
 /// Maps the PCs to modules and records the arc. Returns the counter to cache: the arc's counter,
 /// or null when the callee's module is not profiled; `None` when nothing may be cached (no
 /// module, or the call was dropped).
+///
+/// `top_level` is false for a call nested in another `record_call` (a signal handler): only a
+/// top-level call may start the runtime or scan for modules.
 #[cold]
-fn record_uncached(stripe: usize, frompc: usize, selfpc: usize) -> Option<*const AtomicU64> {
-    let callee =
-        modules::find(selfpc).or_else(|| crate::lifecycle::module_loaded_during_open(selfpc))?;
+fn record_uncached(
+    stripe: usize,
+    frompc: usize,
+    selfpc: usize,
+    top_level: bool,
+) -> Option<*const AtomicU64> {
+    let callee = modules::find(selfpc)
+        .or_else(|| {
+            (top_level && start_before_own_constructor())
+                .then(|| modules::find(selfpc))
+                .flatten()
+        })
+        .or_else(|| crate::lifecycle::module_loaded_during_open(selfpc))?;
     if !callee.profiled {
         return Some(core::ptr::null());
     }

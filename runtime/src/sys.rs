@@ -714,4 +714,63 @@ pub fn increment_unshared(counter: &core::sync::atomic::AtomicU64) {
     }
 }
 
+/// Calls `start` (the runtime's start-up, from the first `mcount` of a process whose other
+/// libraries' constructors run before the runtime's own) with the whole extended register state
+/// saved around it by `xsave`/`xrstor`: start-up runs libc code (string functions using AVX/AVX-512)
+/// that would otherwise clobber the upper halves of vector arguments the instrumented function is
+/// about to read. The general-purpose and xmm0–7 registers are already saved by the mcount stub.
+///
+/// # Safety
+/// `start` must be safe to call here; the CPU must be x86_64 (XSAVE is used only when the OS
+/// enabled it, CPUID.1:ECX.OSXSAVE).
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
+pub unsafe extern "C" fn call_preserving_vector_state(start: extern "C" fn() -> bool) -> bool {
+    core::arch::naked_asm!(
+        "push rbp",
+        "mov rbp, rsp",
+        "push rbx",
+        "push r12",
+        "mov r12, rdi",
+        "mov eax, 1",
+        "cpuid",
+        "bt ecx, 27",
+        "jnc 2f",
+        "mov eax, 0xd",
+        "xor ecx, ecx",
+        "cpuid",
+        // ebx = XSAVE area bytes for the features enabled in XCR0; 64-byte aligned, header zeroed.
+        "sub rsp, rbx",
+        "sub rsp, 64",
+        "and rsp, -64",
+        "xor eax, eax",
+        "mov [rsp + 512], rax",
+        "mov [rsp + 520], rax",
+        "mov [rsp + 528], rax",
+        "mov [rsp + 536], rax",
+        "mov [rsp + 544], rax",
+        "mov [rsp + 552], rax",
+        "mov [rsp + 560], rax",
+        "mov [rsp + 568], rax",
+        "xor ecx, ecx",
+        "xgetbv",
+        "xsave [rsp]",
+        "call r12",
+        "mov r12d, eax",
+        "xor ecx, ecx",
+        "xgetbv",
+        "xrstor [rsp]",
+        "movzx eax, r12b",
+        "jmp 3f",
+        "2:",
+        "call r12",
+        "3:",
+        "lea rsp, [rbp - 16]",
+        "pop r12",
+        "pop rbx",
+        "pop rbp",
+        "ret",
+    )
+}
+
 // ==== end of rt-mcount section ====

@@ -239,3 +239,22 @@ fn a_pg_program_leaves_only_the_runtime_profile() {
     run_ok(workspace.command_with_runtime(&exe).env("GPROFDIR", ""));
     assert!(!workspace.join("gmon.out").exists());
 }
+
+#[test]
+fn calls_from_library_constructors_before_the_runtime_starts_are_counted() {
+    let workspace = Workspace::new();
+    let mut flags = common_flags("-O2");
+    flags.push("-pg".into());
+    if cpu_has_avx() {
+        flags.push("-mavx".into());
+    }
+    build_library(&workspace, "cci", &["cci.c"], &flags);
+    let exe = build_program(&workspace, "init", &["init_main.c"], &["cci"], &flags);
+    let stdout = run_ok(&mut workspace.command_with_runtime(&exe));
+    assert!(stdout.starts_with("ok "), "{stdout}");
+    let profile = read_profile(&workspace.join("gmon.out"));
+    let graph = profile_call_graph(&profile, &|name| name.starts_with("i_"));
+    assert_eq!(graph[&("i_init".into(), "i_work".into())], 5, "{graph:?}");
+    assert_eq!(graph[&("i_init".into(), "i_double".into())], 1, "{graph:?}");
+    assert_eq!(graph[&("i_call".into(), "i_work".into())], 1, "{graph:?}");
+}
