@@ -34,9 +34,9 @@ use crate::sys;
 /// one stripe; every later thread shares the last stripe.
 pub const STRIPES: usize = 8;
 /// Slots of the first level (a power of two).
-pub const FIRST_LEVEL_SLOTS: usize = 1 << 10;
+pub const FIRST_LEVEL_SLOTS: usize = 1 << 12;
 /// Number of levels; level `i` has `FIRST_LEVEL_SLOTS << i` slots.
-pub const MAX_LEVELS: usize = 11;
+pub const MAX_LEVELS: usize = 9;
 /// Distinct arcs one table can hold: every level is filled to half its slots.
 pub const MAX_ARCS: usize = (FIRST_LEVEL_SLOTS / 2) * ((1 << MAX_LEVELS) - 1);
 
@@ -208,10 +208,25 @@ impl ArcTable {
 
     /// Counts one call of the arc in counter stripe `stripe % STRIPES`. Lock-free and
     /// async-signal-safe; reentrant (a signal handler may call it while it runs on the same thread).
-    /// Returns the counter it incremented (this arc's counter of that stripe), which stays valid
-    /// and belongs to this arc for the table's lifetime, until [`Self::reset`]; `None` when the
-    /// call was counted as dropped.
+    /// Returns the counter it incremented (see [`Self::counter`]); `None` when the call was
+    /// counted as dropped.
     pub fn record_in_stripe(
+        &self,
+        stripe: usize,
+        caller_key: u32,
+        caller_addr: u64,
+        callee_addr: u64,
+    ) -> Option<&AtomicU64> {
+        let counter = self.counter(stripe, caller_key, caller_addr, callee_addr)?;
+        counter.fetch_add(1, Ordering::Relaxed);
+        Some(counter)
+    }
+
+    /// The arc's counter in stripe `stripe % STRIPES`, inserting the arc if it is new, without
+    /// counting anything; the caller adds the call. The counter stays valid and belongs to this arc
+    /// for the table's lifetime, until [`Self::reset`]. `None` when the table is full: that call is
+    /// then counted as dropped here. Lock-free, async-signal-safe, reentrant.
+    pub fn counter(
         &self,
         stripe: usize,
         caller_key: u32,
@@ -227,11 +242,7 @@ impl ArcTable {
                 break;
             };
             match probe(&level, hash, tag, caller_addr, callee_addr) {
-                Probe::Found(slot) => {
-                    let counter = level.count(stripe, slot);
-                    counter.fetch_add(1, Ordering::Relaxed);
-                    return Some(counter);
-                }
+                Probe::Found(slot) => return Some(level.count(stripe, slot)),
                 Probe::Vacant(slot) => last_vacant = Some((index, level, slot)),
                 Probe::Exhausted => last_vacant = None,
             }
@@ -279,9 +290,7 @@ impl ArcTable {
                 if fresh {
                     self.used[level_index].fetch_add(1, Ordering::Relaxed);
                 }
-                let counter = level.count(stripe, slot);
-                counter.fetch_add(1, Ordering::Relaxed);
-                return Some(counter);
+                return Some(level.count(stripe, slot));
             }
             level_index += 1;
         }
