@@ -153,6 +153,29 @@ fn four_threads_times_half_a_million_calls_are_exactly_two_million() {
 }
 
 #[test]
+fn many_threads_coming_and_going_count_exactly() {
+    // 10 waves of 24 threads: most threads share the last counter stripe (atomic adds), and each
+    // exiting thread releases its call cache.
+    let workspace = Workspace::new();
+    let mut flags = common_flags("-O2");
+    flags.push("-pg".into());
+    build_library(&workspace, "cct", &["cct.c"], &flags);
+    let exe = build_program(&workspace, "threads", &["threads.c"], &["cct"], &flags);
+    run_ok(
+        workspace
+            .command_with_runtime(&exe)
+            .args(["24", "5000", "10"]),
+    );
+    let profile = read_profile(&workspace.join("gmon.out"));
+    let graph = profile_call_graph(&profile, &|name| name == "thread_body" || name == "t_work");
+    assert_eq!(
+        graph[&("thread_body".into(), "t_work".into())],
+        24 * 5000 * 10,
+        "{graph:?}"
+    );
+}
+
+#[test]
 fn signal_handler_calling_instrumented_code_during_mcount_counts_exactly() {
     let workspace = Workspace::new();
     let mut flags = common_flags("-O2");
