@@ -1,6 +1,43 @@
 //! Loader events for the runtime: start-up scan, dlopen/dlclose, fork, exec and termination.
+//!
+//! The Linux counterparts of HP-UX MSLP's dynamic-loader events (POST_INIT, LOAD_COMPLETE, UNLOAD_POST_FINI,
+//! TERMINATE_START) plus the process events a profile must survive. The runtime implements
+//! [`LoaderEvents`] and calls [`install`] from its constructor; see loader-hooks/README.md for the mechanism and
+//! why it was chosen.
 
+pub mod dynamic_loading;
+pub mod events;
+pub mod process;
 pub mod scan;
+pub mod signals;
 mod sys;
 
+use std::sync::OnceLock;
+
+pub use dynamic_loading::{open_in_progress, refresh, refresh_during_open};
+pub use events::{LoadCause, LoaderEvents, ProcessEnd};
+pub use process::{is_profiled_process, on_main_thread, profiled_pid};
 pub use scan::{LinkRange, LoaderScan, ModuleInfo, scan, scan_loaded_modules};
+
+static EVENTS: OnceLock<&'static dyn LoaderEvents> = OnceLock::new();
+
+/// The runtime's event handler, once installed. Lock-free (an atomic load once set).
+pub(crate) fn events_handler() -> Option<&'static dyn LoaderEvents> {
+    EVENTS.get().copied()
+}
+
+/// Starts delivering loader events to `events`: resolves the interposed functions' real definitions,
+/// registers the fork handlers, installs the abnormal-end signal handlers (unless `MSLPROF_ABNORMAL_DUMP=0`),
+/// and delivers the start-up scan (every module loaded now) through [`LoaderEvents::modules_changed`].
+///
+/// Call it once, from the runtime's constructor. A second call does nothing and returns false.
+pub fn install(events: &'static dyn LoaderEvents) -> bool {
+    if EVENTS.set(events).is_err() {
+        return false;
+    }
+    dynamic_loading::resolve_real_functions();
+    process::install();
+    signals::install();
+    dynamic_loading::startup_scan();
+    true
+}

@@ -95,3 +95,262 @@ pub unsafe fn mapped_bytes<'a>(address: usize, len: usize) -> &'a [u8] {
     // SAFETY: guaranteed by the caller.
     unsafe { std::slice::from_raw_parts(address as *const u8, len) }
 }
+
+// ---------------------------------------------------------------------------------------------------------
+// Loader events (owned by the loader-hooks engineer): symbol look-up of the functions we interpose, the
+// thread/process identity calls, the futex behind the loader lock, signals and the process-ending syscalls.
+// ---------------------------------------------------------------------------------------------------------
+
+use std::os::raw::c_char;
+use std::sync::atomic::AtomicU32;
+
+/// The next definition of `name` after libmslprof.so in the lookup order (libc's), or 0.
+///
+/// `name` must be NUL-terminated.
+pub fn next_definition(name: &[u8]) -> usize {
+    debug_assert_eq!(name.last(), Some(&0));
+    // SAFETY: `name` is NUL-terminated; RTLD_NEXT is a valid pseudo-handle for a caller inside a loaded object.
+    unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr() as *const c_char) as usize }
+}
+
+/// The calling thread's kernel thread id. Async-signal-safe.
+pub fn thread_id() -> i32 {
+    // SAFETY: gettid has no preconditions and cannot fail.
+    unsafe { libc::gettid() }
+}
+
+/// The calling process's id (never cached by glibc, so correct in a vfork/clone child). Async-signal-safe.
+pub fn process_id() -> i32 {
+    // SAFETY: getpid has no preconditions and cannot fail.
+    unsafe { libc::getpid() }
+}
+
+/// Blocks until `*word != expected` may hold (spurious wake-ups allowed).
+pub fn futex_wait(word: &AtomicU32, expected: u32) {
+    // SAFETY: `word` is a valid, aligned u32 for the whole call; FUTEX_WAIT_PRIVATE only reads it.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+            expected,
+            std::ptr::null::<libc::timespec>(),
+        );
+    }
+}
+
+/// Wakes one thread blocked in [`futex_wait`] on `word`.
+pub fn futex_wake_one(word: &AtomicU32) {
+    // SAFETY: `word` is a valid, aligned u32; FUTEX_WAKE_PRIVATE does not access it.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+            1,
+        );
+    }
+}
+
+/// The thread's errno, saved so that our bookkeeping inside an interposed call leaves it as the real call set it.
+pub struct SavedErrno(c_int);
+
+impl SavedErrno {
+    pub fn save() -> Self {
+        // SAFETY: __errno_location always returns the calling thread's errno slot.
+        SavedErrno(unsafe { *libc::__errno_location() })
+    }
+}
+
+impl Drop for SavedErrno {
+    fn drop(&mut self) {
+        // SAFETY: as in `save`.
+        unsafe { *libc::__errno_location() = self.0 };
+    }
+}
+
+/// Registers fork handlers (`pthread_atfork`). Returns false when glibc refused (out of memory).
+pub fn register_fork_handlers(
+    prepare: unsafe extern "C" fn(),
+    parent: unsafe extern "C" fn(),
+    child: unsafe extern "C" fn(),
+) -> bool {
+    // SAFETY: the handlers are plain functions of this library, which is never unloaded.
+    unsafe { libc::pthread_atfork(Some(prepare), Some(parent), Some(child)) == 0 }
+}
+
+/// Blocks `signal` in the calling thread; returns the previous mask to restore.
+pub fn block_signal(signal: c_int) -> libc::sigset_t {
+    // SAFETY: both sets are valid local values; pthread_sigmask only reads/writes them.
+    unsafe {
+        let mut block: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut block);
+        libc::sigaddset(&mut block, signal);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &block, &mut old);
+        old
+    }
+}
+
+/// Restores a signal mask saved by [`block_signal`].
+pub fn restore_signal_mask(mask: &libc::sigset_t) {
+    // SAFETY: `mask` is a valid sigset_t.
+    unsafe {
+        libc::pthread_sigmask(libc::SIG_SETMASK, mask, std::ptr::null_mut());
+    }
+}
+
+/// A signal disposition as `sigaction` reports it.
+pub type SignalAction = libc::sigaction;
+
+/// The handler type of an SA_SIGINFO action.
+pub type SignalHandler = extern "C" fn(c_int, *mut libc::siginfo_t, *mut c_void);
+
+/// libc's `sigaction` (the runtime exports its own `sigaction`, which must not be re-entered from here).
+fn real_sigaction() -> usize {
+    static REAL: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let known = REAL.load(std::sync::atomic::Ordering::Relaxed);
+    if known != 0 {
+        return known;
+    }
+    let found = next_definition(b"sigaction\0");
+    REAL.store(found, std::sync::atomic::Ordering::Relaxed);
+    found
+}
+
+/// Resolves libc's `sigaction` ahead of any signal handler needing it.
+pub fn resolve_real_sigaction() -> bool {
+    real_sigaction() != 0
+}
+
+/// libc's `sigaction(signal, new, old)`; false on failure. Async-signal-safe once resolved.
+pub fn set_and_get_action(
+    signal: c_int,
+    new: Option<&SignalAction>,
+    old: Option<&mut SignalAction>,
+) -> bool {
+    let real = real_sigaction();
+    if real == 0 {
+        return false;
+    }
+    type SigactionFn = unsafe extern "C" fn(c_int, *const SignalAction, *mut SignalAction) -> c_int;
+    // SAFETY: `real` is libc's sigaction, found by dlsym(RTLD_NEXT).
+    let real: SigactionFn = unsafe { std::mem::transmute::<usize, SigactionFn>(real) };
+    let new = new.map_or(std::ptr::null(), |n| n as *const SignalAction);
+    let old = old.map_or(std::ptr::null_mut(), |o| o as *mut SignalAction);
+    // SAFETY: both pointers are null or valid sigaction structs.
+    unsafe { real(signal, new, old) == 0 }
+}
+
+/// An all-zero action: SIG_DFL, empty mask, no flags.
+pub fn empty_action() -> SignalAction {
+    // SAFETY: sigaction is plain data; all-zero is SIG_DFL with an empty mask.
+    unsafe { std::mem::zeroed() }
+}
+
+/// An action running `handler` with `flags` (SA_SIGINFO added) and `mask` (None: every signal).
+pub fn handler_action(
+    handler: SignalHandler,
+    flags: c_int,
+    mask: Option<&libc::sigset_t>,
+) -> SignalAction {
+    let mut action = empty_action();
+    action.sa_sigaction = handler as usize;
+    action.sa_flags = flags | libc::SA_SIGINFO;
+    match mask {
+        Some(mask) => action.sa_mask = *mask,
+        // SAFETY: a valid sigset_t inside our local struct.
+        None => unsafe {
+            libc::sigfillset(&mut action.sa_mask);
+        },
+    }
+    action
+}
+
+/// Calls a program's handler the way the kernel would have (the kernel already applied its mask, since our
+/// real action carries the program's mask and flags).
+///
+/// # Safety
+/// `handler` must be a real handler (not SIG_DFL/SIG_IGN) that the program installed for `signal`, with
+/// `siginfo` telling its form, and `info`/`context` the kernel's values for this delivery.
+pub unsafe fn call_program_handler(
+    handler: usize,
+    siginfo: bool,
+    signal: c_int,
+    info: *mut libc::siginfo_t,
+    context: *mut c_void,
+) {
+    // SAFETY: guaranteed by the caller: `handler` has the form its SA_SIGINFO flag says.
+    unsafe {
+        if siginfo {
+            let handler: SignalHandler = std::mem::transmute::<usize, SignalHandler>(handler);
+            handler(signal, info, context);
+        } else {
+            let handler: extern "C" fn(c_int) =
+                std::mem::transmute::<usize, extern "C" fn(c_int)>(handler);
+            handler(signal);
+        }
+    }
+}
+
+/// Unblocks `signal` in the calling thread. Async-signal-safe.
+pub fn unblock_signal(signal: c_int) {
+    // SAFETY: valid local sigset_t.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, signal);
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+    }
+}
+
+/// Sends `signal` to the calling thread. Async-signal-safe.
+pub fn raise_in_this_thread(signal: c_int) {
+    // SAFETY: tgkill to our own thread has no memory preconditions.
+    unsafe {
+        libc::syscall(
+            libc::SYS_tgkill,
+            libc::getpid(),
+            libc::gettid(),
+            signal as libc::c_long,
+        );
+    }
+}
+
+/// Ends the process at once with `status` (the exit_group system call). Async-signal-safe.
+pub fn exit_group(status: c_int) -> ! {
+    // SAFETY: exit_group never returns.
+    unsafe {
+        libc::syscall(libc::SYS_exit_group, status as libc::c_long);
+    }
+    // exit_group cannot fail; keep the type checker happy without touching libc's exit handlers.
+    loop {
+        std::hint::spin_loop();
+    }
+}
+
+/// Reads an environment variable without allocating (`getenv`). Not for use in a signal handler.
+pub fn environment_value(name: &[u8]) -> Option<&'static [u8]> {
+    debug_assert_eq!(name.last(), Some(&0));
+    // SAFETY: `name` is NUL-terminated; getenv returns a pointer into the environment or NULL.
+    let value = unsafe { libc::getenv(name.as_ptr() as *const c_char) };
+    if value.is_null() {
+        None
+    } else {
+        // SAFETY: a non-NULL getenv result is a NUL-terminated string that lives as long as the environment
+        // entry; we read it immediately at start-up, before the program can change its environment.
+        Some(unsafe { CStr::from_ptr(value) }.to_bytes())
+    }
+}
+
+/// Sleeps about 10 ms (nanosleep). Async-signal-safe.
+pub fn sleep_10ms() {
+    let pause = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 10_000_000,
+    };
+    // SAFETY: `pause` is a valid timespec; the remainder pointer may be NULL.
+    unsafe {
+        libc::nanosleep(&pause, std::ptr::null_mut());
+    }
+}

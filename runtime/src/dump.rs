@@ -11,7 +11,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, Ordering};
 
-use mslprof_format::model::{Arc, header_flags, module_flags};
+use mslprof_format::model::{Arc, IncompleteCause, header_flags, module_flags};
 use mslprof_format::stream::{
     self, Counts, Encoding, HeaderDesc, HistogramDesc, IoSink, ModuleDesc, RangeDesc, Sink,
     StreamError,
@@ -105,12 +105,17 @@ pub unsafe fn write_profile<S: Sink>(
     if pid != START_PID.load(Ordering::Relaxed) {
         flags |= header_flags::FORKED_CHILD;
     }
+    let mut incomplete_cause = IncompleteCause::None;
+    let mut incomplete_signal = 0;
+    crate::lifecycle::ending_header(&mut flags, &mut incomplete_cause, &mut incomplete_signal);
     let program_path = all
         .iter()
         .find(|m| m.info.is_main)
         .map_or(&[][..], |m| m.info.path.as_slice());
     let header = HeaderDesc {
         flags,
+        incomplete_cause: incomplete_cause.code(),
+        incomplete_signal,
         pid,
         ppid: sys::getppid(),
         start_time_ns: START_TIME_NS.load(Ordering::Relaxed),
@@ -185,6 +190,11 @@ pub unsafe fn write_profile<S: Sink>(
     stream::write_profile(sink, &header, &descriptors).map(|_| ())
 }
 
+/// Lets [`write_at_exit`] write again (a forked child; an image whose exec failed after its pre-exec dump).
+pub fn allow_another_dump() {
+    DUMPED.store(false, Ordering::SeqCst);
+}
+
 /// Writes the profile once, at normal termination. Later calls do nothing.
 pub fn write_at_exit(settings: &Settings) {
     if DUMPED.swap(true, Ordering::SeqCst) {
@@ -200,9 +210,11 @@ pub fn write_at_exit(settings: &Settings) {
     }
     let pid = sys::getpid();
     let forked_child = pid != START_PID.load(Ordering::Relaxed);
+    let pid_named = crate::lifecycle::writes_pid_named_file(forked_child);
     let Some(path) = settings
         .output
-        .path(pid, &settings.program_name, forked_child)
+        .path(pid, &settings.program_name, pid_named)
+        .map(crate::lifecycle::output_path)
     else {
         return;
     };

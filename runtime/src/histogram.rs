@@ -143,6 +143,20 @@ impl Histogram {
         true
     }
 
+    /// Sets every bucket and the saturation count back to zero (a forked child starts afresh). Touches only
+    /// pages that hold counts. Only valid while no handler can write (after fork there is one thread).
+    pub fn reset(&self) {
+        for (index, _) in self.nonzero_buckets() {
+            if let Some(bucket) = self.buckets16().get(index as usize) {
+                bucket.store(0, Ordering::Relaxed);
+            }
+            if let Some(bucket) = self.buckets32().get(index as usize) {
+                bucket.store(0, Ordering::Relaxed);
+            }
+        }
+        self.saturated.store(0, Ordering::Relaxed);
+    }
+
     /// The 16-bit buckets (empty for a 32-bit histogram).
     pub fn buckets16(&self) -> &[AtomicU16] {
         if self.bucket_bits != BucketBits::Sixteen || self.bucket_count == 0 {

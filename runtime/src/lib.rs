@@ -10,6 +10,7 @@ pub mod dump;
 pub mod glibc_gmon;
 pub mod histogram;
 mod interpose;
+pub mod lifecycle;
 pub mod mcount;
 pub mod modules;
 pub mod program_sigprof;
@@ -116,12 +117,14 @@ fn start(explicit: bool) -> u8 {
         return INERT;
     }
     sys::at_exit(dump_at_exit);
+    lifecycle::install();
     ACTIVE
 }
 
 extern "C" fn dump_at_exit() {
     let result = std::panic::catch_unwind(|| {
         if let Some(settings) = settings() {
+            lifecycle::note_normal_exit();
             dump::write_at_exit(settings);
         }
     });

@@ -220,7 +220,8 @@ fn increment(counter: &AtomicU64, shared: bool) {
 /// module, or the call was dropped).
 #[cold]
 fn record_uncached(stripe: usize, frompc: usize, selfpc: usize) -> Option<*const AtomicU64> {
-    let callee = modules::find(selfpc)?;
+    let callee =
+        modules::find(selfpc).or_else(|| crate::lifecycle::module_loaded_during_open(selfpc))?;
     if !callee.profiled {
         return Some(core::ptr::null());
     }

@@ -146,7 +146,9 @@ pub fn record_pc(pc: usize) {
     match modules::find(pc) {
         Some(module) => module.record_sample(RuntimePc(pc)),
         None => {
-            UNKNOWN_SAMPLES.fetch_add(1, Ordering::Relaxed);
+            if !crate::lifecycle::defer_unknown_sample(pc) {
+                UNKNOWN_SAMPLES.fetch_add(1, Ordering::Relaxed);
+            }
         }
     }
 }

@@ -704,3 +704,12 @@ pub fn increment_unshared(counter: &core::sync::atomic::AtomicU64) {
 }
 
 // ==== end of rt-mcount section ====
+
+// ==== lh section: loader events (lifecycle.rs) ====
+
+/// Sets an environment variable (the root-process marker), at start-up.
+pub fn set_environment_variable(name: &str, value: &str) {
+    // SAFETY: called once from the runtime's start-up, before the program's main runs and normally before it
+    // has other threads; the environment is not read concurrently by this library.
+    unsafe { std::env::set_var(name, value) };
+}

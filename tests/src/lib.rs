@@ -218,3 +218,4 @@ pub fn perf_unavailable() -> Option<String> {
         Ok(_) => None,
     }
 }
+pub mod loader;

@@ -1,0 +1,424 @@
+//! Load and unload events: `dlopen`, `dlmopen` and `dlclose` interposed without changing who the caller is.
+//!
+//! # Mechanism (see also loader-hooks/README.md)
+//!
+//! libmslprof.so defines `dlopen`, `dlmopen` and `dlclose`. Each is a small assembly stub that
+//!
+//! 1. takes the *loader lock* (a re-entrant lock of ours, see [`LoaderLock`]) so that our table and the
+//!    loader's list of objects change together: no other thread can map a new object over a range that was just
+//!    unmapped before our table has dropped the old one;
+//! 2. calls the real function (libc's, found with `dlsym(RTLD_NEXT)`) so that **the return address glibc sees
+//!    lies in the caller's own module**. glibc picks the "calling object" from that return address, and uses it
+//!    for `$ORIGIN`, `DT_RPATH`/`DT_RUNPATH` and the namespace. An interposer that simply calls the real `dlopen`
+//!    makes libmslprof.so the caller and breaks that look-up (uftrace issue #1904). Our stub instead pushes two
+//!    return addresses: first our continuation, then the address of a `ret` (byte `0xC3`) inside the caller's
+//!    own executable segment, and *jumps* to the real function. glibc sees a return address in the caller's
+//!    module; when it returns, the `ret` there pops our continuation;
+//! 3. in the continuation, compares the loader's `dlpi_adds`/`dlpi_subs` counters with the last ones seen and,
+//!    when they moved, rescans with `dl_iterate_phdr` and hands the whole set to the runtime, which diffs it
+//!    against its table. This catches dependencies, nested `dlopen` from constructors, objects removed by a
+//!    failed `dlopen`, and loads that did not go through our stub (glibc-internal ones such as NSS);
+//! 4. releases the lock and returns the real function's result with `errno` as the real function left it.
+//!
+//! A `dlclose` that only drops a reference changes neither counter, so it is not an unload.
+//!
+//! *Before any of its code runs*: constructors run inside the real `dlopen`, before the continuation. The
+//! runtime therefore also calls [`refresh_during_open`] when code in no known module runs on the thread that
+//! holds the loader lock (an mcount from a constructor of a `-pg` module), which registers the new modules at
+//! that moment; samples that hit unknown code while a `dlopen` is in progress are kept aside by the runtime and
+//! attributed when the rescan has registered the module ([`open_in_progress`]).
+//!
+//! Not covered: objects loaded into another namespace by `dlmopen(LM_ID_NEWLM)` are not visible to
+//! `dl_iterate_phdr` from the base namespace (glibc reports the caller's namespace only), and their `mcount`
+//! binds to that namespace's own libc, so they are counted as unknown code. CET shadow stacks, if a future
+//! glibc enables them for a process that has libmslprof.so loaded, would reject the pushed return address;
+//! libmslprof.so is not marked SHSTK-compatible, so glibc keeps them off.
+
+use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+
+use crate::events::LoadCause;
+use crate::scan::{self, LoaderScan};
+use crate::sys;
+
+/// A re-entrant lock that serialises our interposed loader calls with our rescans.
+///
+/// Re-entrant because a constructor run by `dlopen` may call `dlopen` again on the same thread. Never taken
+/// in a signal handler. Waiting uses a futex, so a thread waiting for a long `dlopen` elsewhere sleeps.
+pub struct LoaderLock {
+    /// 0 free, 1 locked, 2 locked with waiters.
+    state: AtomicU32,
+    /// Kernel thread id of the owner, 0 when free.
+    owner: AtomicI32,
+    /// Recursion depth of the owner.
+    depth: AtomicU32,
+}
+
+impl LoaderLock {
+    const fn new() -> Self {
+        LoaderLock {
+            state: AtomicU32::new(0),
+            owner: AtomicI32::new(0),
+            depth: AtomicU32::new(0),
+        }
+    }
+
+    pub fn lock(&self) {
+        let me = sys::thread_id();
+        if self.owner.load(Ordering::Relaxed) == me {
+            self.depth.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        if self
+            .state
+            .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            while self.state.swap(2, Ordering::Acquire) != 0 {
+                sys::futex_wait(&self.state, 2);
+            }
+        }
+        self.owner.store(me, Ordering::Relaxed);
+        self.depth.store(1, Ordering::Relaxed);
+    }
+
+    pub fn unlock(&self) {
+        if self.depth.fetch_sub(1, Ordering::Relaxed) > 1 {
+            return;
+        }
+        self.owner.store(0, Ordering::Relaxed);
+        if self.state.swap(0, Ordering::Release) == 2 {
+            sys::futex_wake_one(&self.state);
+        }
+    }
+
+    /// Whether the calling thread holds the lock. Async-signal-safe.
+    pub fn held_by_this_thread(&self) -> bool {
+        self.owner.load(Ordering::Relaxed) == sys::thread_id()
+    }
+
+    /// Whether any thread holds the lock (a load or unload is in progress). Async-signal-safe.
+    pub fn is_held(&self) -> bool {
+        self.state.load(Ordering::Relaxed) != 0
+    }
+
+    /// In a forked child, whose only thread is the one that called fork (with a new thread id): that thread
+    /// took the lock in the fork's prepare handler, so it becomes the owner, without waiters.
+    fn adopt_in_child(&self) {
+        self.owner.store(sys::thread_id(), Ordering::Relaxed);
+        self.state.store(1, Ordering::Relaxed);
+    }
+}
+
+/// The one loader lock.
+pub static LOADER_LOCK: LoaderLock = LoaderLock::new();
+
+/// Loader counters (`dlpi_adds`, `dlpi_subs`) at the last scan handed to the runtime; `u64::MAX` before the
+/// first.
+static SEEN_ADDS: AtomicU64 = AtomicU64::new(u64::MAX);
+static SEEN_SUBS: AtomicU64 = AtomicU64::new(u64::MAX);
+/// Set while a rescan runs, so that allocation inside it (which may run instrumented code of a malloc we do
+/// not know yet) does not start another.
+static RESCANNING: AtomicU32 = AtomicU32::new(0);
+
+/// Addresses of the real functions, resolved once (0 until then).
+static REAL_DLOPEN: AtomicUsize = AtomicUsize::new(0);
+static REAL_DLMOPEN: AtomicUsize = AtomicUsize::new(0);
+static REAL_DLCLOSE: AtomicUsize = AtomicUsize::new(0);
+
+/// Which interposed function a stub stands for.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Entry {
+    Open = 0,
+    OpenInNamespace = 1,
+    Close = 2,
+}
+
+impl Entry {
+    fn from_raw(raw: u32) -> Entry {
+        match raw {
+            0 => Entry::Open,
+            1 => Entry::OpenInNamespace,
+            _ => Entry::Close,
+        }
+    }
+
+    fn real(self) -> usize {
+        let (slot, name): (&AtomicUsize, &[u8]) = match self {
+            Entry::Open => (&REAL_DLOPEN, b"dlopen\0"),
+            Entry::OpenInNamespace => (&REAL_DLMOPEN, b"dlmopen\0"),
+            Entry::Close => (&REAL_DLCLOSE, b"dlclose\0"),
+        };
+        let known = slot.load(Ordering::Relaxed);
+        if known != 0 {
+            return known;
+        }
+        let found = sys::next_definition(name);
+        slot.store(found, Ordering::Relaxed);
+        found
+    }
+}
+
+/// Resolves the real functions ahead of time, so that the first `dlopen` does not call `dlsym` (which would
+/// reset a pending `dlerror` message).
+pub(crate) fn resolve_real_functions() {
+    for entry in [Entry::Open, Entry::OpenInNamespace, Entry::Close] {
+        entry.real();
+    }
+}
+
+/// Where the stub must jump and which return address the real function must see.
+#[repr(C)]
+struct Dispatch {
+    /// Address of a `ret` instruction in the caller's module (or in our stub if none can be found).
+    caller_ret: usize,
+    /// The real function.
+    real: usize,
+}
+
+/// Called by the stubs before the real function: take the loader lock, find the `ret` to return through.
+extern "C" fn before_loader_call(return_address: usize, entry: u32) -> Dispatch {
+    let _errno = sys::SavedErrno::save();
+    LOADER_LOCK.lock();
+    let entry = Entry::from_raw(entry);
+    let caller_ret =
+        std::panic::catch_unwind(|| return_instruction_in_module_of(return_address)).unwrap_or(0);
+    Dispatch {
+        caller_ret: if caller_ret == 0 {
+            fallback_ret_address()
+        } else {
+            caller_ret
+        },
+        real: entry.real(),
+    }
+}
+
+/// Called by the stubs after the real function returned `result`: rescan if the loader's counters moved,
+/// release the lock.
+extern "C" fn after_loader_call(entry: u32) {
+    let _errno = sys::SavedErrno::save();
+    let cause = match Entry::from_raw(entry) {
+        Entry::Open | Entry::OpenInNamespace => LoadCause::AfterOpen,
+        Entry::Close => LoadCause::AfterClose,
+    };
+    let _ = std::panic::catch_unwind(|| refresh_locked(cause));
+    LOADER_LOCK.unlock();
+}
+
+/// If the loader's counters moved since the last scan, scan and tell the runtime. The caller holds the lock.
+fn refresh_locked(cause: LoadCause) {
+    if RESCANNING.swap(1, Ordering::Acquire) == 1 {
+        return;
+    }
+    let (adds, subs) = loader_counters();
+    if adds != SEEN_ADDS.load(Ordering::Relaxed) || subs != SEEN_SUBS.load(Ordering::Relaxed) {
+        let current = scan::scan();
+        deliver(&current, cause);
+    }
+    RESCANNING.store(0, Ordering::Release);
+}
+
+/// Hands a scan to the runtime and records its counters as seen.
+fn deliver(current: &LoaderScan, cause: LoadCause) {
+    SEEN_ADDS.store(current.adds, Ordering::Relaxed);
+    SEEN_SUBS.store(current.subs, Ordering::Relaxed);
+    if let Some(events) = crate::events_handler() {
+        events.modules_changed(current, cause);
+    }
+}
+
+/// The loader's `dlpi_adds`/`dlpi_subs` right now.
+fn loader_counters() -> (u64, u64) {
+    let mut counters = (0, 0);
+    sys::for_each_loaded_object(&mut |object| counters = (object.adds, object.subs));
+    counters
+}
+
+/// Start-up (POST_INIT + first LOAD_COMPLETE): scan everything loaded now and hand it to the runtime.
+pub(crate) fn startup_scan() {
+    LOADER_LOCK.lock();
+    RESCANNING.store(1, Ordering::Relaxed);
+    let _ = std::panic::catch_unwind(|| deliver(&scan::scan(), LoadCause::Explicit));
+    RESCANNING.store(0, Ordering::Relaxed);
+    LOADER_LOCK.unlock();
+}
+
+/// Rescan now if the loaded set changed (fork, exec, termination, or whenever the runtime wants to be sure).
+/// Never from a signal handler.
+pub fn refresh() {
+    LOADER_LOCK.lock();
+    let _ = std::panic::catch_unwind(|| refresh_locked(LoadCause::Explicit));
+    LOADER_LOCK.unlock();
+}
+
+/// For the runtime's mcount slow path: code in no known module ran. If this thread is inside an interposed
+/// `dlopen` (it holds the loader lock), the code belongs to a module that is being initialised (a constructor):
+/// register the new modules now, before the rest of that code runs. Returns true if a rescan was done.
+///
+/// Must not be called from a signal handler (it calls `dl_iterate_phdr` and allocates).
+pub fn refresh_during_open() -> bool {
+    if !LOADER_LOCK.held_by_this_thread() || RESCANNING.load(Ordering::Relaxed) != 0 {
+        return false;
+    }
+    let _errno = sys::SavedErrno::save();
+    std::panic::catch_unwind(|| refresh_locked(LoadCause::DuringOpen)).is_ok()
+}
+
+/// Whether some thread is inside an interposed `dlopen`/`dlclose` right now (samples in unknown code may belong
+/// to a module that is being loaded). Async-signal-safe.
+pub fn open_in_progress() -> bool {
+    LOADER_LOCK.is_held()
+}
+
+/// `pthread_atfork` prepare: take the loader lock so that the child never inherits a half-updated table.
+pub(crate) fn lock_for_fork() {
+    LOADER_LOCK.lock();
+}
+
+pub(crate) fn unlock_after_fork_in_parent() {
+    LOADER_LOCK.unlock();
+}
+
+/// In the child the level taken in prepare is released; if the forking thread already held the lock (a fork
+/// from a constructor run by `dlopen`), the child's thread still holds it at the outer level.
+pub(crate) fn unlock_after_fork_in_child() {
+    LOADER_LOCK.adopt_in_child();
+    LOADER_LOCK.unlock();
+}
+
+/// A `ret` instruction inside the executable segment of the module that contains `address` (the caller's
+/// return address); inside the main program when `address` is in no module, since glibc then treats the main
+/// program as the caller too. 0 if none is found.
+fn return_instruction_in_module_of(address: usize) -> usize {
+    const RET: u8 = 0xC3;
+    const PT_LOAD: u32 = 1;
+    const PF_X: u32 = 1;
+    const PF_R: u32 = 4;
+    let main_phdr = sys::aux_value(sys::AT_PHDR);
+    let mut in_caller = 0usize;
+    let mut in_main = 0usize;
+    sys::for_each_loaded_object(&mut |object| {
+        if in_caller != 0 {
+            return;
+        }
+        let contains_address = object.program_headers.iter().any(|h| {
+            let start = object.bias.wrapping_add(h.p_vaddr as usize);
+            h.p_type == PT_LOAD && address >= start && address < start + h.p_memsz as usize
+        });
+        let is_main = object.program_headers.as_ptr() as usize == main_phdr;
+        let wanted = contains_address || (is_main && in_main == 0);
+        if !wanted {
+            return;
+        }
+        for header in object.program_headers {
+            if header.p_type != PT_LOAD || header.p_flags & (PF_X | PF_R) != (PF_X | PF_R) {
+                continue;
+            }
+            let start = object.bias.wrapping_add(header.p_vaddr as usize);
+            let len = header.p_filesz as usize;
+            // SAFETY: a readable, executable PT_LOAD segment of an object that the loader lock (held by us)
+            // keeps mapped for the duration of this look-up.
+            let text = unsafe { sys::mapped_bytes(start, len) };
+            // Prefer the `ret` that ends the caller's own function: the first one after the return address.
+            let from = address.saturating_sub(start).min(len);
+            let found = text[from..]
+                .iter()
+                .position(|&b| b == RET)
+                .map(|i| start + from + i)
+                .or_else(|| text.iter().position(|&b| b == RET).map(|i| start + i));
+            if let Some(ret) = found {
+                if contains_address {
+                    in_caller = ret;
+                } else {
+                    in_main = ret;
+                }
+                break;
+            }
+        }
+    });
+    if in_caller != 0 { in_caller } else { in_main }
+}
+
+/// The address of the `ret` inside our own stub: used only if no `ret` can be found in the caller's module, in
+/// which case the call behaves like an ordinary interposer's (libmslprof.so is the caller).
+fn fallback_ret_address() -> usize {
+    mslprof_loader_ret as *const () as usize
+}
+
+unsafe extern "C" {
+    /// A lone `ret` in our text (defined by the assembly below).
+    fn mslprof_loader_ret();
+}
+
+core::arch::global_asm!(
+    ".text",
+    ".p2align 4",
+    ".hidden mslprof_loader_ret",
+    ".type mslprof_loader_ret,@function",
+    "mslprof_loader_ret:",
+    "ret",
+    ".size mslprof_loader_ret, .-mslprof_loader_ret",
+);
+
+/// Generates one interposing stub. On entry the stack holds the caller's return address R (rsp ≡ 8 mod 16).
+/// The argument registers are saved, `before_loader_call(R, entry)` returns the `ret` address G and the real
+/// function F, the arguments are restored, and the stack becomes `[G][continuation][R]` before jumping to F,
+/// so F sees G (in the caller's module) as its return address and runs with the ABI's alignment. F returns to
+/// G, whose `ret` pops the continuation, which calls `after_loader_call(entry)` and returns F's result to R.
+macro_rules! interposer {
+    ($(#[$doc:meta])* $name:ident, $entry:expr, fn($($arg:ident: $ty:ty),*) -> $ret:ty) => {
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// The same contract as the libc function of the same name.
+        #[unsafe(naked)]
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+            core::arch::naked_asm!(
+                "endbr64",
+                "push rdi",
+                "push rsi",
+                "push rdx",
+                "push rcx",
+                "sub rsp, 8",
+                "mov rdi, [rsp + 40]",
+                "mov esi, {entry}",
+                "call {before}",
+                "mov r10, rax",
+                "mov r11, rdx",
+                "add rsp, 8",
+                "pop rcx",
+                "pop rdx",
+                "pop rsi",
+                "pop rdi",
+                "lea rax, [rip + 2f]",
+                "push rax",
+                "push r10",
+                "jmp r11",
+                "2:",
+                "push rax",
+                "mov edi, {entry}",
+                "call {after}",
+                "pop rax",
+                "ret",
+                entry = const $entry as u32,
+                before = sym before_loader_call,
+                after = sym after_loader_call,
+            )
+        }
+    };
+}
+
+interposer!(
+    /// `dlopen`, interposed: loads exactly what libc's would (same calling object), then reports the new modules.
+    dlopen, Entry::Open, fn(file: *const libc::c_char, mode: libc::c_int) -> *mut libc::c_void
+);
+interposer!(
+    /// `dlmopen`, interposed like [`dlopen`].
+    dlmopen, Entry::OpenInNamespace,
+    fn(namespace: libc::Lmid_t, file: *const libc::c_char, mode: libc::c_int) -> *mut libc::c_void
+);
+interposer!(
+    /// `dlclose`, interposed: reports the modules it really unloaded (none if it only dropped a reference).
+    dlclose, Entry::Close, fn(handle: *mut libc::c_void) -> libc::c_int
+);

@@ -1,0 +1,275 @@
+//! Process events: fork (atfork handlers, SIGPROF blocked across it), the exec family (the image's profile
+//! is written before `execve` replaces it) and `_exit`/`_Exit` (which skip atexit handlers).
+//!
+//! Only the process that installed loader-hooks (or a child it forked, after the child handler ran) acts on
+//! these events: a `vfork` child shares the parent's memory and must not write the parent's data, and a
+//! `posix_spawn` child calls glibc's internal `__execve`, never our stubs. Both are recognised because their pid
+//! differs from [`profiled_pid`].
+
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
+
+use crate::events::ProcessEnd;
+use crate::{dynamic_loading, sys};
+
+/// The pid whose profile this memory holds (set at install and in a forked child).
+static PROFILED_PID: AtomicI32 = AtomicI32::new(0);
+/// Whether abnormal ends (`_exit`, fatal signals) are dumped (`MSLPROF_ABNORMAL_DUMP=0` turns it off).
+pub(crate) static ABNORMAL_DUMP: AtomicBool = AtomicBool::new(true);
+/// Whether the image is being replaced or the process is ending through one of our hooks: the first event
+/// dumps, later ones (e.g. `_exit` from a signal handler after a crash dump) do not.
+pub(crate) static ENDING: AtomicBool = AtomicBool::new(false);
+/// SIGPROF mask saved by the fork prepare handler, restored in parent and child.
+static MASK_BEFORE_FORK: std::sync::Mutex<Option<MaskBox>> = std::sync::Mutex::new(None);
+
+/// A saved signal mask (sigset_t is plain data).
+struct MaskBox(libc::sigset_t);
+// SAFETY: sigset_t is plain bits, no pointers.
+unsafe impl Send for MaskBox {}
+
+/// The pid whose data the runtime holds, 0 before install.
+pub fn profiled_pid() -> i32 {
+    PROFILED_PID.load(Ordering::Relaxed)
+}
+
+/// Whether the calling process is the one whose data this memory holds (false in a vfork/clone child).
+/// Async-signal-safe.
+pub fn is_profiled_process() -> bool {
+    let pid = profiled_pid();
+    pid != 0 && pid == sys::process_id()
+}
+
+/// Whether the calling thread is the process's main thread (its tid equals the pid). Async-signal-safe.
+pub fn on_main_thread() -> bool {
+    sys::thread_id() == sys::process_id()
+}
+
+pub(crate) fn install() {
+    PROFILED_PID.store(sys::process_id(), Ordering::Relaxed);
+    if sys::environment_value(b"MSLPROF_ABNORMAL_DUMP\0") == Some(b"0") {
+        ABNORMAL_DUMP.store(false, Ordering::Relaxed);
+    }
+    for entry in &EXEC_ENTRIES {
+        entry.resolve();
+    }
+    REAL_EXIT.store(sys::next_definition(b"_exit\0"), Ordering::Relaxed);
+    sys::register_fork_handlers(fork_prepare, fork_parent, fork_child);
+}
+
+unsafe extern "C" fn fork_prepare() {
+    let mask = sys::block_signal(libc::SIGPROF);
+    if let Ok(mut slot) = MASK_BEFORE_FORK.lock() {
+        *slot = Some(MaskBox(mask));
+    }
+    dynamic_loading::lock_for_fork();
+    if let Some(events) = crate::events_handler() {
+        let _ = std::panic::catch_unwind(|| events.before_fork());
+    }
+}
+
+unsafe extern "C" fn fork_parent() {
+    if let Some(events) = crate::events_handler() {
+        let _ = std::panic::catch_unwind(|| events.after_fork_in_parent());
+    }
+    dynamic_loading::unlock_after_fork_in_parent();
+    restore_mask_after_fork();
+}
+
+unsafe extern "C" fn fork_child() {
+    PROFILED_PID.store(sys::process_id(), Ordering::Relaxed);
+    ENDING.store(false, Ordering::Relaxed);
+    dynamic_loading::unlock_after_fork_in_child();
+    if let Some(events) = crate::events_handler() {
+        let _ = std::panic::catch_unwind(|| events.after_fork_in_child());
+    }
+    restore_mask_after_fork();
+}
+
+fn restore_mask_after_fork() {
+    let saved = match MASK_BEFORE_FORK.lock() {
+        Ok(mut slot) => slot.take(),
+        // A poisoned mutex in the child of a panicking parent: just unblock SIGPROF.
+        Err(_) => None,
+    };
+    match saved {
+        Some(MaskBox(mask)) => sys::restore_signal_mask(&mask),
+        None => sys::unblock_signal(libc::SIGPROF),
+    }
+}
+
+/// Tells the runtime that the process (image) ends, once, if this process is the profiled one.
+/// Returns whether the runtime was told. Async-signal-safe as far as loader-hooks is concerned.
+pub(crate) fn report_end(end: ProcessEnd) -> bool {
+    if !is_profiled_process() {
+        return false;
+    }
+    if !matches!(end, ProcessEnd::Exec) && !ABNORMAL_DUMP.load(Ordering::Relaxed) {
+        return false;
+    }
+    if ENDING.swap(true, Ordering::AcqRel) {
+        return false;
+    }
+    match crate::events_handler() {
+        Some(events) => {
+            events.process_ending(end);
+            true
+        }
+        None => false,
+    }
+}
+
+/// One function of the exec family: its name and where the real one is.
+struct ExecEntry {
+    name: &'static [u8],
+    real: AtomicUsize,
+}
+
+impl ExecEntry {
+    const fn new(name: &'static [u8]) -> Self {
+        ExecEntry {
+            name,
+            real: AtomicUsize::new(0),
+        }
+    }
+
+    fn resolve(&self) -> usize {
+        let known = self.real.load(Ordering::Relaxed);
+        if known != 0 {
+            return known;
+        }
+        let found = sys::next_definition(self.name);
+        self.real.store(found, Ordering::Relaxed);
+        found
+    }
+}
+
+static EXEC_ENTRIES: [ExecEntry; 9] = [
+    ExecEntry::new(b"execve\0"),
+    ExecEntry::new(b"execv\0"),
+    ExecEntry::new(b"execvp\0"),
+    ExecEntry::new(b"execvpe\0"),
+    ExecEntry::new(b"execl\0"),
+    ExecEntry::new(b"execlp\0"),
+    ExecEntry::new(b"execle\0"),
+    ExecEntry::new(b"fexecve\0"),
+    ExecEntry::new(b"execveat\0"),
+];
+
+/// Called by the exec stubs: write the image's profile (PRE_EXEC), then return the real function to jump to.
+/// If the exec then fails, the program goes on and its exit writes the full profile again under the normal
+/// name; the pre-exec file stays as the snapshot taken at that moment.
+extern "C" fn before_exec(entry: u32) -> usize {
+    let _errno = sys::SavedErrno::save();
+    let Some(exec) = EXEC_ENTRIES.get(entry as usize) else {
+        return 0;
+    };
+    if is_profiled_process() {
+        let _ = std::panic::catch_unwind(|| {
+            if report_end(ProcessEnd::Exec) {
+                // The exec may fail; then the process goes on and must be able to dump again at its end.
+                ENDING.store(false, Ordering::Release);
+            }
+        });
+    }
+    exec.resolve()
+}
+
+/// Generates a stub for one exec function. All argument registers and `al` (the vector-register count of a
+/// variadic call) are preserved and the stack is left exactly as the caller built it (variadic `execl` passes
+/// arguments beyond the sixth on the stack), then it jumps to the real function, which never returns here.
+macro_rules! exec_stub {
+    ($name:ident, $index:expr, fn($($arg:ident: $ty:ty),*)) => {
+        /// Interposed exec function: the profile of the current image is written first (flag PRE_EXEC).
+        ///
+        /// # Safety
+        /// The same contract as the libc function of the same name.
+        #[unsafe(naked)]
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> libc::c_int {
+            core::arch::naked_asm!(
+                "endbr64",
+                "push rdi",
+                "push rsi",
+                "push rdx",
+                "push rcx",
+                "push r8",
+                "push r9",
+                "push rax",
+                "mov edi, {index}",
+                "call {before}",
+                "mov r11, rax",
+                "pop rax",
+                "pop r9",
+                "pop r8",
+                "pop rcx",
+                "pop rdx",
+                "pop rsi",
+                "pop rdi",
+                "test r11, r11",
+                "jz 3f",
+                "jmp r11",
+                "3:",
+                "mov eax, -1",
+                "ret",
+                index = const $index as u32,
+                before = sym before_exec,
+            )
+        }
+    };
+}
+
+type CStrPtr = *const libc::c_char;
+type CStrArray = *const *const libc::c_char;
+
+exec_stub!(
+    execve,
+    0,
+    fn(path: CStrPtr, argv: CStrArray, envp: CStrArray)
+);
+exec_stub!(execv, 1, fn(path: CStrPtr, argv: CStrArray));
+exec_stub!(execvp, 2, fn(file: CStrPtr, argv: CStrArray));
+exec_stub!(
+    execvpe,
+    3,
+    fn(file: CStrPtr, argv: CStrArray, envp: CStrArray)
+);
+// The variadic ones are declared with their fixed arguments only; the stub forwards everything untouched.
+exec_stub!(execl, 4, fn(path: CStrPtr, arg0: CStrPtr));
+exec_stub!(execlp, 5, fn(file: CStrPtr, arg0: CStrPtr));
+exec_stub!(execle, 6, fn(path: CStrPtr, arg0: CStrPtr));
+exec_stub!(
+    fexecve,
+    7,
+    fn(fd: libc::c_int, argv: CStrArray, envp: CStrArray)
+);
+exec_stub!(
+    execveat,
+    8,
+    fn(dirfd: libc::c_int, path: CStrPtr, argv: CStrArray, envp: CStrArray, flags: libc::c_int)
+);
+
+/// libc's `_exit`, resolved at install (0: use the system call directly).
+static REAL_EXIT: AtomicUsize = AtomicUsize::new(0);
+
+fn end_now(status: libc::c_int) -> ! {
+    let real = REAL_EXIT.load(Ordering::Relaxed);
+    if real != 0 {
+        // SAFETY: `real` is libc's `_exit`, found by dlsym(RTLD_NEXT, "_exit").
+        let real: extern "C" fn(libc::c_int) -> ! = unsafe { std::mem::transmute(real) };
+        real(status)
+    }
+    sys::exit_group(status)
+}
+
+/// `_exit`, interposed: the profile is written (INCOMPLETE, cause `_exit`), then the process ends with `status`.
+#[unsafe(no_mangle)]
+pub extern "C" fn _exit(status: libc::c_int) -> ! {
+    let _ = std::panic::catch_unwind(|| report_end(ProcessEnd::UnderscoreExit { status }));
+    end_now(status)
+}
+
+/// `_Exit`, interposed like [`_exit`].
+#[unsafe(no_mangle)]
+pub extern "C" fn _Exit(status: libc::c_int) -> ! {
+    let _ = std::panic::catch_unwind(|| report_end(ProcessEnd::UnderscoreExit { status }));
+    end_now(status)
+}

@@ -1,0 +1,477 @@
+//! Loader events under the real runtime: modules loaded and unloaded by dlopen/dlclose, the RUNPATH/$ORIGIN
+//! look-up through the interposed dlopen, churn under fast sampling, fork, exec, programs run by a shell, and
+//! abnormal ends. Every profile is decoded with the format-spec reader and checked for exact call counts.
+
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
+
+use mslprof_format::model::{IncompleteCause, Profile, header_flags};
+use mslprof_tests::loader::{
+    build_plugins, build_units_program, calls_into, calls_over_instances, function, instances,
+    is_unloaded, profile_files, source,
+};
+use mslprof_tests::{Workspace, run};
+
+/// Calls into `unit` (libunits.so) recorded in `profile`.
+fn unit_calls(workspace: &Workspace, profile: &Profile) -> u64 {
+    let unit = function(&workspace.join("libunits.so"), "unit");
+    calls_over_instances(profile, "libunits.so", &unit)
+}
+
+fn assert_success(output: &std::process::Output) {
+    assert!(
+        output.status.success(),
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+#[test]
+fn runpath_origin_dlopen_finds_the_same_file_as_without_the_runtime() {
+    let workspace = Workspace::new();
+    std::fs::create_dir_all(workspace.join("lib/plugins")).unwrap();
+    workspace.shared_library(
+        "lib/plugins/libfound.so",
+        &[source("runpath_plugin.c")],
+        &[],
+    );
+    let finder = workspace.shared_library(
+        "lib/libfinder.so",
+        &[source("runpath_loader.c")],
+        &["-Wl,--enable-new-dtags,-rpath,$ORIGIN/plugins", "-ldl"],
+    );
+    let app = workspace.program("runpath_app", &[source("runpath_app.c")], &["-ldl"]);
+
+    let plain = run(workspace.command(&app).arg(&finder));
+    let profiled = run(workspace.command_with_runtime(&app).arg(&finder));
+    let expected = format!(
+        "found {} value 42\n",
+        workspace.join("lib/plugins/libfound.so").display()
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&plain.stdout),
+        expected,
+        "the fixture itself must find its plugin"
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&profiled.stdout),
+        String::from_utf8_lossy(&plain.stdout),
+        "under the runtime dlopen must find the same file; stderr:\n{}",
+        String::from_utf8_lossy(&profiled.stderr)
+    );
+    assert_eq!(profiled.status.code(), plain.status.code());
+    // The loads went through the runtime's dlopen: both libraries are in the profile, unloaded.
+    let profile = workspace.profile("gmon.out");
+    for name in ["libfinder.so", "libfound.so"] {
+        let found = instances(&profile, name);
+        assert_eq!(found.len(), 1, "{name}: one load instance");
+        assert!(is_unloaded(found[0]), "{name} was dlclosed before exit");
+    }
+}
+
+#[test]
+fn two_plugins_loaded_and_unloaded_alternately_for_fifty_cycles() {
+    let workspace = Workspace::new();
+    let (alpha, beta) = build_plugins(&workspace);
+    let app = workspace.program("cycles", &[source("cycles.c")], &["-ldl"]);
+    let output = run(workspace
+        .command_with_runtime(&app)
+        .arg(&alpha)
+        .arg(&beta)
+        .arg("50"));
+    assert_success(&output);
+    let profile = workspace.profile("gmon.out");
+
+    let mut unload_orders = Vec::new();
+    for (name, lib) in [("libalpha.so", &alpha), ("libbeta.so", &beta)] {
+        let loads = instances(&profile, name);
+        assert_eq!(loads.len(), 50, "{name}: one load instance per cycle");
+        let mut keys: Vec<u32> = loads.iter().map(|m| m.key).collect();
+        keys.sort_unstable();
+        keys.dedup();
+        assert_eq!(
+            keys.len(),
+            50,
+            "{name}: every load instance has its own key"
+        );
+        for module in &loads {
+            assert!(
+                is_unloaded(module),
+                "{name} key {} is marked UNLOADED",
+                module.key
+            );
+            assert_ne!(module.unload_order, 0);
+            unload_orders.push((module.load_order, module.unload_order));
+        }
+        let prefix = if name == "libalpha.so" {
+            "alpha"
+        } else {
+            "beta"
+        };
+        let leaf = function(lib, &format!("{prefix}_leaf"));
+        let work = function(lib, &format!("{prefix}_work"));
+        let setup = function(lib, &format!("{prefix}_setup"));
+        for (cycle, module) in loads.iter().enumerate() {
+            let cycle = cycle as u64;
+            let expected_leaf = if prefix == "alpha" {
+                cycle + 1
+            } else {
+                2 * cycle + 1
+            };
+            assert_eq!(
+                calls_into(module, &leaf),
+                expected_leaf,
+                "{name} cycle {cycle}: own counts only"
+            );
+            assert_eq!(calls_into(module, &work), 1, "{name} cycle {cycle}");
+            assert_eq!(
+                calls_into(module, &setup),
+                1,
+                "{name} cycle {cycle}: the constructor's call is counted"
+            );
+        }
+        let expected_leaf_total = if prefix == "alpha" {
+            50 * 51 / 2
+        } else {
+            50 * 50
+        };
+        assert_eq!(
+            calls_over_instances(&profile, name, &leaf),
+            expected_leaf_total,
+            "{name}"
+        );
+        assert_eq!(calls_over_instances(&profile, name, &work), 50, "{name}");
+        assert_eq!(calls_over_instances(&profile, name, &setup), 50, "{name}");
+    }
+    // Load instance n is unloaded before load instance n + 1 of anything is loaded: unload order follows load
+    // order exactly.
+    unload_orders.sort_unstable();
+    let orders: Vec<u32> = unload_orders.iter().map(|&(_, unload)| unload).collect();
+    assert!(
+        orders.windows(2).all(|w| w[0] < w[1]),
+        "unload order follows load order: {orders:?}"
+    );
+}
+
+#[test]
+fn the_same_plugin_reloaded_is_a_new_load_instance() {
+    let workspace = Workspace::new();
+    let (alpha, _) = build_plugins(&workspace);
+    let app = workspace.program("reload", &[source("reload.c")], &["-ldl"]);
+    let output = run(workspace.command_with_runtime(&app).arg(&alpha));
+    assert_success(&output);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let biases: Vec<u64> = stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("bias 0x"))
+        .map(|hex| u64::from_str_radix(hex, 16).unwrap())
+        .collect();
+    assert_eq!(biases.len(), 2, "{stdout}");
+
+    let profile = workspace.profile("gmon.out");
+    let loads = instances(&profile, "libalpha.so");
+    assert_eq!(loads.len(), 2);
+    assert_ne!(loads[0].key, loads[1].key);
+    assert_eq!(
+        (loads[0].load_bias, loads[1].load_bias),
+        (biases[0], biases[1])
+    );
+    if biases[0] != biases[1] {
+        eprintln!(
+            "note: the loader did not reuse the address this time ({biases:x?}); counts still checked"
+        );
+    }
+    let leaf = function(&alpha, "alpha_leaf");
+    assert_eq!(
+        calls_into(loads[0], &leaf),
+        3,
+        "first instance keeps its own counts"
+    );
+    assert_eq!(
+        calls_into(loads[1], &leaf),
+        5,
+        "second instance never receives the first one's counts"
+    );
+    assert!(loads.iter().all(|m| is_unloaded(m)));
+    assert!(loads[0].unload_order < loads[1].unload_order);
+}
+
+#[test]
+fn churn_of_plugins_while_another_thread_calls_one_at_the_highest_rate() {
+    const ITERATIONS: u64 = 20_000;
+    const CYCLES: u64 = 300;
+    let workspace = Workspace::new();
+    let (alpha, beta) = build_plugins(&workspace);
+    let app = workspace.program("churn", &[source("churn.c")], &["-ldl", "-lpthread"]);
+    let output = run(workspace
+        .command_with_runtime(&app)
+        .env("MSLPROF_HZ", "100000")
+        .arg(&alpha)
+        .arg(&beta)
+        .arg(ITERATIONS.to_string())
+        .arg(CYCLES.to_string()));
+    assert_success(&output);
+    let profile = workspace.profile("gmon.out");
+
+    let alpha_loads = instances(&profile, "libalpha.so");
+    assert_eq!(alpha_loads.len(), 1);
+    assert_eq!(
+        calls_into(alpha_loads[0], &function(&alpha, "alpha_work")),
+        ITERATIONS
+    );
+    assert_eq!(
+        calls_into(alpha_loads[0], &function(&alpha, "alpha_leaf")),
+        10 * ITERATIONS
+    );
+    let beta_loads = instances(&profile, "libbeta.so");
+    assert_eq!(beta_loads.len() as u64, CYCLES);
+    let setup = function(&beta, "beta_setup");
+    let leaf = function(&beta, "beta_leaf");
+    for module in &beta_loads {
+        assert!(is_unloaded(module));
+        assert_eq!(calls_into(module, &setup), 1, "key {}", module.key);
+        assert_eq!(calls_into(module, &leaf), 1, "key {}", module.key);
+    }
+    assert!(
+        profile.header.total_samples > 0,
+        "sampling ran during the churn"
+    );
+}
+
+#[test]
+fn three_forked_children_write_their_own_files() {
+    let workspace = Workspace::new();
+    let app = build_units_program(&workspace, "forker", "forker.c");
+    let output = run(&mut workspace.command_with_runtime(&app));
+    assert_success(&output);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let children: Vec<u32> = stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("child "))
+        .map(|rest| rest.split_whitespace().nth(1).unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(children.len(), 3, "{stdout}");
+
+    let mut expected: Vec<String> = children
+        .iter()
+        .map(|pid| format!("gmon.out.{pid}"))
+        .collect();
+    expected.push("gmon.out".to_string());
+    expected.sort();
+    assert_eq!(profile_files(&workspace), expected);
+
+    let parent = workspace.profile("gmon.out");
+    assert_eq!(
+        unit_calls(&workspace, &parent),
+        10,
+        "parent: 7 before the forks, 3 after"
+    );
+    assert_eq!(parent.header.flags & header_flags::FORKED_CHILD, 0);
+    for (index, pid) in children.iter().enumerate() {
+        let child = workspace.profile(&format!("gmon.out.{pid}"));
+        assert_eq!(child.header.pid, *pid);
+        assert_ne!(child.header.flags & header_flags::FORKED_CHILD, 0);
+        assert_eq!(child.header.flags & header_flags::INCOMPLETE, 0);
+        assert_eq!(
+            unit_calls(&workspace, &child),
+            (index as u64 + 1) * 100,
+            "child {index}: only its own calls"
+        );
+    }
+}
+
+#[test]
+fn fork_then_exec_writes_the_pre_exec_image_and_the_new_image_separately() {
+    let workspace = Workspace::new();
+    let app = build_units_program(&workspace, "forkexec", "forkexec.c");
+    let output = run(&mut workspace.command_with_runtime(&app));
+    assert_success(&output);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let child: u32 = stdout
+        .trim()
+        .strip_prefix("child ")
+        .and_then(|p| p.parse().ok())
+        .expect("child pid");
+
+    let pre_exec_name = format!("gmon.out.{child}.pre-exec");
+    let image_name = format!("gmon.out.{child}");
+    let mut expected = vec![
+        "gmon.out".to_string(),
+        image_name.clone(),
+        pre_exec_name.clone(),
+    ];
+    expected.sort();
+    assert_eq!(profile_files(&workspace), expected);
+
+    let parent = workspace.profile("gmon.out");
+    assert_eq!(unit_calls(&workspace, &parent), 2);
+    let pre_exec = workspace.profile(&pre_exec_name);
+    assert_eq!(unit_calls(&workspace, &pre_exec), 5);
+    let flags = pre_exec.header.flags;
+    assert_ne!(flags & header_flags::PRE_EXEC, 0);
+    assert_ne!(flags & header_flags::FORKED_CHILD, 0);
+    assert_ne!(flags & header_flags::INCOMPLETE, 0);
+    assert_eq!(pre_exec.header.incomplete_cause, IncompleteCause::Exec);
+    let image = workspace.profile(&image_name);
+    assert_eq!(unit_calls(&workspace, &image), 11);
+    assert_eq!(
+        image.header.flags & (header_flags::PRE_EXEC | header_flags::INCOMPLETE),
+        0
+    );
+    assert_eq!(image.header.pid, child);
+}
+
+#[test]
+fn a_shell_running_three_programs_leaves_four_files() {
+    let workspace = Workspace::new();
+    build_units_program(&workspace, "app", "app.c");
+    let output = run(workspace
+        .command_with_runtime(std::path::Path::new("sh"))
+        .args(["-c", "./app; ./app; ./app"]));
+    assert_success(&output);
+    let files = profile_files(&workspace);
+    assert_eq!(files.len(), 4, "{files:?}");
+    assert!(files.contains(&"gmon.out".to_string()), "{files:?}");
+    let shell = workspace.profile("gmon.out");
+    assert_eq!(String::from_utf8_lossy(&shell.header.program_name), "sh");
+    for name in files.iter().filter(|n| *n != "gmon.out") {
+        let pid: u32 = name
+            .strip_prefix("gmon.out.")
+            .and_then(|p| p.parse().ok())
+            .expect(name);
+        let app = workspace.profile(name);
+        assert_eq!(app.header.pid, pid);
+        assert_eq!(String::from_utf8_lossy(&app.header.program_name), "app");
+        assert_eq!(unit_calls(&workspace, &app), 13, "{name}: its own counts");
+    }
+}
+
+/// How a process ended, as its parent sees it.
+fn ending(status: ExitStatus) -> (Option<i32>, Option<i32>, bool) {
+    (status.code(), status.signal(), status.core_dumped())
+}
+
+#[test]
+fn abnormal_ends_write_an_incomplete_profile_and_keep_the_exit_status() {
+    let workspace = Workspace::new();
+    let app = build_units_program(&workspace, "endings", "endings.c");
+    let cases: [(&str, IncompleteCause, i32); 12] = [
+        ("exit", IncompleteCause::None, 0),
+        ("_exit", IncompleteCause::UnderscoreExit, 0),
+        ("_Exit", IncompleteCause::UnderscoreExit, 0),
+        ("thread-exit", IncompleteCause::ExitFromThread, 0),
+        ("segv", IncompleteCause::Signal, libc_signal::SIGSEGV),
+        ("bus", IncompleteCause::Signal, libc_signal::SIGBUS),
+        ("ill", IncompleteCause::Signal, libc_signal::SIGILL),
+        ("fpe", IncompleteCause::Signal, libc_signal::SIGFPE),
+        ("abort", IncompleteCause::Signal, libc_signal::SIGABRT),
+        ("term", IncompleteCause::Signal, libc_signal::SIGTERM),
+        ("int", IncompleteCause::Signal, libc_signal::SIGINT),
+        ("hup", IncompleteCause::Signal, libc_signal::SIGHUP),
+    ];
+    for (how, cause, signal) in cases {
+        let _ = std::fs::remove_file(workspace.join("gmon.out"));
+        let plain = run(workspace.command(&app).arg(how));
+        let profiled = run(workspace.command_with_runtime(&app).arg(how));
+        assert_eq!(
+            ending(profiled.status),
+            ending(plain.status),
+            "{how}: same exit status / signal / core dump as without the runtime; stderr:\n{}",
+            String::from_utf8_lossy(&profiled.stderr)
+        );
+        let profile = workspace.profile("gmon.out");
+        assert_eq!(profile.header.incomplete_cause, cause, "{how}");
+        assert_eq!(profile.header.incomplete_signal, signal as u32, "{how}");
+        let incomplete = profile.header.flags & header_flags::INCOMPLETE != 0;
+        assert_eq!(
+            incomplete,
+            cause != IncompleteCause::None,
+            "{how}: INCOMPLETE flag"
+        );
+        assert_eq!(
+            unit_calls(&workspace, &profile),
+            17,
+            "{how}: what was collected is in the file"
+        );
+    }
+}
+
+#[test]
+fn abnormal_end_dumps_can_be_turned_off() {
+    let workspace = Workspace::new();
+    let app = build_units_program(&workspace, "endings", "endings.c");
+    for how in ["segv", "_exit"] {
+        let plain = run(workspace.command(&app).arg(how));
+        let profiled = run(workspace
+            .command_with_runtime(&app)
+            .env("MSLPROF_ABNORMAL_DUMP", "0")
+            .arg(how));
+        assert_eq!(ending(profiled.status), ending(plain.status), "{how}");
+        assert!(
+            profile_files(&workspace).is_empty(),
+            "{how}: no profile with MSLPROF_ABNORMAL_DUMP=0"
+        );
+    }
+}
+
+/// Linux x86_64 signal numbers (the tests crate does not depend on libc).
+mod libc_signal {
+    pub const SIGHUP: i32 = 1;
+    pub const SIGINT: i32 = 2;
+    pub const SIGILL: i32 = 4;
+    pub const SIGABRT: i32 = 6;
+    pub const SIGBUS: i32 = 7;
+    pub const SIGFPE: i32 = 8;
+    pub const SIGSEGV: i32 = 11;
+    pub const SIGTERM: i32 = 15;
+}
+
+#[test]
+fn the_programs_own_signal_handling_is_unchanged() {
+    let workspace = Workspace::new();
+    let app = build_units_program(&workspace, "handlers", "handlers.c");
+    let expected_stdout = [
+        ("query", "before default\nafter mine\n"),
+        ("exit-handler", "caught\n"),
+        ("reraise", "handled\n"),
+        ("eintr", "eintr\n"),
+        ("ignored-exec", "survived\n"),
+    ];
+    for (how, stdout) in expected_stdout {
+        let _ = std::fs::remove_file(workspace.join("gmon.out"));
+        let plain = run(workspace.command(&app).arg(how));
+        assert_eq!(
+            String::from_utf8_lossy(&plain.stdout),
+            stdout,
+            "{how}: the fixture itself"
+        );
+        let profiled = run(workspace.command_with_runtime(&app).arg(how));
+        assert_eq!(
+            String::from_utf8_lossy(&profiled.stdout),
+            stdout,
+            "{how}: same behaviour under the runtime; stderr:\n{}",
+            String::from_utf8_lossy(&profiled.stderr)
+        );
+        assert_eq!(ending(profiled.status), ending(plain.status), "{how}");
+    }
+    // The program's handler ended the process with _exit: that is what the profile says.
+    let _ = std::fs::remove_file(workspace.join("gmon.out"));
+    run(workspace.command_with_runtime(&app).arg("exit-handler"));
+    let profile = workspace.profile("gmon.out");
+    assert_eq!(
+        profile.header.incomplete_cause,
+        IncompleteCause::UnderscoreExit
+    );
+    assert_eq!(unit_calls(&workspace, &profile), 17);
+    // The program's handler put SIG_DFL back and let the fault happen again: the profile names the signal.
+    let _ = std::fs::remove_file(workspace.join("gmon.out"));
+    run(workspace.command_with_runtime(&app).arg("reraise"));
+    let profile = workspace.profile("gmon.out");
+    assert_eq!(profile.header.incomplete_cause, IncompleteCause::Signal);
+    assert_eq!(
+        profile.header.incomplete_signal,
+        libc_signal::SIGSEGV as u32
+    );
+}
