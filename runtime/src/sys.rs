@@ -713,3 +713,15 @@ pub fn set_environment_variable(name: &str, value: &str) {
     // has other threads; the environment is not read concurrently by this library.
     unsafe { std::env::set_var(name, value) };
 }
+
+// A weak reference to the program's link-time bucket-size symbol (config::BUCKET_SIZE_SYMBOL). Because
+// libmslprof.so refers to it, a program linked with `-lmslprof` that defines it gets it exported to its
+// dynamic symbol table by the linker, where `global_symbol` finds it; without a definition it resolves to 0.
+// The section is marked retained so that --gc-sections keeps the reference.
+core::arch::global_asm!(
+    ".pushsection .data.rel.ro.mslprof_bucket_size_reference,\"awR\",%progbits",
+    ".balign 8",
+    ".weak mslprof_profilebucketsize",
+    ".8byte mslprof_profilebucketsize",
+    ".popsection",
+);
