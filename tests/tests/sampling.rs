@@ -695,3 +695,40 @@ fn setuid_programs_leave_the_runtime_inert() {
         "a set-user-ID run wrote a profile"
     );
 }
+
+#[test]
+fn a_large_library_histogram_is_written_from_its_touched_pages() {
+    let ws = Workspace::new();
+    let library = ws.shared_library("libbig.so", &[source("libbig.c")], &[]);
+    let program = ws.program("big", &[source("big.c")], &["libbig.so"]);
+    let burner = symbol_address(&library, "spin_big");
+    let padding = symbol_address(&library, "big_padding");
+    assert!(
+        burner >= padding + 4 * 1024 * 1024,
+        "the burner follows the padding"
+    );
+    for bits in ["16", "32"] {
+        let output = run(ws
+            .command_with_runtime(&program)
+            .env("LD_PROFILE", "libbig.so")
+            .env("LD_PROFILEBUCKET_SIZE", bits));
+        assert!(output.status.success());
+        let profile = ws.profile("gmon.out");
+        let big = module(&profile, "libbig.so");
+        let histogram = big.histogram.as_ref().unwrap();
+        let buckets: u64 = histogram.ranges.iter().map(|r| r.buckets.len()).sum();
+        assert!(buckets >= 1024 * 1024, "{buckets} buckets");
+        assert!(big.samples >= 10, "{} samples", big.samples);
+        assert_eq!(histogram_total(big), big.samples, "{bits}-bit");
+        // Every sample lies in the burner's code (burn() is inlined into spin_big), far into the range.
+        for range in &histogram.ranges {
+            for (index, _) in range.buckets.nonzero() {
+                let address = range.start + index * 4;
+                assert!(
+                    address >= burner && address < burner + 4096,
+                    "sample at {address:#x}, burner at {burner:#x}"
+                );
+            }
+        }
+    }
+}
