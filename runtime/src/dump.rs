@@ -55,8 +55,11 @@ fn module_flag_bits(module: &LiveModule) -> u32 {
 /// neither scans nor faults in megabytes of buckets that were never hit (librustc_driver: 54 MB of them).
 const SPARSE_FROM_BYTES: usize = 1 << 20;
 
+/// Non-zero buckets as (index within the range, count), one list per histogram range.
+type SparseRanges = Vec<Vec<(u64, u32)>>;
+
 /// For a big histogram, its non-zero buckets per range (indices relative to the range); `None` otherwise.
-fn sparse_entries(histogram: &Histogram) -> Option<Vec<Vec<(u64, u32)>>> {
+fn sparse_entries(histogram: &Histogram) -> Option<SparseRanges> {
     let bytes = histogram.bucket_count() * usize::from(histogram.bucket_bits().bits() / 8);
     if bytes < SPARSE_FROM_BYTES {
         return None;
@@ -182,7 +185,7 @@ pub unsafe fn write_profile<S: Sink>(
             }
         })
         .collect();
-    let sparse: Vec<Option<Vec<Vec<(u64, u32)>>>> = all
+    let sparse: Vec<Option<SparseRanges>> = all
         .iter()
         .map(|m| m.histogram.as_ref().and_then(sparse_entries))
         .collect();
