@@ -1,22 +1,34 @@
 //! Fatal and terminating signals: write what was collected (INCOMPLETE, cause = the signal), then let the
 //! signal take the effect it would have had without mslprof (same exit status, same core dump).
 //!
-//! Installed at start-up for SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT, SIGTERM, SIGINT and SIGHUP, except for
-//! signals that are ignored at that moment (a `nohup`'d SIGHUP, a background job's SIGINT stay ignored). The
-//! disposition found at install (another library's handler, or SIG_DFL) is chained to: if it was a handler, that
-//! handler runs instead of our dump, exactly as it would have. A handler the program installs later replaces
-//! ours, so the program's own crash handling is never changed; if that handler then calls `_exit`, the `_exit`
-//! hook still writes the profile. `MSLPROF_ABNORMAL_DUMP=0` turns all of this off. SIGKILL (and SIGSTOP) cannot
-//! be caught: a killed process leaves no profile.
+//! Watched: SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT, SIGTERM, SIGINT and SIGHUP. For each, loader-hooks keeps
+//! the *program's* action (what it last set with `sigaction`/`signal`, or what was there at start-up) and
+//! installs the real action from it:
+//!
+//! * program action SIG_IGN → the real action is SIG_IGN (so an ignored signal stays ignored across `exec`,
+//!   as `nohup` needs);
+//! * SIG_DFL → our handler: write the profile, restore SIG_DFL, and let the signal end the process: a
+//!   kernel-generated fault returns to the faulting instruction (same fault address, same core dump), any other
+//!   signal is re-raised and delivered when the handler returns;
+//! * a handler → our handler, installed with the program's mask and its SA_RESTART / SA_ONSTACK / SA_NODEFER
+//!   flags (so interrupted system calls behave exactly as the program asked), which calls the program's handler
+//!   as the kernel would have (SA_SIGINFO or plain form; SA_RESETHAND honoured). If that handler later puts
+//!   SIG_DFL back and re-raises (the usual crash-handler pattern), the profile is written then.
+//!
+//! The runtime's `sigaction`/`signal` interposers route these signals to [`program_sigaction`], which records
+//! the program's action and answers queries with it, so the program always sees the disposition it set.
+//! `MSLPROF_ABNORMAL_DUMP=0` turns all of this off (nothing is watched, nothing installed). SIGKILL and SIGSTOP
+//! cannot be caught: a process killed by SIGKILL leaves no profile. Code that bypasses libc (raw
+//! `rt_sigaction`) is not seen.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use crate::events::ProcessEnd;
 use crate::process;
 use crate::sys::{self, SignalAction};
 
-/// The signals we handle, with whether a kernel-generated instance re-faults when the handler returns.
-const HANDLED: [(libc::c_int, bool); 8] = [
+/// The watched signals, with whether a kernel-generated instance re-faults when the handler returns.
+const WATCHED_SIGNALS: [(libc::c_int, bool); 8] = [
     (libc::SIGSEGV, true),
     (libc::SIGBUS, true),
     (libc::SIGILL, true),
@@ -27,59 +39,117 @@ const HANDLED: [(libc::c_int, bool); 8] = [
     (libc::SIGHUP, false),
 ];
 
-/// Highest signal number we keep state for.
+/// Highest signal number (exclusive) we keep state for.
 const MAX_SIGNAL: usize = 32;
+const MASK_WORDS: usize = std::mem::size_of::<libc::sigset_t>() / 8;
 
-/// The disposition each handled signal had before ours. Written once at install (before the handler can run),
-/// then only read, from the handler.
-struct PreviousActions {
-    actions: std::cell::UnsafeCell<[Option<SignalAction>; MAX_SIGNAL]>,
-    installed: [AtomicBool; MAX_SIGNAL],
+/// The program's action for one signal, readable from the signal handler (atomics only).
+struct ProgramAction {
+    watched: AtomicBool,
+    handler: AtomicUsize,
+    flags: AtomicI32,
+    mask: [AtomicU64; MASK_WORDS],
 }
 
-// SAFETY: `actions[s]` is written only by `install` before `installed[s]` is set (release) and before our
-// handler for `s` exists; afterwards it is only read (after an acquire load of `installed[s]`).
-unsafe impl Sync for PreviousActions {}
+impl ProgramAction {
+    const fn new() -> Self {
+        ProgramAction {
+            watched: AtomicBool::new(false),
+            handler: AtomicUsize::new(0),
+            flags: AtomicI32::new(0),
+            mask: [const { AtomicU64::new(0) }; MASK_WORDS],
+        }
+    }
 
-static PREVIOUS: PreviousActions = PreviousActions {
-    actions: std::cell::UnsafeCell::new([None; MAX_SIGNAL]),
-    installed: [const { AtomicBool::new(false) }; MAX_SIGNAL],
-};
+    fn store(&self, action: &SignalAction) {
+        self.handler.store(action.sa_sigaction, Ordering::Relaxed);
+        self.flags.store(action.sa_flags, Ordering::Relaxed);
+        // SAFETY: sigset_t is plain data, MASK_WORDS 64-bit words.
+        let words: [u64; MASK_WORDS] = unsafe { std::mem::transmute_copy(&action.sa_mask) };
+        for (slot, word) in self.mask.iter().zip(words) {
+            slot.store(word, Ordering::Relaxed);
+        }
+    }
+
+    fn load(&self) -> SignalAction {
+        let mut words = [0u64; MASK_WORDS];
+        for (word, slot) in words.iter_mut().zip(&self.mask) {
+            *word = slot.load(Ordering::Relaxed);
+        }
+        let mut action = sys::empty_action();
+        action.sa_sigaction = self.handler.load(Ordering::Relaxed);
+        action.sa_flags = self.flags.load(Ordering::Relaxed);
+        // SAFETY: same size, plain data.
+        action.sa_mask = unsafe { std::mem::transmute_copy(&words) };
+        action
+    }
+}
+
+static PROGRAM: [ProgramAction; MAX_SIGNAL] = [const { ProgramAction::new() }; MAX_SIGNAL];
 
 /// 0: no dump yet; 1: a thread is dumping; 2: the dump is written.
 static DUMP_STATE: AtomicU32 = AtomicU32::new(0);
 
+fn slot(signal: libc::c_int) -> Option<&'static ProgramAction> {
+    PROGRAM.get(usize::try_from(signal).ok()?)
+}
+
+/// Whether loader-hooks keeps the program's action for `signal`.
+pub fn is_watched(signal: libc::c_int) -> bool {
+    slot(signal).is_some_and(|s| s.watched.load(Ordering::Acquire))
+}
+
 pub(crate) fn install() {
-    if !process::ABNORMAL_DUMP.load(Ordering::Relaxed) {
+    if !process::ABNORMAL_DUMP.load(Ordering::Relaxed) || !sys::resolve_real_sigaction() {
         return;
     }
-    for (signal, _) in HANDLED {
-        let index = signal as usize;
-        if index >= MAX_SIGNAL || PREVIOUS.installed[index].load(Ordering::Acquire) {
+    for (signal, _) in WATCHED_SIGNALS {
+        let Some(state) = slot(signal) else { continue };
+        let mut current = sys::empty_action();
+        if !sys::set_and_get_action(signal, None, Some(&mut current)) {
             continue;
         }
-        let Some(previous) = sys::install_signal_handler(signal, on_signal) else {
-            continue;
-        };
-        if sys::is_ignore(&previous) {
-            // Ignored signals stay ignored.
-            sys::set_signal_action(signal, &previous);
-            continue;
-        }
-        // SAFETY: see `PreviousActions`: the slot is not yet published, and our handler only reads it after
-        // `installed` is set; a signal arriving in between finds `installed` false and re-raises with SIG_DFL.
-        unsafe { (*PREVIOUS.actions.get())[index] = Some(previous) };
-        PREVIOUS.installed[index].store(true, Ordering::Release);
+        state.store(&current);
+        state.watched.store(true, Ordering::Release);
+        apply(signal, state);
     }
 }
 
-fn previous_action(signal: libc::c_int) -> Option<SignalAction> {
-    let index = usize::try_from(signal).ok().filter(|&i| i < MAX_SIGNAL)?;
-    if !PREVIOUS.installed[index].load(Ordering::Acquire) {
-        return None;
+/// Installs the real action that corresponds to the program's action (see the module documentation).
+fn apply(signal: libc::c_int, state: &ProgramAction) {
+    let program = state.load();
+    let real = if program.sa_sigaction == libc::SIG_IGN {
+        program
+    } else if program.sa_sigaction == libc::SIG_DFL {
+        sys::handler_action(on_signal, libc::SA_ONSTACK | libc::SA_RESTART, None)
+    } else {
+        let kept = program.sa_flags & (libc::SA_RESTART | libc::SA_ONSTACK | libc::SA_NODEFER);
+        sys::handler_action(on_signal, kept, Some(&program.sa_mask))
+    };
+    sys::set_and_get_action(signal, Some(&real), None);
+}
+
+/// The runtime's `sigaction` interposer calls this first: for a watched signal, record the program's new
+/// action (and give back its previous one) and return `Some(0)`; for other signals `None` (pass through).
+///
+/// # Safety
+/// `action` and `old` are null or valid, as for `sigaction(2)`.
+pub unsafe fn program_sigaction(
+    signal: libc::c_int,
+    action: *const SignalAction,
+    old: *mut SignalAction,
+) -> Option<libc::c_int> {
+    let state = slot(signal).filter(|s| s.watched.load(Ordering::Acquire))?;
+    // SAFETY: the caller passes null or a valid pointer.
+    if let Some(old) = unsafe { old.as_mut() } {
+        *old = state.load();
     }
-    // SAFETY: published by `install` (release/acquire on `installed`), never written again.
-    unsafe { (*PREVIOUS.actions.get())[index] }
+    // SAFETY: the caller passes null or a valid pointer.
+    if let Some(action) = unsafe { action.as_ref() } {
+        state.store(action);
+        apply(signal, state);
+    }
+    Some(0)
 }
 
 extern "C" fn on_signal(
@@ -88,14 +158,38 @@ extern "C" fn on_signal(
     context: *mut libc::c_void,
 ) {
     let _errno = sys::SavedErrno::save();
-    let previous = previous_action(signal);
-    if let Some(previous) = previous.filter(|p| !sys::is_default(p) && !sys::is_ignore(p)) {
-        // Someone else's handler was there first: it decides, as it would have without us.
-        // SAFETY: `previous` is a real handler, and info/context are the kernel's values for this signal.
-        unsafe { sys::call_program_handler(&previous, signal, info, context) };
+    let Some(state) = slot(signal) else { return };
+    let handler = state.handler.load(Ordering::Relaxed);
+    let flags = state.flags.load(Ordering::Relaxed);
+    let refaults = WATCHED_SIGNALS.iter().any(|&(s, r)| s == signal && r);
+    // SAFETY: the kernel passes a valid siginfo_t to an SA_SIGINFO handler.
+    let sent_by_kernel = !info.is_null() && unsafe { (*info).si_code } > 0;
+    if handler != libc::SIG_DFL && handler != libc::SIG_IGN {
+        if flags & libc::SA_RESETHAND != 0 {
+            let mut default = state.load();
+            default.sa_sigaction = libc::SIG_DFL;
+            default.sa_flags &= !libc::SA_RESETHAND;
+            state.store(&default);
+            apply(signal, state);
+        }
+        // SAFETY: the program installed `handler` for `signal` with these flags; info/context are the
+        // kernel's for this delivery.
+        unsafe {
+            sys::call_program_handler(
+                handler,
+                flags & libc::SA_SIGINFO != 0,
+                signal,
+                info,
+                context,
+            )
+        };
         return;
     }
-    // The default action is to end the process: write the profile once, then end it the same way.
+    if handler == libc::SIG_IGN && !(refaults && sent_by_kernel) {
+        // Only in the instant between the program's sigaction and ours: ignored, as the program asked.
+        return;
+    }
+    // The default action ends the process: write the profile once, then end it the same way.
     match DUMP_STATE.compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire) {
         Ok(_) => {
             process::report_end(ProcessEnd::Signal { signal });
@@ -111,15 +205,13 @@ extern "C" fn on_signal(
             }
         }
     }
-    sys::set_signal_action(signal, &sys::default_action());
-    let refaults = HANDLED.iter().any(|&(s, r)| s == signal && r);
-    // SAFETY: the kernel passes a valid siginfo_t to an SA_SIGINFO handler.
-    let sent_by_kernel = !info.is_null() && unsafe { (*info).si_code } > 0;
+    sys::set_and_get_action(signal, Some(&sys::empty_action()), None);
     if refaults && sent_by_kernel {
         // Returning re-executes the faulting instruction, which now gets the default action (and core dump)
         // with the original fault address and code.
         return;
     }
-    // Blocked while this handler runs: delivered with SIG_DFL as soon as it returns.
+    // Blocked while this handler runs (unless the program asked for SA_NODEFER): delivered with SIG_DFL as
+    // soon as the handler returns.
     sys::raise_in_this_thread(signal);
 }

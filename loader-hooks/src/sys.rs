@@ -203,81 +203,93 @@ pub fn restore_signal_mask(mask: &libc::sigset_t) {
 /// A signal disposition as `sigaction` reports it.
 pub type SignalAction = libc::sigaction;
 
-/// Installs `handler` (SA_SIGINFO) for `signal` and returns the previous disposition, or None on failure.
-///
-/// The handler runs with every catchable signal blocked, on the alternate stack if the thread has one, and
-/// SA_RESTART so that interrupted system calls of the program resume.
-pub fn install_signal_handler(
+/// The handler type of an SA_SIGINFO action.
+pub type SignalHandler = extern "C" fn(c_int, *mut libc::siginfo_t, *mut c_void);
+
+/// libc's `sigaction` (the runtime exports its own `sigaction`, which must not be re-entered from here).
+fn real_sigaction() -> usize {
+    static REAL: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let known = REAL.load(std::sync::atomic::Ordering::Relaxed);
+    if known != 0 {
+        return known;
+    }
+    let found = next_definition(b"sigaction\0");
+    REAL.store(found, std::sync::atomic::Ordering::Relaxed);
+    found
+}
+
+/// Resolves libc's `sigaction` ahead of any signal handler needing it.
+pub fn resolve_real_sigaction() -> bool {
+    real_sigaction() != 0
+}
+
+/// libc's `sigaction(signal, new, old)`; false on failure. Async-signal-safe once resolved.
+pub fn set_and_get_action(
     signal: c_int,
-    handler: extern "C" fn(c_int, *mut libc::siginfo_t, *mut c_void),
-) -> Option<SignalAction> {
-    // SAFETY: `new` and `old` are valid local sigaction structs; the handler is a function of this library,
-    // which is never unloaded.
-    unsafe {
-        let mut new: libc::sigaction = std::mem::zeroed();
-        new.sa_sigaction = handler as usize;
-        new.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK | libc::SA_RESTART;
-        libc::sigfillset(&mut new.sa_mask);
-        let mut old: libc::sigaction = std::mem::zeroed();
-        if libc::sigaction(signal, &new, &mut old) == 0 {
-            Some(old)
-        } else {
-            None
-        }
+    new: Option<&SignalAction>,
+    old: Option<&mut SignalAction>,
+) -> bool {
+    let real = real_sigaction();
+    if real == 0 {
+        return false;
     }
+    type SigactionFn = unsafe extern "C" fn(c_int, *const SignalAction, *mut SignalAction) -> c_int;
+    // SAFETY: `real` is libc's sigaction, found by dlsym(RTLD_NEXT).
+    let real: SigactionFn = unsafe { std::mem::transmute::<usize, SigactionFn>(real) };
+    let new = new.map_or(std::ptr::null(), |n| n as *const SignalAction);
+    let old = old.map_or(std::ptr::null_mut(), |o| o as *mut SignalAction);
+    // SAFETY: both pointers are null or valid sigaction structs.
+    unsafe { real(signal, new, old) == 0 }
 }
 
-/// Puts back a disposition saved by [`install_signal_handler`] (or any other). Async-signal-safe.
-pub fn set_signal_action(signal: c_int, action: &SignalAction) {
-    // SAFETY: `action` is a valid sigaction struct.
-    unsafe {
-        libc::sigaction(signal, action, std::ptr::null_mut());
-    }
-}
-
-/// The disposition SIG_DFL for `signal`.
-pub fn default_action() -> SignalAction {
-    // SAFETY: an all-zero sigaction is SIG_DFL with an empty mask and no flags.
+/// An all-zero action: SIG_DFL, empty mask, no flags.
+pub fn empty_action() -> SignalAction {
+    // SAFETY: sigaction is plain data; all-zero is SIG_DFL with an empty mask.
     unsafe { std::mem::zeroed() }
 }
 
-/// Whether `action` is SIG_DFL / SIG_IGN.
-pub fn is_default(action: &SignalAction) -> bool {
-    action.sa_sigaction == libc::SIG_DFL
-}
-pub fn is_ignore(action: &SignalAction) -> bool {
-    action.sa_sigaction == libc::SIG_IGN
+/// An action running `handler` with `flags` (SA_SIGINFO added) and `mask` (None: every signal).
+pub fn handler_action(
+    handler: SignalHandler,
+    flags: c_int,
+    mask: Option<&libc::sigset_t>,
+) -> SignalAction {
+    let mut action = empty_action();
+    action.sa_sigaction = handler as usize;
+    action.sa_flags = flags | libc::SA_SIGINFO;
+    match mask {
+        Some(mask) => action.sa_mask = *mask,
+        // SAFETY: a valid sigset_t inside our local struct.
+        None => unsafe {
+            libc::sigfillset(&mut action.sa_mask);
+        },
+    }
+    action
 }
 
-/// Calls the program's own handler as the kernel would have (SA_SIGINFO or plain form), with its mask.
+/// Calls a program's handler the way the kernel would have (the kernel already applied its mask, since our
+/// real action carries the program's mask and flags).
 ///
 /// # Safety
-/// `action` must hold a real handler (not SIG_DFL/SIG_IGN) that the program installed, and `info`/`context`
-/// must be the values the kernel passed to our handler for this signal.
+/// `handler` must be a real handler (not SIG_DFL/SIG_IGN) that the program installed for `signal`, with
+/// `siginfo` telling its form, and `info`/`context` the kernel's values for this delivery.
 pub unsafe fn call_program_handler(
-    action: &SignalAction,
+    handler: usize,
+    siginfo: bool,
     signal: c_int,
     info: *mut libc::siginfo_t,
     context: *mut c_void,
 ) {
-    // SAFETY: the mask is a valid sigset_t; we add the program's sa_mask (and the signal itself unless
-    // SA_NODEFER) as the kernel would have for its handler.
+    // SAFETY: guaranteed by the caller: `handler` has the form its SA_SIGINFO flag says.
     unsafe {
-        let mut mask = action.sa_mask;
-        if action.sa_flags & libc::SA_NODEFER == 0 {
-            libc::sigaddset(&mut mask, signal);
-        }
-        let mut old: libc::sigset_t = std::mem::zeroed();
-        libc::pthread_sigmask(libc::SIG_BLOCK, &mask, &mut old);
-        if action.sa_flags & libc::SA_SIGINFO != 0 {
-            let handler: extern "C" fn(c_int, *mut libc::siginfo_t, *mut c_void) =
-                std::mem::transmute(action.sa_sigaction);
+        if siginfo {
+            let handler: SignalHandler = std::mem::transmute::<usize, SignalHandler>(handler);
             handler(signal, info, context);
         } else {
-            let handler: extern "C" fn(c_int) = std::mem::transmute(action.sa_sigaction);
+            let handler: extern "C" fn(c_int) =
+                std::mem::transmute::<usize, extern "C" fn(c_int)>(handler);
             handler(signal);
         }
-        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
     }
 }
 

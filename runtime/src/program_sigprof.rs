@@ -131,6 +131,14 @@ pub unsafe fn program_sigaction(
     action: *const libc::sigaction,
     old: *mut libc::sigaction,
 ) -> i32 {
+    // The fatal/terminating signals watched by loader-hooks keep the program's action there.
+    let watched = {
+        // SAFETY: the caller's arguments, as sigaction(2) requires.
+        unsafe { mslprof_loader_hooks::signals::program_sigaction(signal, action, old) }
+    };
+    if let Some(result) = watched {
+        return result;
+    }
     if signal != libc::SIGPROF || !crate::ensure_started() || !OWNED.load(Ordering::Acquire) {
         // SAFETY: the caller's arguments.
         return unsafe { sigaction_passthrough(signal, action, old) };

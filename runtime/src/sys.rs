@@ -388,15 +388,6 @@ pub fn page_size() -> usize {
     if size > 0 { size as usize } else { 4096 }
 }
 
-// ==== lh section: loader events (lifecycle.rs) ====
-
-/// Sets an environment variable (the root-process marker), at start-up.
-pub fn set_environment_variable(name: &str, value: &str) {
-    // SAFETY: called once from the runtime's start-up, before the program's main runs and normally before it
-    // has other threads; the environment is not read concurrently by this library.
-    unsafe { std::env::set_var(name, value) };
-}
-
 // ==== rt-mcount section: memory for arc tables, mcount stubs, gmon interposition helpers ====
 
 /// Runs `f` and restores `errno` afterwards, so calls made from `mcount` or a signal handler leave
@@ -786,3 +777,24 @@ pub unsafe extern "C" fn call_preserving_vector_state(start: extern "C" fn() -> 
 }
 
 // ==== end of rt-mcount section ====
+
+// ==== lh section: loader events (lifecycle.rs) ====
+
+/// Sets an environment variable (the root-process marker), at start-up.
+pub fn set_environment_variable(name: &str, value: &str) {
+    // SAFETY: called once from the runtime's start-up, before the program's main runs and normally before it
+    // has other threads; the environment is not read concurrently by this library.
+    unsafe { std::env::set_var(name, value) };
+}
+
+// A weak reference to the program's link-time bucket-size symbol (config::BUCKET_SIZE_SYMBOL). Because
+// libmslprof.so refers to it, a program linked with `-lmslprof` that defines it gets it exported to its
+// dynamic symbol table by the linker, where `global_symbol` finds it; without a definition it resolves to 0.
+// The section is marked retained so that --gc-sections keeps the reference.
+core::arch::global_asm!(
+    ".pushsection .data.rel.ro.mslprof_bucket_size_reference,\"awR\",%progbits",
+    ".balign 8",
+    ".weak mslprof_profilebucketsize",
+    ".8byte mslprof_profilebucketsize",
+    ".popsection",
+);

@@ -427,3 +427,51 @@ mod libc_signal {
     pub const SIGSEGV: i32 = 11;
     pub const SIGTERM: i32 = 15;
 }
+
+#[test]
+fn the_programs_own_signal_handling_is_unchanged() {
+    let workspace = Workspace::new();
+    let app = build_units_program(&workspace, "handlers", "handlers.c");
+    let expected_stdout = [
+        ("query", "before default\nafter mine\n"),
+        ("exit-handler", "caught\n"),
+        ("reraise", "handled\n"),
+        ("eintr", "eintr\n"),
+        ("ignored-exec", "survived\n"),
+    ];
+    for (how, stdout) in expected_stdout {
+        let _ = std::fs::remove_file(workspace.join("gmon.out"));
+        let plain = run(workspace.command(&app).arg(how));
+        assert_eq!(
+            String::from_utf8_lossy(&plain.stdout),
+            stdout,
+            "{how}: the fixture itself"
+        );
+        let profiled = run(workspace.command_with_runtime(&app).arg(how));
+        assert_eq!(
+            String::from_utf8_lossy(&profiled.stdout),
+            stdout,
+            "{how}: same behaviour under the runtime; stderr:\n{}",
+            String::from_utf8_lossy(&profiled.stderr)
+        );
+        assert_eq!(ending(profiled.status), ending(plain.status), "{how}");
+    }
+    // The program's handler ended the process with _exit: that is what the profile says.
+    let _ = std::fs::remove_file(workspace.join("gmon.out"));
+    run(workspace.command_with_runtime(&app).arg("exit-handler"));
+    let profile = workspace.profile("gmon.out");
+    assert_eq!(
+        profile.header.incomplete_cause,
+        IncompleteCause::UnderscoreExit
+    );
+    assert_eq!(unit_calls(&workspace, &profile), 17);
+    // The program's handler put SIG_DFL back and let the fault happen again: the profile names the signal.
+    let _ = std::fs::remove_file(workspace.join("gmon.out"));
+    run(workspace.command_with_runtime(&app).arg("reraise"));
+    let profile = workspace.profile("gmon.out");
+    assert_eq!(profile.header.incomplete_cause, IncompleteCause::Signal);
+    assert_eq!(
+        profile.header.incomplete_signal,
+        libc_signal::SIGSEGV as u32
+    );
+}
