@@ -366,6 +366,19 @@ pub(crate) fn write(profile: &Profile, target: GnuTarget, out: impl Write) -> io
     e.out.write_all(&[0u8; 12])?;
     if let Some(histogram) = &module.histogram {
         for range in &histogram.ranges {
+            if let Buckets::Sparse { len, entries } = &range.buckets {
+                let mut previous: Option<u64> = None;
+                for &(index, _) in entries {
+                    if index >= *len || previous.is_some_and(|p| index <= p) {
+                        return Err(invalid(
+                            "sparse buckets must be strictly increasing and inside their range",
+                        ));
+                    }
+                    previous = Some(index);
+                }
+            }
+        }
+        for range in &histogram.ranges {
             let bins = u32::try_from(range.buckets.len())
                 .map_err(|_| invalid("histogram range with more than 2^32-1 buckets"))?;
             if bins == 0 {
