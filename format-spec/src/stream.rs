@@ -52,6 +52,12 @@
 //!   `false` once the count is reached and further arcs are counted in [`StreamSummary::arcs_dropped`].
 //! - Counts above 65535 in a 16-bit histogram are written as 65535 (saturated).
 //! - The caller guarantees unique module keys (the owned writer checks them; this one cannot without memory).
+//! - **From a fatal-signal handler** nothing may allocate, so the descriptors must not be collected into a
+//!   fresh `Vec` there: keep a `Vec<ModuleDesc>` (and the per-module `RangeDesc` arrays) whose capacity was
+//!   reserved ahead of time for the most modules there can be, then `clear()` and `push()` within that capacity
+//!   (which does not allocate), or keep the descriptors in fixed arrays. The descriptors only borrow, so building
+//!   them costs no more than copying a few words per module. Stop sampling (or at least make it stop touching
+//!   the histograms) before calling: the data is read twice.
 
 use std::cell::Cell;
 use std::fmt;
