@@ -156,6 +156,8 @@ fn write_two_modules(
     };
     let lib_feed = |emit: &mut dyn FnMut(Arc) -> bool| {
         emit(arc(1, 0x1000, 9));
+        // A caller key that is not among the modules written (a stale one).
+        emit(arc(42, 0x1008, 2));
     };
     let modules = [
         ModuleDesc {
@@ -190,7 +192,7 @@ fn write_two_modules(
                 ranges: &ranges_lib,
                 encoding: Encoding::Auto,
             }),
-            arc_count: 1,
+            arc_count: 2,
             arcs: Some(&lib_feed),
             ..ModuleDesc::default()
         },
@@ -214,7 +216,13 @@ fn streaming_path_allocates_nothing_and_reads_back() {
         (r.expect("writes"), a)
     };
     assert_eq!(allocations, 0, "the streaming writer must not allocate");
-    assert_eq!(summary, stream::StreamSummary::default());
+    assert_eq!(
+        summary,
+        stream::StreamSummary {
+            arcs_caller_unknown: 1,
+            ..stream::StreamSummary::default()
+        }
+    );
     // The counting allocator does see allocations (so the zero above means something).
     let (_, seen) = allocations_during(|| read(&buf[..len], GnuTarget::default()));
     assert!(seen > 0);
@@ -246,7 +254,13 @@ fn streaming_path_allocates_nothing_and_reads_back() {
         h.ranges[1].buckets.nonzero().collect::<Vec<_>>(),
         vec![(28, 1)]
     );
-    assert_eq!(lib.arcs, vec![arc(1, 0x1000, 9)]);
+    let stale = Arc {
+        caller_key: UNKNOWN_KEY,
+        caller_address: 0,
+        callee_address: 0x1008,
+        count: 2,
+    };
+    assert_eq!(lib.arcs, vec![arc(1, 0x1000, 9), stale]);
 }
 
 #[test]
