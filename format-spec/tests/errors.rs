@@ -437,7 +437,7 @@ fn fields_appended_by_a_newer_minor_version_are_ignored() {
         e.extend_from_slice(&[0xEE; 8]);
         out.extend_from_slice(&e);
     }
-    while out.len() % 8 != 0 {
+    while !out.len().is_multiple_of(8) {
         out.push(0);
     }
     put_u64(&mut out, mh.header + 8, (mh.length + grow) as u64);
