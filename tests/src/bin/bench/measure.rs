@@ -44,7 +44,13 @@ impl Invocation {
         for (k, v) in &self.env {
             s.push_str(&format!("{k}={v} "));
         }
-        s.push_str(&self.program.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default());
+        s.push_str(
+            &self
+                .program
+                .file_name()
+                .map(|f| f.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+        );
         for a in &self.args {
             s.push(' ');
             s.push_str(a);
@@ -57,6 +63,8 @@ impl Invocation {
 #[derive(Clone, Copy, Debug)]
 pub struct RunFigures {
     pub wall: Duration,
+    /// User plus system CPU time of the process and its threads.
+    pub cpu: Duration,
     pub max_rss_kib: u64,
 }
 
@@ -64,6 +72,7 @@ pub struct RunFigures {
 #[derive(Clone, Copy, Debug)]
 pub struct Medians {
     pub wall: Duration,
+    pub cpu: Duration,
     pub max_rss_kib: u64,
     pub runs: usize,
 }
@@ -80,13 +89,23 @@ pub fn run_once(inv: &Invocation) -> Result<RunFigures, String> {
         cmd.env(k, v);
     }
     let start = Instant::now();
-    let child = cmd.spawn().map_err(|e| format!("{}: {e}", inv.program.display()))?;
+    let child = cmd
+        .spawn()
+        .map_err(|e| format!("{}: {e}", inv.program.display()))?;
     let usage = sys::wait_with_usage(child.id()).map_err(|e| format!("wait: {e}"))?;
     let wall = start.elapsed();
     if usage.exit_code != Some(0) {
-        return Err(format!("`{}` exited with {:?}", inv.shell_line(), usage.exit_code));
+        return Err(format!(
+            "`{}` exited with {:?}",
+            inv.shell_line(),
+            usage.exit_code
+        ));
     }
-    Ok(RunFigures { wall, max_rss_kib: usage.max_rss_kib })
+    Ok(RunFigures {
+        wall,
+        cpu: usage.user_cpu + usage.system_cpu,
+        max_rss_kib: usage.max_rss_kib,
+    })
 }
 
 /// Runs every invocation `runs` times, interleaved (a, b, c, a, b, c, ...) so that the machine's drifting load
@@ -103,8 +122,15 @@ pub fn interleaved(invs: &[Invocation], runs: usize) -> Result<Vec<Medians>, Str
 
 fn medians(figs: &[RunFigures]) -> Medians {
     let mut walls: Vec<Duration> = figs.iter().map(|f| f.wall).collect();
+    let mut cpus: Vec<Duration> = figs.iter().map(|f| f.cpu).collect();
     let mut rss: Vec<u64> = figs.iter().map(|f| f.max_rss_kib).collect();
     walls.sort();
+    cpus.sort();
     rss.sort();
-    Medians { wall: walls[walls.len() / 2], max_rss_kib: rss[rss.len() / 2], runs: figs.len() }
+    Medians {
+        wall: walls[walls.len() / 2],
+        cpu: cpus[cpus.len() / 2],
+        max_rss_kib: rss[rss.len() / 2],
+        runs: figs.len(),
+    }
 }
