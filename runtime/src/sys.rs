@@ -155,10 +155,12 @@ impl ThreadTimer {
 }
 
 /// Creates a timer on the calling thread's CPU clock that sends `signal` to the calling thread with
-/// `cookie` as its `si_value`, firing every `period_ns` nanoseconds of this thread's CPU time.
+/// `cookie` as its `si_value`, first after `first_ns` and then every `period_ns` nanoseconds of this thread's
+/// CPU time.
 pub fn start_thread_cpu_timer(
     signal: i32,
     cookie: usize,
+    first_ns: u64,
     period_ns: u64,
 ) -> Result<ThreadTimer, i32> {
     // SAFETY: sigevent is plain data; all-zero is a valid starting value.
@@ -174,13 +176,13 @@ pub fn start_thread_cpu_timer(
     if unsafe { libc::timer_create(libc::CLOCK_THREAD_CPUTIME_ID, &mut event, &mut timer) } != 0 {
         return Err(errno());
     }
-    let period = libc::timespec {
-        tv_sec: (period_ns / 1_000_000_000) as libc::time_t,
-        tv_nsec: (period_ns % 1_000_000_000) as libc::c_long,
+    let timespec = |ns: u64| libc::timespec {
+        tv_sec: (ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (ns % 1_000_000_000) as libc::c_long,
     };
     let spec = libc::itimerspec {
-        it_interval: period,
-        it_value: period,
+        it_interval: timespec(period_ns),
+        it_value: timespec(first_ns.max(1)),
     };
     // SAFETY: `timer` was just created; `spec` is valid; the old value is not wanted.
     if unsafe { libc::timer_settime(timer, 0, &spec, std::ptr::null_mut()) } != 0 {

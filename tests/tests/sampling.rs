@@ -732,3 +732,82 @@ fn a_large_library_histogram_is_written_from_its_touched_pages() {
         }
     }
 }
+
+#[test]
+fn every_thread_timer_goes_away_with_its_thread() {
+    let ws = Workspace::new();
+    let program = ws.program("churn", &[source("thread_churn.c")], &["-pthread"]);
+    let output = run(&mut ws.command_with_runtime(&program));
+    assert!(output.status.success());
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    if stdout.trim() == "timers=unknown" {
+        eprintln!("SKIPPED: /proc/self/timers is not available");
+        return;
+    }
+    // Only the main thread's sampling timer is left.
+    assert_eq!(stdout, "timers=1\n");
+    let profile = ws.profile("gmon.out");
+    // 200 threads × 2 ms of CPU at 10 ms per sample: no thread runs a whole period, yet they are sampled
+    // because each timer starts at a random phase (a fixed phase gives 0 samples). The kernel checks CPU
+    // timers only on its tick (4 ms here), so threads shorter than a tick get about a third of the 40
+    // samples their CPU time is worth (runtime/README.md).
+    assert!(
+        profile.header.total_samples >= 4,
+        "{} samples",
+        profile.header.total_samples
+    );
+}
+
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn samples_in_anonymous_code_are_counted_as_unknown() {
+    let ws = Workspace::new();
+    let program = ws.program("jit", &[source("jit.c")], &[]);
+    let output = run(&mut ws.command_with_runtime(&program));
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+    let profile = ws.profile("gmon.out");
+    let header = &profile.header;
+    let unknown = header.unknown_samples as f64 / header.total_samples as f64;
+    assert!(
+        (unknown - 0.5).abs() <= 0.10,
+        "unknown share {unknown:.3} of {} samples",
+        header.total_samples
+    );
+    assert_share(&profile, "jit", 0.5);
+}
+
+#[test]
+fn a_rust_program_without_pg_is_sampled_in_all_its_threads() {
+    let ws = Workspace::new();
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    let program = ws.join("rust_threads");
+    let compiled = run(std::process::Command::new(&rustc)
+        .args(["-O", "-g", "-o"])
+        .arg(&program)
+        .arg(source("rust_threads.rs")));
+    assert!(
+        compiled.status.success(),
+        "{}",
+        String::from_utf8_lossy(&compiled.stderr)
+    );
+    let output = run(ws.command_with_runtime(&program).env("LD_PROFILE", "a.out"));
+    assert!(output.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout).len(),
+        "done 0\n".len()
+    );
+    let profile = ws.profile("gmon.out");
+    let main = module(&profile, "rust_threads");
+    assert!(main.is_profiled() && main.is_main_program());
+    assert!(main.samples >= 10, "{} samples", main.samples);
+    assert!(
+        share(&profile, "rust_threads") >= 0.8,
+        "{:.3}",
+        share(&profile, "rust_threads")
+    );
+    assert_eq!(histogram_total(main), main.samples);
+}
