@@ -138,7 +138,7 @@ pub fn clock_ns(clock: libc::clockid_t) -> i64 {
         .saturating_add(now.tv_nsec)
 }
 
-pub use libc::{CLOCK_PROCESS_CPUTIME_ID, CLOCK_REALTIME};
+pub use libc::CLOCK_REALTIME;
 
 // ==== rt-mcount section: memory for arc tables, mcount stubs, gmon interposition helpers ====
 
@@ -621,4 +621,42 @@ pub fn set_environment_variable(name: &str, value: &str) {
     // SAFETY: called once from the runtime's start-up, before the program's main runs and normally before it
     // has other threads; the environment is not read concurrently by this library.
     unsafe { std::env::set_var(name, value) };
+}
+
+/// Creates `path` (NUL-terminated) for writing: new file only, never through a symlink, mode 0644 minus the
+/// umask. Async-signal-safe. Returns the descriptor.
+pub fn create_new_file(path: &[u8]) -> Option<i32> {
+    debug_assert_eq!(path.last(), Some(&0));
+    // SAFETY: `path` is NUL-terminated; open has no other preconditions.
+    let fd = unsafe {
+        libc::open(
+            path.as_ptr() as *const libc::c_char,
+            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            0o644 as libc::c_uint,
+        )
+    };
+    (fd >= 0).then_some(fd)
+}
+
+/// Closes a descriptor. Async-signal-safe.
+pub fn close_file(fd: i32) {
+    // SAFETY: closing a descriptor we opened.
+    unsafe { libc::close(fd) };
+}
+
+/// `rename(from, to)`, both NUL-terminated. Async-signal-safe.
+pub fn rename_file(from: &[u8], to: &[u8]) -> bool {
+    // SAFETY: both are NUL-terminated paths.
+    unsafe {
+        libc::rename(
+            from.as_ptr() as *const libc::c_char,
+            to.as_ptr() as *const libc::c_char,
+        ) == 0
+    }
+}
+
+/// `unlink(path)`, NUL-terminated. Async-signal-safe.
+pub fn remove_file(path: &[u8]) {
+    // SAFETY: `path` is NUL-terminated.
+    unsafe { libc::unlink(path.as_ptr() as *const libc::c_char) };
 }

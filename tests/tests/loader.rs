@@ -475,3 +475,36 @@ fn the_programs_own_signal_handling_is_unchanged() {
         libc_signal::SIGSEGV as u32
     );
 }
+
+#[test]
+fn a_signal_that_interrupts_malloc_still_gets_its_profile_written() {
+    let workspace = Workspace::new();
+    let app = build_units_program(&workspace, "endings", "endings.c");
+    let mut child = workspace
+        .command_with_runtime(&app)
+        .arg("term-in-malloc")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start endings");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the process hung: the signal-time dump must not need malloc's lock");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert_eq!(status.signal(), Some(libc_signal::SIGTERM));
+    let profile = workspace.profile("gmon.out");
+    assert_eq!(profile.header.incomplete_cause, IncompleteCause::Signal);
+    assert_eq!(
+        profile.header.incomplete_signal,
+        libc_signal::SIGTERM as u32
+    );
+    assert_eq!(unit_calls(&workspace, &profile), 17);
+}
