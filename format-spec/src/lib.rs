@@ -123,16 +123,30 @@ pub fn record_counts(bytes: &[u8], target: GnuTarget) -> Result<Option<RecordCou
 /// strings over the limits) is refused with [`io::ErrorKind::InvalidInput`] before anything is written.
 /// For every profile it accepts, [`read`] gives back an equal profile up to that normalisation of arcs.
 pub fn write(profile: &Profile, w: impl io::Write) -> io::Result<()> {
-    write::write(profile, cfg!(target_endian = "big"), w)
+    write::write(profile, WriteOptions::default(), w)
 }
 
-/// Like [`write`], in an explicit byte order (readers accept both).
-pub fn write_with_byte_order(
-    profile: &Profile,
-    big_endian: bool,
-    w: impl io::Write,
-) -> io::Result<()> {
-    write::write(profile, big_endian, w)
+/// Choices [`write_with`] leaves open to its caller.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WriteOptions {
+    /// Byte order of the file (readers accept both). Default: the machine's.
+    pub big_endian: bool,
+    /// Histogram encoding. Default: [`stream::Encoding::Auto`], the smaller of dense and sparse.
+    pub encoding: stream::Encoding,
+}
+
+impl Default for WriteOptions {
+    fn default() -> Self {
+        WriteOptions {
+            big_endian: cfg!(target_endian = "big"),
+            encoding: stream::Encoding::Auto,
+        }
+    }
+}
+
+/// Like [`write`], with an explicit byte order and histogram encoding (for tests and conversion tools).
+pub fn write_with(profile: &Profile, options: WriteOptions, w: impl io::Write) -> io::Result<()> {
+    write::write(profile, options, w)
 }
 
 /// Writes a profile with exactly one module as a GNU gmon.out (version 1) that GNU gprof 2.40 reads.

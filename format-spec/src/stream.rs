@@ -21,7 +21,12 @@
 //!     path: b"/usr/bin/app",
 //!     name: b"app",
 //!     flags: module_flags::PROFILED | module_flags::MAIN_PROGRAM,
-//!     histogram: Some(HistogramDesc { bucket_bits: 16, bytes_per_bucket: 4, ranges: &ranges }),
+//!     histogram: Some(HistogramDesc {
+//!         bucket_bits: 16,
+//!         bytes_per_bucket: 4,
+//!         ranges: &ranges,
+//!         ..HistogramDesc::default()
+//!     }),
 //!     arc_count: 1,
 //!     arcs: Some(&visit_arcs),
 //!     ..ModuleDesc::default()
@@ -139,6 +144,20 @@ pub struct HistogramDesc<'a> {
     /// A power of two, at most 2^30.
     pub bytes_per_bucket: u32,
     pub ranges: &'a [RangeDesc<'a>],
+    /// Dense, sparse, or (default) whichever is smaller.
+    pub encoding: Encoding,
+}
+
+/// How a histogram is encoded in the file (SPEC.md §7.2).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Encoding {
+    /// The smaller of the two; dense on a tie. What SPEC.md asks writers to do.
+    #[default]
+    Auto,
+    /// Always dense (skips nothing; useful to avoid the counting scan).
+    Dense,
+    /// Always sparse.
+    Sparse,
 }
 
 /// Visits a module's arcs: calls `emit` for each; stops when `emit` returns `false`.
@@ -381,7 +400,12 @@ fn plan(header: &HeaderDesc<'_>, modules: &[ModuleDesc<'_>]) -> Result<Layout, &
             let dense = buckets * u64::from(h.bucket_bits / 8);
             let sparse = nonzero * SPARSE_ENTRY_SIZE;
             p.bucket_count = buckets;
-            if sparse < dense {
+            let use_sparse = match h.encoding {
+                Encoding::Auto => sparse < dense,
+                Encoding::Dense => false,
+                Encoding::Sparse => true,
+            };
+            if use_sparse {
                 p.encoding = HIST_SPARSE;
                 p.sparse_entries = nonzero;
                 p.hist_size = sparse;

@@ -3,6 +3,7 @@
 use std::collections::HashSet;
 use std::io::{self, Write};
 
+use crate::WriteOptions;
 use crate::model::*;
 use crate::mslprof::merge_arcs;
 use crate::stream::{self, Counts, HeaderDesc, HistogramDesc, ModuleDesc, RangeDesc, StreamError};
@@ -61,7 +62,7 @@ fn check_module(m: &Module, keys: &HashSet<u32>) -> io::Result<()> {
 }
 
 /// Writes `profile` as an mslprof file in the given byte order. See [`crate::write`].
-pub(crate) fn write(profile: &Profile, big_endian: bool, out: impl Write) -> io::Result<()> {
+pub(crate) fn write(profile: &Profile, options: WriteOptions, out: impl Write) -> io::Result<()> {
     let mut keys = HashSet::with_capacity(profile.modules.len());
     for m in &profile.modules {
         if !keys.insert(m.key) {
@@ -147,6 +148,7 @@ pub(crate) fn write(profile: &Profile, big_endian: bool, out: impl Write) -> io:
                 bucket_bits: hist.bucket_bits,
                 bytes_per_bucket: bpbs[i],
                 ranges: &ranges[i],
+                encoding: options.encoding,
             }),
             arc_count: arcs[i].len() as u64,
             arcs: Some(&feeds[i]),
@@ -154,7 +156,7 @@ pub(crate) fn write(profile: &Profile, big_endian: bool, out: impl Write) -> io:
         });
     }
     let mut sink = stream::IoSink(io::BufWriter::new(out));
-    match stream::write_profile_with_byte_order(&mut sink, big_endian, &header, &descs) {
+    match stream::write_profile_with_byte_order(&mut sink, options.big_endian, &header, &descs) {
         Ok(_) => sink.0.flush(),
         Err(StreamError::Sink(e)) => Err(e),
         Err(StreamError::Invalid(what)) => Err(invalid(what)),

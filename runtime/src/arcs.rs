@@ -111,7 +111,6 @@ impl<'table> Level<'table> {
     }
 
     fn key(&self, index: usize) -> &'table KeySlot {
-        debug_assert!(index < self.slots);
         // SAFETY: `base` is a live, zero-initialised mapping of `mapping_bytes(slots)` bytes, page
         // aligned, whose first `slots * KEY_SLOT_BYTES` bytes are the key slots; `index < slots`.
         // An all-zero KeySlot is valid (atomics of 0). Mappings are only unmapped by `Drop`, which
@@ -120,7 +119,6 @@ impl<'table> Level<'table> {
     }
 
     fn count(&self, stripe: usize, index: usize) -> &'table AtomicU64 {
-        debug_assert!(stripe < STRIPES && index < self.slots);
         let offset = self.slots * KEY_SLOT_BYTES + (stripe * self.slots + index) * 8;
         // SAFETY: as in `key`; `offset` is inside the mapping and 8-byte aligned, and zeroed
         // memory is a valid AtomicU64.

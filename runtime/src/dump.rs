@@ -63,6 +63,7 @@ pub fn snapshot(settings: &Settings) -> model::Profile {
             unknown_samples: sampler::UNKNOWN_SAMPLES.load(Ordering::Relaxed),
             program_name: settings.program_name.clone(),
             program_path: program_path.unwrap_or_default(),
+            dropped_arcs: modules.iter().map(|m| m.dropped_arcs).sum(),
             ..model::Header::default()
         },
         modules,
@@ -127,6 +128,8 @@ fn module_snapshot(module: &LiveModule) -> model::Module {
             .as_ref()
             .map_or(0, |h| h.saturated_buckets()),
         histogram,
+        dropped_arcs: module.arcs.dropped(),
+        arcs: crate::mcount::arcs_snapshot(module),
         ..model::Module::default()
     }
 }

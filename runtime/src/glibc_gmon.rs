@@ -6,7 +6,7 @@
 //! here, in a preloaded `libmslprof.so` or one linked before libc, take their place: glibc then
 //! neither samples, counts, nor writes a file, and the runtime's dump is the only `gmon.out`.
 //! `moncontrol(0)` / `moncontrol(1)` keep their classic meaning: pause and resume profiling (call
-//! counting here; see [`crate::mcount::set_paused`]).
+//! counting and sampling).
 //!
 //! Programs linked statically with `-pg` (`gcc -pg -static`) contain glibc's gmon and `mcount`
 //! themselves and load no shared library: a preload cannot reach them, and they keep writing
@@ -28,8 +28,15 @@ pub extern "C" fn monstartup(_lowpc: c_ulong, _highpc: c_ulong) {}
 #[unsafe(no_mangle)]
 pub extern "C" fn _mcleanup() {}
 
-/// glibc: `void moncontrol(int mode)`: 0 pauses profiling, anything else resumes it.
+/// glibc: `void moncontrol(int mode)`: 0 pauses profiling (call counting and sampling), anything
+/// else resumes it.
 #[unsafe(no_mangle)]
 pub extern "C" fn moncontrol(mode: c_int) {
-    crate::mcount::set_paused(mode == 0);
+    let pause = mode == 0;
+    crate::mcount::set_paused(pause);
+    if pause {
+        crate::sampler::stop_and_quiesce();
+    } else if crate::sampler::is_started() {
+        crate::sampler::resume();
+    }
 }

@@ -496,6 +496,7 @@ fn write_without_heap() -> bool {
                 bucket_bits: h.bucket_bits().bits(),
                 bytes_per_bucket: BYTES_PER_BUCKET,
                 ranges,
+                encoding: Default::default(),
             }
         });
         let feed: &'static Feed = &feeds[i];

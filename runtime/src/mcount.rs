@@ -37,14 +37,14 @@ pub const UNKNOWN_KEY: u32 = 0xFFFF_FFFF;
 /// handlers interrupting it.
 pub const MAX_DEPTH: u32 = 3;
 
-/// Entries of each thread's call cache.
-pub const CACHE_ENTRIES: usize = 255;
+/// Entries of each thread's call cache (the assembly fast path in `sys` indexes it with 8 bits).
+pub const CACHE_ENTRIES: usize = 256;
 
 /// Set by `moncontrol(0)`, cleared by `moncontrol(1)`.
-static PAUSED: AtomicBool = AtomicBool::new(false);
+pub(crate) static PAUSED: AtomicBool = AtomicBool::new(false);
 
 /// Bumped by [`reset_after_fork`] so every thread cache is emptied.
-static RESET_EPOCH: AtomicUsize = AtomicUsize::new(0);
+pub(crate) static RESET_EPOCH: AtomicUsize = AtomicUsize::new(0);
 
 /// Pauses (`true`) or resumes call counting.
 pub fn set_paused(paused: bool) {
@@ -63,6 +63,22 @@ pub fn reset_after_fork() {
     for module in modules::all() {
         module.arcs.reset();
     }
+}
+
+/// The module's arcs for the dump, module-relative, sorted (SPEC.md §7.1); empty when it is not
+/// profiled.
+pub fn arcs_snapshot(module: &modules::LiveModule) -> Vec<mslprof_format::model::Arc> {
+    let mut arcs = Vec::with_capacity(module.arcs.len());
+    module.arcs.for_each(|arc| {
+        arcs.push(mslprof_format::model::Arc {
+            caller_key: arc.caller_key,
+            caller_address: arc.caller_addr,
+            callee_address: arc.callee_addr,
+            count: arc.count,
+        });
+    });
+    arcs.sort_unstable();
+    arcs
 }
 
 /// One cached arc: raw PCs and the counter (null: callee in an unprofiled module).
@@ -84,15 +100,24 @@ struct ThreadCache {
     stripe: u32,
     /// True when this thread shares its stripe (atomic adds needed).
     shared_stripe: bool,
+    _reserved: [u8; 15],
     entries: [CacheEntry; CACHE_ENTRIES],
 }
 
-const _: () = assert!(core::mem::size_of::<ThreadCache>() <= sys::THREAD_CACHE_BYTES);
+// The assembly fast path in `sys` depends on this layout.
+const _: () = {
+    assert!(core::mem::size_of::<ThreadCache>() <= sys::THREAD_CACHE_BYTES);
+    assert!(core::mem::offset_of!(ThreadCache, generation) == 0);
+    assert!(core::mem::offset_of!(ThreadCache, depth) == 8);
+    assert!(core::mem::offset_of!(ThreadCache, shared_stripe) == 16);
+    assert!(core::mem::offset_of!(ThreadCache, entries) == 32);
+    assert!(core::mem::size_of::<CacheEntry>() == 24);
+};
 
 #[inline(always)]
 fn cache_index(frompc: usize, selfpc: usize) -> usize {
     let mixed = (selfpc ^ frompc.rotate_left(17)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    (mixed >> 56) % CACHE_ENTRIES
+    mixed >> 56
 }
 
 #[inline(always)]

@@ -115,14 +115,15 @@ impl LiveModule {
 
 /// One published table.
 #[derive(Debug, Default)]
-struct Table {
+pub(crate) struct Table {
     /// Executable ranges of loaded modules, sorted by start, non-overlapping.
     by_address: Vec<(usize, usize, &'static LiveModule)>,
     /// Every load instance ever created, loaded or not, in load order.
     all: Vec<&'static LiveModule>,
 }
 
-static CURRENT: AtomicPtr<Table> = AtomicPtr::new(std::ptr::null_mut());
+/// The published table (read directly by the mcount fast path in `sys` as its generation).
+pub(crate) static CURRENT: AtomicPtr<Table> = AtomicPtr::new(std::ptr::null_mut());
 static WRITER: Mutex<()> = Mutex::new(());
 static NEXT_KEY: AtomicU32 = AtomicU32::new(1);
 static NEXT_UNLOAD: AtomicU32 = AtomicU32::new(1);

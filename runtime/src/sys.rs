@@ -140,231 +140,7 @@ pub fn clock_ns(clock: libc::clockid_t) -> i64 {
 
 pub use libc::CLOCK_REALTIME;
 
-// ==== rt-mcount section: memory for arc tables, mcount stubs, gmon interposition helpers ====
 
-/// Runs `f` and restores `errno` afterwards, so calls made from `mcount` or a signal handler leave
-/// the interrupted code's `errno` untouched.
-fn preserving_errno<T>(f: impl FnOnce() -> T) -> T {
-    // SAFETY: __errno_location returns the calling thread's errno slot; it is always valid and
-    // async-signal-safe.
-    let slot = unsafe { libc::__errno_location() };
-    // SAFETY: `slot` points to this thread's errno.
-    let saved = unsafe { *slot };
-    let result = f();
-    // SAFETY: as above.
-    unsafe { *slot = saved };
-    result
-}
-
-/// Maps `len` bytes of zeroed, private, anonymous memory; `None` if the kernel refuses.
-/// Async-signal-safe (one system call), errno preserved.
-pub fn map_zeroed(len: usize) -> Option<*mut u8> {
-    preserving_errno(|| {
-        // SAFETY: an anonymous private mapping at an address of the kernel's choice touches no
-        // existing memory.
-        let base = unsafe {
-            libc::mmap(
-                core::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
-        };
-        (base != libc::MAP_FAILED).then_some(base.cast::<u8>())
-    })
-}
-
-/// Unmaps memory obtained from [`map_zeroed`].
-///
-/// # Safety
-/// `base` and `len` must be exactly a mapping returned by [`map_zeroed`], and nothing may use it
-/// afterwards.
-pub unsafe fn unmap(base: *mut u8, len: usize) {
-    preserving_errno(|| {
-        // SAFETY: the caller guarantees the range is one of our mappings that nothing uses.
-        unsafe { libc::munmap(base.cast(), len) };
-    });
-}
-
-/// Gives the pages of a [`map_zeroed`] mapping back to the kernel; they read as zero afterwards.
-pub fn discard(base: *mut u8, len: usize) {
-    preserving_errno(|| {
-        // SAFETY: MADV_DONTNEED on a private anonymous mapping of ours only zeroes its pages; the
-        // callers (fork-time reset) guarantee nothing writes it concurrently.
-        unsafe { libc::madvise(base.cast(), len, libc::MADV_DONTNEED) };
-    });
-}
-
-/// Saves every register an instrumented function may still need, aligns the stack, calls
-/// `$record(frompc, selfpc)` and restores them. Expects `push rbp; mov rbp, rsp` done, with
-/// `frompc` in rdi and `selfpc` in rsi not yet loaded: `$load` loads them from the frame.
-///
-/// Saved: rax (vector-argument count of a variadic call), rcx, rdx, rsi, rdi, r8, r9 (integer
-/// arguments), r10 (static chain / DRAP), r11, and xmm0–xmm7 in full 128 bits (vector and
-/// floating-point arguments). Not saved: the upper halves of ymm0–ymm7/zmm0–zmm7, xmm8–15, x87 and
-/// MXCSR: the Rust code on this path is compiled for baseline x86_64 (SSE2 only, never VEX/EVEX
-/// encoded, so it cannot change an upper half) and calls no libc function that could (no string
-/// functions; only `mmap` on a table's first use or growth), so `__m256`/`__m512` arguments
-/// arrive intact; the register-preservation test passes `__m256` arguments to prove it.
-macro_rules! mcount_stub {
-    ($load:literal, $record:path) => {
-        core::arch::naked_asm!(
-            "push rbp",
-            "mov rbp, rsp",
-            "and rsp, -16",
-            "sub rsp, 208",
-            "movaps [rsp], xmm0",
-            "movaps [rsp + 16], xmm1",
-            "movaps [rsp + 32], xmm2",
-            "movaps [rsp + 48], xmm3",
-            "movaps [rsp + 64], xmm4",
-            "movaps [rsp + 80], xmm5",
-            "movaps [rsp + 96], xmm6",
-            "movaps [rsp + 112], xmm7",
-            "mov [rsp + 128], rax",
-            "mov [rsp + 136], rcx",
-            "mov [rsp + 144], rdx",
-            "mov [rsp + 152], rsi",
-            "mov [rsp + 160], rdi",
-            "mov [rsp + 168], r8",
-            "mov [rsp + 176], r9",
-            "mov [rsp + 184], r10",
-            "mov [rsp + 192], r11",
-            $load,
-            "call {record}",
-            "movaps xmm0, [rsp]",
-            "movaps xmm1, [rsp + 16]",
-            "movaps xmm2, [rsp + 32]",
-            "movaps xmm3, [rsp + 48]",
-            "movaps xmm4, [rsp + 64]",
-            "movaps xmm5, [rsp + 80]",
-            "movaps xmm6, [rsp + 96]",
-            "movaps xmm7, [rsp + 112]",
-            "mov rax, [rsp + 128]",
-            "mov rcx, [rsp + 136]",
-            "mov rdx, [rsp + 144]",
-            "mov rsi, [rsp + 152]",
-            "mov rdi, [rsp + 160]",
-            "mov r8, [rsp + 168]",
-            "mov r9, [rsp + 176]",
-            "mov r10, [rsp + 184]",
-            "mov r11, [rsp + 192]",
-            "mov rsp, rbp",
-            "pop rbp",
-            "ret",
-            record = sym $record,
-        )
-    };
-}
-
-/// `-pg` (gcc, clang) calls this after the instrumented function's prologue: that function's frame
-/// pointer is in rbp, so `selfpc` is our return address and `frompc` the instrumented function's
-/// own return address, the word above its saved frame pointer (as glibc's `_mcount` takes them).
-///
-/// # Safety
-/// Only compiler-generated profiling calls may call this, with rbp the instrumented function's
-/// frame pointer.
-#[cfg(target_arch = "x86_64")]
-#[unsafe(naked)]
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn mcount() {
-    // After our `push rbp`: [rbp] = instrumented function's rbp, [rbp + 8] = selfpc.
-    mcount_stub!(
-        "mov rsi, [rbp + 8]\nmov rdi, [rbp]\nmov rdi, [rdi + 8]",
-        crate::mcount::record_call
-    )
-}
-
-/// The other name of [`mcount`] (glibc exports both; some compilers call `_mcount`).
-///
-/// # Safety
-/// As [`mcount`].
-#[cfg(target_arch = "x86_64")]
-#[unsafe(naked)]
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn _mcount() {
-    mcount_stub!(
-        "mov rsi, [rbp + 8]\nmov rdi, [rbp]\nmov rdi, [rdi + 8]",
-        crate::mcount::record_call
-    )
-}
-
-/// `-pg -mfentry` calls this as the first instruction of the instrumented function, before its
-/// prologue: `selfpc` is our return address and `frompc` the word above it (the instrumented
-/// function's return address).
-///
-/// # Safety
-/// Only compiler-generated profiling calls may call this.
-#[cfg(target_arch = "x86_64")]
-#[unsafe(naked)]
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn __fentry__() {
-    // After our `push rbp`: [rbp + 8] = selfpc, [rbp + 16] = frompc.
-    mcount_stub!(
-        "mov rsi, [rbp + 8]\nmov rdi, [rbp + 16]",
-        crate::mcount::record_call
-    )
-}
-
-/// Bytes of the per-thread call cache block (see `mcount::ThreadCache`), in `.tbss`.
-pub const THREAD_CACHE_BYTES: usize = 8192;
-
-// The per-thread call cache lives in this library's static TLS block, addressed with the
-// initial-exec model (`@gottpoff` + `fs`): two instructions, no `__tls_get_addr` call, no
-// allocation, valid in signal handlers. Static TLS is fine because the runtime is loaded at start-up
-// (LD_PRELOAD or DT_NEEDED); every new thread gets it zeroed.
-#[cfg(target_arch = "x86_64")]
-core::arch::global_asm!(
-    ".pushsection .tbss,\"awT\",@nobits",
-    ".balign 64",
-    ".globl mslprof_thread_cache",
-    ".hidden mslprof_thread_cache",
-    ".type mslprof_thread_cache,@object",
-    ".size mslprof_thread_cache, 8192",
-    "mslprof_thread_cache:",
-    ".zero 8192",
-    ".popsection",
-);
-
-/// Address of the calling thread's call-cache block ([`THREAD_CACHE_BYTES`] zero-initialised,
-/// 64-byte aligned bytes that belong to this thread for its lifetime).
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-pub fn thread_cache_block() -> *mut u8 {
-    let address: usize;
-    // SAFETY: reads the thread pointer (fs:0, the TCB's self pointer on x86_64 glibc) and the
-    // linker-provided TLS offset of our own `.tbss` symbol; touches no other memory.
-    unsafe {
-        core::arch::asm!(
-            "mov {address}, qword ptr fs:[0]",
-            "add {address}, qword ptr [rip + mslprof_thread_cache@GOTTPOFF]",
-            address = out(reg) address,
-            options(nostack, readonly, pure),
-        );
-    }
-    address as *mut u8
-}
-
-/// Adds 1 to `counter` with one non-locked instruction. A signal on the calling thread cannot
-/// split it, but another core can: only for counters no other thread writes.
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-pub fn increment_unshared(counter: &core::sync::atomic::AtomicU64) {
-    // SAFETY: `counter` is a valid, aligned u64; the add is one instruction on memory that the
-    // caller guarantees no other thread writes, and readers on other cores see the old or the new
-    // value (aligned 8-byte accesses are atomic on x86_64).
-    unsafe {
-        core::arch::asm!(
-            "add qword ptr [{counter}], 1",
-            counter = in(reg) counter.as_ptr(),
-            options(nostack),
-        );
-    }
-}
-
-// ==== end of rt-mcount section ====
 
 /// A per-thread CPU-time timer (the kernel's timer id).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -613,6 +389,323 @@ pub fn page_size() -> usize {
     let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     if size > 0 { size as usize } else { 4096 }
 }
+
+// ==== rt-mcount section: memory for arc tables, mcount stubs, gmon interposition helpers ====
+
+/// Runs `f` and restores `errno` afterwards, so calls made from `mcount` or a signal handler leave
+/// the interrupted code's `errno` untouched.
+fn preserving_errno<T>(f: impl FnOnce() -> T) -> T {
+    // SAFETY: __errno_location returns the calling thread's errno slot; it is always valid and
+    // async-signal-safe.
+    let slot = unsafe { libc::__errno_location() };
+    // SAFETY: `slot` points to this thread's errno.
+    let saved = unsafe { *slot };
+    let result = f();
+    // SAFETY: as above.
+    unsafe { *slot = saved };
+    result
+}
+
+/// Maps `len` bytes of zeroed, private, anonymous memory; `None` if the kernel refuses.
+/// Async-signal-safe (one system call), errno preserved.
+pub fn map_zeroed(len: usize) -> Option<*mut u8> {
+    preserving_errno(|| {
+        // SAFETY: an anonymous private mapping at an address of the kernel's choice touches no
+        // existing memory.
+        let base = unsafe {
+            libc::mmap(
+                core::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        (base != libc::MAP_FAILED).then_some(base.cast::<u8>())
+    })
+}
+
+/// Unmaps memory obtained from [`map_zeroed`].
+///
+/// # Safety
+/// `base` and `len` must be exactly a mapping returned by [`map_zeroed`], and nothing may use it
+/// afterwards.
+pub unsafe fn unmap(base: *mut u8, len: usize) {
+    preserving_errno(|| {
+        // SAFETY: the caller guarantees the range is one of our mappings that nothing uses.
+        unsafe { libc::munmap(base.cast(), len) };
+    });
+}
+
+/// Gives the pages of a [`map_zeroed`] mapping back to the kernel; they read as zero afterwards.
+pub fn discard(base: *mut u8, len: usize) {
+    preserving_errno(|| {
+        // SAFETY: MADV_DONTNEED on a private anonymous mapping of ours only zeroes its pages; the
+        // callers (fork-time reset) guarantee nothing writes it concurrently.
+        unsafe { libc::madvise(base.cast(), len, libc::MADV_DONTNEED) };
+    });
+}
+
+/// Saves every register an instrumented function may still need, aligns the stack, calls
+/// `$record(frompc, selfpc)` and restores them. Expects `push rbp; mov rbp, rsp` done, with
+/// `frompc` in rdi and `selfpc` in rsi not yet loaded: `$load` loads them from the frame.
+///
+/// Saved: rax (vector-argument count of a variadic call), rcx, rdx, rsi, rdi, r8, r9 (integer
+/// arguments), r10 (static chain / DRAP), r11, and xmm0–xmm7 in full 128 bits (vector and
+/// floating-point arguments). Not saved: the upper halves of ymm0–ymm7/zmm0–zmm7, xmm8–15, x87 and
+/// MXCSR: the Rust code on this path is compiled for baseline x86_64 (SSE2 only, never VEX/EVEX
+/// encoded, so it cannot change an upper half) and calls no libc function that could (no string
+/// functions; only `mmap` on a table's first use or growth), so `__m256`/`__m512` arguments
+/// arrive intact; the register-preservation test passes `__m256` arguments to prove it.
+macro_rules! mcount_stub {
+    ($load:literal, $record:path) => {
+        core::arch::naked_asm!(
+            "push rbp",
+            "mov rbp, rsp",
+            "and rsp, -16",
+            "sub rsp, 208",
+            "movaps [rsp], xmm0",
+            "movaps [rsp + 16], xmm1",
+            "movaps [rsp + 32], xmm2",
+            "movaps [rsp + 48], xmm3",
+            "movaps [rsp + 64], xmm4",
+            "movaps [rsp + 80], xmm5",
+            "movaps [rsp + 96], xmm6",
+            "movaps [rsp + 112], xmm7",
+            "mov [rsp + 128], rax",
+            "mov [rsp + 136], rcx",
+            "mov [rsp + 144], rdx",
+            "mov [rsp + 152], rsi",
+            "mov [rsp + 160], rdi",
+            "mov [rsp + 168], r8",
+            "mov [rsp + 176], r9",
+            "mov [rsp + 184], r10",
+            "mov [rsp + 192], r11",
+            $load,
+            "call {record}",
+            "movaps xmm0, [rsp]",
+            "movaps xmm1, [rsp + 16]",
+            "movaps xmm2, [rsp + 32]",
+            "movaps xmm3, [rsp + 48]",
+            "movaps xmm4, [rsp + 64]",
+            "movaps xmm5, [rsp + 80]",
+            "movaps xmm6, [rsp + 96]",
+            "movaps xmm7, [rsp + 112]",
+            "mov rax, [rsp + 128]",
+            "mov rcx, [rsp + 136]",
+            "mov rdx, [rsp + 144]",
+            "mov rsi, [rsp + 152]",
+            "mov rdi, [rsp + 160]",
+            "mov r8, [rsp + 168]",
+            "mov r9, [rsp + 176]",
+            "mov r10, [rsp + 184]",
+            "mov r11, [rsp + 192]",
+            "mov rsp, rbp",
+            "pop rbp",
+            "ret",
+            record = sym $record,
+        )
+    };
+}
+
+/// The fast path shared by the exported stubs: with only rax, rcx, rdx, rsi, rdi saved (pushed),
+/// look the (frompc, selfpc) pair up in this thread's call cache and add 1 to the cached counter.
+/// Anything else (cache miss, stale generation, nested call, paused) restores the five registers
+/// and jumps to the full stub, which saves everything and calls Rust.
+///
+/// Cache layout (`mcount::ThreadCache`): generation at 0, depth (u32) at 8, shared-stripe flag
+/// (u8) at 16, entries of (frompc, selfpc, counter) from offset 32, 256 of them, indexed by the top
+/// 8 bits of `(selfpc ^ rotl(frompc, 17)) * 0x9E3779B97F4A7C15`. The depth is set while the entry
+/// is read, so a signal handler that interrupts this path leaves the cache alone.
+macro_rules! mcount_fast_path {
+    ($load:literal, $slow:path) => {
+        core::arch::naked_asm!(
+            "push rdi",
+            "push rsi",
+            "push rax",
+            "push rcx",
+            "push rdx",
+            $load,
+            "cmp byte ptr [rip + {paused}], 0",
+            "jne 3f",
+            "mov rdx, qword ptr fs:[0]",
+            "add rdx, qword ptr [rip + mslprof_thread_cache@GOTTPOFF]",
+            "cmp dword ptr [rdx + 8], 0",
+            "jne 3f",
+            "mov dword ptr [rdx + 8], 1",
+            "mov rax, qword ptr [rip + {epoch}]",
+            "ror rax, 1",
+            "xor rax, qword ptr [rip + {table}]",
+            "or rax, 1",
+            "cmp qword ptr [rdx], rax",
+            "jne 2f",
+            "mov rax, rdi",
+            "rol rax, 17",
+            "xor rax, rsi",
+            "movabs rcx, 0x9E3779B97F4A7C15",
+            "imul rax, rcx",
+            "shr rax, 56",
+            "lea rax, [rax + rax * 2]",
+            "lea rax, [rdx + rax * 8 + 32]",
+            "cmp qword ptr [rax], rdi",
+            "jne 2f",
+            "cmp qword ptr [rax + 8], rsi",
+            "jne 2f",
+            "mov rax, qword ptr [rax + 16]",
+            "test rax, rax",
+            "jz 1f",
+            "cmp byte ptr [rdx + 16], 0",
+            "jne 4f",
+            "add qword ptr [rax], 1",
+            "1:",
+            "mov dword ptr [rdx + 8], 0",
+            "pop rdx",
+            "pop rcx",
+            "pop rax",
+            "pop rsi",
+            "pop rdi",
+            "ret",
+            "4:",
+            "lock add qword ptr [rax], 1",
+            "jmp 1b",
+            // Miss: leave the cache to the Rust side.
+            "2:",
+            "mov dword ptr [rdx + 8], 0",
+            "3:",
+            "pop rdx",
+            "pop rcx",
+            "pop rax",
+            "pop rsi",
+            "pop rdi",
+            "jmp {slow}",
+            paused = sym crate::mcount::PAUSED,
+            epoch = sym crate::mcount::RESET_EPOCH,
+            table = sym crate::modules::CURRENT,
+            slow = sym $slow,
+        )
+    };
+}
+
+/// `-pg` (gcc, clang) calls this after the instrumented function's prologue: that function's frame
+/// pointer is in rbp, so `selfpc` is our return address and `frompc` the instrumented function's
+/// own return address, the word above its saved frame pointer (as glibc's `_mcount` takes them).
+///
+/// # Safety
+/// Only compiler-generated profiling calls may call this, with rbp the instrumented function's
+/// frame pointer.
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mcount() {
+    // After the five pushes: [rsp + 40] = selfpc; [rbp + 8] = frompc.
+    mcount_fast_path!("mov rsi, [rsp + 40]\nmov rdi, [rbp + 8]", mcount_slow)
+}
+
+/// The other name of [`mcount`] (glibc exports both; some compilers call `_mcount`).
+///
+/// # Safety
+/// As [`mcount`].
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn _mcount() {
+    mcount_fast_path!("mov rsi, [rsp + 40]\nmov rdi, [rbp + 8]", mcount_slow)
+}
+
+/// `-pg -mfentry` calls this as the first instruction of the instrumented function, before its
+/// prologue: `selfpc` is our return address and `frompc` the word above it (the instrumented
+/// function's return address).
+///
+/// # Safety
+/// Only compiler-generated profiling calls may call this.
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __fentry__() {
+    // After the five pushes: [rsp + 40] = selfpc, [rsp + 48] = frompc.
+    mcount_fast_path!("mov rsi, [rsp + 40]\nmov rdi, [rsp + 48]", fentry_slow)
+}
+
+/// Slow path of [`mcount`]: entered by a jump with the original registers and stack.
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
+unsafe extern "C" fn mcount_slow() {
+    // After our `push rbp`: [rbp] = instrumented function's rbp, [rbp + 8] = selfpc.
+    mcount_stub!(
+        "mov rsi, [rbp + 8]\nmov rdi, [rbp]\nmov rdi, [rdi + 8]",
+        crate::mcount::record_call
+    )
+}
+
+/// Slow path of [`__fentry__`]: entered by a jump with the original registers and stack.
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
+unsafe extern "C" fn fentry_slow() {
+    // After our `push rbp`: [rbp + 8] = selfpc, [rbp + 16] = frompc.
+    mcount_stub!(
+        "mov rsi, [rbp + 8]\nmov rdi, [rbp + 16]",
+        crate::mcount::record_call
+    )
+}
+
+/// Bytes of the per-thread call cache block (see `mcount::ThreadCache`), in `.tbss`.
+pub const THREAD_CACHE_BYTES: usize = 8192;
+
+// The per-thread call cache lives in this library's static TLS block, addressed with the
+// initial-exec model (`@gottpoff` + `fs`): two instructions, no `__tls_get_addr` call, no
+// allocation, valid in signal handlers. Static TLS is fine because the runtime is loaded at start-up
+// (LD_PRELOAD or DT_NEEDED); every new thread gets it zeroed.
+#[cfg(target_arch = "x86_64")]
+core::arch::global_asm!(
+    ".pushsection .tbss,\"awT\",@nobits",
+    ".balign 64",
+    ".globl mslprof_thread_cache",
+    ".hidden mslprof_thread_cache",
+    ".type mslprof_thread_cache,@object",
+    ".size mslprof_thread_cache, 8192",
+    "mslprof_thread_cache:",
+    ".zero 8192",
+    ".popsection",
+);
+
+/// Address of the calling thread's call-cache block ([`THREAD_CACHE_BYTES`] zero-initialised,
+/// 64-byte aligned bytes that belong to this thread for its lifetime).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub fn thread_cache_block() -> *mut u8 {
+    let address: usize;
+    // SAFETY: reads the thread pointer (fs:0, the TCB's self pointer on x86_64 glibc) and the
+    // linker-provided TLS offset of our own `.tbss` symbol; touches no other memory.
+    unsafe {
+        core::arch::asm!(
+            "mov {address}, qword ptr fs:[0]",
+            "add {address}, qword ptr [rip + mslprof_thread_cache@GOTTPOFF]",
+            address = out(reg) address,
+            options(nostack, readonly, pure),
+        );
+    }
+    address as *mut u8
+}
+
+/// Adds 1 to `counter` with one non-locked instruction. A signal on the calling thread cannot
+/// split it, but another core can: only for counters no other thread writes.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub fn increment_unshared(counter: &core::sync::atomic::AtomicU64) {
+    // SAFETY: `counter` is a valid, aligned u64; the add is one instruction on memory that the
+    // caller guarantees no other thread writes, and readers on other cores see the old or the new
+    // value (aligned 8-byte accesses are atomic on x86_64).
+    unsafe {
+        core::arch::asm!(
+            "add qword ptr [{counter}], 1",
+            counter = in(reg) counter.as_ptr(),
+            options(nostack),
+        );
+    }
+}
+
+// ==== end of rt-mcount section ====
 
 // ==== lh section: loader events (lifecycle.rs) ====
 

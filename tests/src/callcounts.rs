@@ -4,46 +4,23 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
+
+use mslprof_format::model::{Profile, UNKNOWN_KEY};
+
+use crate::Workspace;
 
 /// (caller function, callee function) → calls.
 pub type CallGraph = BTreeMap<(String, String), u64>;
 
 /// The directory holding the call-count fixtures' sources.
 pub fn fixture_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/callcounts")
+    crate::fixtures_dir("callcounts")
 }
 
-/// `libmslprof.so` of the build that produced the running test executable
-/// (`target/<profile>/deps/<test>` → `target/<profile>/libmslprof.so`).
-pub fn runtime_library() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("test executable in target/<profile>/deps");
-    let library = profile_dir.join("libmslprof.so");
-    assert!(
-        library.exists(),
-        "{} is missing: run `cargo build --workspace --all-targets` first",
-        library.display()
-    );
-    library
-}
-
-/// Runs `cc` with `args` in `dir`; panics with the compiler's output if it fails.
-pub fn cc(dir: &Path, args: &[&str]) {
-    let output = Command::new("cc")
-        .current_dir(dir)
-        .args(args)
-        .output()
-        .expect("running cc");
-    assert!(
-        output.status.success(),
-        "cc {}\n{}",
-        args.join(" "),
-        String::from_utf8_lossy(&output.stderr)
-    );
+/// The path of fixture source `name`.
+pub fn source(name: &str) -> PathBuf {
+    fixture_dir().join(name)
 }
 
 /// True when the CPU can run AVX code (so the fixtures may pass `__m256` arguments).
@@ -92,66 +69,47 @@ pub fn common_flags(optimization: &str) -> Vec<String> {
     ]
 }
 
-/// Builds shared library `lib<name>.so` in `dir` from fixture sources.
-pub fn build_library(dir: &Path, name: &str, sources: &[&str], flags: &[String]) {
+/// Builds `lib<name>.so` in the workspace from fixture sources with `flags`.
+pub fn build_library(workspace: &Workspace, name: &str, sources: &[&str], flags: &[String]) {
     let mut args: Vec<String> = flags.to_vec();
     args.extend(["-shared", "-fPIC", "-o"].map(String::from));
     args.push(format!("lib{name}.so"));
-    args.extend(
-        sources
-            .iter()
-            .map(|s| fixture_dir().join(s).display().to_string()),
-    );
-    cc(dir, &args.iter().map(String::as_str).collect::<Vec<_>>());
+    args.extend(sources.iter().map(|s| source(s).display().to_string()));
+    workspace.cc(&args);
 }
 
-/// Builds executable `exe` in `dir` from fixture sources, linked with `lib<name>.so` for each
-/// name in `libraries` (found in `dir` at run time through `$ORIGIN`).
+/// Builds executable `exe` in the workspace from fixture sources with `flags`, linked with
+/// `lib<name>.so` for each of `libraries` (found at run time through `$ORIGIN`).
 pub fn build_program(
-    dir: &Path,
+    workspace: &Workspace,
     exe: &str,
     sources: &[&str],
     libraries: &[&str],
     flags: &[String],
-) {
+) -> PathBuf {
     let mut args: Vec<String> = flags.to_vec();
     args.push("-o".into());
     args.push(exe.into());
-    args.extend(
-        sources
-            .iter()
-            .map(|s| fixture_dir().join(s).display().to_string()),
-    );
+    args.extend(sources.iter().map(|s| source(s).display().to_string()));
     args.push("-L.".into());
     args.push("-Wl,-rpath,$ORIGIN".into());
     args.extend(libraries.iter().map(|l| format!("-l{l}")));
     args.push("-pthread".into());
-    cc(dir, &args.iter().map(String::as_str).collect::<Vec<_>>());
+    workspace.cc(&args);
+    workspace.join(exe)
 }
 
-/// Runs `dir/exe` in `dir` with `env` added; panics unless it exits 0.
-pub fn run(dir: &Path, exe: &str, env: &[(&str, &str)]) -> Output {
-    let output = Command::new(dir.join(exe))
-        .current_dir(dir)
-        .envs(env.iter().copied())
-        .output()
-        .expect("running fixture");
+/// Runs `command` and panics unless it exits 0; returns its standard output.
+pub fn run_ok(command: &mut Command) -> String {
+    let output = crate::run(command);
     assert!(
         output.status.success(),
-        "{exe} failed: {:?}\nstdout: {}\nstderr: {}",
+        "{command:?} failed: {:?}\nstdout: {}\nstderr: {}",
         output.status,
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
     );
-    output
-}
-
-/// Runs `dir/exe` with `libmslprof.so` preloaded.
-pub fn run_profiled(dir: &Path, exe: &str, env: &[(&str, &str)]) -> Output {
-    let library = runtime_library();
-    let mut all = vec![("LD_PRELOAD", library.to_str().expect("utf-8 path"))];
-    all.extend_from_slice(env);
-    run(dir, exe, &all)
+    String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
 /// Function symbols of one ELF file, from `nm`: address-sorted (start, end, name).
@@ -201,7 +159,10 @@ impl Symbols {
 /// The arcs of a GNU `gmon.out` written by glibc for a non-PIE executable: (from, self, count).
 /// Histogram and basic-block records are skipped.
 pub fn gnu_gmon_arcs(bytes: &[u8]) -> Vec<(u64, u64, u64)> {
-    assert!(bytes.len() >= 20 && &bytes[..4] == b"gmon", "not a GNU gmon.out");
+    assert!(
+        bytes.len() >= 20 && &bytes[..4] == b"gmon",
+        "not a GNU gmon.out"
+    );
     let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap());
     let u32_at = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap());
     let mut arcs = Vec::new();
@@ -254,4 +215,49 @@ pub fn calls_per_function(graph: &CallGraph) -> BTreeMap<String, u64> {
         *calls.entry(callee.clone()).or_default() += count;
     }
     calls
+}
+
+/// The call graph of an mslprof profile: every arc of every module, its callee named from that
+/// module's file and its caller from the file of the module its key names.
+pub fn profile_call_graph(profile: &Profile, keep: &dyn Fn(&str) -> bool) -> CallGraph {
+    let mut symbols: BTreeMap<u32, Symbols> = BTreeMap::new();
+    for module in &profile.modules {
+        let path = Path::new(std::str::from_utf8(&module.path).unwrap_or(""));
+        if !module.path.is_empty() && path.exists() {
+            symbols.insert(module.key, Symbols::of(path));
+        }
+    }
+    let name = |key: u32, address: u64| -> Option<String> {
+        if key == UNKNOWN_KEY {
+            return None;
+        }
+        symbols.get(&key)?.function_at(address).map(str::to_string)
+    };
+    call_graph(
+        profile.modules.iter().flat_map(|module| {
+            module.arcs.iter().map(move |arc| {
+                (
+                    name(arc.caller_key, arc.caller_address),
+                    name(module.key, arc.callee_address),
+                    arc.count,
+                )
+            })
+        }),
+        keep,
+    )
+}
+
+/// The call graph of a glibc `gmon.out` of the non-PIE executable `exe`.
+pub fn gnu_call_graph(exe: &Path, gmon: &[u8], keep: &dyn Fn(&str) -> bool) -> CallGraph {
+    let symbols = Symbols::of(exe);
+    call_graph(
+        gnu_gmon_arcs(gmon).into_iter().map(|(from, to, count)| {
+            (
+                symbols.function_at(from).map(str::to_string),
+                symbols.function_at(to).map(str::to_string),
+                count,
+            )
+        }),
+        keep,
+    )
 }

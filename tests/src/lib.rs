@@ -5,6 +5,8 @@
 //! C fixtures are compiled with the system `cc` into a fresh temporary directory per test, never into the
 //! source tree.
 
+pub mod callcounts;
+
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
