@@ -11,9 +11,14 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, Ordering};
 
-use mslprof_format::model::{self, header_flags, module_flags};
+use mslprof_format::model::{Arc, IncompleteCause, header_flags, module_flags};
+use mslprof_format::stream::{
+    self, Counts, Encoding, HeaderDesc, HistogramDesc, IoSink, ModuleDesc, RangeDesc, Sink,
+    StreamError,
+};
 
 use crate::config::Settings;
+use crate::histogram::{BYTES_PER_BUCKET, BucketBits, Histogram};
 use crate::modules::{self, LiveModule};
 use crate::{program_sigprof, sampler, sys};
 
@@ -27,50 +32,8 @@ pub fn note_start() {
     START_TIME_NS.store(sys::clock_ns(sys::CLOCK_REALTIME), Ordering::Relaxed);
 }
 
-/// The whole process's profile as the format-spec model.
-pub fn snapshot(settings: &Settings) -> model::Profile {
-    let pid = sys::getpid();
-    let modules: Vec<model::Module> = modules::all().iter().map(|m| module_snapshot(m)).collect();
-    let mut flags = 0;
-    if program_sigprof::SHARED.load(Ordering::Relaxed) {
-        flags |= header_flags::SAMPLING_SHARED_TIMER;
-    }
-    if pid != START_PID.load(Ordering::Relaxed) {
-        flags |= header_flags::FORKED_CHILD;
-    }
-    let mut incomplete_cause = model::IncompleteCause::None;
-    let mut incomplete_signal = 0;
-    crate::lifecycle::ending_header(&mut flags, &mut incomplete_cause, &mut incomplete_signal);
-    let program_path = modules::all()
-        .iter()
-        .find(|m| m.info.is_main)
-        .map(|m| m.info.path.clone());
-    model::Profile {
-        format: model::SourceFormat::Mslprof { major: 1, minor: 0 },
-        header: model::Header {
-            flags,
-            incomplete_cause,
-            incomplete_signal,
-            pid,
-            ppid: sys::getppid(),
-            start_time_ns: START_TIME_NS.load(Ordering::Relaxed),
-            end_time_ns: sys::clock_ns(sys::CLOCK_REALTIME),
-            hz: settings.hz,
-            sample_period_ns: sampler::measured_period_ns(),
-            dimension: b"seconds".to_vec(),
-            dimension_abbrev: b's',
-            total_samples: sampler::TOTAL_SAMPLES.load(Ordering::Relaxed),
-            unknown_samples: sampler::UNKNOWN_SAMPLES.load(Ordering::Relaxed),
-            program_name: settings.program_name.clone(),
-            program_path: program_path.unwrap_or_default(),
-            dropped_arcs: modules.iter().map(|m| m.dropped_arcs).sum(),
-            ..model::Header::default()
-        },
-        modules,
-    }
-}
-
-fn module_snapshot(module: &LiveModule) -> model::Module {
+/// Module flags of the format (SPEC.md §6) for one load instance.
+fn module_flag_bits(module: &LiveModule) -> u32 {
     let info = &module.info;
     let mut flags = 0;
     for (set, bit) in [
@@ -85,53 +48,146 @@ fn module_snapshot(module: &LiveModule) -> model::Module {
             flags |= bit;
         }
     }
-    let histogram = module.histogram.as_ref().map(|h| {
-        let entries = h.nonzero_buckets();
-        let ranges = h
-            .ranges()
-            .iter()
-            .map(|r| {
-                let first = r.first_bucket as u64;
-                let len = r.bucket_count() as u64;
-                let range_entries = entries
-                    .iter()
-                    .filter(|(i, _)| (first..first + len).contains(i))
-                    .map(|&(i, c)| (i - first, c));
-                model::HistRange {
-                    start: r.start,
-                    end: r.end,
-                    buckets: model::Buckets::Sparse {
-                        len,
-                        entries: range_entries.collect(),
-                    },
-                }
-            })
-            .collect();
-        model::Histogram {
-            bucket_bits: h.bucket_bits().bits(),
-            ranges,
-        }
-    });
-    model::Module {
-        key: module.key,
-        path: info.path.clone(),
-        name: info.file_name.clone(),
-        soname: info.soname.clone(),
-        build_id: info.build_id.clone(),
-        flags,
-        load_order: module.load_order,
-        unload_order: module.unload_order(),
-        load_bias: module.bias as u64,
-        samples: module.samples.load(Ordering::Relaxed),
-        saturated_buckets: module
-            .histogram
-            .as_ref()
-            .map_or(0, |h| h.saturated_buckets()),
-        histogram,
-        dropped_arcs: module.arcs.dropped(),
-        arcs: crate::mcount::arcs_snapshot(module),
-        ..model::Module::default()
+    flags
+}
+
+/// The histogram ranges of a module, borrowing its buckets.
+///
+/// # Safety
+/// Sampling must be stopped and quiesced (see [`sampler::stop_and_quiesce`]) while the result is alive.
+unsafe fn range_descriptors(histogram: &Histogram) -> Vec<RangeDesc<'_>> {
+    // SAFETY: the caller guarantees no handler writes the buckets meanwhile.
+    let (sixteen, thirty_two) = unsafe {
+        (
+            histogram.quiescent_buckets16(),
+            histogram.quiescent_buckets32(),
+        )
+    };
+    histogram
+        .ranges()
+        .iter()
+        .map(|r| {
+            let buckets = r.first_bucket..r.first_bucket + r.bucket_count();
+            let counts = match histogram.bucket_bits() {
+                BucketBits::Sixteen => Counts::U16(&sixteen[buckets]),
+                BucketBits::ThirtyTwo => Counts::U32(&thirty_two[buckets]),
+            };
+            RangeDesc {
+                start: r.start,
+                end: r.end,
+                counts,
+            }
+        })
+        .collect()
+}
+
+/// Distinct arcs of a module right now.
+fn arc_count(module: &LiveModule) -> u64 {
+    let mut count = 0;
+    module.arcs.for_each(|_| count += 1);
+    count
+}
+
+/// Streams the whole process's profile into `sink`.
+///
+/// # Safety
+/// Sampling must be stopped and quiesced for the duration of the call.
+pub unsafe fn write_profile<S: Sink>(
+    settings: &Settings,
+    sink: &mut S,
+) -> Result<(), StreamError<S::Error>> {
+    let all = modules::all();
+    let pid = sys::getpid();
+    let mut flags = 0;
+    if program_sigprof::SHARED.load(Ordering::Relaxed) {
+        flags |= header_flags::SAMPLING_SHARED_TIMER;
     }
+    if pid != START_PID.load(Ordering::Relaxed) {
+        flags |= header_flags::FORKED_CHILD;
+    }
+    let mut incomplete_cause = IncompleteCause::None;
+    let mut incomplete_signal = 0;
+    crate::lifecycle::ending_header(&mut flags, &mut incomplete_cause, &mut incomplete_signal);
+    let program_path = all
+        .iter()
+        .find(|m| m.info.is_main)
+        .map_or(&[][..], |m| m.info.path.as_slice());
+    let header = HeaderDesc {
+        flags,
+        incomplete_cause: incomplete_cause.code(),
+        incomplete_signal,
+        pid,
+        ppid: sys::getppid(),
+        start_time_ns: START_TIME_NS.load(Ordering::Relaxed),
+        end_time_ns: sys::clock_ns(sys::CLOCK_REALTIME),
+        hz: settings.hz,
+        sample_period_ns: sampler::measured_period_ns(),
+        dimension: b"seconds",
+        dimension_abbrev: b's',
+        total_samples: sampler::TOTAL_SAMPLES.load(Ordering::Relaxed),
+        unknown_samples: sampler::UNKNOWN_SAMPLES.load(Ordering::Relaxed),
+        dropped_arcs: all.iter().map(|m| m.arcs.dropped()).sum(),
+        program_name: &settings.program_name,
+        program_path,
+        ..HeaderDesc::default()
+    };
+    // Arc feeds: each visits the module's arc table without allocating; the count announced is the number of
+    // distinct arcs now (arcs recorded by threads still running are cut or padded by the writer).
+    let feeds: Vec<_> = all
+        .iter()
+        .map(|m| {
+            move |emit: &mut dyn FnMut(Arc) -> bool| {
+                m.arcs.for_each(|arc| {
+                    emit(Arc {
+                        caller_key: arc.caller_key,
+                        caller_address: arc.caller_addr,
+                        callee_address: arc.callee_addr,
+                        count: arc.count,
+                    });
+                });
+            }
+        })
+        .collect();
+    let ranges: Vec<Vec<RangeDesc<'_>>> = all
+        .iter()
+        .map(|m| match &m.histogram {
+            // SAFETY: the caller keeps sampling quiesced while the descriptors are alive.
+            Some(h) => unsafe { range_descriptors(h) },
+            None => Vec::new(),
+        })
+        .collect();
+    let descriptors: Vec<ModuleDesc<'_>> = all
+        .iter()
+        .zip(&ranges)
+        .zip(&feeds)
+        .map(|((module, ranges), feed)| ModuleDesc {
+            key: module.key,
+            path: &module.info.path,
+            name: &module.info.file_name,
+            soname: &module.info.soname,
+            build_id: &module.info.build_id,
+            flags: module_flag_bits(module),
+            load_order: module.load_order,
+            unload_order: module.unload_order(),
+            load_bias: module.bias as u64,
+            samples: module.samples.load(Ordering::Relaxed),
+            saturated_buckets: module
+                .histogram
+                .as_ref()
+                .map_or(0, Histogram::saturated_buckets),
+            histogram: module.histogram.as_ref().map(|h| HistogramDesc {
+                bucket_bits: h.bucket_bits().bits(),
+                bytes_per_bucket: BYTES_PER_BUCKET,
+                ranges,
+                encoding: Encoding::Auto,
+            }),
+            dropped_arcs: module.arcs.dropped(),
+            arc_count: arc_count(module),
+            arcs: Some(feed),
+            ..ModuleDesc::default()
+        })
+        .collect();
+    stream::write_profile(sink, &header, &descriptors).map(|_| ())
 }
 
 /// Lets [`write_at_exit`] write again (a forked child; an image whose exec failed after its pre-exec dump).
@@ -162,11 +218,17 @@ pub fn write_at_exit(settings: &Settings) {
     else {
         return;
     };
-    let profile = snapshot(settings);
     let path = Path::new(std::ffi::OsStr::from_bytes(&path));
-    if let Err(error) =
-        write_atomically(path, |file| crate::encoding::write_profile(&profile, file))
-    {
+    let written = write_atomically(path, |file| {
+        // SAFETY: sampling was stopped and quiesced above and is not resumed.
+        unsafe { write_profile(settings, &mut IoSink(file)) }.map_err(|e| match e {
+            StreamError::Sink(io) => io,
+            StreamError::Invalid(what) => {
+                std::io::Error::new(std::io::ErrorKind::InvalidData, what)
+            }
+        })
+    });
+    if let Err(error) = written {
         let text = error.to_string();
         sys::stderr_line(&[
             b"mslprof: cannot write ",

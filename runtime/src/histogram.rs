@@ -196,8 +196,8 @@ impl Histogram {
         unsafe { std::slice::from_raw_parts(atomics.as_ptr() as *const u32, atomics.len()) }
     }
 
-    /// The non-zero buckets as (index, count), skipping pages that were never touched (they are all zero and
-    /// reading them would only map the zero page). Call only while no handler can write (see quiescent_*).
+    /// The non-zero buckets as (index, count), skipping pages that were never touched (they are all zero, and
+    /// reading them would only map the zero page). Meant for moments when no handler writes.
     pub fn nonzero_buckets(&self) -> Vec<(u64, u32)> {
         let width = self.bucket_bits.bytes();
         let bytes = self.bucket_count * width;
@@ -362,6 +362,7 @@ mod tests {
         assert!(h.record(12_345_678));
         assert!(h.record(1 << 29));
         assert_eq!(h.buckets16()[12_345_678 / 4].load(Ordering::Relaxed), 2);
+        assert_eq!(h.buckets16()[1 << 27].load(Ordering::Relaxed), 1);
         assert_eq!(h.nonzero_buckets(), vec![(12_345_678 / 4, 2), (1 << 27, 1)]);
     }
 }

@@ -7,7 +7,6 @@
 pub mod arcs;
 pub mod config;
 pub mod dump;
-mod encoding;
 pub mod glibc_gmon;
 pub mod histogram;
 mod interpose;
@@ -29,6 +28,8 @@ const NOT_STARTED: u8 = 0;
 const STARTING: u8 = 1;
 const ACTIVE: u8 = 2;
 const INERT: u8 = 3;
+/// Linked into an executable as an rlib (the runtime's own tests): only [`start_explicitly`] starts it.
+const EMBEDDED: u8 = 4;
 
 static STATE: AtomicU8 = AtomicU8::new(NOT_STARTED);
 static SETTINGS: OnceLock<Settings> = OnceLock::new();
@@ -52,41 +53,41 @@ pub fn module_policy() -> Option<ModulePolicy<'static>> {
 pub fn ensure_started() -> bool {
     match STATE.load(Ordering::Acquire) {
         ACTIVE => return true,
-        STARTING | INERT => return false,
+        STARTING | INERT | EMBEDDED => return false,
         _ => {}
     }
-    if STATE
-        .compare_exchange(NOT_STARTED, STARTING, Ordering::AcqRel, Ordering::Acquire)
-        .is_err()
-    {
-        return STATE.load(Ordering::Acquire) == ACTIVE;
-    }
-    let started = std::panic::catch_unwind(|| start(false)).unwrap_or_else(|_| {
-        sys::stderr_line(&[b"mslprof: internal error at start-up; profiling is off\n"]);
-        false
-    });
-    STATE.store(if started { ACTIVE } else { INERT }, Ordering::Release);
-    started
+    claim_start(&[NOT_STARTED], false)
 }
 
 /// Starts profiling in a process that links the runtime statically (tests of the runtime itself); the
 /// constructor leaves such processes alone.
 pub fn start_explicitly() -> bool {
-    if STATE
-        .compare_exchange(NOT_STARTED, STARTING, Ordering::AcqRel, Ordering::Acquire)
-        .is_err()
-    {
-        return STATE.load(Ordering::Acquire) == ACTIVE;
-    }
-    let started = start(true);
-    STATE.store(if started { ACTIVE } else { INERT }, Ordering::Release);
-    started
+    claim_start(&[NOT_STARTED, EMBEDDED], true)
 }
 
-fn start(explicit: bool) -> bool {
+/// Moves STATE from one of `from` to STARTING, starts, and stores the outcome. True when active.
+fn claim_start(from: &[u8], explicit: bool) -> bool {
+    let claimed = from.iter().any(|&state| {
+        STATE
+            .compare_exchange(state, STARTING, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    });
+    if !claimed {
+        return STATE.load(Ordering::Acquire) == ACTIVE;
+    }
+    let outcome = std::panic::catch_unwind(|| start(explicit)).unwrap_or_else(|_| {
+        sys::stderr_line(&[b"mslprof: internal error at start-up; profiling is off\n"]);
+        INERT
+    });
+    STATE.store(outcome, Ordering::Release);
+    outcome == ACTIVE
+}
+
+/// Starts profiling; returns the new state.
+fn start(explicit: bool) -> u8 {
     if sys::is_secure_execution() {
         // setuid/setgid: never read the environment's choices, never write a file.
-        return false;
+        return INERT;
     }
     let scan = mslprof_loader_hooks::scan();
     let here = ensure_started as *const () as usize;
@@ -98,7 +99,7 @@ fn start(explicit: bool) -> bool {
     });
     if inside_main_program && !explicit {
         // Linked into an executable as an rlib (the runtime's own tests): not a profiling session.
-        return false;
+        return EMBEDDED;
     }
     let settings = SETTINGS.get_or_init(Settings::from_environment);
     let policy = ModulePolicy {
@@ -113,11 +114,11 @@ fn start(explicit: bool) -> bool {
     dump::note_start();
     if !sampler::start(settings.hz) {
         sys::stderr_line(&[b"mslprof: cannot install the SIGPROF handler; profiling is off\n"]);
-        return false;
+        return INERT;
     }
     sys::at_exit(dump_at_exit);
     lifecycle::install();
-    true
+    ACTIVE
 }
 
 extern "C" fn dump_at_exit() {

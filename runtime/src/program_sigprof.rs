@@ -88,9 +88,24 @@ pub fn install_sampling_handler(handler: sys::SignalHandler) -> bool {
     if unsafe { sigaction_passthrough(libc::SIGPROF, &action, &mut previous) } != 0 {
         return false;
     }
-    if previous.sa_sigaction != libc::SIG_DFL {
-        // A handler was there before us (a constructor that ran earlier): keep it as the program's.
-        note_program_handler();
+    if previous.sa_sigaction == libc::SIG_IGN {
+        SHARED.store(true, Ordering::Relaxed);
+    } else if previous.sa_sigaction != libc::SIG_DFL {
+        // A handler was there before us: keep it as the program's. When it lives in ld.so, it is glibc's own
+        // LD_PROFILE support (sprof), which reads the same variable when it holds a single name.
+        let in_dynamic_linker =
+            crate::modules::find(previous.sa_sigaction).is_some_and(|m| m.info.is_dynamic_linker);
+        if in_dynamic_linker {
+            SHARED.store(true, Ordering::Relaxed);
+            if !WARNED.swap(true, Ordering::Relaxed) {
+                sys::stderr_line(&[
+                    b"mslprof: glibc's ld.so is profiling the module named by LD_PROFILE as well (its sprof ",
+                    b"output goes to /var/tmp); its SIGPROF signals are passed on to it\n",
+                ]);
+            }
+        } else {
+            note_program_handler();
+        }
     }
     store_program_action(&previous);
     OWNED.store(true, Ordering::Release);

@@ -140,8 +140,6 @@ pub fn clock_ns(clock: libc::clockid_t) -> i64 {
 
 pub use libc::CLOCK_REALTIME;
 
-
-
 /// A per-thread CPU-time timer (the kernel's timer id).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ThreadTimer(usize);
