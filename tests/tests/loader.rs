@@ -508,3 +508,72 @@ fn a_signal_that_interrupts_malloc_still_gets_its_profile_written() {
     );
     assert_eq!(unit_calls(&workspace, &profile), 17);
 }
+
+#[test]
+fn vfork_and_posix_spawn_children_leave_the_parent_profile_alone() {
+    let workspace = Workspace::new();
+    let app = build_units_program(&workspace, "app", "app.c");
+    let spawner = workspace.program("spawn", &[source("spawn.c")], &["-L.", "-lunits"]);
+    let output = run(workspace.command_with_runtime(&spawner).arg(&app));
+    assert_success(&output);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let fields: Vec<&str> = stdout.split_whitespace().collect();
+    let [_, spawned, _, vforked, _, quitter, _, status] = fields[..] else {
+        panic!("unexpected output {stdout:?}");
+    };
+    assert_eq!(
+        status, "3",
+        "the vfork child's _exit status reaches the parent"
+    );
+    let mut expected = vec![
+        "gmon.out".to_string(),
+        format!("gmon.out.{spawned}"),
+        format!("gmon.out.{vforked}"),
+    ];
+    expected.sort();
+    assert_eq!(
+        profile_files(&workspace),
+        expected,
+        "no file from the vfork child {quitter} that only called _exit"
+    );
+    let parent = workspace.profile("gmon.out");
+    assert_eq!(
+        unit_calls(&workspace, &parent),
+        10,
+        "4 before and 6 after the children"
+    );
+    assert_eq!(parent.header.flags & header_flags::INCOMPLETE, 0);
+    for pid in [spawned, vforked] {
+        let child = workspace.profile(&format!("gmon.out.{pid}"));
+        assert_eq!(unit_calls(&workspace, &child), 13, "{pid}");
+        assert_eq!(child.header.flags & header_flags::PRE_EXEC, 0);
+    }
+}
+
+#[test]
+fn threads_still_calling_at_exit_do_not_corrupt_the_profile() {
+    let workspace = Workspace::new();
+    let app = build_units_program(&workspace, "endings", "endings.c");
+    for round in 0..5 {
+        let _ = std::fs::remove_file(workspace.join("gmon.out"));
+        let output = run(workspace.command_with_runtime(&app).arg("busy-exit"));
+        assert_success(&output);
+        let profile = workspace.profile("gmon.out");
+        assert_eq!(
+            profile.header.flags & header_flags::INCOMPLETE,
+            0,
+            "round {round}: exit from the main thread"
+        );
+        let unit = function(&workspace.join("libunits.so"), "unit");
+        let units = instances(&profile, "libunits.so");
+        assert_eq!(units.len(), 1);
+        assert!(
+            calls_into(units[0], &unit) > 17,
+            "round {round}: the busy threads' calls are in"
+        );
+        assert!(
+            units[0].arcs.iter().all(|arc| arc.count > 0),
+            "round {round}: no torn records"
+        );
+    }
+}

@@ -5,7 +5,9 @@
 use crate::measure::{Invocation, interleaved};
 use crate::report::{Section, ms, ratio};
 use crate::{Env, Scale, fixtures};
-use mslprof_format::{Buckets, GnuTarget, Header, HistRange, Histogram, Module, Profile, SourceFormat, module_flags};
+use mslprof_format::{
+    Buckets, GnuTarget, Header, HistRange, Histogram, Module, Profile, SourceFormat, module_flags,
+};
 use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
 use std::path::{Path, PathBuf};
 
@@ -26,11 +28,19 @@ impl Xorshift {
 
 /// librustc_driver of the toolchain that runs this harness.
 fn rustc_driver() -> Option<PathBuf> {
-    let out = std::process::Command::new("rustc").args(["--print", "sysroot"]).output().ok()?;
+    let out = std::process::Command::new("rustc")
+        .args(["--print", "sysroot"])
+        .output()
+        .ok()?;
     let lib = PathBuf::from(String::from_utf8(out.stdout).ok()?.trim()).join("lib");
-    std::fs::read_dir(lib).ok()?.flatten().map(|e| e.path()).find(|p| {
-        p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("librustc_driver-"))
-    })
+    std::fs::read_dir(lib)
+        .ok()?
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("librustc_driver-"))
+        })
 }
 
 /// Writes a GNU gmon.out over `.text` of `elf`: 4 bytes of text per 16-bit bin, `samples` random non-zero bins,
@@ -62,7 +72,12 @@ fn synthetic_gmon(elf: &Path, out: &Path, samples: u64, arcs: u64) -> Result<usi
     for _ in 0..arcs {
         let from = funcs[rng.below(funcs.len() as u64) as usize] + 4 + rng.below(64);
         let to = funcs[rng.below(funcs.len() as u64) as usize];
-        arc_list.push(mslprof_format::Arc { caller_key: 0, caller_address: from, callee_address: to, count: 1 + rng.below(1000) });
+        arc_list.push(mslprof_format::Arc {
+            caller_key: 0,
+            caller_address: from,
+            callee_address: to,
+            count: 1 + rng.below(1000),
+        });
     }
     let profile = Profile {
         format: SourceFormat::Gnu { version: 1 },
@@ -78,7 +93,11 @@ fn synthetic_gmon(elf: &Path, out: &Path, samples: u64, arcs: u64) -> Result<usi
             flags: module_flags::PROFILED | module_flags::MAIN_PROGRAM,
             histogram: Some(Histogram {
                 bucket_bits: 16,
-                ranges: vec![HistRange { start: low, end: low + nbins * 4, buckets: Buckets::Dense16(bins) }],
+                ranges: vec![HistRange {
+                    start: low,
+                    end: low + nbins * 4,
+                    buckets: Buckets::Dense16(bins),
+                }],
             }),
             arcs: arc_list,
             ..Module::default()
@@ -95,8 +114,17 @@ pub fn run(env: &Env) -> Result<Section, String> {
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let mut rows = Vec::new();
     let mut notes = Vec::new();
-    let mut compare = |label: &str, exe: &Path, gmon: &Path, runs: usize, rows: &mut Vec<Vec<String>>| -> Result<(), String> {
-        let args = ["-b".to_string(), exe.to_string_lossy().into_owned(), gmon.to_string_lossy().into_owned()];
+    let mut compare = |label: &str,
+                       exe: &Path,
+                       gmon: &Path,
+                       runs: usize,
+                       rows: &mut Vec<Vec<String>>|
+     -> Result<(), String> {
+        let args = [
+            "-b".to_string(),
+            exe.to_string_lossy().into_owned(),
+            gmon.to_string_lossy().into_owned(),
+        ];
         let invs = [
             Invocation::new("GNU gprof 2.40", "gprof", &dir).args(args.clone()),
             Invocation::new("mslprof", &env.analyzer, &dir).args(args.clone()),
@@ -108,7 +136,11 @@ pub fn run(env: &Env) -> Result<Section, String> {
                 inv.label.clone(),
                 ms(med[i].wall),
                 format!("{}", med[i].max_rss_kib),
-                if i == 1 { ratio(med[1].wall.as_secs_f64(), med[0].wall.as_secs_f64()) } else { String::new() },
+                if i == 1 {
+                    ratio(med[1].wall.as_secs_f64(), med[0].wall.as_secs_f64())
+                } else {
+                    String::new()
+                },
                 med[i].runs.to_string(),
             ]);
         }
@@ -118,13 +150,23 @@ pub fn run(env: &Env) -> Result<Section, String> {
     // Small: a real -pg run under glibc.
     let fib = fixtures::build_fib(&dir)?;
     crate::measure::run_once(&Invocation::new("fib", &fib.pg, &dir).args(["1", "30"]))?;
-    compare("fib_fp -pg, real gmon.out", &fib.pg, &dir.join("gmon.out"), env.runs, &mut rows)?;
+    compare(
+        "fib_fp -pg, real gmon.out",
+        &fib.pg,
+        &dir.join("gmon.out"),
+        env.runs,
+        &mut rows,
+    )?;
 
     // Large: synthetic GNU gmon.out over librustc_driver.
     if env.scale != Scale::Quick {
         match rustc_driver() {
             Some(driver) => {
-                let arc_counts: &[u64] = if env.scale == Scale::Full { &[20_000, 200_000] } else { &[20_000] };
+                let arc_counts: &[u64] = if env.scale == Scale::Full {
+                    &[20_000, 200_000]
+                } else {
+                    &[20_000]
+                };
                 for &arcs in arc_counts {
                     let gmon = dir.join(format!("driver-{arcs}.gmon"));
                     let nfuncs = synthetic_gmon(&driver, &gmon, 2_000_000, arcs)?;

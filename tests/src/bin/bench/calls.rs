@@ -40,14 +40,22 @@ pub fn run(env: &Env) -> Result<Section, String> {
             mslprof_one_thread = Some(m);
         }
         for (i, inv) in invs.iter().enumerate() {
-            let overhead = if i == 0 { "—".to_string() } else { format!("{:.2}", per_call(i)) };
+            let overhead = if i == 0 {
+                "—".to_string()
+            } else {
+                format!("{:.2}", per_call(i))
+            };
             rows.push(vec![
                 threads.to_string(),
                 inv.label.clone(),
                 format!("`{}`", inv.shell_line()),
                 ms(med[i].wall),
                 overhead,
-                if i == 2 && g > 0.0 { format!("{:.2}× glibc", m / g) } else { String::new() },
+                if i == 2 && g > 0.0 {
+                    format!("{:.2}× glibc", m / g)
+                } else {
+                    String::new()
+                },
             ]);
         }
         if threads == 2

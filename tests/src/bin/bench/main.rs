@@ -57,10 +57,20 @@ fn run() -> Result<(), String> {
             other => return Err(format!("unknown argument {other}")),
         }
     }
-    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().ok_or("no workspace")?.to_path_buf();
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .ok_or("no workspace")?
+        .to_path_buf();
     eprintln!("bench: building the release runtime and analyzer");
     let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .args(["build", "--release", "-p", "mslprof-runtime", "-p", "mslprof-analyzer"])
+        .args([
+            "build",
+            "--release",
+            "-p",
+            "mslprof-runtime",
+            "-p",
+            "mslprof-analyzer",
+        ])
         .current_dir(&workspace)
         .status()
         .map_err(|e| format!("cannot run cargo: {e}"))?;

@@ -44,7 +44,13 @@ impl Invocation {
         for (k, v) in &self.env {
             s.push_str(&format!("{k}={v} "));
         }
-        s.push_str(&self.program.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default());
+        s.push_str(
+            &self
+                .program
+                .file_name()
+                .map(|f| f.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+        );
         for a in &self.args {
             s.push(' ');
             s.push_str(a);
@@ -80,13 +86,22 @@ pub fn run_once(inv: &Invocation) -> Result<RunFigures, String> {
         cmd.env(k, v);
     }
     let start = Instant::now();
-    let child = cmd.spawn().map_err(|e| format!("{}: {e}", inv.program.display()))?;
+    let child = cmd
+        .spawn()
+        .map_err(|e| format!("{}: {e}", inv.program.display()))?;
     let usage = sys::wait_with_usage(child.id()).map_err(|e| format!("wait: {e}"))?;
     let wall = start.elapsed();
     if usage.exit_code != Some(0) {
-        return Err(format!("`{}` exited with {:?}", inv.shell_line(), usage.exit_code));
+        return Err(format!(
+            "`{}` exited with {:?}",
+            inv.shell_line(),
+            usage.exit_code
+        ));
     }
-    Ok(RunFigures { wall, max_rss_kib: usage.max_rss_kib })
+    Ok(RunFigures {
+        wall,
+        max_rss_kib: usage.max_rss_kib,
+    })
 }
 
 /// Runs every invocation `runs` times, interleaved (a, b, c, a, b, c, ...) so that the machine's drifting load
@@ -106,5 +121,9 @@ fn medians(figs: &[RunFigures]) -> Medians {
     let mut rss: Vec<u64> = figs.iter().map(|f| f.max_rss_kib).collect();
     walls.sort();
     rss.sort();
-    Medians { wall: walls[walls.len() / 2], max_rss_kib: rss[rss.len() / 2], runs: figs.len() }
+    Medians {
+        wall: walls[walls.len() / 2],
+        max_rss_kib: rss[rss.len() / 2],
+        runs: figs.len(),
+    }
 }

@@ -17,16 +17,28 @@ pub fn ms(d: Duration) -> String {
 }
 
 pub fn ratio(a: f64, b: f64) -> String {
-    if b == 0.0 { "n/a".into() } else { format!("{:.2}×", a / b) }
+    if b == 0.0 {
+        "n/a".into()
+    } else {
+        format!("{:.2}×", a / b)
+    }
 }
 
 fn machine() -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("model name")).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string()))
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
         .unwrap_or_else(|| "unknown CPU".into());
-    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-    format!("{cpu}, {cores} cores (shared and noisy: compare medians and ratios, not absolute times)")
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    format!(
+        "{cpu}, {cores} cores (shared and noisy: compare medians and ratios, not absolute times)"
+    )
 }
 
 pub fn render(env: &Env, sections: &[Section]) -> String {
@@ -35,7 +47,10 @@ pub fn render(env: &Env, sections: &[Section]) -> String {
     s.push_str("Written by `cargo run --release -p mslprof-tests --bin bench` (the one benchmark command; see README.md). ");
     s.push_str("Every figure is a median over interleaved runs. Do not edit by hand.\n\n");
     s.push_str(&format!("- Machine: {}\n", machine()));
-    s.push_str(&format!("- Scale: {:?}, {} runs per configuration unless a table says otherwise\n\n", env.scale, env.runs));
+    s.push_str(&format!(
+        "- Scale: {:?}, {} runs per configuration unless a table says otherwise\n\n",
+        env.scale, env.runs
+    ));
     for sec in sections {
         s.push_str(&format!("## {}\n\n{}\n\n", sec.title, sec.intro));
         s.push_str(&format!("| {} |\n", sec.header.join(" | ")));

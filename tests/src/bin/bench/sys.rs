@@ -29,7 +29,11 @@ pub fn wait_with_usage(pid: u32) -> io::Result<ChildUsage> {
             return Err(err);
         }
     }
-    let exit_code = if libc::WIFEXITED(status) { Some(libc::WEXITSTATUS(status)) } else { None };
+    let exit_code = if libc::WIFEXITED(status) {
+        Some(libc::WEXITSTATUS(status))
+    } else {
+        None
+    };
     let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, (t.tv_usec as u32) * 1000);
     Ok(ChildUsage {
         exit_code,
