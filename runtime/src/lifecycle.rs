@@ -113,16 +113,42 @@ impl LoaderEvents for Lifecycle {
             return;
         };
         modules::update(&policy, |table| {
-            let loaded: Vec<&'static LiveModule> = table.loaded().collect();
-            for module in &loaded {
-                if !scan.modules.iter().any(|info| same_instance(module, info)) {
-                    table.unload(module.key);
+            // Loaded modules by (bias, path): a few hundred at most, compared in one pass each way.
+            let mut loaded: std::collections::HashMap<(usize, &[u8]), Vec<&'static LiveModule>> =
+                std::collections::HashMap::new();
+            for module in table.loaded() {
+                loaded
+                    .entry((module.bias, module.info.path.as_slice()))
+                    .or_default()
+                    .push(module);
+            }
+            let mut still_loaded = std::collections::HashSet::new();
+            let mut added = Vec::new();
+            for info in &scan.modules {
+                let known = loaded
+                    .get(&(info.bias, info.path.as_slice()))
+                    .and_then(|candidates| candidates.iter().find(|m| same_instance(m, info)));
+                match known {
+                    Some(module) => {
+                        still_loaded.insert(module.key);
+                    }
+                    None => added.push(info),
                 }
             }
-            for info in &scan.modules {
-                if !loaded.iter().any(|module| same_instance(module, info)) {
-                    table.add(info.clone());
-                }
+            let gone: Vec<u32> = loaded
+                .values()
+                .flatten()
+                .map(|m| m.key)
+                .filter(|key| !still_loaded.contains(key))
+                .collect();
+            // Unloads first, in load order, so that unload order numbers follow the loader's.
+            let mut gone = gone;
+            gone.sort_unstable();
+            for key in gone {
+                table.unload(key);
+            }
+            for info in added {
+                table.add(info.clone());
             }
         });
         attribute_parked_samples();
