@@ -577,3 +577,65 @@ fn threads_still_calling_at_exit_do_not_corrupt_the_profile() {
         );
     }
 }
+
+#[test]
+fn nested_loads_dependencies_and_dlmopen_are_seen_before_their_constructors_run() {
+    let workspace = Workspace::new();
+    let (alpha, beta) = build_plugins(&workspace);
+    let plugin = source("plugin.c");
+    let gamma = workspace.shared_library(
+        "libgamma.so",
+        std::slice::from_ref(&plugin),
+        &["-pg", "-DPLUGIN=gamma"],
+    );
+    workspace.shared_library("libdelta.so", &[plugin], &["-pg", "-DPLUGIN=delta"]);
+    workspace.shared_library("libnested.so", &[source("nested.c")], &["-ldl"]);
+    workspace.shared_library(
+        "libwithdep.so",
+        &[source("withdep.c")],
+        &["-L.", "-Wl,--no-as-needed", "-lbeta", "-Wl,-rpath,$ORIGIN"],
+    );
+    let app = workspace.program("loads", &[source("loads.c")], &["-ldl"]);
+    let output = run(workspace.command_with_runtime(&app).arg(workspace.path()));
+    assert_success(&output);
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "ok\n");
+    let profile = workspace.profile("gmon.out");
+
+    // A dlopen nested in a constructor: libalpha.so was registered before its own constructor ran.
+    let alpha_loads = instances(&profile, "libalpha.so");
+    assert_eq!(alpha_loads.len(), 1);
+    assert_eq!(
+        calls_into(alpha_loads[0], &function(&alpha, "alpha_setup")),
+        1
+    );
+    assert_eq!(
+        calls_into(alpha_loads[0], &function(&alpha, "alpha_leaf")),
+        2
+    );
+    // A dependency: libbeta.so came with libwithdep.so, its constructor's call counted too.
+    let beta_loads = instances(&profile, "libbeta.so");
+    assert_eq!(beta_loads.len(), 1);
+    assert_eq!(calls_into(beta_loads[0], &function(&beta, "beta_setup")), 1);
+    assert_eq!(calls_into(beta_loads[0], &function(&beta, "beta_leaf")), 3);
+    assert_eq!(instances(&profile, "libwithdep.so").len(), 1);
+    assert_eq!(instances(&profile, "libnested.so").len(), 1);
+    // dlmopen into the base namespace behaves as dlopen.
+    let gamma_loads = instances(&profile, "libgamma.so");
+    assert_eq!(gamma_loads.len(), 1);
+    assert_eq!(
+        calls_into(gamma_loads[0], &function(&gamma, "gamma_setup")),
+        1
+    );
+    assert_eq!(
+        calls_into(gamma_loads[0], &function(&gamma, "gamma_leaf")),
+        5
+    );
+    // A new namespace is outside what the runtime sees (documented); the program still ran it (stdout "ok").
+    assert!(instances(&profile, "libdelta.so").is_empty());
+    assert!(
+        alpha_loads
+            .iter()
+            .chain(&beta_loads)
+            .all(|m| !is_unloaded(m))
+    );
+}
