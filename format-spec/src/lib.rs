@@ -78,9 +78,10 @@ fn check_target(target: GnuTarget) -> Result<(), ReadError> {
 
 /// Reads a profile in any supported format. `target` describes GNU/BSD input (see [`GnuTarget`]).
 ///
-/// Never panics, allocates no more than the file's size justifies, and always terminates. Arcs come back
-/// sorted by (caller key, caller address, callee address) with duplicates added up; mslprof padding records
-/// (count 0) are dropped.
+/// Never panics, allocates no more than the file's size justifies, and always terminates. Arcs of an mslprof
+/// file come back sorted by (caller key, caller address, callee address) with duplicates added up and padding
+/// records (count 0) dropped. Arcs of a GNU or BSD file keep the file's order and duplicates, as gprof sees
+/// them (its call-graph order and tie-breaks depend on that order).
 pub fn read(bytes: &[u8], target: GnuTarget) -> Result<Profile, ReadError> {
     match detect(bytes) {
         Some(FileFormat::Mslprof) => mslprof::read(bytes),

@@ -168,13 +168,13 @@ fn read_file_header(
     Ok((header, module_count))
 }
 
-/// KEY_TABLE: (key, path) in file order.
+/// KEY_TABLE: (key, path, offset of the entry) in file order.
 fn read_key_table(
     bytes: &[u8],
     s: Section,
     big_endian: bool,
     module_count: u32,
-) -> Result<Vec<(u32, Vec<u8>)>, ReadError> {
+) -> Result<Vec<(u32, Vec<u8>, usize)>, ReadError> {
     let mut d = Decoder::new(bytes, s.payload, s.payload_end, big_endian);
     let count_at = d.pos();
     let count = d.u32("key table")?;
@@ -202,7 +202,7 @@ fn read_key_table(
         let path = d
             .take(to_usize(u64::from(len)), "key table entry")?
             .to_vec();
-        keys.push((key, path));
+        keys.push((key, path, key_at));
     }
     Ok(keys)
 }
@@ -615,10 +615,10 @@ pub(crate) fn read(bytes: &[u8]) -> Result<Profile, ReadError> {
     let [file_header, key_table, module_headers, data] = read_sections(bytes, big_endian)?;
     let (header, module_count) = read_file_header(bytes, file_header, big_endian)?;
     let mut key_entries = read_key_table(bytes, key_table, big_endian, module_count)?;
-    key_entries.sort_unstable_by_key(|(k, _)| *k);
-    let keys: Vec<u32> = key_entries.iter().map(|(k, _)| *k).collect();
-    if let Some(w) = keys.windows(2).find(|w| w[0] == w[1]) {
-        return Err(err(ErrorKind::DuplicateKey(w[0]), key_table.payload));
+    key_entries.sort_unstable_by_key(|(k, _, at)| (*k, *at));
+    let keys: Vec<u32> = key_entries.iter().map(|(k, _, _)| *k).collect();
+    if let Some(w) = key_entries.windows(2).find(|w| w[0].0 == w[1].0) {
+        return Err(err(ErrorKind::DuplicateKey(w[0].0), w[1].2));
     }
     let entries = read_module_headers(bytes, module_headers, big_endian, module_count)?;
 

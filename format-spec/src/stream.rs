@@ -52,6 +52,15 @@
 //!   `false` once the count is reached and further arcs are counted in [`StreamSummary::arcs_dropped`].
 //! - Counts above 65535 in a 16-bit histogram are written as 65535 (saturated).
 //! - The caller guarantees unique module keys (the owned writer checks them; this one cannot without memory).
+//!   An arc whose caller key is not among the modules written (say, a module the caller left out) is written
+//!   as coming from an unknown caller, so one stale key cannot make the whole file unreadable
+//!   ([`StreamSummary::arcs_caller_unknown`]).
+//! - **From a fatal-signal handler** nothing may allocate, so the descriptors must not be collected into a
+//!   fresh `Vec` there: keep a `Vec<ModuleDesc>` (and the per-module `RangeDesc` arrays) whose capacity was
+//!   reserved ahead of time for the most modules there can be, then `clear()` and `push()` within that capacity
+//!   (which does not allocate), or keep the descriptors in fixed arrays. The descriptors only borrow, so building
+//!   them costs no more than copying a few words per module. Stop sampling (or at least make it stop touching
+//!   the histograms) before calling: the data is read twice.
 
 use std::cell::Cell;
 use std::fmt;
@@ -229,6 +238,9 @@ pub struct StreamSummary {
     pub arcs_padded: u64,
     /// Arcs a callback offered beyond the announced count (not written).
     pub arcs_dropped: u64,
+    /// Arcs whose caller key was not among the modules written: written as unknown/spontaneous callers
+    /// (caller key `0xFFFFFFFF`, address 0) so that the file stays readable.
+    pub arcs_caller_unknown: u64,
 }
 
 /// Writes a complete mslprof file in the machine's byte order. See the module documentation.
@@ -615,11 +627,20 @@ fn emit<S: Sink>(
 
     e.section(TAG_DATA, layout.data)?;
     debug_assert_eq!(e.written, layout.data_start);
+    let keys_sorted = modules.windows(2).all(|w| w[0].key < w[1].key);
+    let known = |key: u32| {
+        key == UNKNOWN_KEY
+            || if keys_sorted {
+                modules.binary_search_by_key(&key, |m| m.key).is_ok()
+            } else {
+                modules.iter().any(|m| m.key == key)
+            }
+    };
     for m in modules {
         let p = m.plan.0.get();
         if m.arc_count != 0 {
             e.pad_to(p.arc_offset)?;
-            write_arcs(e, m, &mut summary)?;
+            write_arcs(e, m, &known, &mut summary)?;
         }
         if let Some(h) = &m.histogram
             && p.hist_size != 0
@@ -639,20 +660,27 @@ fn emit<S: Sink>(
 fn write_arcs<S: Sink>(
     e: &mut Encoder<'_, S>,
     m: &ModuleDesc<'_>,
+    known: &dyn Fn(u32) -> bool,
     summary: &mut StreamSummary,
 ) -> Result<(), S::Error> {
     let announced = m.arc_count;
     let mut written: u64 = 0;
     let mut failure: Option<S::Error> = None;
     let mut dropped: u64 = 0;
+    let mut caller_unknown: u64 = 0;
     if let Some(feed) = m.arcs {
-        feed(&mut |arc: Arc| {
+        feed(&mut |mut arc: Arc| {
             if failure.is_some() {
                 return false;
             }
             if written >= announced {
                 dropped += 1;
                 return false;
+            }
+            if !known(arc.caller_key) {
+                caller_unknown += 1;
+                arc.caller_key = UNKNOWN_KEY;
+                arc.caller_address = 0;
             }
             match e.arc(arc) {
                 Ok(()) => {
@@ -670,6 +698,7 @@ fn write_arcs<S: Sink>(
         return Err(err);
     }
     summary.arcs_dropped += dropped;
+    summary.arcs_caller_unknown += caller_unknown;
     summary.arcs_padded += announced - written;
     let padding = Arc {
         caller_key: UNKNOWN_KEY,

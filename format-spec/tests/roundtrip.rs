@@ -279,3 +279,38 @@ fn reader_normalises_arcs_and_writer_refuses_broken_profiles() {
     bad_range.modules[0].histogram.as_mut().unwrap().ranges[0].end += 1;
     refuse(&bad_range);
 }
+
+/// The encoding byte (entry offset 21) of the first module of a little-endian file.
+fn first_module_encoding(file: &[u8]) -> u8 {
+    file[sample::module_entries(file)[0] + 21]
+}
+
+#[test]
+fn writer_picks_the_smaller_encoding_and_dense_on_a_tie() {
+    let with_buckets = |buckets: Vec<u16>| {
+        let mut p = sample::profile();
+        p.modules.truncate(1);
+        p.modules[0].arcs.retain(|a| a.caller_key != 2);
+        let r = &mut p.modules[0].histogram.as_mut().unwrap().ranges[0];
+        r.end = r.start + 4 * buckets.len() as u64;
+        r.buckets = Buckets::Dense16(buckets);
+        let mut out = Vec::new();
+        write_with(
+            &p,
+            WriteOptions {
+                big_endian: false,
+                encoding: Encoding::Auto,
+            },
+            &mut out,
+        )
+        .unwrap();
+        assert_eq!(read(&out, GnuTarget::default()).unwrap(), p);
+        first_module_encoding(&out)
+    };
+    // 6 buckets × 2 bytes = 12 bytes dense; one non-zero bucket = 12 bytes sparse: a tie, so dense (1).
+    assert_eq!(with_buckets(vec![0, 0, 5, 0, 0, 0]), 1);
+    // 7 buckets: dense 14 bytes > sparse 12 bytes.
+    assert_eq!(with_buckets(vec![0, 0, 5, 0, 0, 0, 0]), 2);
+    // All non-zero: dense.
+    assert_eq!(with_buckets(vec![1; 7]), 1);
+}
