@@ -635,7 +635,7 @@ fn a_program_using_sigprof_itself_keeps_its_signals_and_is_still_sampled() {
             .unwrap();
         // 400 ms of CPU at 100 Hz: about 40 of its own signals, as without mslprof.
         assert!(
-            ticks >= 20,
+            ticks >= 10,
             "{how}: the program got only {ticks} of its SIGPROF signals ({stdout})"
         );
         assert!(stdout.ends_with("handler_is_mine=1\n"), "{how}: {stdout}");
