@@ -53,6 +53,8 @@ pub fn install() {
         }
         None => sys::set_environment_variable(ROOT_MARKER, &pid),
     }
+    START_NS.store(sys::clock_ns(libc::CLOCK_REALTIME), Ordering::Relaxed);
+    prepare_output_path();
     mslprof_loader_hooks::install(&LIFECYCLE);
 }
 
@@ -89,6 +91,8 @@ pub fn ending_header(flags: &mut u32, cause: &mut IncompleteCause, signal: &mut 
 /// Called by the normal exit dump: `exit` from a thread other than the main one is an incomplete profile
 /// (cause 3), since the other threads were still running.
 pub fn note_normal_exit() {
+    // Threads that still run while the process exits stop counting calls: the dump is the state at exit.
+    mcount::set_paused(true);
     attribute_parked_samples();
     if END_CAUSE.load(Ordering::Relaxed) == 0 && !mslprof_loader_hooks::on_main_thread() {
         END_CAUSE.store(IncompleteCause::ExitFromThread.code(), Ordering::Relaxed);
@@ -109,16 +113,42 @@ impl LoaderEvents for Lifecycle {
             return;
         };
         modules::update(&policy, |table| {
-            let loaded: Vec<&'static LiveModule> = table.loaded().collect();
-            for module in &loaded {
-                if !scan.modules.iter().any(|info| same_instance(module, info)) {
-                    table.unload(module.key);
+            // Loaded modules by (bias, path): a few hundred at most, compared in one pass each way.
+            let mut loaded: std::collections::HashMap<(usize, &[u8]), Vec<&'static LiveModule>> =
+                std::collections::HashMap::new();
+            for module in table.loaded() {
+                loaded
+                    .entry((module.bias, module.info.path.as_slice()))
+                    .or_default()
+                    .push(module);
+            }
+            let mut still_loaded = std::collections::HashSet::new();
+            let mut added = Vec::new();
+            for info in &scan.modules {
+                let known = loaded
+                    .get(&(info.bias, info.path.as_slice()))
+                    .and_then(|candidates| candidates.iter().find(|m| same_instance(m, info)));
+                match known {
+                    Some(module) => {
+                        still_loaded.insert(module.key);
+                    }
+                    None => added.push(info),
                 }
             }
-            for info in &scan.modules {
-                if !loaded.iter().any(|module| same_instance(module, info)) {
-                    table.add(info.clone());
-                }
+            let gone: Vec<u32> = loaded
+                .values()
+                .flatten()
+                .map(|m| m.key)
+                .filter(|key| !still_loaded.contains(key))
+                .collect();
+            // Unloads first, in load order, so that unload order numbers follow the loader's.
+            let mut gone = gone;
+            gone.sort_unstable();
+            for key in gone {
+                table.unload(key);
+            }
+            for info in added {
+                table.add(info.clone());
             }
         });
         attribute_parked_samples();
@@ -147,6 +177,8 @@ impl LoaderEvents for Lifecycle {
             slot.store(0, Ordering::Relaxed);
         }
         dump::allow_another_dump();
+        START_NS.store(sys::clock_ns(libc::CLOCK_REALTIME), Ordering::Relaxed);
+        prepare_output_path();
         // Timers are not inherited: the child's one thread gets its own.
         sampler::arm_current_thread();
     }
@@ -170,10 +202,19 @@ impl LoaderEvents for Lifecycle {
         }
         END_CAUSE.store(cause.code(), Ordering::Relaxed);
         END_SIGNAL.store(signal, Ordering::Relaxed);
-        if !matches!(end, ProcessEnd::Signal { .. }) {
-            attribute_parked_samples();
+        if matches!(
+            end,
+            ProcessEnd::Signal { .. } | ProcessEnd::UnderscoreExit { .. }
+        ) {
+            // Possibly inside a signal handler that interrupted malloc: no heap from here on.
+            write_without_heap();
+            return;
         }
+        attribute_parked_samples();
+        let paused_before = mcount::is_paused();
+        mcount::set_paused(true);
         dump::write_at_exit(settings);
+        mcount::set_paused(paused_before);
         if matches!(end, ProcessEnd::Exec) {
             // If the exec fails the image goes on: it counts on and dumps again, normally, at its end.
             PRE_EXEC.store(false, Ordering::Relaxed);
@@ -237,4 +278,348 @@ pub fn attribute_parked_samples() {
             }
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// The async-signal-safe dump: fatal signals and `_exit` (often called from a signal handler) may interrupt
+// code that holds malloc's lock, so this path allocates nothing from the heap: descriptors are built in a
+// fresh anonymous mapping, counts are borrowed from the histograms and arc tables, the file name was
+// prepared beforehand, and the bytes go straight to a file descriptor.
+// ---------------------------------------------------------------------------------------------------------
+
+use std::cell::UnsafeCell;
+
+use mslprof_format::model::{Arc as ArcRecordOut, module_flags};
+use mslprof_format::stream::{
+    self, Counts, HeaderDesc, HistogramDesc, ModuleDesc, RangeDesc, Sink,
+};
+
+use crate::histogram::{BYTES_PER_BUCKET, BucketBits};
+
+/// The output path of this process, prepared at start-up and after fork (the signal path cannot build it).
+struct PreparedPath {
+    bytes: UnsafeCell<[u8; 4096]>,
+    /// 0: no file is to be written (GPROFDIR empty) or nothing prepared yet.
+    len: AtomicUsize,
+}
+
+// SAFETY: `bytes` is written only by `prepare_output_path` (start-up, fork child: one thread at a time, before
+// `len` is published with release ordering) and read after an acquire load of a non-zero `len`.
+unsafe impl Sync for PreparedPath {}
+
+static PREPARED_PATH: PreparedPath = PreparedPath {
+    bytes: UnsafeCell::new([0; 4096]),
+    len: AtomicUsize::new(0),
+};
+
+/// Start of profiling (wall clock, ns) for the header of the signal-time dump; reset in a forked child.
+static START_NS: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
+
+/// Computes this process's output path now, while allocating is still fine.
+fn prepare_output_path() {
+    PREPARED_PATH.len.store(0, Ordering::Release);
+    let Some(settings) = crate::settings() else {
+        return;
+    };
+    let pid = sys::getpid();
+    let Some(path) =
+        settings
+            .output
+            .path(pid, &settings.program_name, writes_pid_named_file(false))
+    else {
+        return;
+    };
+    // Room for ".<pid>.tmp" and the NUL terminators.
+    if path.is_empty() || path.len() > 4000 || path.contains(&0) {
+        return;
+    }
+    // SAFETY: see `PreparedPath`: no reader until `len` is published below.
+    let buffer = unsafe { &mut *PREPARED_PATH.bytes.get() };
+    buffer[..path.len()].copy_from_slice(&path);
+    PREPARED_PATH.len.store(path.len(), Ordering::Release);
+}
+
+/// A sink writing straight to a file descriptor.
+struct FdSink(i32);
+
+impl Sink for FdSink {
+    type Error = i32;
+    fn write_all(&mut self, bytes: &[u8]) -> Result<(), i32> {
+        sys::write_all(self.0, bytes)
+    }
+}
+
+/// A bump allocator over one anonymous mapping, for the descriptors of the signal-time dump.
+struct Arena {
+    base: usize,
+    len: usize,
+    used: usize,
+}
+
+impl Arena {
+    fn new(len: usize) -> Option<Arena> {
+        Some(Arena {
+            base: sys::reserve_zeroed(len)?,
+            len,
+            used: 0,
+        })
+    }
+
+    /// Moves `count` values made by `make` into the arena and returns them as a slice living as long as the
+    /// mapping (which is never unmapped: the process is ending).
+    fn slice<T>(
+        &mut self,
+        count: usize,
+        mut make: impl FnMut(usize) -> T,
+    ) -> Option<&'static mut [T]> {
+        let align = std::mem::align_of::<T>();
+        let start = self.used.checked_add(align - 1)? & !(align - 1);
+        let end = start.checked_add(count.checked_mul(std::mem::size_of::<T>())?)?;
+        if end > self.len {
+            return None;
+        }
+        self.used = end;
+        let first = (self.base + start) as *mut T;
+        for index in 0..count {
+            // SAFETY: `first + index` lies inside our fresh mapping, aligned for T, and is written once.
+            unsafe { first.add(index).write(make(index)) };
+        }
+        // SAFETY: `count` initialised values of T at `first`, in memory nobody else uses or frees.
+        Some(unsafe { std::slice::from_raw_parts_mut(first, count) })
+    }
+}
+
+fn module_flag_bits(module: &LiveModule) -> u32 {
+    let info = &module.info;
+    [
+        (module.histogram.is_some(), module_flags::PROFILED),
+        (module.is_unloaded(), module_flags::UNLOADED),
+        (info.is_main, module_flags::MAIN_PROGRAM),
+        (info.is_vdso, module_flags::VDSO),
+        (info.is_dynamic_linker, module_flags::DYNAMIC_LINKER),
+        (!info.build_id.is_empty(), module_flags::HAS_BUILD_ID),
+    ]
+    .iter()
+    .filter(|(set, _)| *set)
+    .fold(0, |flags, (_, bit)| flags | bit)
+}
+
+/// The range descriptors of one histogram, borrowing its buckets.
+///
+/// # Safety
+/// Sampling must be stopped (see `Histogram::quiescent_buckets16`).
+unsafe fn range_counts(module: &'static LiveModule, range_index: usize) -> RangeDesc<'static> {
+    let Some(histogram) = &module.histogram else {
+        return RangeDesc::default();
+    };
+    let range = &histogram.ranges()[range_index];
+    let first = range.first_bucket;
+    let count = range.bucket_count();
+    let counts = match histogram.bucket_bits() {
+        BucketBits::Sixteen => {
+            // SAFETY: sampling is stopped (caller); the slice lies inside the histogram.
+            let buckets = unsafe { histogram.quiescent_buckets16() };
+            Counts::U16(&buckets[first..first + count])
+        }
+        BucketBits::ThirtyTwo => {
+            // SAFETY: as above.
+            let buckets = unsafe { histogram.quiescent_buckets32() };
+            Counts::U32(&buckets[first..first + count])
+        }
+    };
+    RangeDesc {
+        start: range.start,
+        end: range.end,
+        counts,
+    }
+}
+
+/// Writes the profile without touching the heap (fatal signals, `_exit`). Returns false if nothing could be
+/// written. The header's cause/flags come from `END_CAUSE` etc., set by the caller.
+fn write_without_heap() -> bool {
+    let Some(settings) = crate::settings() else {
+        return false;
+    };
+    let path_len = PREPARED_PATH.len.load(Ordering::Acquire);
+    if path_len == 0 {
+        return false;
+    }
+    mcount::set_paused(true);
+    sampler::stop_and_quiesce();
+    // SAFETY: published before `len` (acquire above), never written again in this process image.
+    let prepared = unsafe { &*PREPARED_PATH.bytes.get() };
+    let mut final_path = [0u8; 4097];
+    final_path[..path_len].copy_from_slice(&prepared[..path_len]);
+    let mut temporary = [0u8; 4128];
+    let mut used = path_len;
+    temporary[..used].copy_from_slice(&prepared[..path_len]);
+    for part in [&b".tmp-"[..], &decimal(sys::getpid())[..]] {
+        let part = trim_nul(part);
+        temporary[used..used + part.len()].copy_from_slice(part);
+        used += part.len();
+    }
+    let temporary = &temporary[..=used];
+    let final_path = &final_path[..=path_len];
+
+    let modules = modules::all();
+    let Some(&first_module) = modules.first() else {
+        return false;
+    };
+    let range_total: usize = modules
+        .iter()
+        .map(|m| m.histogram.as_ref().map_or(0, |h| h.ranges().len()))
+        .sum();
+    type Feed = dyn Fn(&mut dyn FnMut(ArcRecordOut) -> bool);
+    let feed_for = |module: &'static LiveModule| {
+        move |emit: &mut dyn FnMut(ArcRecordOut) -> bool| {
+            let mut open = true;
+            module.arcs.for_each(|record| {
+                if open {
+                    open = emit(ArcRecordOut {
+                        caller_key: record.caller_key,
+                        caller_address: record.caller_addr,
+                        callee_address: record.callee_addr,
+                        count: record.count,
+                    });
+                }
+            });
+        }
+    };
+    let bytes = 4096
+        + modules.len() * (std::mem::size_of::<ModuleDesc<'static>>() + 64)
+        + modules.len() * std::mem::size_of_val(&feed_for(first_module))
+        + range_total * std::mem::size_of::<RangeDesc<'static>>();
+    let Some(mut arena) = Arena::new(bytes) else {
+        return false;
+    };
+    let Some(feeds) = arena.slice(modules.len(), |i| feed_for(modules[i])) else {
+        return false;
+    };
+    let feeds: &'static [_] = feeds;
+    let mut next_range = 0;
+    let Some(range_store) = arena.slice(range_total, |_| RangeDesc::default()) else {
+        return false;
+    };
+    for module in modules {
+        if let Some(histogram) = &module.histogram {
+            for index in 0..histogram.ranges().len() {
+                // SAFETY: sampling was stopped above.
+                range_store[next_range] = unsafe { range_counts(module, index) };
+                next_range += 1;
+            }
+        }
+    }
+    let range_store: &'static [RangeDesc<'static>] = range_store;
+    let mut offset = 0;
+    let Some(descriptors) = arena.slice(modules.len(), |i| {
+        let module = modules[i];
+        let info = &module.info;
+        let histogram = module.histogram.as_ref().map(|h| {
+            let count = h.ranges().len();
+            let ranges = &range_store[offset..offset + count];
+            offset += count;
+            HistogramDesc {
+                bucket_bits: h.bucket_bits().bits(),
+                bytes_per_bucket: BYTES_PER_BUCKET,
+                ranges,
+                encoding: Default::default(),
+            }
+        });
+        let feed: &'static Feed = &feeds[i];
+        ModuleDesc {
+            key: module.key,
+            path: &info.path,
+            name: &info.file_name,
+            soname: &info.soname,
+            build_id: &info.build_id,
+            flags: module_flag_bits(module),
+            load_order: module.load_order,
+            unload_order: module.unload_order(),
+            load_bias: module.bias as u64,
+            samples: module.samples.load(Ordering::Relaxed),
+            saturated_buckets: module
+                .histogram
+                .as_ref()
+                .map_or(0, |h| h.saturated_buckets()),
+            dropped_arcs: module.arcs.dropped(),
+            histogram,
+            arc_count: if module.profiled {
+                module.arcs.len() as u64
+            } else {
+                0
+            },
+            arcs: module.profiled.then_some(feed),
+            plan: Default::default(),
+            plan_slot: None,
+        }
+    }) else {
+        return false;
+    };
+
+    let mut flags = 0;
+    if crate::program_sigprof::SHARED.load(Ordering::Relaxed) {
+        flags |= header_flags::SAMPLING_SHARED_TIMER;
+    }
+    let mut cause = IncompleteCause::None;
+    let mut signal = 0;
+    ending_header(&mut flags, &mut cause, &mut signal);
+    let program_path = modules
+        .iter()
+        .find(|m| m.info.is_main)
+        .map_or(&[][..], |m| &m.info.path[..]);
+    let header = HeaderDesc {
+        flags,
+        incomplete_cause: cause.code(),
+        incomplete_signal: signal,
+        pid: sys::getpid(),
+        ppid: sys::getppid(),
+        start_time_ns: START_NS.load(Ordering::Relaxed),
+        end_time_ns: sys::clock_ns(libc::CLOCK_REALTIME),
+        hz: settings.hz,
+        sample_period_ns: sampler::measured_period_ns(),
+        dimension: b"seconds",
+        dimension_abbrev: b's',
+        total_samples: sampler::TOTAL_SAMPLES.load(Ordering::Relaxed),
+        unknown_samples: sampler::UNKNOWN_SAMPLES.load(Ordering::Relaxed),
+        dropped_arcs: modules.iter().map(|m| m.arcs.dropped()).sum(),
+        dropped_samples: 0,
+        program_name: &settings.program_name,
+        program_path,
+    };
+    let Some(fd) = sys::create_new_file(temporary) else {
+        sys::stderr_line(&[b"mslprof: cannot create ", trim_nul(temporary), b"\n"]);
+        return false;
+    };
+    let written = stream::write_profile(&mut FdSink(fd), &header, descriptors).is_ok();
+    sys::close_file(fd);
+    if written && sys::rename_file(temporary, final_path) {
+        return true;
+    }
+    sys::remove_file(temporary);
+    sys::stderr_line(&[b"mslprof: cannot write ", trim_nul(final_path), b"\n"]);
+    false
+}
+
+/// `value` in decimal, NUL-padded (no allocation).
+fn decimal(mut value: u32) -> [u8; 10] {
+    let mut digits = [0u8; 10];
+    let mut reversed = [0u8; 10];
+    let mut count = 0;
+    loop {
+        reversed[count] = b'0' + (value % 10) as u8;
+        count += 1;
+        value /= 10;
+        if value == 0 {
+            break;
+        }
+    }
+    for index in 0..count {
+        digits[index] = reversed[count - 1 - index];
+    }
+    digits
+}
+
+fn trim_nul(bytes: &[u8]) -> &[u8] {
+    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    &bytes[..end]
 }

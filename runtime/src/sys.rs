@@ -789,6 +789,44 @@ pub fn set_environment_variable(name: &str, value: &str) {
     unsafe { std::env::set_var(name, value) };
 }
 
+/// Creates `path` (NUL-terminated) for writing: new file only, never through a symlink, mode 0644 minus the
+/// umask. Async-signal-safe. Returns the descriptor.
+pub fn create_new_file(path: &[u8]) -> Option<i32> {
+    debug_assert_eq!(path.last(), Some(&0));
+    // SAFETY: `path` is NUL-terminated; open has no other preconditions.
+    let fd = unsafe {
+        libc::open(
+            path.as_ptr() as *const libc::c_char,
+            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            0o644 as libc::c_uint,
+        )
+    };
+    (fd >= 0).then_some(fd)
+}
+
+/// Closes a descriptor. Async-signal-safe.
+pub fn close_file(fd: i32) {
+    // SAFETY: closing a descriptor we opened.
+    unsafe { libc::close(fd) };
+}
+
+/// `rename(from, to)`, both NUL-terminated. Async-signal-safe.
+pub fn rename_file(from: &[u8], to: &[u8]) -> bool {
+    // SAFETY: both are NUL-terminated paths.
+    unsafe {
+        libc::rename(
+            from.as_ptr() as *const libc::c_char,
+            to.as_ptr() as *const libc::c_char,
+        ) == 0
+    }
+}
+
+/// `unlink(path)`, NUL-terminated. Async-signal-safe.
+pub fn remove_file(path: &[u8]) {
+    // SAFETY: `path` is NUL-terminated.
+    unsafe { libc::unlink(path.as_ptr() as *const libc::c_char) };
+}
+
 // A weak reference to the program's link-time bucket-size symbol (config::BUCKET_SIZE_SYMBOL). Because
 // libmslprof.so refers to it, a program linked with `-lmslprof` that defines it gets it exported to its
 // dynamic symbol table by the linker, where `global_symbol` finds it; without a definition it resolves to 0.

@@ -475,3 +475,167 @@ fn the_programs_own_signal_handling_is_unchanged() {
         libc_signal::SIGSEGV as u32
     );
 }
+
+#[test]
+fn a_signal_that_interrupts_malloc_still_gets_its_profile_written() {
+    let workspace = Workspace::new();
+    let app = build_units_program(&workspace, "endings", "endings.c");
+    let mut child = workspace
+        .command_with_runtime(&app)
+        .arg("term-in-malloc")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start endings");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the process hung: the signal-time dump must not need malloc's lock");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert_eq!(status.signal(), Some(libc_signal::SIGTERM));
+    let profile = workspace.profile("gmon.out");
+    assert_eq!(profile.header.incomplete_cause, IncompleteCause::Signal);
+    assert_eq!(
+        profile.header.incomplete_signal,
+        libc_signal::SIGTERM as u32
+    );
+    assert_eq!(unit_calls(&workspace, &profile), 17);
+}
+
+#[test]
+fn vfork_and_posix_spawn_children_leave_the_parent_profile_alone() {
+    let workspace = Workspace::new();
+    let app = build_units_program(&workspace, "app", "app.c");
+    let spawner = workspace.program("spawn", &[source("spawn.c")], &["-L.", "-lunits"]);
+    let output = run(workspace.command_with_runtime(&spawner).arg(&app));
+    assert_success(&output);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let fields: Vec<&str> = stdout.split_whitespace().collect();
+    let [_, spawned, _, vforked, _, quitter, _, status] = fields[..] else {
+        panic!("unexpected output {stdout:?}");
+    };
+    assert_eq!(
+        status, "3",
+        "the vfork child's _exit status reaches the parent"
+    );
+    let mut expected = vec![
+        "gmon.out".to_string(),
+        format!("gmon.out.{spawned}"),
+        format!("gmon.out.{vforked}"),
+    ];
+    expected.sort();
+    assert_eq!(
+        profile_files(&workspace),
+        expected,
+        "no file from the vfork child {quitter} that only called _exit"
+    );
+    let parent = workspace.profile("gmon.out");
+    assert_eq!(
+        unit_calls(&workspace, &parent),
+        10,
+        "4 before and 6 after the children"
+    );
+    assert_eq!(parent.header.flags & header_flags::INCOMPLETE, 0);
+    for pid in [spawned, vforked] {
+        let child = workspace.profile(&format!("gmon.out.{pid}"));
+        assert_eq!(unit_calls(&workspace, &child), 13, "{pid}");
+        assert_eq!(child.header.flags & header_flags::PRE_EXEC, 0);
+    }
+}
+
+#[test]
+fn threads_still_calling_at_exit_do_not_corrupt_the_profile() {
+    let workspace = Workspace::new();
+    let app = build_units_program(&workspace, "endings", "endings.c");
+    for round in 0..5 {
+        let _ = std::fs::remove_file(workspace.join("gmon.out"));
+        let output = run(workspace.command_with_runtime(&app).arg("busy-exit"));
+        assert_success(&output);
+        let profile = workspace.profile("gmon.out");
+        assert_eq!(
+            profile.header.flags & header_flags::INCOMPLETE,
+            0,
+            "round {round}: exit from the main thread"
+        );
+        let unit = function(&workspace.join("libunits.so"), "unit");
+        let units = instances(&profile, "libunits.so");
+        assert_eq!(units.len(), 1);
+        assert!(
+            calls_into(units[0], &unit) > 17,
+            "round {round}: the busy threads' calls are in"
+        );
+        assert!(
+            units[0].arcs.iter().all(|arc| arc.count > 0),
+            "round {round}: no torn records"
+        );
+    }
+}
+
+#[test]
+fn nested_loads_dependencies_and_dlmopen_are_seen_before_their_constructors_run() {
+    let workspace = Workspace::new();
+    let (alpha, beta) = build_plugins(&workspace);
+    let plugin = source("plugin.c");
+    let gamma = workspace.shared_library(
+        "libgamma.so",
+        std::slice::from_ref(&plugin),
+        &["-pg", "-DPLUGIN=gamma"],
+    );
+    workspace.shared_library("libdelta.so", &[plugin], &["-pg", "-DPLUGIN=delta"]);
+    workspace.shared_library("libnested.so", &[source("nested.c")], &["-ldl"]);
+    workspace.shared_library(
+        "libwithdep.so",
+        &[source("withdep.c")],
+        &["-L.", "-Wl,--no-as-needed", "-lbeta", "-Wl,-rpath,$ORIGIN"],
+    );
+    let app = workspace.program("loads", &[source("loads.c")], &["-ldl"]);
+    let output = run(workspace.command_with_runtime(&app).arg(workspace.path()));
+    assert_success(&output);
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "ok\n");
+    let profile = workspace.profile("gmon.out");
+
+    // A dlopen nested in a constructor: libalpha.so was registered before its own constructor ran.
+    let alpha_loads = instances(&profile, "libalpha.so");
+    assert_eq!(alpha_loads.len(), 1);
+    assert_eq!(
+        calls_into(alpha_loads[0], &function(&alpha, "alpha_setup")),
+        1
+    );
+    assert_eq!(
+        calls_into(alpha_loads[0], &function(&alpha, "alpha_leaf")),
+        2
+    );
+    // A dependency: libbeta.so came with libwithdep.so, its constructor's call counted too.
+    let beta_loads = instances(&profile, "libbeta.so");
+    assert_eq!(beta_loads.len(), 1);
+    assert_eq!(calls_into(beta_loads[0], &function(&beta, "beta_setup")), 1);
+    assert_eq!(calls_into(beta_loads[0], &function(&beta, "beta_leaf")), 3);
+    assert_eq!(instances(&profile, "libwithdep.so").len(), 1);
+    assert_eq!(instances(&profile, "libnested.so").len(), 1);
+    // dlmopen into the base namespace behaves as dlopen.
+    let gamma_loads = instances(&profile, "libgamma.so");
+    assert_eq!(gamma_loads.len(), 1);
+    assert_eq!(
+        calls_into(gamma_loads[0], &function(&gamma, "gamma_setup")),
+        1
+    );
+    assert_eq!(
+        calls_into(gamma_loads[0], &function(&gamma, "gamma_leaf")),
+        5
+    );
+    // A new namespace is outside what the runtime sees (documented); the program still ran it (stdout "ok").
+    assert!(instances(&profile, "libdelta.so").is_empty());
+    assert!(
+        alpha_loads
+            .iter()
+            .chain(&beta_loads)
+            .all(|m| !is_unloaded(m))
+    );
+}
