@@ -81,6 +81,25 @@ impl LoaderLock {
         self.depth.store(1, Ordering::Relaxed);
     }
 
+    /// Takes the lock if it is free (or already ours); never waits.
+    pub fn try_lock(&self) -> bool {
+        let me = sys::thread_id();
+        if self.owner.load(Ordering::Relaxed) == me {
+            self.depth.fetch_add(1, Ordering::Relaxed);
+            return true;
+        }
+        if self
+            .state
+            .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            return false;
+        }
+        self.owner.store(me, Ordering::Relaxed);
+        self.depth.store(1, Ordering::Relaxed);
+        true
+    }
+
     pub fn unlock(&self) {
         if self.depth.fetch_sub(1, Ordering::Relaxed) > 1 {
             return;
@@ -102,10 +121,18 @@ impl LoaderLock {
     }
 
     /// In a forked child, whose only thread is the one that called fork (with a new thread id): that thread
-    /// took the lock in the fork's prepare handler, so it becomes the owner, without waiters.
+    /// held the lock (it forked from inside a `dlopen`), so it stays the owner, without waiters.
     fn adopt_in_child(&self) {
         self.owner.store(sys::thread_id(), Ordering::Relaxed);
         self.state.store(1, Ordering::Relaxed);
+    }
+
+    /// In a forked child whose forking thread did not hold the lock: any holder was another thread, which does
+    /// not exist in the child.
+    fn reset_in_child(&self) {
+        self.owner.store(0, Ordering::Relaxed);
+        self.depth.store(0, Ordering::Relaxed);
+        self.state.store(0, Ordering::Relaxed);
     }
 }
 
@@ -270,20 +297,37 @@ pub fn open_in_progress() -> bool {
     LOADER_LOCK.is_held()
 }
 
-/// `pthread_atfork` prepare: take the loader lock so that the child never inherits a half-updated table.
+/// Whether the forking thread held the loader lock before the fork, and whether prepare took it.
+static FORK_HELD_BEFORE: AtomicU32 = AtomicU32::new(0);
+static FORK_TOOK: AtomicU32 = AtomicU32::new(0);
+
+/// `pthread_atfork` prepare: take the loader lock if that costs no waiting, so that the parent's table is not
+/// changed during the fork. It never waits: a thread inside `dlopen` may be waiting (in a constructor) for the
+/// forking thread, and the module table is consistent at any instant anyway (one pointer swap).
 pub(crate) fn lock_for_fork() {
-    LOADER_LOCK.lock();
+    let held_before = LOADER_LOCK.held_by_this_thread();
+    FORK_HELD_BEFORE.store(u32::from(held_before), Ordering::Relaxed);
+    FORK_TOOK.store(u32::from(LOADER_LOCK.try_lock()), Ordering::Relaxed);
 }
 
 pub(crate) fn unlock_after_fork_in_parent() {
-    LOADER_LOCK.unlock();
+    if FORK_TOOK.load(Ordering::Relaxed) == 1 {
+        LOADER_LOCK.unlock();
+    }
 }
 
-/// In the child the level taken in prepare is released; if the forking thread already held the lock (a fork
-/// from a constructor run by `dlopen`), the child's thread still holds it at the outer level.
+/// In the child only the forking thread exists: it keeps the lock if it held it before the fork (a fork from a
+/// constructor run by `dlopen`), otherwise the lock and the rescan flag start free.
 pub(crate) fn unlock_after_fork_in_child() {
-    LOADER_LOCK.adopt_in_child();
-    LOADER_LOCK.unlock();
+    if FORK_HELD_BEFORE.load(Ordering::Relaxed) == 1 {
+        LOADER_LOCK.adopt_in_child();
+        if FORK_TOOK.load(Ordering::Relaxed) == 1 {
+            LOADER_LOCK.unlock();
+        }
+    } else {
+        LOADER_LOCK.reset_in_child();
+        RESCANNING.store(0, Ordering::Relaxed);
+    }
 }
 
 /// A `ret` instruction inside the executable segment of the module that contains `address` (the caller's
