@@ -357,8 +357,9 @@ fn ending(status: ExitStatus) -> (Option<i32>, Option<i32>, bool) {
 fn abnormal_ends_write_an_incomplete_profile_and_keep_the_exit_status() {
     let workspace = Workspace::new();
     let app = build_units_program(&workspace, "endings", "endings.c");
-    let cases: [(&str, IncompleteCause, i32); 12] = [
+    let cases: [(&str, IncompleteCause, i32); 13] = [
         ("exit", IncompleteCause::None, 0),
+        ("overflow", IncompleteCause::Signal, libc_signal::SIGSEGV),
         ("_exit", IncompleteCause::UnderscoreExit, 0),
         ("_Exit", IncompleteCause::UnderscoreExit, 0),
         ("thread-exit", IncompleteCause::ExitFromThread, 0),
