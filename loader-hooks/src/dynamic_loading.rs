@@ -466,3 +466,105 @@ interposer!(
     /// `dlclose`, interposed: reports the modules it really unloaded (none if it only dropped a reference).
     dlclose, Entry::Close, fn(handle: *mut libc::c_void) -> libc::c_int
 );
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[inline(never)]
+    fn somewhere_in_this_module() -> usize {
+        somewhere_in_this_module as *const () as usize
+    }
+
+    #[test]
+    fn the_ret_found_is_a_ret_in_the_callers_module() {
+        let address = somewhere_in_this_module();
+        let ret = return_instruction_in_module_of(address);
+        assert_ne!(ret, 0);
+        // SAFETY: `ret` lies in a mapped executable segment of this test program.
+        assert_eq!(unsafe { sys::mapped_bytes(ret, 1) }, [0xC3]);
+        let module_of = |pc: usize| {
+            let mut found = None;
+            sys::for_each_loaded_object(&mut |object| {
+                for h in object.program_headers {
+                    let start = object.bias.wrapping_add(h.p_vaddr as usize);
+                    if h.p_type == 1 && pc >= start && pc < start + h.p_memsz as usize {
+                        found = Some(object.bias);
+                    }
+                }
+            });
+            found
+        };
+        assert_eq!(
+            module_of(ret),
+            module_of(address),
+            "same object as the caller"
+        );
+    }
+
+    #[test]
+    fn an_address_in_no_module_uses_the_main_program() {
+        let ret = return_instruction_in_module_of(8);
+        assert_ne!(ret, 0, "the main program has a ret");
+    }
+
+    #[test]
+    fn the_loader_lock_is_reentrant_and_exclusive() {
+        static LOCK: LoaderLock = LoaderLock::new();
+        LOCK.lock();
+        LOCK.lock();
+        assert!(LOCK.held_by_this_thread());
+        assert!(LOCK.try_lock(), "re-entrant try_lock");
+        LOCK.unlock();
+        std::thread::spawn(|| assert!(!LOCK.try_lock(), "another thread cannot take it"))
+            .join()
+            .unwrap();
+        LOCK.unlock();
+        assert!(LOCK.is_held(), "one level still held");
+        LOCK.unlock();
+        assert!(!LOCK.is_held());
+        let counter = std::sync::Arc::new(AtomicU64::new(0));
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let counter = counter.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..1000 {
+                        LOCK.lock();
+                        // A non-atomic read-modify-write under the lock: lost updates would show a race.
+                        let value = counter.load(Ordering::Relaxed);
+                        std::hint::spin_loop();
+                        counter.store(value + 1, Ordering::Relaxed);
+                        LOCK.unlock();
+                    }
+                })
+            })
+            .collect();
+        for thread in threads {
+            thread.join().unwrap();
+        }
+        assert_eq!(counter.load(Ordering::Relaxed), 4000);
+    }
+
+    #[test]
+    fn dlopen_and_dlclose_through_the_stubs_return_what_libc_returns() {
+        // The test program itself defines the stubs, so these calls go through them.
+        let name = c"libm.so.6";
+        // SAFETY: a valid NUL-terminated name and mode.
+        let handle = unsafe { dlopen(name.as_ptr(), libc::RTLD_NOW) };
+        assert!(!handle.is_null());
+        // SAFETY: `handle` came from dlopen.
+        let cos = unsafe { libc::dlsym(handle, c"cos".as_ptr()) };
+        assert!(!cos.is_null());
+        // SAFETY: as above.
+        assert_eq!(unsafe { dlclose(handle) }, 0);
+        // SAFETY: a name that does not exist: NULL, with dlerror set.
+        let missing = unsafe { dlopen(c"libdoes-not-exist.so".as_ptr(), libc::RTLD_NOW) };
+        assert!(missing.is_null());
+        // SAFETY: dlerror has no preconditions.
+        assert!(
+            !unsafe { libc::dlerror() }.is_null(),
+            "dlerror still reports the failure"
+        );
+        assert!(!LOADER_LOCK.is_held(), "the stubs release the lock");
+    }
+}
