@@ -561,10 +561,8 @@ mod tests {
         let missing = unsafe { dlopen(c"libdoes-not-exist.so".as_ptr(), libc::RTLD_NOW) };
         assert!(missing.is_null());
         // SAFETY: dlerror has no preconditions.
-        assert!(
-            !unsafe { libc::dlerror() }.is_null(),
-            "dlerror still reports the failure"
-        );
+        let error = unsafe { libc::dlerror() };
+        assert!(!error.is_null(), "dlerror still reports the failure");
         assert!(!LOADER_LOCK.is_held(), "the stubs release the lock");
     }
 }
