@@ -18,11 +18,14 @@
 //! - **Bounded growth without locks.** Storage is a chain of up to [`MAX_LEVELS`] open-addressing
 //!   levels, level *i* having `FIRST_LEVEL_SLOTS << i` slots, each level one anonymous `mmap`. A level
 //!   accepts new arcs until it is half full; then the next one is mapped (the thread that wins the
-//!   compare-and-swap of the level pointer installs it, a loser unmaps its own). Memory therefore
-//!   follows the number of distinct arcs (at most about 4× the bytes of the arcs in use, and pages
-//!   are only touched when written), not the size of the module's text. The bound is
-//!   [`MAX_ARCS`] distinct arcs per module; every call of an arc that does not fit is counted in
-//!   [`ArcTable::dropped`] and ends up in the dump, never lost silently.
+//!   compare-and-swap of the level pointer installs it, a loser unmaps its own). A slot costs 96
+//!   bytes (32 of key, 8 per stripe); nothing is mapped before a module's first arc, the first level
+//!   is 384 KiB of address space, and each level is mapped only when the previous ones hold about
+//!   as many arcs as it has slots, so address space stays within about 4 × 96 bytes per distinct
+//!   arc (and resident memory is the pages actually written), whatever the size of the module's
+//!   text. The bound is [`MAX_ARCS`] = 1 046 528 distinct arcs per module load instance (about
+//!   192 MiB of address space when reached); every call of an arc that does not fit is counted
+//!   in [`ArcTable::dropped`] and ends up in the dump, never lost silently.
 
 use core::cell::Cell;
 use core::ptr;
@@ -34,11 +37,13 @@ use crate::sys;
 /// one stripe; every later thread shares the last stripe.
 pub const STRIPES: usize = 8;
 /// Slots of the first level (a power of two).
-pub const FIRST_LEVEL_SLOTS: usize = 1 << 10;
+pub const FIRST_LEVEL_SLOTS: usize = 1 << 12;
 /// Number of levels; level `i` has `FIRST_LEVEL_SLOTS << i` slots.
-pub const MAX_LEVELS: usize = 11;
-/// Distinct arcs one table can hold: every level is filled to half its slots.
+pub const MAX_LEVELS: usize = 9;
+/// Distinct arcs one table can hold: every level is filled to half its slots (1 046 528).
 pub const MAX_ARCS: usize = (FIRST_LEVEL_SLOTS / 2) * ((1 << MAX_LEVELS) - 1);
+
+const _: () = assert!(MAX_ARCS == 1_046_528);
 
 /// Linear probing gives up after this many slots; the level then counts as full.
 const MAX_PROBE: usize = 64;
@@ -208,10 +213,25 @@ impl ArcTable {
 
     /// Counts one call of the arc in counter stripe `stripe % STRIPES`. Lock-free and
     /// async-signal-safe; reentrant (a signal handler may call it while it runs on the same thread).
-    /// Returns the counter it incremented (this arc's counter of that stripe), which stays valid
-    /// and belongs to this arc for the table's lifetime, until [`Self::reset`]; `None` when the
-    /// call was counted as dropped.
+    /// Returns the counter it incremented (see [`Self::counter`]); `None` when the call was
+    /// counted as dropped.
     pub fn record_in_stripe(
+        &self,
+        stripe: usize,
+        caller_key: u32,
+        caller_addr: u64,
+        callee_addr: u64,
+    ) -> Option<&AtomicU64> {
+        let counter = self.counter(stripe, caller_key, caller_addr, callee_addr)?;
+        counter.fetch_add(1, Ordering::Relaxed);
+        Some(counter)
+    }
+
+    /// The arc's counter in stripe `stripe % STRIPES`, inserting the arc if it is new, without
+    /// counting anything; the caller adds the call. The counter stays valid and belongs to this arc
+    /// for the table's lifetime, until [`Self::reset`]. `None` when the table is full: that call is
+    /// then counted as dropped here. Lock-free, async-signal-safe, reentrant.
+    pub fn counter(
         &self,
         stripe: usize,
         caller_key: u32,
@@ -227,11 +247,7 @@ impl ArcTable {
                 break;
             };
             match probe(&level, hash, tag, caller_addr, callee_addr) {
-                Probe::Found(slot) => {
-                    let counter = level.count(stripe, slot);
-                    counter.fetch_add(1, Ordering::Relaxed);
-                    return Some(counter);
-                }
+                Probe::Found(slot) => return Some(level.count(stripe, slot)),
                 Probe::Vacant(slot) => last_vacant = Some((index, level, slot)),
                 Probe::Exhausted => last_vacant = None,
             }
@@ -279,9 +295,7 @@ impl ArcTable {
                 if fresh {
                     self.used[level_index].fetch_add(1, Ordering::Relaxed);
                 }
-                let counter = level.count(stripe, slot);
-                counter.fetch_add(1, Ordering::Relaxed);
-                return Some(counter);
+                return Some(level.count(stripe, slot));
             }
             level_index += 1;
         }

@@ -51,11 +51,43 @@ fn module_flag_bits(module: &LiveModule) -> u32 {
     flags
 }
 
-/// The histogram ranges of a module, borrowing its buckets.
+/// Histograms bigger than this are written from their touched pages only (as sparse ranges), so the dump
+/// neither scans nor faults in megabytes of buckets that were never hit (librustc_driver: 54 MB of them).
+const SPARSE_FROM_BYTES: usize = 1 << 20;
+
+/// Non-zero buckets as (index within the range, count), one list per histogram range.
+type SparseRanges = Vec<Vec<(u64, u32)>>;
+
+/// For a big histogram, its non-zero buckets per range (indices relative to the range); `None` otherwise.
+fn sparse_entries(histogram: &Histogram) -> Option<SparseRanges> {
+    let bytes = histogram.bucket_count() * usize::from(histogram.bucket_bits().bits() / 8);
+    if bytes < SPARSE_FROM_BYTES {
+        return None;
+    }
+    let entries = histogram.nonzero_buckets();
+    let per_range = histogram
+        .ranges()
+        .iter()
+        .map(|r| {
+            let (first, last) = (
+                r.first_bucket as u64,
+                (r.first_bucket + r.bucket_count()) as u64,
+            );
+            let inside = entries.iter().filter(|(i, _)| (first..last).contains(i));
+            inside.map(|&(i, c)| (i - first, c)).collect()
+        })
+        .collect();
+    Some(per_range)
+}
+
+/// The histogram ranges of a module, borrowing its buckets (or their sparse entries, when given).
 ///
 /// # Safety
 /// Sampling must be stopped and quiesced (see [`sampler::stop_and_quiesce`]) while the result is alive.
-unsafe fn range_descriptors(histogram: &Histogram) -> Vec<RangeDesc<'_>> {
+unsafe fn range_descriptors<'a>(
+    histogram: &'a Histogram,
+    sparse: Option<&'a [Vec<(u64, u32)>]>,
+) -> Vec<RangeDesc<'a>> {
     // SAFETY: the caller guarantees no handler writes the buckets meanwhile.
     let (sixteen, thirty_two) = unsafe {
         (
@@ -66,11 +98,16 @@ unsafe fn range_descriptors(histogram: &Histogram) -> Vec<RangeDesc<'_>> {
     histogram
         .ranges()
         .iter()
-        .map(|r| {
+        .enumerate()
+        .map(|(index, r)| {
             let buckets = r.first_bucket..r.first_bucket + r.bucket_count();
-            let counts = match histogram.bucket_bits() {
-                BucketBits::Sixteen => Counts::U16(&sixteen[buckets]),
-                BucketBits::ThirtyTwo => Counts::U32(&thirty_two[buckets]),
+            let counts = match (sparse.and_then(|s| s.get(index)), histogram.bucket_bits()) {
+                (Some(entries), _) => Counts::Sparse {
+                    len: r.bucket_count() as u64,
+                    entries,
+                },
+                (None, BucketBits::Sixteen) => Counts::U16(&sixteen[buckets]),
+                (None, BucketBits::ThirtyTwo) => Counts::U32(&thirty_two[buckets]),
             };
             RangeDesc {
                 start: r.start,
@@ -148,11 +185,16 @@ pub unsafe fn write_profile<S: Sink>(
             }
         })
         .collect();
+    let sparse: Vec<Option<SparseRanges>> = all
+        .iter()
+        .map(|m| m.histogram.as_ref().and_then(sparse_entries))
+        .collect();
     let ranges: Vec<Vec<RangeDesc<'_>>> = all
         .iter()
-        .map(|m| match &m.histogram {
+        .zip(&sparse)
+        .map(|(m, sparse)| match &m.histogram {
             // SAFETY: the caller keeps sampling quiesced while the descriptors are alive.
-            Some(h) => unsafe { range_descriptors(h) },
+            Some(h) => unsafe { range_descriptors(h, sparse.as_deref()) },
             None => Vec::new(),
         })
         .collect();

@@ -4,8 +4,10 @@
 //! registers and call [`record_call`]), and `__cyg_profile_func_enter` / `__cyg_profile_func_exit`
 //! (`-finstrument-functions`, ordinary C calls, defined here).
 //!
-//! **Fast path.** Each thread has a direct-mapped cache of [`CACHE_ENTRIES`] entries in static TLS
-//! (`sys::thread_cache_block`), mapping the raw pair (frompc, selfpc) to the arc's counter in the
+//! **Fast path.** Each thread has a two-way set-associative cache of [`CACHE_ENTRIES`] entries
+//! (header in static TLS, `sys::thread_cache_block`; entries in a private mapping of 128 KiB whose
+//! pages are touched as used, unmapped at thread exit), mapping the raw pair (frompc, selfpc) to
+//! the arc's counter in the
 //! thread's own stripe of the callee module's [`ArcTable`](crate::arcs::ArcTable). A hit costs a
 //! few loads and one add; nothing shared is written. A thread that owns its stripe adds with one
 //! non-locked instruction, later threads (sharing the last stripe) with an atomic add. The cache is
@@ -37,8 +39,13 @@ pub const UNKNOWN_KEY: u32 = 0xFFFF_FFFF;
 /// handlers interrupting it.
 pub const MAX_DEPTH: u32 = 3;
 
-/// Entries of each thread's call cache (the assembly fast path in `sys` indexes it with 8 bits).
-pub const CACHE_ENTRIES: usize = 256;
+/// Entries of each thread's call cache: two-way set-associative, [`CACHE_SET_BITS`] bits of set
+/// index (the top bits of the hash; the assembly fast path in `sys` computes the same).
+pub const CACHE_ENTRIES: usize = 2 << CACHE_SET_BITS;
+/// See [`CACHE_ENTRIES`].
+pub const CACHE_SET_BITS: u32 = 11;
+/// Bytes of one thread's cache entries (mapped on the thread's first call, pages touched as used).
+const CACHE_BYTES: usize = CACHE_ENTRIES * core::mem::size_of::<CacheEntry>();
 
 /// Set by `moncontrol(0)`, cleared by `moncontrol(1)`.
 pub(crate) static PAUSED: AtomicBool = AtomicBool::new(false);
@@ -65,31 +72,35 @@ pub fn reset_after_fork() {
     }
 }
 
-/// The module's arcs for the dump, module-relative, sorted (SPEC.md §7.1); empty when it is not
-/// profiled.
-pub fn arcs_snapshot(module: &modules::LiveModule) -> Vec<mslprof_format::model::Arc> {
-    let mut arcs = Vec::with_capacity(module.arcs.len());
-    module.arcs.for_each(|arc| {
-        arcs.push(mslprof_format::model::Arc {
-            caller_key: arc.caller_key,
-            caller_address: arc.caller_addr,
-            callee_address: arc.callee_addr,
-            count: arc.count,
-        });
-    });
-    arcs.sort_unstable();
-    arcs
+static START_TRIED: AtomicBool = AtomicBool::new(false);
+
+/// The constructors of libraries loaded with the program can run before the runtime's own
+/// constructor (ELF runs dependencies' initialisers first, and a preloaded library depends on
+/// nothing): their instrumented calls reach `mcount` before any module is known. The first such
+/// call starts the runtime (once per process), with the vector state saved around it.
+fn start_before_own_constructor() -> bool {
+    if modules::generation() != 0 || START_TRIED.swap(true, Ordering::Relaxed) {
+        return false;
+    }
+    extern "C" fn start() -> bool {
+        crate::ensure_started()
+    }
+    // SAFETY: `start` is an ordinary function that never unwinds (ensure_started catches panics);
+    // this is x86_64.
+    unsafe { sys::call_preserving_vector_state(start) }
 }
 
-/// One cached arc: raw PCs and the counter (null: callee in an unprofiled module).
-#[repr(C)]
+/// One cached arc: raw PCs and the counter (null: callee in an unprofiled module). Two of them,
+/// the ways of one set, fill one 64-byte cache line.
+#[repr(C, align(32))]
 struct CacheEntry {
     frompc: usize,
     selfpc: usize,
     counter: *const AtomicU64,
 }
 
-/// The per-thread cache, overlaid on `sys::thread_cache_block`.
+/// The per-thread cache header, overlaid on `sys::thread_cache_block` (static TLS); the entries
+/// are a private mapping of [`CACHE_BYTES`], unmapped when the thread exits.
 #[repr(C)]
 struct ThreadCache {
     /// `modules::generation() ^ epoch` the entries were made under; 0 = never used.
@@ -100,8 +111,11 @@ struct ThreadCache {
     stripe: u32,
     /// True when this thread shares its stripe (atomic adds needed).
     shared_stripe: bool,
-    _reserved: [u8; 15],
-    entries: [CacheEntry; CACHE_ENTRIES],
+    /// True once the thread's cache was released at thread exit: never map another.
+    released: bool,
+    _reserved: [u8; 6],
+    /// [`CACHE_ENTRIES`] entries, or null (not mapped yet, or mapping failed: no caching).
+    entries: *mut CacheEntry,
 }
 
 // The assembly fast path in `sys` depends on this layout.
@@ -110,14 +124,72 @@ const _: () = {
     assert!(core::mem::offset_of!(ThreadCache, generation) == 0);
     assert!(core::mem::offset_of!(ThreadCache, depth) == 8);
     assert!(core::mem::offset_of!(ThreadCache, shared_stripe) == 16);
-    assert!(core::mem::offset_of!(ThreadCache, entries) == 32);
-    assert!(core::mem::size_of::<CacheEntry>() == 24);
+    assert!(core::mem::offset_of!(ThreadCache, entries) == 24);
+    assert!(core::mem::size_of::<CacheEntry>() == 32);
 };
 
+impl ThreadCache {
+    /// The entries, mapping them on first use. Empty when they cannot be had.
+    fn entries(&mut self) -> &mut [CacheEntry] {
+        if self.entries.is_null() && !self.released {
+            if let Some(base) = sys::map_zeroed(CACHE_BYTES) {
+                self.entries = base.cast();
+                register_thread_exit(base);
+            } else {
+                self.released = true;
+            }
+        }
+        if self.entries.is_null() {
+            return &mut [];
+        }
+        // SAFETY: `entries` is this thread's private mapping of CACHE_ENTRIES zero-initialised
+        // entries (all-zero is a valid CacheEntry), unmapped only by the thread-exit destructor
+        // after it cleared the pointer.
+        unsafe { core::slice::from_raw_parts_mut(self.entries, CACHE_ENTRIES) }
+    }
+
+    /// Forgets every entry (the pages go back to the kernel and read as zero).
+    fn clear(&mut self) {
+        if !self.entries.is_null() {
+            sys::discard(self.entries.cast(), CACHE_BYTES);
+        }
+    }
+}
+
+static THREAD_EXIT_KEY: std::sync::OnceLock<Option<libc::pthread_key_t>> =
+    std::sync::OnceLock::new();
+
+/// Makes the thread's exit unmap its cache (`pthread_key_create` once, `pthread_setspecific` per
+/// thread).
+fn register_thread_exit(base: *mut u8) {
+    let key = THREAD_EXIT_KEY.get_or_init(|| sys::create_thread_key(release_thread_cache));
+    if let Some(key) = *key {
+        sys::set_thread_value(key, base as usize);
+    }
+}
+
+/// Thread-exit destructor: clears this thread's pointer first (instrumented code may still run
+/// in later destructors on this thread), then unmaps the entries.
+unsafe extern "C" fn release_thread_cache(base: *mut libc::c_void) {
+    let cache = sys::thread_cache_block().cast::<ThreadCache>();
+    // SAFETY: the exiting thread's own header; a signal handler running now sees `depth` as usual
+    // and, once the pointer is null, never touches the entries.
+    let cache = unsafe { &mut *cache };
+    if cache.entries.cast() == base {
+        cache.entries = core::ptr::null_mut();
+        cache.released = true;
+        compiler_fence(Ordering::SeqCst);
+        // SAFETY: `base` is the mapping of CACHE_BYTES made for this thread; the only pointer to
+        // it was just cleared.
+        unsafe { sys::unmap(base.cast(), CACHE_BYTES) };
+    }
+}
+
 #[inline(always)]
+/// Index of the first way of the pair's set.
 fn cache_index(frompc: usize, selfpc: usize) -> usize {
     let mixed = (selfpc ^ frompc.rotate_left(17)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    mixed >> 56
+    (mixed >> (usize::BITS - CACHE_SET_BITS)) * 2
 }
 
 #[inline(always)]
@@ -146,31 +218,46 @@ pub extern "C" fn record_call(frompc: usize, selfpc: usize) {
     compiler_fence(Ordering::SeqCst);
     let generation = current_generation();
     if cache.generation != generation {
-        for entry in &mut cache.entries {
-            entry.frompc = 0;
-            entry.selfpc = 0;
-        }
+        cache.clear();
         cache.generation = generation;
     }
-    let entry = &mut cache.entries[cache_index(frompc, selfpc)];
-    if entry.frompc == frompc && entry.selfpc == selfpc {
-        // SAFETY: cached counters point into arc tables of leaked (never freed) LiveModules, whose
-        // level mappings are only unmapped on drop; the generation check above dropped entries
-        // made before the last module-table change or reset.
-        if let Some(counter) = unsafe { entry.counter.as_ref() } {
-            increment(counter, cache.shared_stripe);
-        }
-    } else {
-        let stripe = thread_stripe(cache);
-        let counter = record_uncached(stripe, frompc, selfpc);
-        let entry = &mut cache.entries[cache_index(frompc, selfpc)];
-        match counter {
-            Some(counter) => {
-                entry.frompc = frompc;
-                entry.selfpc = selfpc;
-                entry.counter = counter;
+    let index = cache_index(frompc, selfpc);
+    let shared = cache.shared_stripe;
+    let cached = cache
+        .entries()
+        .get(index..index + 2)
+        .and_then(|ways| {
+            ways.iter()
+                .find(|entry| entry.frompc == frompc && entry.selfpc == selfpc)
+        })
+        .map(|entry| entry.counter);
+    match cached {
+        // Cached counters stay valid: the generation check above dropped entries made before the
+        // last module-table change or reset.
+        Some(counter) => {
+            if let Some(counter) = unsafe_counter(counter) {
+                increment(counter, shared);
             }
-            None => entry.frompc = 0,
+        }
+        None => {
+            let stripe = thread_stripe(cache);
+            let counter = record_uncached(stripe, frompc, selfpc, true);
+            if let Some(counter) = counter
+                && let Some(counter) = unsafe_counter(counter)
+            {
+                increment(counter, cache.shared_stripe);
+            }
+            if let (Some(counter), Some([first, second])) =
+                (counter, cache.entries().get_mut(index..index + 2))
+            {
+                // The newest arc takes the first way, the one it displaces the second.
+                second.frompc = first.frompc;
+                second.selfpc = first.selfpc;
+                second.counter = first.counter;
+                first.frompc = frompc;
+                first.selfpc = selfpc;
+                first.counter = counter;
+            }
         }
     }
     compiler_fence(Ordering::SeqCst);
@@ -191,7 +278,12 @@ fn record_nested(cache: &mut ThreadCache, depth: u32, frompc: usize, selfpc: usi
     cache.depth = depth + 1;
     compiler_fence(Ordering::SeqCst);
     let stripe = thread_stripe(cache);
-    record_uncached(stripe, frompc, selfpc);
+    if let Some(counter) = record_uncached(stripe, frompc, selfpc, false)
+        && let Some(counter) = unsafe_counter(counter)
+    {
+        // The interrupted code's own add is one instruction, which a signal cannot split.
+        increment(counter, cache.shared_stripe);
+    }
     compiler_fence(Ordering::SeqCst);
     cache.depth = depth;
 }
@@ -206,6 +298,13 @@ fn thread_stripe(cache: &mut ThreadCache) -> usize {
     (cache.stripe - 1) as usize
 }
 
+/// The counter behind a pointer returned by [`record_uncached`] (null: unprofiled callee).
+fn unsafe_counter(counter: *const AtomicU64) -> Option<&'static AtomicU64> {
+    // SAFETY: non-null pointers from `record_uncached` point into arc tables of leaked
+    // LiveModules, valid for the rest of the process.
+    unsafe { counter.as_ref() }
+}
+
 #[inline(always)]
 fn increment(counter: &AtomicU64, shared: bool) {
     if shared {
@@ -215,13 +314,27 @@ fn increment(counter: &AtomicU64, shared: bool) {
     }
 }
 
-/// Maps the PCs to modules and records the arc. Returns the counter to cache: the arc's counter,
-/// or null when the callee's module is not profiled; `None` when nothing may be cached (no
-/// module, or the call was dropped).
+/// Maps the PCs to modules and finds (or inserts) the arc; the caller adds the call. Returns the
+/// counter to add to and cache: the arc's counter in `stripe`, or null when the callee's module
+/// is not profiled; `None` when nothing may be cached (no module, or the call was dropped and
+/// counted as such).
+///
+/// `top_level` is false for a call nested in another `record_call` (a signal handler): only a
+/// top-level call may start the runtime or scan for modules.
 #[cold]
-fn record_uncached(stripe: usize, frompc: usize, selfpc: usize) -> Option<*const AtomicU64> {
-    let callee =
-        modules::find(selfpc).or_else(|| crate::lifecycle::module_loaded_during_open(selfpc))?;
+fn record_uncached(
+    stripe: usize,
+    frompc: usize,
+    selfpc: usize,
+    top_level: bool,
+) -> Option<*const AtomicU64> {
+    let callee = modules::find(selfpc)
+        .or_else(|| {
+            (top_level && start_before_own_constructor())
+                .then(|| modules::find(selfpc))
+                .flatten()
+        })
+        .or_else(|| crate::lifecycle::module_loaded_during_open(selfpc))?;
     if !callee.profiled {
         return Some(core::ptr::null());
     }
@@ -231,7 +344,7 @@ fn record_uncached(stripe: usize, frompc: usize, selfpc: usize) -> Option<*const
     };
     callee
         .arcs
-        .record_in_stripe(
+        .counter(
             stripe,
             caller_key,
             caller_addr,

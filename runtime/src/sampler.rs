@@ -68,7 +68,7 @@ pub fn arm_current_thread() {
     if period == 0 || !is_started() {
         return;
     }
-    match sys::start_thread_cpu_timer(libc::SIGPROF, cookie(), period) {
+    match sys::start_thread_cpu_timer(libc::SIGPROF, cookie(), first_expiry(period), period) {
         Ok(timer) => {
             let key = THREAD_KEY.load(Ordering::Relaxed);
             if key != usize::MAX {
@@ -87,6 +87,21 @@ pub fn arm_current_thread() {
             }
         }
     }
+}
+
+/// When a new thread's timer first fires: a pseudo-random point in `(0, period]` of its CPU time. With a fixed
+/// first expiry, a thread that runs less than one period would never be sampled, and every thread would lose
+/// the CPU time after its last sample; a random phase makes each thread's expected sample count exactly its
+/// CPU time / period, however short the thread.
+fn first_expiry(period: u64) -> u64 {
+    // splitmix64 of the thread id and the time: cheap, allocation-free, different for every thread.
+    let mut z =
+        (sys::gettid() as u64) ^ (sys::clock_ns(sys::CLOCK_REALTIME) as u64).rotate_left(17);
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    1 + z % period.max(1)
 }
 
 unsafe extern "C" fn delete_thread_timer(value: *mut c_void) {

@@ -155,10 +155,12 @@ impl ThreadTimer {
 }
 
 /// Creates a timer on the calling thread's CPU clock that sends `signal` to the calling thread with
-/// `cookie` as its `si_value`, firing every `period_ns` nanoseconds of this thread's CPU time.
+/// `cookie` as its `si_value`, first after `first_ns` and then every `period_ns` nanoseconds of this thread's
+/// CPU time.
 pub fn start_thread_cpu_timer(
     signal: i32,
     cookie: usize,
+    first_ns: u64,
     period_ns: u64,
 ) -> Result<ThreadTimer, i32> {
     // SAFETY: sigevent is plain data; all-zero is a valid starting value.
@@ -174,13 +176,13 @@ pub fn start_thread_cpu_timer(
     if unsafe { libc::timer_create(libc::CLOCK_THREAD_CPUTIME_ID, &mut event, &mut timer) } != 0 {
         return Err(errno());
     }
-    let period = libc::timespec {
-        tv_sec: (period_ns / 1_000_000_000) as libc::time_t,
-        tv_nsec: (period_ns % 1_000_000_000) as libc::c_long,
+    let timespec = |ns: u64| libc::timespec {
+        tv_sec: (ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (ns % 1_000_000_000) as libc::c_long,
     };
     let spec = libc::itimerspec {
-        it_interval: period,
-        it_value: period,
+        it_interval: timespec(period_ns),
+        it_value: timespec(first_ns.max(1)),
     };
     // SAFETY: `timer` was just created; `spec` is valid; the old value is not wanted.
     if unsafe { libc::timer_settime(timer, 0, &spec, std::ptr::null_mut()) } != 0 {
@@ -513,9 +515,11 @@ macro_rules! mcount_stub {
 /// and jumps to the full stub, which saves everything and calls Rust.
 ///
 /// Cache layout (`mcount::ThreadCache`): generation at 0, depth (u32) at 8, shared-stripe flag
-/// (u8) at 16, entries of (frompc, selfpc, counter) from offset 32, 256 of them, indexed by the top
-/// 8 bits of `(selfpc ^ rotl(frompc, 17)) * 0x9E3779B97F4A7C15`. The depth is set while the entry
-/// is read, so a signal handler that interrupts this path leaves the cache alone.
+/// (u8) at 16, pointer to the entries at 24 (null: miss); 2048 sets of two 32-byte entries
+/// (frompc, selfpc, counter), the set chosen by the top 11 bits of
+/// `(selfpc ^ rotl(frompc, 17)) * 0x9E3779B97F4A7C15`.
+/// The depth is set while the entry is read, so a signal handler that interrupts this path leaves
+/// the cache alone.
 macro_rules! mcount_fast_path {
     ($load:literal, $slow:path) => {
         core::arch::naked_asm!(
@@ -543,14 +547,18 @@ macro_rules! mcount_fast_path {
             "xor rax, rsi",
             "movabs rcx, 0x9E3779B97F4A7C15",
             "imul rax, rcx",
-            "shr rax, 56",
-            "lea rax, [rax + rax * 2]",
-            "lea rax, [rdx + rax * 8 + 32]",
+            "shr rax, 53",
+            "mov rcx, qword ptr [rdx + 24]",
+            "test rcx, rcx",
+            "jz 2f",
+            "shl rax, 6",
+            "add rax, rcx",
             "cmp qword ptr [rax], rdi",
-            "jne 2f",
+            "jne 5f",
             "cmp qword ptr [rax + 8], rsi",
-            "jne 2f",
+            "jne 5f",
             "mov rax, qword ptr [rax + 16]",
+            "6:",
             "test rax, rax",
             "jz 1f",
             "cmp byte ptr [rdx + 16], 0",
@@ -567,6 +575,14 @@ macro_rules! mcount_fast_path {
             "4:",
             "lock add qword ptr [rax], 1",
             "jmp 1b",
+            // Second way of the set.
+            "5:",
+            "cmp qword ptr [rax + 32], rdi",
+            "jne 2f",
+            "cmp qword ptr [rax + 40], rsi",
+            "jne 2f",
+            "mov rax, qword ptr [rax + 48]",
+            "jmp 6b",
             // Miss: leave the cache to the Rust side.
             "2:",
             "mov dword ptr [rdx + 8], 0",
@@ -647,8 +663,8 @@ unsafe extern "C" fn fentry_slow() {
     )
 }
 
-/// Bytes of the per-thread call cache block (see `mcount::ThreadCache`), in `.tbss`.
-pub const THREAD_CACHE_BYTES: usize = 8192;
+/// Bytes of the per-thread call cache header (see `mcount::ThreadCache`), in `.tbss`.
+pub const THREAD_CACHE_BYTES: usize = 64;
 
 // The per-thread call cache lives in this library's static TLS block, addressed with the
 // initial-exec model (`@gottpoff` + `fs`): two instructions, no `__tls_get_addr` call, no
@@ -661,13 +677,13 @@ core::arch::global_asm!(
     ".globl mslprof_thread_cache",
     ".hidden mslprof_thread_cache",
     ".type mslprof_thread_cache,@object",
-    ".size mslprof_thread_cache, 8192",
+    ".size mslprof_thread_cache, 64",
     "mslprof_thread_cache:",
-    ".zero 8192",
+    ".zero 64",
     ".popsection",
 );
 
-/// Address of the calling thread's call-cache block ([`THREAD_CACHE_BYTES`] zero-initialised,
+/// Address of the calling thread's call-cache header ([`THREAD_CACHE_BYTES`] zero-initialised,
 /// 64-byte aligned bytes that belong to this thread for its lifetime).
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
@@ -701,6 +717,65 @@ pub fn increment_unshared(counter: &core::sync::atomic::AtomicU64) {
             options(nostack),
         );
     }
+}
+
+/// Calls `start` (the runtime's start-up, from the first `mcount` of a process whose other
+/// libraries' constructors run before the runtime's own) with the whole extended register state
+/// saved around it by `xsave`/`xrstor`: start-up runs libc code (string functions using AVX/AVX-512)
+/// that would otherwise clobber the upper halves of vector arguments the instrumented function is
+/// about to read. The general-purpose and xmm0–7 registers are already saved by the mcount stub.
+///
+/// # Safety
+/// `start` must be safe to call here; the CPU must be x86_64 (XSAVE is used only when the OS
+/// enabled it, CPUID.1:ECX.OSXSAVE).
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
+pub unsafe extern "C" fn call_preserving_vector_state(start: extern "C" fn() -> bool) -> bool {
+    core::arch::naked_asm!(
+        "push rbp",
+        "mov rbp, rsp",
+        "push rbx",
+        "push r12",
+        "mov r12, rdi",
+        "mov eax, 1",
+        "cpuid",
+        "bt ecx, 27",
+        "jnc 2f",
+        "mov eax, 0xd",
+        "xor ecx, ecx",
+        "cpuid",
+        // ebx = XSAVE area bytes for the features enabled in XCR0; 64-byte aligned, header zeroed.
+        "sub rsp, rbx",
+        "sub rsp, 64",
+        "and rsp, -64",
+        "xor eax, eax",
+        "mov [rsp + 512], rax",
+        "mov [rsp + 520], rax",
+        "mov [rsp + 528], rax",
+        "mov [rsp + 536], rax",
+        "mov [rsp + 544], rax",
+        "mov [rsp + 552], rax",
+        "mov [rsp + 560], rax",
+        "mov [rsp + 568], rax",
+        "xor ecx, ecx",
+        "xgetbv",
+        "xsave [rsp]",
+        "call r12",
+        "mov r12d, eax",
+        "xor ecx, ecx",
+        "xgetbv",
+        "xrstor [rsp]",
+        "movzx eax, r12b",
+        "jmp 3f",
+        "2:",
+        "call r12",
+        "3:",
+        "lea rsp, [rbp - 16]",
+        "pop r12",
+        "pop rbx",
+        "pop rbp",
+        "ret",
+    )
 }
 
 // ==== end of rt-mcount section ====
@@ -751,3 +826,15 @@ pub fn remove_file(path: &[u8]) {
     // SAFETY: `path` is NUL-terminated.
     unsafe { libc::unlink(path.as_ptr() as *const libc::c_char) };
 }
+
+// A weak reference to the program's link-time bucket-size symbol (config::BUCKET_SIZE_SYMBOL). Because
+// libmslprof.so refers to it, a program linked with `-lmslprof` that defines it gets it exported to its
+// dynamic symbol table by the linker, where `global_symbol` finds it; without a definition it resolves to 0.
+// The section is marked retained so that --gc-sections keeps the reference.
+core::arch::global_asm!(
+    ".pushsection .data.rel.ro.mslprof_bucket_size_reference,\"awR\",%progbits",
+    ".balign 8",
+    ".weak mslprof_profilebucketsize",
+    ".8byte mslprof_profilebucketsize",
+    ".popsection",
+);

@@ -90,12 +90,19 @@ fn counting_path_is_exact_allocation_free_and_survives_table_changes() {
 
     const THREADS: usize = 4;
     const CALLS: u64 = 200_000;
+    // Counting covers every call: it starts before the workers are released and stops after all of
+    // them have finished calling but before any of them exits (thread exit is not ours to check).
+    let started = Barrier::new(THREADS + 1);
     let ready = Barrier::new(THREADS + 1);
-    let done = Barrier::new(THREADS + 1);
+    let finished = AtomicU64::new(0);
+    let release = Barrier::new(THREADS + 1);
     std::thread::scope(|scope| {
         for thread in 0..THREADS {
-            let (ready, done) = (&ready, &done);
+            let (started, ready) = (&started, &ready);
+            let (finished, release) = (&finished, &release);
             scope.spawn(move || {
+                // Thread start-up (which allocates) is over before counting starts.
+                started.wait();
                 ready.wait();
                 for call in 0..CALLS {
                     // Within liba, from libb, from nowhere, and into the unselected libb; some
@@ -110,13 +117,18 @@ fn counting_path_is_exact_allocation_free_and_survives_table_changes() {
                         (BIAS_A + 0x1234) as *mut _,
                     );
                 }
-                done.wait();
+                finished.fetch_add(1, Ordering::SeqCst);
+                release.wait();
             });
         }
-        ready.wait();
+        started.wait();
         COUNTING.store(true, Ordering::SeqCst);
-        done.wait();
+        ready.wait();
+        while finished.load(Ordering::SeqCst) < THREADS as u64 {
+            std::hint::spin_loop();
+        }
         COUNTING.store(false, Ordering::SeqCst);
+        release.wait();
     });
     assert_eq!(
         ALLOCATIONS.load(Ordering::SeqCst),

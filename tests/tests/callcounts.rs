@@ -153,6 +153,29 @@ fn four_threads_times_half_a_million_calls_are_exactly_two_million() {
 }
 
 #[test]
+fn many_threads_coming_and_going_count_exactly() {
+    // 10 waves of 24 threads: most threads share the last counter stripe (atomic adds), and each
+    // exiting thread releases its call cache.
+    let workspace = Workspace::new();
+    let mut flags = common_flags("-O2");
+    flags.push("-pg".into());
+    build_library(&workspace, "cct", &["cct.c"], &flags);
+    let exe = build_program(&workspace, "threads", &["threads.c"], &["cct"], &flags);
+    run_ok(
+        workspace
+            .command_with_runtime(&exe)
+            .args(["24", "5000", "10"]),
+    );
+    let profile = read_profile(&workspace.join("gmon.out"));
+    let graph = profile_call_graph(&profile, &|name| name == "thread_body" || name == "t_work");
+    assert_eq!(
+        graph[&("thread_body".into(), "t_work".into())],
+        24 * 5000 * 10,
+        "{graph:?}"
+    );
+}
+
+#[test]
 fn signal_handler_calling_instrumented_code_during_mcount_counts_exactly() {
     let workspace = Workspace::new();
     let mut flags = common_flags("-O2");
@@ -170,8 +193,8 @@ fn signal_handler_calling_instrumented_code_during_mcount_counts_exactly() {
     let graph = profile_call_graph(&profile, &|name| {
         ["main", "on_alarm", "m_work", "h_work"].contains(&name)
     });
-    assert_eq!(graph[&("main".into(), "m_work".into())], 3_000_000);
-    assert_eq!(graph[&("on_alarm".into(), "h_work".into())], handled);
+    assert_eq!(graph[&("main".into(), "m_work".into())], 20_000_000);
+    assert_eq!(graph[&("on_alarm".into(), "h_work".into())], 10 * handled);
     assert_eq!(profile.header.dropped_arcs, 0);
 }
 
@@ -238,4 +261,23 @@ fn a_pg_program_leaves_only_the_runtime_profile() {
     std::fs::remove_file(workspace.join("gmon.out")).unwrap();
     run_ok(workspace.command_with_runtime(&exe).env("GPROFDIR", ""));
     assert!(!workspace.join("gmon.out").exists());
+}
+
+#[test]
+fn calls_from_library_constructors_before_the_runtime_starts_are_counted() {
+    let workspace = Workspace::new();
+    let mut flags = common_flags("-O2");
+    flags.push("-pg".into());
+    if cpu_has_avx() {
+        flags.push("-mavx".into());
+    }
+    build_library(&workspace, "cci", &["cci.c"], &flags);
+    let exe = build_program(&workspace, "init", &["init_main.c"], &["cci"], &flags);
+    let stdout = run_ok(&mut workspace.command_with_runtime(&exe));
+    assert!(stdout.starts_with("ok "), "{stdout}");
+    let profile = read_profile(&workspace.join("gmon.out"));
+    let graph = profile_call_graph(&profile, &|name| name.starts_with("i_"));
+    assert_eq!(graph[&("i_init".into(), "i_work".into())], 5, "{graph:?}");
+    assert_eq!(graph[&("i_init".into(), "i_double".into())], 1, "{graph:?}");
+    assert_eq!(graph[&("i_call".into(), "i_work".into())], 1, "{graph:?}");
 }

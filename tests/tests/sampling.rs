@@ -370,38 +370,51 @@ fn bucket_width_comes_from_the_environment_then_the_program_then_16() {
         );
     }
 
-    // The program's own default, defined at link time, and the environment overriding it.
+    // The program's own default, defined at link time, and the environment overriding it: preloaded (the
+    // program exports the symbol itself) and linked with -lmslprof (the linker exports it, because
+    // libmslprof.so refers to it).
     let exported = fixture.ws.program(
         "app",
         &[source("bucketsize.c")],
         &["-Wl,--export-dynamic-symbol=mslprof_profilebucketsize"],
     );
-    for (value, bits, warning) in [
-        (None, 32, None),
-        (Some("16"), 16, None),
-        (
-            Some("8"),
-            32,
-            Some("mslprof: LD_PROFILEBUCKET_SIZE=8 is not 16 or 32; using 32"),
-        ),
+    let target = runtime_library().parent().unwrap().display().to_string();
+    let (search, rpath) = (format!("-L{target}"), format!("-Wl,-rpath,{target}"));
+    let linked = fixture.ws.program(
+        "linked",
+        &[source("bucketsize.c")],
+        &[&search, "-Wl,--no-as-needed", "-lmslprof", &rpath],
+    );
+    let invalid = "mslprof: LD_PROFILEBUCKET_SIZE=8 is not 16 or 32; using 32";
+    for (program, value, bits, warning) in [
+        (&exported, None, 32, None),
+        (&exported, Some("16"), 16, None),
+        (&exported, Some("8"), 32, Some(invalid)),
+        (&linked, None, 32, None),
+        (&linked, Some("16"), 16, None),
     ] {
-        let mut command = fixture.ws.command_with_runtime(&exported);
+        let _ = std::fs::remove_file(fixture.ws.join("gmon.out"));
+        let mut command = if program == &linked {
+            fixture.ws.command(program)
+        } else {
+            fixture.ws.command_with_runtime(program)
+        };
         if let Some(value) = value {
             command.env("LD_PROFILEBUCKET_SIZE", value);
         }
         let output = run(&mut command);
         assert!(output.status.success());
         let stderr = String::from_utf8_lossy(&output.stderr);
-        assert_eq!(
-            mslprof_lines(&stderr),
-            warning.into_iter().collect::<Vec<_>>(),
-            "{value:?}"
-        );
-        assert_eq!(
-            main_bucket_bits(&fixture.ws.profile("gmon.out")),
-            bits,
-            "{value:?}"
-        );
+        let expected: Vec<&str> = warning.into_iter().collect();
+        assert_eq!(mslprof_lines(&stderr), expected, "{program:?} {value:?}");
+        let profile = fixture.ws.profile("gmon.out");
+        let main = profile
+            .modules
+            .iter()
+            .find(|m| m.is_main_program())
+            .unwrap();
+        let main_bits = main.histogram.as_ref().unwrap().bucket_bits;
+        assert_eq!(main_bits, bits, "{program:?} {value:?}");
     }
 }
 
@@ -681,4 +694,120 @@ fn setuid_programs_leave_the_runtime_inert() {
         !ws.join("gmon.out").exists(),
         "a set-user-ID run wrote a profile"
     );
+}
+
+#[test]
+fn a_large_library_histogram_is_written_from_its_touched_pages() {
+    let ws = Workspace::new();
+    let library = ws.shared_library("libbig.so", &[source("libbig.c")], &[]);
+    let program = ws.program("big", &[source("big.c")], &["libbig.so"]);
+    let burner = symbol_address(&library, "spin_big");
+    let padding = symbol_address(&library, "big_padding");
+    assert!(
+        burner >= padding + 4 * 1024 * 1024,
+        "the burner follows the padding"
+    );
+    for bits in ["16", "32"] {
+        let output = run(ws
+            .command_with_runtime(&program)
+            .env("LD_PROFILE", "libbig.so")
+            .env("LD_PROFILEBUCKET_SIZE", bits));
+        assert!(output.status.success());
+        let profile = ws.profile("gmon.out");
+        let big = module(&profile, "libbig.so");
+        let histogram = big.histogram.as_ref().unwrap();
+        let buckets: u64 = histogram.ranges.iter().map(|r| r.buckets.len()).sum();
+        assert!(buckets >= 1024 * 1024, "{buckets} buckets");
+        assert!(big.samples >= 10, "{} samples", big.samples);
+        assert_eq!(histogram_total(big), big.samples, "{bits}-bit");
+        // Every sample lies in the burner's code (burn() is inlined into spin_big), far into the range.
+        for range in &histogram.ranges {
+            for (index, _) in range.buckets.nonzero() {
+                let address = range.start + index * 4;
+                assert!(
+                    address >= burner && address < burner + 4096,
+                    "sample at {address:#x}, burner at {burner:#x}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn every_thread_timer_goes_away_with_its_thread() {
+    let ws = Workspace::new();
+    let program = ws.program("churn", &[source("thread_churn.c")], &["-pthread"]);
+    let output = run(&mut ws.command_with_runtime(&program));
+    assert!(output.status.success());
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    if stdout.trim() == "timers=unknown" {
+        eprintln!("SKIPPED: /proc/self/timers is not available");
+        return;
+    }
+    // Only the main thread's sampling timer is left.
+    assert_eq!(stdout, "timers=1\n");
+    let profile = ws.profile("gmon.out");
+    // 200 threads × 2 ms of CPU at 10 ms per sample: no thread runs a whole period, yet they are sampled
+    // because each timer starts at a random phase (a fixed phase gives 0 samples). The kernel checks CPU
+    // timers only on its tick (4 ms here), so threads shorter than a tick get about a third of the 40
+    // samples their CPU time is worth (runtime/README.md).
+    assert!(
+        profile.header.total_samples >= 4,
+        "{} samples",
+        profile.header.total_samples
+    );
+}
+
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn samples_in_anonymous_code_are_counted_as_unknown() {
+    let ws = Workspace::new();
+    let program = ws.program("jit", &[source("jit.c")], &[]);
+    let output = run(&mut ws.command_with_runtime(&program));
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+    let profile = ws.profile("gmon.out");
+    let header = &profile.header;
+    let unknown = header.unknown_samples as f64 / header.total_samples as f64;
+    assert!(
+        (unknown - 0.5).abs() <= 0.10,
+        "unknown share {unknown:.3} of {} samples",
+        header.total_samples
+    );
+    assert_share(&profile, "jit", 0.5);
+}
+
+#[test]
+fn a_rust_program_without_pg_is_sampled_in_all_its_threads() {
+    let ws = Workspace::new();
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    let program = ws.join("rust_threads");
+    let compiled = run(std::process::Command::new(&rustc)
+        .args(["-O", "-g", "-o"])
+        .arg(&program)
+        .arg(source("rust_threads.rs")));
+    assert!(
+        compiled.status.success(),
+        "{}",
+        String::from_utf8_lossy(&compiled.stderr)
+    );
+    let output = run(ws.command_with_runtime(&program).env("LD_PROFILE", "a.out"));
+    assert!(output.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout).len(),
+        "done 0\n".len()
+    );
+    let profile = ws.profile("gmon.out");
+    let main = module(&profile, "rust_threads");
+    assert!(main.is_profiled() && main.is_main_program());
+    assert!(main.samples >= 10, "{} samples", main.samples);
+    assert!(
+        share(&profile, "rust_threads") >= 0.8,
+        "{:.3}",
+        share(&profile, "rust_threads")
+    );
+    assert_eq!(histogram_total(main), main.samples);
 }
