@@ -1,7 +1,7 @@
 //! Writer and reader of the mslprof profile format (see SPEC.md), and of GNU/BSD gmon.out.
 //!
 //! - [`read`] reads any of the three formats into a [`Profile`]; [`detect`] only tells which one a file is.
-//! - [`write`] writes a [`Profile`] as an mslprof file; [`stream`] is the allocation-free encoder under it that
+//! - [`write()`] writes a [`Profile`] as an mslprof file; [`stream`] is the allocation-free encoder under it that
 //!   the runtime uses directly.
 //! - [`write_gnu`] writes a single-module profile as a GNU gmon.out for GNU gprof.
 
@@ -145,7 +145,7 @@ impl Default for WriteOptions {
     }
 }
 
-/// Like [`write`], with an explicit byte order and histogram encoding (for tests and conversion tools).
+/// Like [`write()`], with an explicit byte order and histogram encoding (for tests and conversion tools).
 pub fn write_with(profile: &Profile, options: WriteOptions, w: impl io::Write) -> io::Result<()> {
     write::write(profile, options, w)
 }

@@ -18,10 +18,19 @@ struct CountingAllocator;
 static COUNTING: AtomicBool = AtomicBool::new(false);
 static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
 
+thread_local! {
+    /// Set on the threads under test: the test harness's own threads allocate whenever they like.
+    static MEASURED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+fn measured() -> bool {
+    COUNTING.load(Ordering::Relaxed) && MEASURED.try_with(|m| m.get()).unwrap_or(false)
+}
+
 // SAFETY: forwards every call unchanged to the system allocator; only counts.
 unsafe impl GlobalAlloc for CountingAllocator {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if COUNTING.load(Ordering::Relaxed) {
+        if measured() {
             ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
         }
         // SAFETY: same contract as ours.
@@ -34,7 +43,7 @@ unsafe impl GlobalAlloc for CountingAllocator {
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if COUNTING.load(Ordering::Relaxed) {
+        if measured() {
             ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
         }
         // SAFETY: same contract as ours.
@@ -103,6 +112,7 @@ fn counting_path_is_exact_allocation_free_and_survives_table_changes() {
             scope.spawn(move || {
                 // Thread start-up (which allocates) is over before counting starts.
                 started.wait();
+                MEASURED.with(|m| m.set(true));
                 ready.wait();
                 for call in 0..CALLS {
                     // Within liba, from libb, from nowhere, and into the unselected libb; some
@@ -117,6 +127,7 @@ fn counting_path_is_exact_allocation_free_and_survives_table_changes() {
                         (BIAS_A + 0x1234) as *mut _,
                     );
                 }
+                MEASURED.with(|m| m.set(false));
                 finished.fetch_add(1, Ordering::SeqCst);
                 release.wait();
             });

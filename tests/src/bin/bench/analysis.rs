@@ -114,11 +114,11 @@ pub fn run(env: &Env) -> Result<Section, String> {
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let mut rows = Vec::new();
     let mut notes = Vec::new();
-    let mut compare = |label: &str,
-                       exe: &Path,
-                       gmon: &Path,
-                       runs: usize,
-                       rows: &mut Vec<Vec<String>>|
+    let compare = |label: &str,
+                   exe: &Path,
+                   gmon: &Path,
+                   runs: usize,
+                   rows: &mut Vec<Vec<String>>|
      -> Result<(), String> {
         let args = [
             "-b".to_string(),

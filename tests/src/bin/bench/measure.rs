@@ -63,6 +63,8 @@ impl Invocation {
 #[derive(Clone, Copy, Debug)]
 pub struct RunFigures {
     pub wall: Duration,
+    /// User plus system CPU time of the process and its threads.
+    pub cpu: Duration,
     pub max_rss_kib: u64,
 }
 
@@ -70,6 +72,7 @@ pub struct RunFigures {
 #[derive(Clone, Copy, Debug)]
 pub struct Medians {
     pub wall: Duration,
+    pub cpu: Duration,
     pub max_rss_kib: u64,
     pub runs: usize,
 }
@@ -100,6 +103,7 @@ pub fn run_once(inv: &Invocation) -> Result<RunFigures, String> {
     }
     Ok(RunFigures {
         wall,
+        cpu: usage.user_cpu + usage.system_cpu,
         max_rss_kib: usage.max_rss_kib,
     })
 }
@@ -118,11 +122,14 @@ pub fn interleaved(invs: &[Invocation], runs: usize) -> Result<Vec<Medians>, Str
 
 fn medians(figs: &[RunFigures]) -> Medians {
     let mut walls: Vec<Duration> = figs.iter().map(|f| f.wall).collect();
+    let mut cpus: Vec<Duration> = figs.iter().map(|f| f.cpu).collect();
     let mut rss: Vec<u64> = figs.iter().map(|f| f.max_rss_kib).collect();
     walls.sort();
+    cpus.sort();
     rss.sort();
     Medians {
         wall: walls[walls.len() / 2],
+        cpu: cpus[cpus.len() / 2],
         max_rss_kib: rss[rss.len() / 2],
         runs: figs.len(),
     }
