@@ -565,6 +565,7 @@ fn write_without_heap() -> bool {
             },
             arcs: module.profiled.then_some(feed),
             plan: Default::default(),
+            plan_slot: None,
         }
     }) else {
         return false;
