@@ -81,6 +81,25 @@ impl LoaderLock {
         self.depth.store(1, Ordering::Relaxed);
     }
 
+    /// Takes the lock if it is free (or already ours); never waits.
+    pub fn try_lock(&self) -> bool {
+        let me = sys::thread_id();
+        if self.owner.load(Ordering::Relaxed) == me {
+            self.depth.fetch_add(1, Ordering::Relaxed);
+            return true;
+        }
+        if self
+            .state
+            .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            return false;
+        }
+        self.owner.store(me, Ordering::Relaxed);
+        self.depth.store(1, Ordering::Relaxed);
+        true
+    }
+
     pub fn unlock(&self) {
         if self.depth.fetch_sub(1, Ordering::Relaxed) > 1 {
             return;
@@ -102,10 +121,18 @@ impl LoaderLock {
     }
 
     /// In a forked child, whose only thread is the one that called fork (with a new thread id): that thread
-    /// took the lock in the fork's prepare handler, so it becomes the owner, without waiters.
+    /// held the lock (it forked from inside a `dlopen`), so it stays the owner, without waiters.
     fn adopt_in_child(&self) {
         self.owner.store(sys::thread_id(), Ordering::Relaxed);
         self.state.store(1, Ordering::Relaxed);
+    }
+
+    /// In a forked child whose forking thread did not hold the lock: any holder was another thread, which does
+    /// not exist in the child.
+    fn reset_in_child(&self) {
+        self.owner.store(0, Ordering::Relaxed);
+        self.depth.store(0, Ordering::Relaxed);
+        self.state.store(0, Ordering::Relaxed);
     }
 }
 
@@ -270,20 +297,37 @@ pub fn open_in_progress() -> bool {
     LOADER_LOCK.is_held()
 }
 
-/// `pthread_atfork` prepare: take the loader lock so that the child never inherits a half-updated table.
+/// Whether the forking thread held the loader lock before the fork, and whether prepare took it.
+static FORK_HELD_BEFORE: AtomicU32 = AtomicU32::new(0);
+static FORK_TOOK: AtomicU32 = AtomicU32::new(0);
+
+/// `pthread_atfork` prepare: take the loader lock if that costs no waiting, so that the parent's table is not
+/// changed during the fork. It never waits: a thread inside `dlopen` may be waiting (in a constructor) for the
+/// forking thread, and the module table is consistent at any instant anyway (one pointer swap).
 pub(crate) fn lock_for_fork() {
-    LOADER_LOCK.lock();
+    let held_before = LOADER_LOCK.held_by_this_thread();
+    FORK_HELD_BEFORE.store(u32::from(held_before), Ordering::Relaxed);
+    FORK_TOOK.store(u32::from(LOADER_LOCK.try_lock()), Ordering::Relaxed);
 }
 
 pub(crate) fn unlock_after_fork_in_parent() {
-    LOADER_LOCK.unlock();
+    if FORK_TOOK.load(Ordering::Relaxed) == 1 {
+        LOADER_LOCK.unlock();
+    }
 }
 
-/// In the child the level taken in prepare is released; if the forking thread already held the lock (a fork
-/// from a constructor run by `dlopen`), the child's thread still holds it at the outer level.
+/// In the child only the forking thread exists: it keeps the lock if it held it before the fork (a fork from a
+/// constructor run by `dlopen`), otherwise the lock and the rescan flag start free.
 pub(crate) fn unlock_after_fork_in_child() {
-    LOADER_LOCK.adopt_in_child();
-    LOADER_LOCK.unlock();
+    if FORK_HELD_BEFORE.load(Ordering::Relaxed) == 1 {
+        LOADER_LOCK.adopt_in_child();
+        if FORK_TOOK.load(Ordering::Relaxed) == 1 {
+            LOADER_LOCK.unlock();
+        }
+    } else {
+        LOADER_LOCK.reset_in_child();
+        RESCANNING.store(0, Ordering::Relaxed);
+    }
 }
 
 /// A `ret` instruction inside the executable segment of the module that contains `address` (the caller's
@@ -422,3 +466,103 @@ interposer!(
     /// `dlclose`, interposed: reports the modules it really unloaded (none if it only dropped a reference).
     dlclose, Entry::Close, fn(handle: *mut libc::c_void) -> libc::c_int
 );
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[inline(never)]
+    fn somewhere_in_this_module() -> usize {
+        somewhere_in_this_module as *const () as usize
+    }
+
+    #[test]
+    fn the_ret_found_is_a_ret_in_the_callers_module() {
+        let address = somewhere_in_this_module();
+        let ret = return_instruction_in_module_of(address);
+        assert_ne!(ret, 0);
+        // SAFETY: `ret` lies in a mapped executable segment of this test program.
+        assert_eq!(unsafe { sys::mapped_bytes(ret, 1) }, [0xC3]);
+        let module_of = |pc: usize| {
+            let mut found = None;
+            sys::for_each_loaded_object(&mut |object| {
+                for h in object.program_headers {
+                    let start = object.bias.wrapping_add(h.p_vaddr as usize);
+                    if h.p_type == 1 && pc >= start && pc < start + h.p_memsz as usize {
+                        found = Some(object.bias);
+                    }
+                }
+            });
+            found
+        };
+        assert_eq!(
+            module_of(ret),
+            module_of(address),
+            "same object as the caller"
+        );
+    }
+
+    #[test]
+    fn an_address_in_no_module_uses_the_main_program() {
+        let ret = return_instruction_in_module_of(8);
+        assert_ne!(ret, 0, "the main program has a ret");
+    }
+
+    #[test]
+    fn the_loader_lock_is_reentrant_and_exclusive() {
+        static LOCK: LoaderLock = LoaderLock::new();
+        LOCK.lock();
+        LOCK.lock();
+        assert!(LOCK.held_by_this_thread());
+        assert!(LOCK.try_lock(), "re-entrant try_lock");
+        LOCK.unlock();
+        std::thread::spawn(|| assert!(!LOCK.try_lock(), "another thread cannot take it"))
+            .join()
+            .unwrap();
+        LOCK.unlock();
+        assert!(LOCK.is_held(), "one level still held");
+        LOCK.unlock();
+        assert!(!LOCK.is_held());
+        let counter = std::sync::Arc::new(AtomicU64::new(0));
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let counter = counter.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..1000 {
+                        LOCK.lock();
+                        // A non-atomic read-modify-write under the lock: lost updates would show a race.
+                        let value = counter.load(Ordering::Relaxed);
+                        std::hint::spin_loop();
+                        counter.store(value + 1, Ordering::Relaxed);
+                        LOCK.unlock();
+                    }
+                })
+            })
+            .collect();
+        for thread in threads {
+            thread.join().unwrap();
+        }
+        assert_eq!(counter.load(Ordering::Relaxed), 4000);
+    }
+
+    #[test]
+    fn dlopen_and_dlclose_through_the_stubs_return_what_libc_returns() {
+        // The test program itself defines the stubs, so these calls go through them.
+        let name = c"libm.so.6";
+        // SAFETY: a valid NUL-terminated name and mode.
+        let handle = unsafe { dlopen(name.as_ptr(), libc::RTLD_NOW) };
+        assert!(!handle.is_null());
+        // SAFETY: `handle` came from dlopen.
+        let cos = unsafe { libc::dlsym(handle, c"cos".as_ptr()) };
+        assert!(!cos.is_null());
+        // SAFETY: as above.
+        assert_eq!(unsafe { dlclose(handle) }, 0);
+        // SAFETY: a name that does not exist: NULL, with dlerror set.
+        let missing = unsafe { dlopen(c"libdoes-not-exist.so".as_ptr(), libc::RTLD_NOW) };
+        assert!(missing.is_null());
+        // SAFETY: dlerror has no preconditions.
+        let error = unsafe { libc::dlerror() };
+        assert!(!error.is_null(), "dlerror still reports the failure");
+        assert!(!LOADER_LOCK.is_held(), "the stubs release the lock");
+    }
+}

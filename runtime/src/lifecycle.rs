@@ -296,20 +296,28 @@ use mslprof_format::stream::{
 
 use crate::histogram::{BYTES_PER_BUCKET, BucketBits};
 
-/// The output path of this process, prepared at start-up and after fork (the signal path cannot build it).
+/// The output path of this process and the temporary name written first, both NUL-terminated, prepared at
+/// start-up and after fork (the signal path cannot build them, and must not use much stack: it may run on a
+/// small alternate signal stack).
 struct PreparedPath {
-    bytes: UnsafeCell<[u8; 4096]>,
-    /// 0: no file is to be written (GPROFDIR empty) or nothing prepared yet.
+    final_path: UnsafeCell<[u8; 4096]>,
+    temporary: UnsafeCell<[u8; 4096]>,
+    /// Length of `final_path` without its NUL; 0: no file is to be written or nothing prepared yet.
     len: AtomicUsize,
+    /// Length of `temporary` without its NUL.
+    temporary_len: AtomicUsize,
 }
 
-// SAFETY: `bytes` is written only by `prepare_output_path` (start-up, fork child: one thread at a time, before
-// `len` is published with release ordering) and read after an acquire load of a non-zero `len`.
+// SAFETY: the buffers are written only by `prepare_output_path` (start-up, fork child: one thread at a time,
+// after `len` was set to 0 and before it is published again with release ordering) and read after an acquire
+// load of a non-zero `len`.
 unsafe impl Sync for PreparedPath {}
 
 static PREPARED_PATH: PreparedPath = PreparedPath {
-    bytes: UnsafeCell::new([0; 4096]),
+    final_path: UnsafeCell::new([0; 4096]),
+    temporary: UnsafeCell::new([0; 4096]),
     len: AtomicUsize::new(0),
+    temporary_len: AtomicUsize::new(0),
 };
 
 /// Start of profiling (wall clock, ns) for the header of the signal-time dump; reset in a forked child.
@@ -329,13 +337,26 @@ fn prepare_output_path() {
     else {
         return;
     };
-    // Room for ".<pid>.tmp" and the NUL terminators.
-    if path.is_empty() || path.len() > 4000 || path.contains(&0) {
+    let mut temporary = path.clone();
+    temporary.extend_from_slice(format!(".tmp-{pid}").as_bytes());
+    // Room for the NUL terminators; a path with a NUL in it cannot be opened anyway.
+    if path.is_empty() || temporary.len() >= 4096 || path.contains(&0) {
         return;
     }
-    // SAFETY: see `PreparedPath`: no reader until `len` is published below.
-    let buffer = unsafe { &mut *PREPARED_PATH.bytes.get() };
-    buffer[..path.len()].copy_from_slice(&path);
+    // SAFETY: see `PreparedPath`: `len` is 0, so no reader looks at the buffers until it is published below.
+    let (final_buffer, temporary_buffer) = unsafe {
+        (
+            &mut *PREPARED_PATH.final_path.get(),
+            &mut *PREPARED_PATH.temporary.get(),
+        )
+    };
+    final_buffer.fill(0);
+    final_buffer[..path.len()].copy_from_slice(&path);
+    temporary_buffer.fill(0);
+    temporary_buffer[..temporary.len()].copy_from_slice(&temporary);
+    PREPARED_PATH
+        .temporary_len
+        .store(temporary.len(), Ordering::Relaxed);
     PREPARED_PATH.len.store(path.len(), Ordering::Release);
 }
 
@@ -446,20 +467,14 @@ fn write_without_heap() -> bool {
     }
     mcount::set_paused(true);
     sampler::stop_and_quiesce();
-    // SAFETY: published before `len` (acquire above), never written again in this process image.
-    let prepared = unsafe { &*PREPARED_PATH.bytes.get() };
-    let mut final_path = [0u8; 4097];
-    final_path[..path_len].copy_from_slice(&prepared[..path_len]);
-    let mut temporary = [0u8; 4128];
-    let mut used = path_len;
-    temporary[..used].copy_from_slice(&prepared[..path_len]);
-    for part in [&b".tmp-"[..], &decimal(sys::getpid())[..]] {
-        let part = trim_nul(part);
-        temporary[used..used + part.len()].copy_from_slice(part);
-        used += part.len();
-    }
-    let temporary = &temporary[..=used];
-    let final_path = &final_path[..=path_len];
+    let temporary_len = PREPARED_PATH.temporary_len.load(Ordering::Relaxed);
+    // SAFETY: published before `len` (acquire above); rewritten only after a fork, in the child's own copy.
+    let (final_path, temporary) = unsafe {
+        (
+            &(&*PREPARED_PATH.final_path.get())[..=path_len],
+            &(&*PREPARED_PATH.temporary.get())[..=temporary_len],
+        )
+    };
 
     let modules = modules::all();
     let Some(&first_module) = modules.first() else {
@@ -598,25 +613,6 @@ fn write_without_heap() -> bool {
     sys::remove_file(temporary);
     sys::stderr_line(&[b"mslprof: cannot write ", trim_nul(final_path), b"\n"]);
     false
-}
-
-/// `value` in decimal, NUL-padded (no allocation).
-fn decimal(mut value: u32) -> [u8; 10] {
-    let mut digits = [0u8; 10];
-    let mut reversed = [0u8; 10];
-    let mut count = 0;
-    loop {
-        reversed[count] = b'0' + (value % 10) as u8;
-        count += 1;
-        value /= 10;
-        if value == 0 {
-            break;
-        }
-    }
-    for index in 0..count {
-        digits[index] = reversed[count - 1 - index];
-    }
-    digits
 }
 
 fn trim_nul(bytes: &[u8]) -> &[u8] {

@@ -357,8 +357,9 @@ fn ending(status: ExitStatus) -> (Option<i32>, Option<i32>, bool) {
 fn abnormal_ends_write_an_incomplete_profile_and_keep_the_exit_status() {
     let workspace = Workspace::new();
     let app = build_units_program(&workspace, "endings", "endings.c");
-    let cases: [(&str, IncompleteCause, i32); 12] = [
+    let cases: [(&str, IncompleteCause, i32); 13] = [
         ("exit", IncompleteCause::None, 0),
+        ("overflow", IncompleteCause::Signal, libc_signal::SIGSEGV),
         ("_exit", IncompleteCause::UnderscoreExit, 0),
         ("_Exit", IncompleteCause::UnderscoreExit, 0),
         ("thread-exit", IncompleteCause::ExitFromThread, 0),
@@ -638,4 +639,42 @@ fn nested_loads_dependencies_and_dlmopen_are_seen_before_their_constructors_run(
             .chain(&beta_loads)
             .all(|m| !is_unloaded(m))
     );
+}
+
+#[test]
+fn fork_while_another_thread_is_inside_dlopen_does_not_wait_for_it() {
+    let workspace = Workspace::new();
+    let app = build_units_program(&workspace, "forkduringopen", "forkduringopen.c");
+    let waiter = workspace.shared_library("libwaiter.so", &[source("waiter.c")], &[]);
+    let mut child = workspace
+        .command_with_runtime(&app)
+        .arg(&waiter)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("start forkduringopen");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("deadlock: fork waited for a dlopen whose constructor waited for the fork");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status:?}");
+    let mut stdout = String::new();
+    std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut stdout).unwrap();
+    let pid: u32 = stdout
+        .trim()
+        .strip_prefix("child ")
+        .and_then(|p| p.parse().ok())
+        .expect("child pid");
+    let parent = workspace.profile("gmon.out");
+    assert_eq!(unit_calls(&workspace, &parent), 8);
+    assert_eq!(instances(&parent, "libwaiter.so").len(), 1);
+    let forked = workspace.profile(&format!("gmon.out.{pid}"));
+    assert_eq!(unit_calls(&workspace, &forked), 5);
 }
