@@ -1,5 +1,160 @@
 //! Writer and reader of the mslprof profile format (see SPEC.md), and of GNU/BSD gmon.out.
+//!
+//! - [`read`] reads any of the three formats into a [`Profile`]; [`detect`] only tells which one a file is.
+//! - [`write`] writes a [`Profile`] as an mslprof file; [`stream`] is the allocation-free encoder under it that
+//!   the runtime uses directly.
+//! - [`write_gnu`] writes a single-module profile as a GNU gmon.out for GNU gprof.
 
+mod bsd;
+mod decode;
+pub mod error;
+mod gnu;
+mod layout;
 pub mod model;
+mod mslprof;
+pub mod stream;
+mod write;
 
+use std::io;
+
+pub use error::{ErrorKind, ReadError};
+pub use gnu::RecordCounts;
 pub use model::*;
+
+/// Byte order and address width of GNU/BSD gmon.out input: those of the ELF file the profile belongs to.
+/// Unused for mslprof files, which carry their own byte-order mark.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GnuTarget {
+    pub big_endian: bool,
+    /// 4 or 8.
+    pub address_size: u8,
+}
+
+impl Default for GnuTarget {
+    /// Little-endian, 8-byte addresses (x86_64, aarch64).
+    fn default() -> Self {
+        GnuTarget {
+            big_endian: false,
+            address_size: 8,
+        }
+    }
+}
+
+/// The three on-disk formats [`read`] understands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FileFormat {
+    Mslprof,
+    Gnu,
+    /// Old 4.2BSD or 4.4BSD gmon.out. It has no magic: a file that is neither of the others is taken as BSD, as
+    /// GNU gprof does.
+    Bsd,
+}
+
+/// Which format `bytes` is in: mslprof by its magic (or a prefix of it, for a file cut short), GNU by `gmon`,
+/// else BSD if at least 16 bytes long (the smallest BSD header that gprof can read); `None` otherwise.
+pub fn detect(bytes: &[u8]) -> Option<FileFormat> {
+    let n = bytes.len().min(layout::MAGIC.len());
+    if n > 0 && bytes[..n] == layout::MAGIC[..n] {
+        Some(FileFormat::Mslprof)
+    } else if bytes.starts_with(&gnu::GMON_MAGIC) {
+        Some(FileFormat::Gnu)
+    } else if bytes.len() >= 16 {
+        Some(FileFormat::Bsd)
+    } else {
+        None
+    }
+}
+
+fn check_target(target: GnuTarget) -> Result<(), ReadError> {
+    if target.address_size == 4 || target.address_size == 8 {
+        Ok(())
+    } else {
+        Err(ReadError::new(
+            ErrorKind::UnsupportedTarget("address size must be 4 or 8"),
+            0,
+        ))
+    }
+}
+
+/// Reads a profile in any supported format. `target` describes GNU/BSD input (see [`GnuTarget`]).
+///
+/// Never panics, allocates no more than the file's size justifies, and always terminates. Arcs come back
+/// sorted by (caller key, caller address, callee address) with duplicates added up; mslprof padding records
+/// (count 0) are dropped.
+pub fn read(bytes: &[u8], target: GnuTarget) -> Result<Profile, ReadError> {
+    match detect(bytes) {
+        Some(FileFormat::Mslprof) => mslprof::read(bytes),
+        Some(FileFormat::Gnu) => {
+            check_target(target)?;
+            gnu::read(bytes, target).map(|(p, _)| p)
+        }
+        Some(FileFormat::Bsd) => {
+            check_target(target)?;
+            bsd::read(bytes, target).map(|(p, _)| p)
+        }
+        None if bytes.is_empty() => Err(ReadError::new(ErrorKind::Truncated("profile"), 0)),
+        None => Err(ReadError::new(ErrorKind::BadMagic, 0)),
+    }
+}
+
+/// For a GNU or BSD gmon.out: how many records of each kind it holds, as `gprof -i` reports them.
+/// `None` for an mslprof file.
+pub fn record_counts(bytes: &[u8], target: GnuTarget) -> Result<Option<RecordCounts>, ReadError> {
+    match detect(bytes) {
+        Some(FileFormat::Mslprof) => Ok(None),
+        Some(FileFormat::Gnu) => {
+            check_target(target)?;
+            gnu::read(bytes, target).map(|(_, c)| Some(c))
+        }
+        Some(FileFormat::Bsd) => {
+            check_target(target)?;
+            bsd::read(bytes, target).map(|(_, c)| Some(c))
+        }
+        None => read(bytes, target).map(|_| None),
+    }
+}
+
+/// Writes `profile` as an mslprof file in the machine's byte order.
+///
+/// Each module's histogram is written dense or sparse, whichever is smaller (dense on a tie). Arcs are written
+/// sorted, with duplicates added up and zero counts left out; basic-block counts (GNU input only) have no place
+/// in the format and are not written. A profile that breaks a rule of SPEC.md (duplicate keys, an arc from an
+/// unknown key, a 16-bit histogram holding a count above 65535, ranges inconsistent with their buckets,
+/// strings over the limits) is refused with [`io::ErrorKind::InvalidInput`] before anything is written.
+/// For every profile it accepts, [`read`] gives back an equal profile up to that normalisation of arcs.
+pub fn write(profile: &Profile, w: impl io::Write) -> io::Result<()> {
+    write::write(profile, WriteOptions::default(), w)
+}
+
+/// Choices [`write_with`] leaves open to its caller.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WriteOptions {
+    /// Byte order of the file (readers accept both). Default: the machine's.
+    pub big_endian: bool,
+    /// Histogram encoding. Default: [`stream::Encoding::Auto`], the smaller of dense and sparse.
+    pub encoding: stream::Encoding,
+}
+
+impl Default for WriteOptions {
+    fn default() -> Self {
+        WriteOptions {
+            big_endian: cfg!(target_endian = "big"),
+            encoding: stream::Encoding::Auto,
+        }
+    }
+}
+
+/// Like [`write`], with an explicit byte order and histogram encoding (for tests and conversion tools).
+pub fn write_with(profile: &Profile, options: WriteOptions, w: impl io::Write) -> io::Result<()> {
+    write::write(profile, options, w)
+}
+
+/// Writes a profile with exactly one module as a GNU gmon.out (version 1) that GNU gprof 2.40 reads.
+///
+/// Addresses are written as they are (link-time addresses of that module). A histogram bucket above 65535 is
+/// spread over several histogram records of the same range, and an arc count above 2^32−1 over several arc
+/// records: gprof adds them up. Arcs whose caller is another module or unknown are written with caller address
+/// 0 (gprof shows them as spontaneous). `hz` is the header's `hz` (or 1e9 / `sample_period_ns` if `hz` is 0).
+pub fn write_gnu(profile: &Profile, target: GnuTarget, w: impl io::Write) -> io::Result<()> {
+    gnu::write(profile, target, w)
+}

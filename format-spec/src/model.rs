@@ -105,12 +105,18 @@ pub struct Header {
 }
 
 /// Bucket values of one histogram range, stored the way that costs least memory.
-#[derive(Clone, Debug, PartialEq, Eq)]
+///
+/// Equality compares values, not storage: `Dense16([0, 5])`, `Dense32([0, 5])` and
+/// `Sparse { len: 2, entries: [(1, 5)] }` are equal (a writer may pick either encoding).
+#[derive(Clone, Debug)]
 pub enum Buckets {
     Dense16(Vec<u16>),
     Dense32(Vec<u32>),
     /// `len` buckets of which only `entries` (index, count) are non-zero; indices strictly increasing.
-    Sparse { len: u64, entries: Vec<(u64, u32)> },
+    Sparse {
+        len: u64,
+        entries: Vec<(u64, u32)>,
+    },
 }
 
 impl Buckets {
@@ -151,6 +157,14 @@ impl Buckets {
         self.nonzero().map(|(_, c)| u64::from(c)).sum()
     }
 }
+
+impl PartialEq for Buckets {
+    fn eq(&self, other: &Self) -> bool {
+        self.len() == other.len() && self.nonzero().eq(other.nonzero())
+    }
+}
+
+impl Eq for Buckets {}
 
 /// One histogram range: buckets laid evenly over `[start, end)` (link-time addresses).
 ///

@@ -1,0 +1,771 @@
+//! The one mslprof encoder: a streaming writer that never allocates, for the runtime and for [`crate::write`].
+//!
+//! # How the runtime uses it
+//!
+//! At exit, at unload time or from a fatal-signal handler, `libmslprof.so` describes what it collected with
+//! borrowed descriptors and hands them to [`write_profile`] together with a [`Sink`] (typically a small type
+//! whose `write_all` loops over `libc::write` on the output file descriptor, retrying on `EINTR`):
+//!
+//! ```
+//! use mslprof_format::stream::{self, Counts, HeaderDesc, HistogramDesc, ModuleDesc, RangeDesc};
+//! use mslprof_format::{Arc, module_flags};
+//!
+//! # let counts: [u16; 4] = [0, 3, 0, 1];
+//! let ranges = [RangeDesc { start: 0x1000, end: 0x1010, counts: Counts::U16(&counts) }];
+//! // The arc table is visited through a callback; `emit` returns false once the announced count is reached.
+//! let visit_arcs = |emit: &mut dyn FnMut(Arc) -> bool| {
+//!     emit(Arc { caller_key: 1, caller_address: 0x1004, callee_address: 0x1008, count: 7 });
+//! };
+//! let modules = [ModuleDesc {
+//!     key: 1,
+//!     path: b"/usr/bin/app",
+//!     name: b"app",
+//!     flags: module_flags::PROFILED | module_flags::MAIN_PROGRAM,
+//!     histogram: Some(HistogramDesc {
+//!         bucket_bits: 16,
+//!         bytes_per_bucket: 4,
+//!         ranges: &ranges,
+//!         ..HistogramDesc::default()
+//!     }),
+//!     arc_count: 1,
+//!     arcs: Some(&visit_arcs),
+//!     ..ModuleDesc::default()
+//! }];
+//! let header = HeaderDesc { hz: 100, sample_period_ns: 10_000_000, dimension: b"seconds",
+//!                           dimension_abbrev: b's', program_name: b"app", ..HeaderDesc::default() };
+//! let mut file = Vec::new(); // the runtime uses an fd-backed Sink instead
+//! stream::write_profile(&mut stream::IoSink(&mut file), &header, &modules).unwrap();
+//! # assert!(mslprof_format::read(&file, Default::default()).is_ok());
+//! ```
+//!
+//! Rules the runtime relies on:
+//! - **No heap allocation** anywhere on this path, no locks, no errno use beyond what the sink does. Output goes
+//!   through a 1 KiB buffer on the stack, so an alternate signal stack of `SIGSTKSZ` is enough.
+//! - **Two passes over borrowed data.** The first validates the descriptors and computes every size and offset
+//!   (it scans each histogram once to count non-zero buckets and choose dense or sparse: smaller wins, a tie is
+//!   dense); the choice is kept in [`ModuleDesc::plan`]. The second pass writes. If histogram memory changes
+//!   between the passes (a thread still sampling), the file stays well-formed: dense values are whatever is
+//!   read; a sparse histogram always gets exactly the planned number of entries (extra non-zero buckets are
+//!   left out; missing ones are replaced by zero-count entries, which readers ignore).
+//! - **Arcs are announced.** [`ModuleDesc::arc_count`] is the number of records written. The arc callback may
+//!   produce fewer (the writer pads with zero-count records, which readers skip) but never more: `emit` returns
+//!   `false` once the count is reached and further arcs are counted in [`StreamSummary::arcs_dropped`].
+//! - Counts above 65535 in a 16-bit histogram are written as 65535 (saturated).
+//! - The caller guarantees unique module keys (the owned writer checks them; this one cannot without memory).
+
+use std::cell::Cell;
+use std::fmt;
+
+use crate::layout::*;
+use crate::model::{Arc, UNKNOWN_KEY, module_flags};
+
+/// Where the bytes go. `write_all` must write the whole slice or fail.
+pub trait Sink {
+    type Error;
+    fn write_all(&mut self, bytes: &[u8]) -> Result<(), Self::Error>;
+}
+
+/// A [`Sink`] over any [`std::io::Write`].
+#[derive(Debug)]
+pub struct IoSink<W>(pub W);
+
+impl<W: std::io::Write> Sink for IoSink<W> {
+    type Error = std::io::Error;
+    fn write_all(&mut self, bytes: &[u8]) -> Result<(), Self::Error> {
+        self.0.write_all(bytes)
+    }
+}
+
+/// The file header (SPEC.md §4), borrowing its strings.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct HeaderDesc<'a> {
+    pub flags: u32,
+    /// `incomplete_cause` code (see [`crate::IncompleteCause::code`]).
+    pub incomplete_cause: u32,
+    pub incomplete_signal: u32,
+    pub pid: u32,
+    pub ppid: u32,
+    pub start_time_ns: i64,
+    pub end_time_ns: i64,
+    pub hz: u32,
+    pub sample_period_ns: u64,
+    /// At most 15 bytes, no NUL.
+    pub dimension: &'a [u8],
+    pub dimension_abbrev: u8,
+    pub total_samples: u64,
+    pub unknown_samples: u64,
+    pub dropped_arcs: u64,
+    pub dropped_samples: u64,
+    pub program_name: &'a [u8],
+    pub program_path: &'a [u8],
+}
+
+/// The bucket values of one histogram range.
+#[derive(Clone, Copy, Debug)]
+pub enum Counts<'a> {
+    U16(&'a [u16]),
+    U32(&'a [u32]),
+    /// `len` buckets, non-zero ones listed as (index within the range, count), indices strictly increasing.
+    Sparse {
+        len: u64,
+        entries: &'a [(u64, u32)],
+    },
+}
+
+impl Default for Counts<'_> {
+    fn default() -> Self {
+        Counts::U16(&[])
+    }
+}
+
+impl Counts<'_> {
+    fn len(&self) -> u64 {
+        match self {
+            Counts::U16(v) => v.len() as u64,
+            Counts::U32(v) => v.len() as u64,
+            Counts::Sparse { len, .. } => *len,
+        }
+    }
+}
+
+/// One histogram range `[start, end)` (link-time addresses) with `(end − start) / bytes_per_bucket` buckets.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RangeDesc<'a> {
+    pub start: u64,
+    pub end: u64,
+    pub counts: Counts<'a>,
+}
+
+/// A module's histogram: bucket width, text bytes per bucket and its ranges, sorted and disjoint.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct HistogramDesc<'a> {
+    /// 16 or 32.
+    pub bucket_bits: u8,
+    /// A power of two, at most 2^30.
+    pub bytes_per_bucket: u32,
+    pub ranges: &'a [RangeDesc<'a>],
+    /// Dense, sparse, or (default) whichever is smaller.
+    pub encoding: Encoding,
+}
+
+/// How a histogram is encoded in the file (SPEC.md §7.2).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Encoding {
+    /// The smaller of the two; dense on a tie. What SPEC.md asks writers to do.
+    #[default]
+    Auto,
+    /// Always dense (skips nothing; useful to avoid the counting scan).
+    Dense,
+    /// Always sparse.
+    Sparse,
+}
+
+/// Visits a module's arcs: calls `emit` for each; stops when `emit` returns `false`.
+pub type ArcFeed<'a> = &'a dyn Fn(&mut dyn FnMut(Arc) -> bool);
+
+/// What the first pass decided for one module (kept in [`ModuleDesc::plan`] for the second pass).
+#[derive(Clone, Copy, Debug, Default)]
+struct PlanData {
+    encoding: u8,
+    bucket_count: u64,
+    sparse_entries: u64,
+    hist_size: u64,
+    hist_offset: u64,
+    arc_offset: u64,
+}
+
+/// Scratch space the writer fills in its first pass; create it with `Plan::default()`.
+#[derive(Debug, Default)]
+pub struct Plan(Cell<PlanData>);
+
+/// One load instance of one module (SPEC.md §§5–6), borrowing its strings, histogram and arcs.
+#[derive(Default)]
+pub struct ModuleDesc<'a> {
+    pub key: u32,
+    pub path: &'a [u8],
+    pub name: &'a [u8],
+    pub soname: &'a [u8],
+    pub build_id: &'a [u8],
+    pub flags: u32,
+    pub load_order: u32,
+    pub unload_order: u32,
+    pub load_bias: u64,
+    pub samples: u64,
+    pub saturated_buckets: u64,
+    pub dropped_arcs: u64,
+    /// `None`: no histogram (encoding 0).
+    pub histogram: Option<HistogramDesc<'a>>,
+    /// Number of arc records written for this module (the announced count).
+    pub arc_count: u64,
+    pub arcs: Option<ArcFeed<'a>>,
+    /// Filled by the writer; leave at `Plan::default()`.
+    pub plan: Plan,
+}
+
+/// Why the streaming writer failed.
+#[derive(Debug)]
+pub enum StreamError<E> {
+    /// The sink failed; the output is incomplete.
+    Sink(E),
+    /// A descriptor breaks a rule of SPEC.md; nothing was written.
+    Invalid(&'static str),
+}
+
+impl<E: fmt::Display> fmt::Display for StreamError<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StreamError::Sink(e) => write!(f, "write failed: {e}"),
+            StreamError::Invalid(what) => write!(f, "invalid profile: {what}"),
+        }
+    }
+}
+
+impl<E: fmt::Debug + fmt::Display> std::error::Error for StreamError<E> {}
+
+/// What happened to the arcs while writing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StreamSummary {
+    /// Zero-count records written because a callback produced fewer arcs than announced.
+    pub arcs_padded: u64,
+    /// Arcs a callback offered beyond the announced count (not written).
+    pub arcs_dropped: u64,
+}
+
+/// Writes a complete mslprof file in the machine's byte order. See the module documentation.
+pub fn write_profile<S: Sink>(
+    sink: &mut S,
+    header: &HeaderDesc<'_>,
+    modules: &[ModuleDesc<'_>],
+) -> Result<StreamSummary, StreamError<S::Error>> {
+    write_profile_with_byte_order(sink, cfg!(target_endian = "big"), header, modules)
+}
+
+/// Like [`write_profile`], in the given byte order (for tests and cross-tools; readers accept both).
+pub fn write_profile_with_byte_order<S: Sink>(
+    sink: &mut S,
+    big_endian: bool,
+    header: &HeaderDesc<'_>,
+    modules: &[ModuleDesc<'_>],
+) -> Result<StreamSummary, StreamError<S::Error>> {
+    let layout = plan(header, modules).map_err(StreamError::Invalid)?;
+    let mut e = Encoder {
+        sink,
+        big_endian,
+        buf: [0; BUFFER],
+        len: 0,
+        written: 0,
+    };
+    let summary = emit(&mut e, header, modules, &layout).map_err(StreamError::Sink)?;
+    e.flush().map_err(StreamError::Sink)?;
+    Ok(summary)
+}
+
+/// Sizes of the sections, from the first pass.
+struct Layout {
+    file_header: u64,
+    key_table: u64,
+    module_headers: u64,
+    data_start: u64,
+    data: u64,
+}
+
+const BUFFER: usize = 1024;
+
+fn checked(v: Option<u64>) -> Result<u64, &'static str> {
+    v.ok_or("profile too large")
+}
+
+fn section_end(start: u64, payload: u64) -> Result<u64, &'static str> {
+    checked(
+        start
+            .checked_add(SECTION_HEADER_SIZE)
+            .and_then(|v| v.checked_add(payload))
+            .and_then(align8),
+    )
+}
+
+fn string_ok(s: &[u8], what: &'static str) -> Result<u64, &'static str> {
+    if s.len() > MAX_STRING {
+        Err(what)
+    } else {
+        Ok(s.len() as u64)
+    }
+}
+
+fn entry_length(m: &ModuleDesc<'_>) -> u64 {
+    let ranges = m.histogram.map_or(0, |h| h.ranges.len() as u64);
+    MODULE_ENTRY_FIXED
+        + RANGE_SIZE * ranges
+        + 2
+        + m.name.len() as u64
+        + 2
+        + m.soname.len() as u64
+        + 1
+        + m.build_id.len() as u64
+}
+
+/// Validates a histogram and returns (bucket_count, non-zero buckets).
+fn scan_histogram(h: &HistogramDesc<'_>) -> Result<(u64, u64), &'static str> {
+    if h.bucket_bits != 16 && h.bucket_bits != 32 {
+        return Err("bucket_bits must be 16 or 32");
+    }
+    if !h.bytes_per_bucket.is_power_of_two() || h.bytes_per_bucket > MAX_BYTES_PER_BUCKET {
+        return Err("bytes_per_bucket must be a power of two up to 2^30");
+    }
+    if h.ranges.len() > MAX_RANGES as usize {
+        return Err("more than 64 histogram ranges");
+    }
+    let bpb = u64::from(h.bytes_per_bucket);
+    let mut total: u64 = 0;
+    let mut nonzero: u64 = 0;
+    let mut previous_end: Option<u64> = None;
+    for r in h.ranges {
+        if r.end < r.start || previous_end.is_some_and(|p| r.start < p) {
+            return Err("histogram ranges must be ordered, disjoint and not reversed");
+        }
+        previous_end = Some(r.end);
+        let span = r.end - r.start;
+        if span % bpb != 0 || span / bpb != r.counts.len() {
+            return Err("histogram range length does not match its bucket count");
+        }
+        total = checked(total.checked_add(r.counts.len()))?;
+        nonzero += match r.counts {
+            Counts::U16(v) => v.iter().filter(|c| **c != 0).count() as u64,
+            Counts::U32(v) => v.iter().filter(|c| **c != 0).count() as u64,
+            Counts::Sparse { len, entries } => {
+                let mut previous: Option<u64> = None;
+                for &(index, _) in entries {
+                    if index >= len || previous.is_some_and(|p| index <= p) {
+                        return Err(
+                            "sparse entries must be strictly increasing and inside the range",
+                        );
+                    }
+                    previous = Some(index);
+                }
+                entries.iter().filter(|(_, c)| *c != 0).count() as u64
+            }
+        };
+    }
+    if total > MAX_BUCKETS {
+        return Err("more than 2^34 histogram buckets");
+    }
+    Ok((total, nonzero))
+}
+
+/// First pass: validate, choose encodings, compute sizes and offsets.
+fn plan(header: &HeaderDesc<'_>, modules: &[ModuleDesc<'_>]) -> Result<Layout, &'static str> {
+    if header.dimension.len() > DIMENSION_SIZE || header.dimension.contains(&0) {
+        return Err("dimension must be at most 15 bytes without NUL");
+    }
+    let name = string_ok(header.program_name, "program name longer than 4096 bytes")?;
+    let path = string_ok(header.program_path, "program path longer than 4096 bytes")?;
+    if modules.len() > MAX_MODULES as usize {
+        return Err("more than 65536 modules");
+    }
+    let file_header = FILE_HEADER_FIXED + 2 + name + 2 + path;
+    let mut key_table: u64 = 4;
+    let mut module_headers: u64 = 4;
+    for m in modules {
+        if m.key == UNKNOWN_KEY {
+            return Err("key 0xFFFFFFFF is reserved");
+        }
+        key_table += 8 + string_ok(m.path, "module path longer than 4096 bytes")?;
+        string_ok(m.name, "module name longer than 4096 bytes")?;
+        string_ok(m.soname, "module soname longer than 4096 bytes")?;
+        if m.build_id.len() > MAX_BUILD_ID {
+            return Err("build-id longer than 64 bytes");
+        }
+        if m.arc_count > MAX_ARCS {
+            return Err("more than 2^32 arcs in one module");
+        }
+        if m.flags & module_flags::PROFILED == 0 && (m.histogram.is_some() || m.arc_count != 0) {
+            return Err("only PROFILED modules have a histogram or arcs");
+        }
+        module_headers += entry_length(m);
+    }
+    let fh_end = section_end(PREAMBLE_SIZE, file_header)?;
+    let kt_end = section_end(fh_end, key_table)?;
+    let mh_end = section_end(kt_end, module_headers)?;
+    let data_start = checked(mh_end.checked_add(SECTION_HEADER_SIZE))?;
+    let mut cursor = data_start;
+    for m in modules {
+        let mut p = PlanData::default();
+        if m.arc_count != 0 {
+            cursor = checked(align8(cursor))?;
+            p.arc_offset = cursor;
+            cursor = checked(cursor.checked_add(m.arc_count * ARC_RECORD_SIZE))?;
+        }
+        if let Some(h) = &m.histogram {
+            let (buckets, nonzero) = scan_histogram(h)?;
+            let dense = buckets * u64::from(h.bucket_bits / 8);
+            let sparse = nonzero * SPARSE_ENTRY_SIZE;
+            p.bucket_count = buckets;
+            let use_sparse = match h.encoding {
+                Encoding::Auto => sparse < dense,
+                Encoding::Dense => false,
+                Encoding::Sparse => true,
+            };
+            if use_sparse {
+                p.encoding = HIST_SPARSE;
+                p.sparse_entries = nonzero;
+                p.hist_size = sparse;
+            } else {
+                p.encoding = HIST_DENSE;
+                p.hist_size = dense;
+            }
+            if p.hist_size != 0 {
+                cursor = checked(align8(cursor))?;
+                p.hist_offset = cursor;
+                cursor = checked(cursor.checked_add(p.hist_size))?;
+            }
+        }
+        m.plan.0.set(p);
+    }
+    Ok(Layout {
+        file_header,
+        key_table,
+        module_headers,
+        data_start,
+        data: cursor - data_start,
+    })
+}
+
+/// Buffered, byte-order-aware output to a sink, with a running offset.
+struct Encoder<'s, S: Sink> {
+    sink: &'s mut S,
+    big_endian: bool,
+    buf: [u8; BUFFER],
+    len: usize,
+    written: u64,
+}
+
+impl<S: Sink> Encoder<'_, S> {
+    fn bytes(&mut self, mut b: &[u8]) -> Result<(), S::Error> {
+        self.written += b.len() as u64;
+        while !b.is_empty() {
+            if self.len == BUFFER {
+                self.flush()?;
+            }
+            let n = b.len().min(BUFFER - self.len);
+            self.buf[self.len..self.len + n].copy_from_slice(&b[..n]);
+            self.len += n;
+            b = &b[n..];
+        }
+        Ok(())
+    }
+    fn flush(&mut self) -> Result<(), S::Error> {
+        if self.len > 0 {
+            self.sink.write_all(&self.buf[..self.len])?;
+            self.len = 0;
+        }
+        Ok(())
+    }
+    fn u8(&mut self, v: u8) -> Result<(), S::Error> {
+        self.bytes(&[v])
+    }
+    fn u16(&mut self, v: u16) -> Result<(), S::Error> {
+        self.bytes(&if self.big_endian {
+            v.to_be_bytes()
+        } else {
+            v.to_le_bytes()
+        })
+    }
+    fn u32(&mut self, v: u32) -> Result<(), S::Error> {
+        self.bytes(&if self.big_endian {
+            v.to_be_bytes()
+        } else {
+            v.to_le_bytes()
+        })
+    }
+    fn u64(&mut self, v: u64) -> Result<(), S::Error> {
+        self.bytes(&if self.big_endian {
+            v.to_be_bytes()
+        } else {
+            v.to_le_bytes()
+        })
+    }
+    fn i64(&mut self, v: i64) -> Result<(), S::Error> {
+        self.bytes(&if self.big_endian {
+            v.to_be_bytes()
+        } else {
+            v.to_le_bytes()
+        })
+    }
+    /// `str16`; the length was validated in the first pass.
+    fn str16(&mut self, s: &[u8]) -> Result<(), S::Error> {
+        self.u16(s.len() as u16)?;
+        self.bytes(s)
+    }
+    fn pad_to(&mut self, offset: u64) -> Result<(), S::Error> {
+        while self.written < offset {
+            self.u8(0)?;
+        }
+        Ok(())
+    }
+    fn pad8(&mut self) -> Result<(), S::Error> {
+        let target = align8(self.written).unwrap_or(self.written);
+        self.pad_to(target)
+    }
+    fn section(&mut self, tag: u32, payload: u64) -> Result<(), S::Error> {
+        self.u32(tag)?;
+        self.u32(SECTION_CRITICAL)?;
+        self.u64(payload)
+    }
+    fn arc(&mut self, arc: Arc) -> Result<(), S::Error> {
+        self.u32(arc.caller_key)?;
+        self.u32(0)?;
+        self.u64(arc.caller_address)?;
+        self.u64(arc.callee_address)?;
+        self.u64(arc.count)
+    }
+    fn bucket(&mut self, bits: u8, count: u32) -> Result<(), S::Error> {
+        if bits == 16 {
+            self.u16(u16::try_from(count).unwrap_or(u16::MAX))
+        } else {
+            self.u32(count)
+        }
+    }
+    fn sparse_entry(&mut self, index: u64, count: u32) -> Result<(), S::Error> {
+        self.u64(index)?;
+        self.u32(count)
+    }
+}
+
+/// Second pass: writes everything the first pass planned.
+fn emit<S: Sink>(
+    e: &mut Encoder<'_, S>,
+    h: &HeaderDesc<'_>,
+    modules: &[ModuleDesc<'_>],
+    layout: &Layout,
+) -> Result<StreamSummary, S::Error> {
+    let mut summary = StreamSummary::default();
+    e.bytes(&MAGIC)?;
+    e.u16(VERSION_MAJOR)?;
+    e.u16(VERSION_MINOR)?;
+    e.u32(BYTE_ORDER_MARK)?;
+
+    e.section(TAG_FILE_HEADER, layout.file_header)?;
+    e.u32(h.flags)?;
+    e.u32(h.incomplete_cause)?;
+    e.u32(h.incomplete_signal)?;
+    e.u32(h.pid)?;
+    e.u32(h.ppid)?;
+    e.u32(modules.len() as u32)?;
+    e.i64(h.start_time_ns)?;
+    e.i64(h.end_time_ns)?;
+    e.u32(h.hz)?;
+    e.u32(0)?;
+    e.u64(h.sample_period_ns)?;
+    let mut dimension = [0u8; DIMENSION_SIZE];
+    dimension[..h.dimension.len()].copy_from_slice(h.dimension);
+    e.bytes(&dimension)?;
+    e.u8(h.dimension_abbrev)?;
+    e.u64(h.total_samples)?;
+    e.u64(h.unknown_samples)?;
+    e.u64(h.dropped_arcs)?;
+    e.u64(h.dropped_samples)?;
+    e.str16(h.program_name)?;
+    e.str16(h.program_path)?;
+    e.pad8()?;
+
+    e.section(TAG_KEY_TABLE, layout.key_table)?;
+    e.u32(modules.len() as u32)?;
+    for m in modules {
+        e.u32(m.key)?;
+        e.u32(m.path.len() as u32)?;
+        e.bytes(m.path)?;
+    }
+    e.pad8()?;
+
+    e.section(TAG_MODULE_HEADERS, layout.module_headers)?;
+    e.u32(modules.len() as u32)?;
+    for m in modules {
+        let p = m.plan.0.get();
+        let hist = m.histogram.unwrap_or_default();
+        e.u32(entry_length(m) as u32)?;
+        e.u32(m.key)?;
+        e.u32(m.flags)?;
+        e.u32(m.load_order)?;
+        e.u32(m.unload_order)?;
+        e.u8(hist.bucket_bits)?;
+        e.u8(p.encoding)?;
+        e.u16(0)?;
+        e.u32(hist.bytes_per_bucket)?;
+        e.u32(hist.ranges.len() as u32)?;
+        e.u64(m.load_bias)?;
+        e.u64(m.samples)?;
+        e.u64(m.saturated_buckets)?;
+        e.u64(m.dropped_arcs)?;
+        e.u64(p.hist_offset)?;
+        e.u64(p.hist_size)?;
+        e.u64(p.bucket_count)?;
+        e.u64(p.arc_offset)?;
+        e.u64(m.arc_count * ARC_RECORD_SIZE)?;
+        e.u64(m.arc_count)?;
+        for r in hist.ranges {
+            e.u64(r.start)?;
+            e.u64(r.end)?;
+        }
+        e.str16(m.name)?;
+        e.str16(m.soname)?;
+        e.u8(m.build_id.len() as u8)?;
+        e.bytes(m.build_id)?;
+    }
+    e.pad8()?;
+
+    e.section(TAG_DATA, layout.data)?;
+    debug_assert_eq!(e.written, layout.data_start);
+    for m in modules {
+        let p = m.plan.0.get();
+        if m.arc_count != 0 {
+            e.pad_to(p.arc_offset)?;
+            write_arcs(e, m, &mut summary)?;
+        }
+        if let Some(h) = &m.histogram
+            && p.hist_size != 0
+        {
+            e.pad_to(p.hist_offset)?;
+            if p.encoding == HIST_DENSE {
+                write_dense(e, h)?;
+            } else {
+                write_sparse(e, h, p)?;
+            }
+        }
+    }
+    e.pad8()?;
+    Ok(summary)
+}
+
+fn write_arcs<S: Sink>(
+    e: &mut Encoder<'_, S>,
+    m: &ModuleDesc<'_>,
+    summary: &mut StreamSummary,
+) -> Result<(), S::Error> {
+    let announced = m.arc_count;
+    let mut written: u64 = 0;
+    let mut failure: Option<S::Error> = None;
+    let mut dropped: u64 = 0;
+    if let Some(feed) = m.arcs {
+        feed(&mut |arc: Arc| {
+            if failure.is_some() {
+                return false;
+            }
+            if written >= announced {
+                dropped += 1;
+                return false;
+            }
+            match e.arc(arc) {
+                Ok(()) => {
+                    written += 1;
+                    written < announced
+                }
+                Err(err) => {
+                    failure = Some(err);
+                    false
+                }
+            }
+        });
+    }
+    if let Some(err) = failure {
+        return Err(err);
+    }
+    summary.arcs_dropped += dropped;
+    summary.arcs_padded += announced - written;
+    let padding = Arc {
+        caller_key: UNKNOWN_KEY,
+        caller_address: 0,
+        callee_address: 0,
+        count: 0,
+    };
+    while written < announced {
+        e.arc(padding)?;
+        written += 1;
+    }
+    Ok(())
+}
+
+fn write_dense<S: Sink>(e: &mut Encoder<'_, S>, h: &HistogramDesc<'_>) -> Result<(), S::Error> {
+    let bits = h.bucket_bits;
+    for r in h.ranges {
+        match r.counts {
+            Counts::U16(v) => {
+                for c in v {
+                    e.bucket(bits, u32::from(*c))?;
+                }
+            }
+            Counts::U32(v) => {
+                for c in v {
+                    e.bucket(bits, *c)?;
+                }
+            }
+            Counts::Sparse { len, entries } => {
+                let mut next = 0u64;
+                for &(index, count) in entries {
+                    while next < index {
+                        e.bucket(bits, 0)?;
+                        next += 1;
+                    }
+                    e.bucket(bits, count)?;
+                    next = index + 1;
+                }
+                while next < len {
+                    e.bucket(bits, 0)?;
+                    next += 1;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Writes exactly `plan.sparse_entries` entries with strictly increasing indices, whatever the data does.
+fn write_sparse<S: Sink>(
+    e: &mut Encoder<'_, S>,
+    h: &HistogramDesc<'_>,
+    p: PlanData,
+) -> Result<(), S::Error> {
+    let clamp = |c: u32| {
+        if h.bucket_bits == 16 {
+            c.min(u32::from(u16::MAX))
+        } else {
+            c
+        }
+    };
+    let mut left = p.sparse_entries;
+    let mut base: u64 = 0;
+    // Emits bucket `index` if it is non-zero, or if every remaining bucket is needed to reach the count.
+    let mut offer = |e: &mut Encoder<'_, S>, index: u64, count: u32| -> Result<(), S::Error> {
+        if left == 0 {
+            return Ok(());
+        }
+        let buckets_left = p.bucket_count - index;
+        if count != 0 || left >= buckets_left {
+            e.sparse_entry(index, clamp(count))?;
+            left -= 1;
+        }
+        Ok(())
+    };
+    for r in h.ranges {
+        match r.counts {
+            Counts::U16(v) => {
+                for (i, c) in v.iter().enumerate() {
+                    offer(e, base + i as u64, u32::from(*c))?;
+                }
+            }
+            Counts::U32(v) => {
+                for (i, c) in v.iter().enumerate() {
+                    offer(e, base + i as u64, *c)?;
+                }
+            }
+            Counts::Sparse { entries, .. } => {
+                for &(i, c) in entries {
+                    if c != 0 {
+                        offer(e, base + i, c)?;
+                    }
+                }
+            }
+        }
+        base += r.counts.len();
+    }
+    Ok(())
+}

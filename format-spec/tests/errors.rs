@@ -1,0 +1,395 @@
+//! Every [`ErrorKind`] is reachable: each test damages a sample file in one precise way and asserts the kind
+//! and the byte offset the reader reports.
+
+mod sample;
+
+use mslprof_format::*;
+
+use sample::{module_entries, put_u32, put_u64, section};
+
+fn read_err(bytes: &[u8]) -> ReadError {
+    read(bytes, GnuTarget::default()).expect_err("this input must be refused")
+}
+
+fn le() -> Vec<u8> {
+    sample::bytes(false)
+}
+
+#[test]
+fn display_names_problem_and_hex_offset() {
+    let e = ReadError::new(ErrorKind::Truncated("module header"), 0x1a4);
+    assert_eq!(e.to_string(), "truncated module header at offset 0x1a4");
+}
+
+#[test]
+fn bad_magic() {
+    assert_eq!(read_err(b"xyz"), ReadError::new(ErrorKind::BadMagic, 0));
+    // No magic and an impossible BSD header (ncnt below the header size): not a profile at all.
+    assert_eq!(
+        read_err(&[0u8; 24]),
+        ReadError::new(ErrorKind::BadMagic, 16)
+    );
+    assert_eq!(
+        read_err(b""),
+        ReadError::new(ErrorKind::Truncated("profile"), 0)
+    );
+}
+
+#[test]
+fn bad_byte_order_mark() {
+    let mut f = le();
+    f[12] = 0x0B;
+    assert_eq!(
+        read_err(&f),
+        ReadError::new(ErrorKind::BadByteOrderMark, 12)
+    );
+}
+
+#[test]
+fn unsupported_major_version() {
+    let mut f = le();
+    f[8] = 2;
+    assert_eq!(
+        read_err(&f),
+        ReadError::new(ErrorKind::UnsupportedVersion(2), 8)
+    );
+    // A newer minor version reads.
+    let mut f = le();
+    f[10] = 7;
+    let p = read(&f, GnuTarget::default()).unwrap();
+    assert_eq!(p.format, SourceFormat::Mslprof { major: 1, minor: 7 });
+    // GNU: versions other than 0 and 1.
+    let mut g = sample::gnu_bytes();
+    g[4] = 2;
+    assert_eq!(
+        read_err(&g),
+        ReadError::new(ErrorKind::UnsupportedVersion(2), 4)
+    );
+}
+
+#[test]
+fn truncated() {
+    let f = le();
+    // Cut inside the FILE_HEADER payload: its length field (offset 24) promises more than there is.
+    assert_eq!(
+        read_err(&f[..40]),
+        ReadError::new(ErrorKind::Truncated("section payload"), 24)
+    );
+    assert_eq!(
+        read_err(&f[..10]),
+        ReadError::new(ErrorKind::Truncated("preamble"), 10)
+    );
+    // Cut inside a section header.
+    assert_eq!(
+        read_err(&f[..20]),
+        ReadError::new(ErrorKind::Truncated("section header"), 20)
+    );
+    // Drop the last padding byte of a final (unknown, non-critical) section with a 5-byte payload.
+    let mut f = le();
+    let end = f.len();
+    f.extend_from_slice(&99u32.to_le_bytes());
+    f.extend_from_slice(&0u32.to_le_bytes());
+    f.extend_from_slice(&5u64.to_le_bytes());
+    f.extend_from_slice(&[1, 2, 3, 4, 5, 0, 0]);
+    assert_eq!(
+        read_err(&f),
+        ReadError::new(
+            ErrorKind::Truncated("section padding"),
+            (end + 16 + 5) as u64
+        )
+    );
+    // A module entry_length that reaches past its section.
+    let mut f = le();
+    let entries = module_entries(&f);
+    let mh = section(&f, 3);
+    let last = *entries.last().unwrap();
+    put_u32(&mut f, last, (mh.payload + mh.length - last + 1) as u32);
+    assert_eq!(
+        read_err(&f),
+        ReadError::new(ErrorKind::Truncated("module header"), last as u64)
+    );
+}
+
+#[test]
+fn unknown_critical_section_and_skipped_unknown_section() {
+    let mut f = le();
+    let end = f.len();
+    f.extend_from_slice(&99u32.to_le_bytes());
+    f.extend_from_slice(&1u32.to_le_bytes());
+    f.extend_from_slice(&0u64.to_le_bytes());
+    assert_eq!(
+        read_err(&f),
+        ReadError::new(ErrorKind::UnknownCriticalSection(99), end as u64)
+    );
+    // The same section without the critical bit, with a 5-byte payload and its padding, is skipped.
+    put_u32(&mut f, end + 4, 0);
+    put_u64(&mut f, end + 8, 5);
+    f.extend_from_slice(&[1, 2, 3, 4, 5, 0, 0, 0]);
+    assert_eq!(read(&f, GnuTarget::default()).unwrap(), sample::profile());
+}
+
+#[test]
+fn missing_section() {
+    let f = le();
+    let data = section(&f, 4);
+    assert_eq!(
+        read_err(&f[..data.header]),
+        ReadError::new(ErrorKind::MissingSection("DATA"), data.header as u64)
+    );
+    // FILE_HEADER must come first.
+    let mut f = le();
+    put_u32(&mut f, 16, 77);
+    assert_eq!(
+        read_err(&f),
+        ReadError::new(ErrorKind::MissingSection("FILE_HEADER"), 16)
+    );
+}
+
+#[test]
+fn duplicate_section() {
+    let mut f = le();
+    let kt = section(&f, 2);
+    let end = f.len();
+    let copy = f[kt.header..kt.end].to_vec();
+    f.extend_from_slice(&copy);
+    assert_eq!(
+        read_err(&f),
+        ReadError::new(ErrorKind::DuplicateSection("KEY_TABLE"), end as u64)
+    );
+}
+
+#[test]
+fn limit_exceeded() {
+    let mut f = le();
+    let count_at = section(&f, 1).payload + 20;
+    put_u32(&mut f, count_at, 65_537);
+    assert_eq!(
+        read_err(&f),
+        ReadError::new(ErrorKind::LimitExceeded("module count"), count_at as u64)
+    );
+    let mut f = le();
+    let entry = module_entries(&f)[0];
+    put_u32(&mut f, entry + 28, 65);
+    assert_eq!(
+        read_err(&f),
+        ReadError::new(
+            ErrorKind::LimitExceeded("histogram ranges"),
+            (entry + 28) as u64
+        )
+    );
+}
+
+#[test]
+fn bad_value() {
+    let mut f = le();
+    let entry = module_entries(&f)[0];
+    f[entry + 20] = 17;
+    assert_eq!(
+        read_err(&f),
+        ReadError::new(
+            ErrorKind::BadValue("bucket_bits not 16 or 32"),
+            (entry + 20) as u64
+        )
+    );
+    let mut f = le();
+    put_u32(&mut f, entry + 24, 3);
+    assert_eq!(
+        read_err(&f),
+        ReadError::new(
+            ErrorKind::BadValue("bytes_per_bucket not a power of two"),
+            (entry + 24) as u64
+        )
+    );
+}
+
+#[test]
+fn offset_out_of_range() {
+    let mut f = le();
+    let entry = module_entries(&f)[0];
+    put_u64(&mut f, entry + 64, 0);
+    assert_eq!(
+        read_err(&f),
+        ReadError::new(
+            ErrorKind::OffsetOutOfRange("histogram"),
+            (entry + 64) as u64
+        )
+    );
+    let mut f = le();
+    put_u64(&mut f, entry + 88, u64::MAX - 8);
+    assert_eq!(
+        read_err(&f),
+        ReadError::new(ErrorKind::OffsetOutOfRange("arcs"), (entry + 88) as u64)
+    );
+}
+
+#[test]
+fn overlapping_data() {
+    let mut f = le();
+    let entries = module_entries(&f);
+    let arcs0 = sample::le_u64(&f, entries[0] + 88);
+    put_u64(&mut f, entries[1] + 88, arcs0);
+    assert_eq!(
+        read_err(&f),
+        ReadError::new(
+            ErrorKind::OverlappingData("module data ranges overlap"),
+            (entries[1] + 88) as u64
+        )
+    );
+}
+
+#[test]
+fn unknown_key() {
+    let mut f = le();
+    let entries = module_entries(&f);
+    let arcs0 = sample::le_u64(&f, entries[0] + 88) as usize;
+    put_u32(&mut f, arcs0, 77);
+    assert_eq!(
+        read_err(&f),
+        ReadError::new(ErrorKind::UnknownKey(77), arcs0 as u64)
+    );
+    // A module header whose key is not in the key table.
+    let mut f = le();
+    put_u32(&mut f, entries[2] + 4, 78);
+    assert_eq!(
+        read_err(&f),
+        ReadError::new(ErrorKind::UnknownKey(78), (entries[2] + 4) as u64)
+    );
+}
+
+#[test]
+fn duplicate_key() {
+    let mut f = le();
+    let kt = section(&f, 2);
+    // Entries: count, then (key, len, path)...; the second entry follows the first path.
+    let first_len = sample::le_u32(&f, kt.payload + 8) as usize;
+    let second = kt.payload + 4 + 8 + first_len;
+    put_u32(&mut f, second, 1);
+    assert_eq!(
+        read_err(&f),
+        ReadError::new(ErrorKind::DuplicateKey(1), second as u64)
+    );
+    // Two module headers with the same key.
+    let mut f = le();
+    let entries = module_entries(&f);
+    put_u32(&mut f, entries[1] + 4, 1);
+    assert_eq!(
+        read_err(&f),
+        ReadError::new(ErrorKind::DuplicateKey(1), (entries[1] + 4) as u64)
+    );
+}
+
+#[test]
+fn count_mismatch() {
+    let mut f = le();
+    let kt = section(&f, 2);
+    put_u32(&mut f, kt.payload, 2);
+    assert_eq!(
+        read_err(&f),
+        ReadError::new(
+            ErrorKind::CountMismatch("key table count differs from module count"),
+            kt.payload as u64
+        )
+    );
+    let mut f = le();
+    let entry = module_entries(&f)[0];
+    put_u64(&mut f, entry + 96, 33);
+    assert_eq!(
+        read_err(&f),
+        ReadError::new(
+            ErrorKind::CountMismatch("arc_size is not 32 × arc_count"),
+            (entry + 96) as u64
+        )
+    );
+}
+
+#[test]
+fn unknown_gnu_record_tag() {
+    let mut g = sample::gnu_bytes();
+    let end = g.len();
+    g.push(7);
+    assert_eq!(
+        read_err(&g),
+        ReadError::new(ErrorKind::UnknownRecordTag(7), end as u64)
+    );
+}
+
+/// A GNU histogram record (64-bit little-endian) with `bins` zero samples.
+fn gnu_hist(low: u64, high: u64, bins: u32, dimension: &[u8]) -> Vec<u8> {
+    let mut r = vec![0u8];
+    r.extend_from_slice(&low.to_le_bytes());
+    r.extend_from_slice(&high.to_le_bytes());
+    r.extend_from_slice(&bins.to_le_bytes());
+    r.extend_from_slice(&100u32.to_le_bytes());
+    let mut dim = [0u8; 15];
+    dim[..dimension.len()].copy_from_slice(dimension);
+    r.extend_from_slice(&dim);
+    r.push(b's');
+    r.extend(std::iter::repeat_n(0u8, 2 * bins as usize));
+    r
+}
+
+fn gnu_header() -> Vec<u8> {
+    let mut g = b"gmon".to_vec();
+    g.extend_from_slice(&1u32.to_le_bytes());
+    g.extend_from_slice(&[0; 12]);
+    g
+}
+
+#[test]
+fn incompatible_and_overlapping_gnu_histograms() {
+    let mut g = gnu_header();
+    g.extend(gnu_hist(0x1000, 0x1100, 64, b"seconds"));
+    let second = g.len();
+    g.extend(gnu_hist(0x2000, 0x2100, 64, b"cycles"));
+    assert_eq!(
+        read_err(&g),
+        ReadError::new(
+            ErrorKind::IncompatibleHistograms("dimension unit changed"),
+            (second + 1) as u64
+        )
+    );
+    let mut g = gnu_header();
+    g.extend(gnu_hist(0x1000, 0x1100, 64, b"seconds"));
+    let second = g.len();
+    g.extend(gnu_hist(0x2000, 0x2100, 32, b"seconds"));
+    assert_eq!(
+        read_err(&g),
+        ReadError::new(
+            ErrorKind::IncompatibleHistograms("different scales"),
+            (second + 1) as u64
+        )
+    );
+    let mut g = gnu_header();
+    g.extend(gnu_hist(0x1000, 0x1100, 64, b"seconds"));
+    let second = g.len();
+    g.extend(gnu_hist(0x1080, 0x1180, 64, b"seconds"));
+    assert_eq!(
+        read_err(&g),
+        ReadError::new(
+            ErrorKind::OverlappingData("histogram records overlap"),
+            (second + 1) as u64
+        )
+    );
+    // The same range twice is summed, as gprof does.
+    let mut g = gnu_header();
+    g.extend(gnu_hist(0x1000, 0x1100, 64, b"seconds"));
+    g.extend(gnu_hist(0x1000, 0x1100, 64, b"seconds"));
+    let p = read(&g, GnuTarget::default()).unwrap();
+    assert_eq!(p.modules[0].histogram.as_ref().unwrap().ranges.len(), 1);
+}
+
+#[test]
+fn unsupported_target() {
+    let g = sample::gnu_bytes();
+    let target = GnuTarget {
+        big_endian: false,
+        address_size: 3,
+    };
+    assert_eq!(
+        read(&g, target).unwrap_err(),
+        ReadError::new(
+            ErrorKind::UnsupportedTarget("address size must be 4 or 8"),
+            0
+        )
+    );
+}

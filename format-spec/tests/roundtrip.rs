@@ -1,0 +1,281 @@
+//! Round-trip properties: every profile the writer accepts reads back equal, in both byte orders, and the
+//! dense and sparse histogram encodings decode to the same counts.
+
+mod sample;
+
+use mslprof_format::stream::Encoding;
+use mslprof_format::*;
+use proptest::prelude::*;
+
+fn write_opts(p: &Profile, big_endian: bool, encoding: Encoding) -> Vec<u8> {
+    let mut out = Vec::new();
+    write_with(
+        p,
+        WriteOptions {
+            big_endian,
+            encoding,
+        },
+        &mut out,
+    )
+    .expect("generated profiles are writable");
+    out
+}
+
+fn bytes(max: usize) -> impl Strategy<Value = Vec<u8>> {
+    prop::collection::vec(any::<u8>(), 0..max)
+}
+
+fn header() -> impl Strategy<Value = Header> {
+    (
+        (
+            any::<u32>(),
+            0u32..8,
+            any::<u32>(),
+            any::<u32>(),
+            any::<u32>(),
+        ),
+        (any::<i64>(), any::<i64>(), any::<u32>(), any::<u64>()),
+        ("[a-z]{0,15}", any::<u8>()),
+        (any::<u64>(), any::<u64>(), any::<u64>(), any::<u64>()),
+        (bytes(40), bytes(80)),
+    )
+        .prop_map(|(a, b, c, d, e)| Header {
+            flags: a.0,
+            incomplete_cause: IncompleteCause::from_code(a.1),
+            incomplete_signal: a.2,
+            pid: a.3,
+            ppid: a.4,
+            start_time_ns: b.0,
+            end_time_ns: b.1,
+            hz: b.2,
+            sample_period_ns: b.3,
+            dimension: c.0.into_bytes(),
+            dimension_abbrev: c.1,
+            total_samples: d.0,
+            unknown_samples: d.1,
+            dropped_arcs: d.2,
+            dropped_samples: d.3,
+            program_name: e.0,
+            program_path: e.1,
+        })
+}
+
+/// Bucket values of one range, mostly zero or mostly non-zero, in any of the three representations.
+fn buckets(bits: u8) -> impl Strategy<Value = Buckets> {
+    let max = if bits == 16 {
+        u32::from(u16::MAX)
+    } else {
+        u32::MAX
+    };
+    let value = prop_oneof![3 => Just(0u32), 1 => 1..=max];
+    (prop::collection::vec(value, 0..80), 0u8..3).prop_map(move |(v, repr)| match repr {
+        0 if bits == 16 => Buckets::Dense16(v.iter().map(|c| *c as u16).collect()),
+        0 | 1 => Buckets::Dense32(v),
+        _ => Buckets::Sparse {
+            len: v.len() as u64,
+            entries: v
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| **c != 0)
+                .map(|(i, c)| (i as u64, *c))
+                .collect(),
+        },
+    })
+}
+
+fn histogram() -> impl Strategy<Value = Histogram> {
+    (prop_oneof![Just(16u8), Just(32u8)], 0u32..6).prop_flat_map(|(bits, shift)| {
+        let bpb = 1u64 << shift;
+        (
+            prop::collection::vec((buckets(bits), 0u64..4096), 0..4),
+            0u64..1 << 40,
+        )
+            .prop_map(move |(parts, base)| {
+                let mut start = base;
+                let ranges = parts
+                    .into_iter()
+                    .map(|(b, gap)| {
+                        start += gap;
+                        let end = start + b.len() * bpb;
+                        let r = HistRange {
+                            start,
+                            end,
+                            buckets: b,
+                        };
+                        start = end;
+                        r
+                    })
+                    .collect();
+                Histogram {
+                    bucket_bits: bits,
+                    ranges,
+                }
+            })
+    })
+}
+
+/// Canonical arcs (sorted, unique, non-zero) whose callers are among `keys` or unknown.
+fn arcs(keys: Vec<u32>) -> impl Strategy<Value = Vec<Arc>> {
+    let caller = prop_oneof![
+        1 => Just(UNKNOWN_KEY),
+        4 => prop::sample::select(keys),
+    ];
+    prop::collection::btree_map((caller, any::<u64>(), any::<u64>()), 1..=u64::MAX, 0..12).prop_map(
+        |m| {
+            m.into_iter()
+                .map(
+                    |((caller_key, caller_address, callee_address), count)| Arc {
+                        caller_key,
+                        caller_address,
+                        callee_address,
+                        count,
+                    },
+                )
+                .collect()
+        },
+    )
+}
+
+fn module(key: u32, keys: Vec<u32>) -> impl Strategy<Value = Module> {
+    (
+        (bytes(60), bytes(30), bytes(30), bytes(65)),
+        (any::<u32>(), any::<bool>(), any::<u32>(), any::<u32>()),
+        (any::<u64>(), any::<u64>(), any::<u64>(), any::<u64>()),
+        prop::option::of(histogram()),
+        arcs(keys),
+    )
+        .prop_map(move |(s, f, n, histogram, arcs)| {
+            let profiled = f.1;
+            let flags = if profiled {
+                f.0 | module_flags::PROFILED
+            } else {
+                f.0 & !module_flags::PROFILED
+            };
+            Module {
+                key,
+                path: s.0,
+                name: s.1,
+                soname: s.2,
+                build_id: s.3,
+                flags,
+                load_order: f.2,
+                unload_order: f.3,
+                load_bias: n.0,
+                samples: n.1,
+                saturated_buckets: n.2,
+                dropped_arcs: n.3,
+                histogram: if profiled { histogram } else { None },
+                arcs: if profiled { arcs } else { Vec::new() },
+                basic_blocks: Vec::new(),
+            }
+        })
+}
+
+fn profile() -> impl Strategy<Value = Profile> {
+    (
+        header(),
+        prop::collection::btree_set(0u32..UNKNOWN_KEY, 0..5),
+    )
+        .prop_flat_map(|(header, keys)| {
+            let keys: Vec<u32> = keys.into_iter().collect();
+            let arc_keys = if keys.is_empty() {
+                vec![UNKNOWN_KEY]
+            } else {
+                keys.clone()
+            };
+            let modules: Vec<_> = keys.iter().map(|k| module(*k, arc_keys.clone())).collect();
+            (Just(header), modules).prop_map(|(header, modules)| Profile {
+                format: SourceFormat::Mslprof { major: 1, minor: 0 },
+                header,
+                modules,
+            })
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+    #[test]
+    fn any_writable_profile_reads_back_equal(p in profile(), big_endian in any::<bool>()) {
+        let file = write_opts(&p, big_endian, Encoding::Auto);
+        let back = read(&file, GnuTarget::default()).expect("a written profile reads back");
+        prop_assert_eq!(back, p);
+    }
+
+    #[test]
+    fn dense_and_sparse_give_the_same_counts(p in profile(), big_endian in any::<bool>()) {
+        let dense = write_opts(&p, big_endian, Encoding::Dense);
+        let sparse = write_opts(&p, big_endian, Encoding::Sparse);
+        let auto = write_opts(&p, big_endian, Encoding::Auto);
+        let from_dense = read(&dense, GnuTarget::default()).expect("dense reads back");
+        let from_sparse = read(&sparse, GnuTarget::default()).expect("sparse reads back");
+        for (d, s) in from_dense.modules.iter().zip(&from_sparse.modules) {
+            let (Some(dh), Some(sh)) = (&d.histogram, &s.histogram) else {
+                prop_assert!(d.histogram.is_none() && s.histogram.is_none());
+                continue;
+            };
+            prop_assert_eq!(dh.ranges.len(), sh.ranges.len());
+            for (dr, sr) in dh.ranges.iter().zip(&sh.ranges) {
+                prop_assert_eq!(dr.buckets.len(), sr.buckets.len());
+                prop_assert!(dr.buckets.nonzero().eq(sr.buckets.nonzero()));
+            }
+        }
+        prop_assert_eq!(&from_dense, &p);
+        // Auto is never larger than either forced encoding.
+        prop_assert!(auto.len() <= dense.len() && auto.len() <= sparse.len());
+    }
+}
+
+#[test]
+fn sample_profile_reads_back_equal_in_both_byte_orders() {
+    for big_endian in [false, true] {
+        let file = sample::bytes(big_endian);
+        let back = read(&file, GnuTarget::default()).expect("reads back");
+        assert_eq!(back, sample::profile());
+        assert_eq!(detect(&file), Some(FileFormat::Mslprof));
+    }
+    // The two byte orders really differ on disk.
+    assert_ne!(sample::bytes(false), sample::bytes(true));
+}
+
+#[test]
+fn reader_normalises_arcs_and_writer_refuses_broken_profiles() {
+    let mut p = sample::profile();
+    let arc = p.modules[0].arcs[0];
+    p.modules[0].arcs.push(arc);
+    p.modules[0].arcs.push(Arc { count: 0, ..arc });
+    p.modules[0].arcs.reverse();
+    let mut file = Vec::new();
+    write(&p, &mut file).unwrap();
+    let back = read(&file, GnuTarget::default()).unwrap();
+    let mut expected = sample::profile();
+    expected.modules[0].arcs.sort();
+    expected.modules[0].arcs[0].count *= 2;
+    assert_eq!(back.modules[0].arcs.len(), 3);
+    assert_eq!(back, expected);
+
+    let refuse = |p: &Profile| {
+        let err = write(p, Vec::new()).expect_err("must be refused");
+        assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput, "{err}");
+    };
+    let mut dup = sample::profile();
+    dup.modules[1].key = 1;
+    refuse(&dup);
+    let mut unknown_caller = sample::profile();
+    unknown_caller.modules[0].arcs[0].caller_key = 99;
+    refuse(&unknown_caller);
+    let mut wide = sample::profile();
+    wide.modules[0].histogram.as_mut().unwrap().bucket_bits = 16;
+    wide.modules[0].histogram.as_mut().unwrap().ranges[0].buckets =
+        Buckets::Dense32(vec![70_000; 64]);
+    refuse(&wide);
+    let mut long_dimension = sample::profile();
+    long_dimension.header.dimension = b"sixteen-bytes-xx".to_vec();
+    refuse(&long_dimension);
+    let mut unprofiled = sample::profile();
+    unprofiled.modules[0].flags &= !module_flags::PROFILED;
+    refuse(&unprofiled);
+    let mut bad_range = sample::profile();
+    bad_range.modules[0].histogram.as_mut().unwrap().ranges[0].end += 1;
+    refuse(&bad_range);
+}

@@ -1,0 +1,364 @@
+//! The streaming writer the runtime uses: it allocates nothing (checked with a counting global allocator),
+//! pads or cuts arcs to the announced count, refuses invalid descriptors before writing, and its output reads
+//! back as the profile the descriptors describe.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+
+use mslprof_format::stream::{
+    self, Counts, Encoding, HeaderDesc, HistogramDesc, ModuleDesc, RangeDesc, Sink, StreamError,
+};
+use mslprof_format::*;
+
+struct CountingAllocator;
+
+thread_local! {
+    static COUNTING: Cell<bool> = const { Cell::new(false) };
+    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
+}
+
+fn count_one() {
+    let _ = COUNTING.try_with(|c| {
+        if c.get() {
+            let _ = ALLOCATIONS.try_with(|a| a.set(a.get() + 1));
+        }
+    });
+}
+
+// SAFETY: forwards to the system allocator unchanged; counting touches only const-initialised thread-locals.
+unsafe impl GlobalAlloc for CountingAllocator {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        count_one();
+        // SAFETY: same contract as our caller's.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: same contract as our caller's.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        count_one();
+        // SAFETY: same contract as our caller's.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: CountingAllocator = CountingAllocator;
+
+/// Allocations made by this thread while `f` runs.
+fn allocations_during<R>(f: impl FnOnce() -> R) -> (R, u64) {
+    ALLOCATIONS.with(|a| a.set(0));
+    COUNTING.with(|c| c.set(true));
+    let r = f();
+    COUNTING.with(|c| c.set(false));
+    (r, ALLOCATIONS.with(|a| a.get()))
+}
+
+/// A sink into a caller-provided buffer, like a runtime writing to a pre-mapped area or an fd.
+struct SliceSink<'b> {
+    buf: &'b mut [u8],
+    len: usize,
+    /// Fail once this many bytes have been written (to test error propagation).
+    fail_after: usize,
+}
+
+#[derive(Debug, PartialEq)]
+struct Full;
+
+impl Sink for SliceSink<'_> {
+    type Error = Full;
+    fn write_all(&mut self, bytes: &[u8]) -> Result<(), Full> {
+        let end = self.len + bytes.len();
+        if end > self.buf.len() || end > self.fail_after {
+            return Err(Full);
+        }
+        self.buf[self.len..end].copy_from_slice(bytes);
+        self.len = end;
+        Ok(())
+    }
+}
+
+const HEADER: HeaderDesc<'static> = HeaderDesc {
+    flags: header_flags::INCOMPLETE,
+    incomplete_cause: 1,
+    incomplete_signal: 11,
+    pid: 77,
+    ppid: 1,
+    start_time_ns: 5,
+    end_time_ns: 6,
+    hz: 1000,
+    sample_period_ns: 1_000_000,
+    dimension: b"seconds",
+    dimension_abbrev: b's',
+    total_samples: 40,
+    unknown_samples: 1,
+    dropped_arcs: 0,
+    dropped_samples: 0,
+    program_name: b"app",
+    program_path: b"/bin/app",
+};
+
+fn arc(caller_key: u32, callee_address: u64, count: u64) -> Arc {
+    Arc {
+        caller_key,
+        caller_address: 0x1000 + callee_address,
+        callee_address,
+        count,
+    }
+}
+
+/// Writes a two-module profile through the stream API into `buf`, with `produced` arcs offered for an
+/// announced count of 3 in module 1. Returns the writer's result and the allocations it made.
+fn write_two_modules(
+    buf: &mut [u8],
+    produced: usize,
+    fail_after: usize,
+) -> (
+    Result<(stream::StreamSummary, usize), StreamError<Full>>,
+    u64,
+) {
+    let dense: [u16; 8] = [0, 1, 2, 3, 0, 0, 70, 65535];
+    let sparse: [u32; 64] = {
+        let mut a = [0u32; 64];
+        a[5] = 100_000;
+        a[60] = 1;
+        a
+    };
+    let ranges_main = [RangeDesc {
+        start: 0x400000,
+        end: 0x400000 + 8 * 4,
+        counts: Counts::U16(&dense),
+    }];
+    let ranges_lib = [
+        RangeDesc {
+            start: 0x1000,
+            end: 0x1000 + 32 * 2,
+            counts: Counts::U32(&sparse[..32]),
+        },
+        RangeDesc {
+            start: 0x8000,
+            end: 0x8000 + 32 * 2,
+            counts: Counts::U32(&sparse[32..]),
+        },
+    ];
+    let all_arcs = [
+        arc(1, 0x10, 4),
+        arc(2, 0x20, 5),
+        arc(UNKNOWN_KEY, 0x30, 6),
+        arc(1, 0x40, 7),
+    ];
+    let feed = |emit: &mut dyn FnMut(Arc) -> bool| {
+        // This feed ignores `emit`'s "enough" answer, to exercise the dropped counter.
+        for a in &all_arcs[..produced] {
+            emit(*a);
+        }
+    };
+    let lib_feed = |emit: &mut dyn FnMut(Arc) -> bool| {
+        emit(arc(1, 0x1000, 9));
+    };
+    let modules = [
+        ModuleDesc {
+            key: 1,
+            path: b"/bin/app",
+            name: b"app",
+            flags: module_flags::PROFILED | module_flags::MAIN_PROGRAM,
+            load_order: 1,
+            samples: 20,
+            histogram: Some(HistogramDesc {
+                bucket_bits: 16,
+                bytes_per_bucket: 4,
+                ranges: &ranges_main,
+                encoding: Encoding::Auto,
+            }),
+            arc_count: 3,
+            arcs: Some(&feed),
+            ..ModuleDesc::default()
+        },
+        ModuleDesc {
+            key: 2,
+            path: b"/lib/libfoo.so",
+            name: b"libfoo.so",
+            soname: b"libfoo.so",
+            build_id: &[1, 2, 3, 4],
+            flags: module_flags::PROFILED | module_flags::HAS_BUILD_ID,
+            load_order: 2,
+            samples: 19,
+            histogram: Some(HistogramDesc {
+                bucket_bits: 16,
+                bytes_per_bucket: 2,
+                ranges: &ranges_lib,
+                encoding: Encoding::Auto,
+            }),
+            arc_count: 1,
+            arcs: Some(&lib_feed),
+            ..ModuleDesc::default()
+        },
+    ];
+    let mut sink = SliceSink {
+        buf,
+        len: 0,
+        fail_after,
+    };
+    let (result, allocations) = allocations_during(|| {
+        stream::write_profile_with_byte_order(&mut sink, false, &HEADER, &modules)
+    });
+    (result.map(|s| (s, sink.len)), allocations)
+}
+
+#[test]
+fn streaming_path_allocates_nothing_and_reads_back() {
+    let mut buf = vec![0u8; 1 << 16];
+    let ((summary, len), allocations) = {
+        let (r, a) = write_two_modules(&mut buf, 3, usize::MAX);
+        (r.expect("writes"), a)
+    };
+    assert_eq!(allocations, 0, "the streaming writer must not allocate");
+    assert_eq!(summary, stream::StreamSummary::default());
+    // The counting allocator does see allocations (so the zero above means something).
+    let (_, seen) = allocations_during(|| read(&buf[..len], GnuTarget::default()));
+    assert!(seen > 0);
+
+    let p = read(&buf[..len], GnuTarget::default()).expect("reads back");
+    assert_eq!(p.header.pid, 77);
+    assert_eq!(p.header.incomplete_cause, IncompleteCause::Signal);
+    assert_eq!(p.modules.len(), 2);
+    let main = &p.modules[0];
+    assert_eq!(main.path, b"/bin/app");
+    let h = main.histogram.as_ref().unwrap();
+    assert_eq!(
+        h.ranges[0].buckets.nonzero().collect::<Vec<_>>(),
+        vec![(1, 1), (2, 2), (3, 3), (6, 70), (7, 65535)]
+    );
+    let mut expected = vec![arc(1, 0x10, 4), arc(2, 0x20, 5), arc(UNKNOWN_KEY, 0x30, 6)];
+    expected.sort();
+    assert_eq!(main.arcs, expected);
+    let lib = &p.modules[1];
+    assert_eq!(lib.build_id, [1, 2, 3, 4]);
+    let h = lib.histogram.as_ref().unwrap();
+    // 2 non-zero of 64 buckets: sparse wins; the 100000 in a 16-bit histogram is saturated to 65535.
+    assert!(matches!(h.ranges[0].buckets, Buckets::Sparse { .. }));
+    assert_eq!(
+        h.ranges[0].buckets.nonzero().collect::<Vec<_>>(),
+        vec![(5, 65535)]
+    );
+    assert_eq!(
+        h.ranges[1].buckets.nonzero().collect::<Vec<_>>(),
+        vec![(28, 1)]
+    );
+    assert_eq!(lib.arcs, vec![arc(1, 0x1000, 9)]);
+}
+
+#[test]
+fn fewer_arcs_than_announced_are_padded_and_more_are_cut() {
+    let mut buf = vec![0u8; 1 << 16];
+    let (r, allocations) = write_two_modules(&mut buf, 1, usize::MAX);
+    let (summary, len) = r.expect("writes");
+    assert_eq!(allocations, 0);
+    assert_eq!(summary.arcs_padded, 2);
+    let p = read(&buf[..len], GnuTarget::default()).unwrap();
+    assert_eq!(p.modules[0].arcs, vec![arc(1, 0x10, 4)]);
+    let size_with_padding = len;
+
+    let (r, _) = write_two_modules(&mut buf, 4, usize::MAX);
+    let (summary, len) = r.expect("writes");
+    assert_eq!(summary.arcs_dropped, 1);
+    assert_eq!(summary.arcs_padded, 0);
+    assert_eq!(
+        len, size_with_padding,
+        "the file size depends only on the announced count"
+    );
+    let p = read(&buf[..len], GnuTarget::default()).unwrap();
+    assert_eq!(p.modules[0].arcs.len(), 3);
+    assert!(!p.modules[0].arcs.contains(&arc(1, 0x40, 7)));
+}
+
+#[test]
+fn sink_errors_propagate() {
+    let mut buf = vec![0u8; 1 << 16];
+    for fail_after in [0, 100, 300] {
+        let (r, _) = write_two_modules(&mut buf, 3, fail_after);
+        assert!(
+            matches!(r, Err(StreamError::Sink(Full))),
+            "fail_after {fail_after}"
+        );
+    }
+}
+
+#[test]
+fn invalid_descriptors_are_refused_before_writing() {
+    let counts = [1u16, 2, 3];
+    let bad_range = [RangeDesc {
+        start: 0,
+        end: 16, // 3 buckets of 4 bytes would be 12
+        counts: Counts::U16(&counts),
+    }];
+    let cases: Vec<(ModuleDesc<'_>, HeaderDesc<'_>)> = vec![
+        (
+            ModuleDesc {
+                key: 1,
+                flags: module_flags::PROFILED,
+                histogram: Some(HistogramDesc {
+                    bucket_bits: 16,
+                    bytes_per_bucket: 4,
+                    ranges: &bad_range,
+                    encoding: Encoding::Auto,
+                }),
+                ..ModuleDesc::default()
+            },
+            HEADER,
+        ),
+        (
+            ModuleDesc {
+                key: UNKNOWN_KEY,
+                ..ModuleDesc::default()
+            },
+            HEADER,
+        ),
+        (
+            ModuleDesc {
+                key: 1,
+                arc_count: 1,
+                ..ModuleDesc::default()
+            },
+            HEADER,
+        ),
+        (
+            ModuleDesc::default(),
+            HeaderDesc {
+                dimension: b"a-very-long-dimension",
+                ..HEADER
+            },
+        ),
+    ];
+    for (module, header) in cases {
+        let mut buf = [0u8; 64];
+        let mut sink = SliceSink {
+            buf: &mut buf,
+            len: 0,
+            fail_after: usize::MAX,
+        };
+        let r = stream::write_profile(&mut sink, &header, std::slice::from_ref(&module));
+        assert!(matches!(r, Err(StreamError::Invalid(_))));
+        assert_eq!(sink.len, 0, "nothing written");
+    }
+}
+
+#[test]
+fn owned_writer_and_stream_writer_are_the_same_encoder() {
+    let mut buf = vec![0u8; 1 << 16];
+    let (r, _) = write_two_modules(&mut buf, 3, usize::MAX);
+    let (_, len) = r.unwrap();
+    let p = read(&buf[..len], GnuTarget::default()).unwrap();
+    let mut owned = Vec::new();
+    write_with(
+        &p,
+        WriteOptions {
+            big_endian: false,
+            encoding: Encoding::Auto,
+        },
+        &mut owned,
+    )
+    .unwrap();
+    assert_eq!(owned, buf[..len], "byte-identical output");
+}
