@@ -23,6 +23,9 @@ pub const FLAT: &str = "
  Times come from periodic samples: a figure close to the sampling period is
  noise, and a function that never showed up in a sample has no time.
 
+\u{c}
+ mslprof: multi-module profiling for Linux, gprof-compatible output.
+
 ";
 
 /// Follows the call graph (GNU style).
@@ -52,6 +55,9 @@ pub const CALL_GRAPH: &str = "
  from code without call counting, or the program's entry point).
  Functions that call each other in a loop form a cycle; the cycle has a
  block of its own that lists its members.
+
+\u{c}
+ mslprof: multi-module profiling for Linux, gprof-compatible output.
 
 ";
 

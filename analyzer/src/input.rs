@@ -1,8 +1,9 @@
 //! Reading profile files into the shared model: GNU gmon.out (and, once the format crate exposes its
 //! reader, mslprof files) become a [`Profile`].
 //!
-//! Until the format-spec reader lands, GNU gmon.out is decoded here with the same rules GNU gprof uses:
-//! records in file order, histogram records over the same range summed, arcs kept in file order.
+//! GNU gmon.out is decoded here with the rules GNU gprof uses: records in file order, histogram records
+//! over the same range summed, arcs kept in file order and not merged (the format crate's reader sorts
+//! and merges them, which would change gprof's traversal order and so its tie-breaks).
 
 use mslprof_format::model::{
     Arc, BasicBlockCount, Buckets, Header, HistRange, Histogram, Module, Profile, SourceFormat,
@@ -247,19 +248,19 @@ pub fn read_gnu(bytes: &[u8], target: Target) -> Result<Profile, InputError> {
     })
 }
 
-/// Decode any supported profile file.
+/// Decode any supported profile file. GNU gmon.out is decoded here, keeping arcs in file order (gprof's
+/// call-graph traversal and its tie-breaks depend on that order); mslprof and BSD files go through the
+/// format crate's reader.
 pub fn read_profile(bytes: &[u8], target: Target) -> Result<Profile, InputError> {
     if is_gnu(bytes) {
         return read_gnu(bytes, target);
     }
-    if is_mslprof(bytes) {
-        return Err(InputError {
-            problem: "mslprof profiles need the format-spec reader (not merged yet)".into(),
-            offset: 0,
-        });
-    }
-    Err(InputError {
-        problem: "not a profile (no gmon or mslprof magic)".into(),
-        offset: 0,
+    let t = mslprof_format::GnuTarget {
+        big_endian: target.big_endian,
+        address_size: target.address_size,
+    };
+    mslprof_format::read(bytes, t).map_err(|e| InputError {
+        problem: e.kind.to_string(),
+        offset: e.offset,
     })
 }

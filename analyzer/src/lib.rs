@@ -13,3 +13,4 @@ pub mod input;
 pub mod report;
 pub mod symbols;
 pub mod symspec;
+mod sys;

@@ -448,6 +448,11 @@ pub fn demangle(name: &str, style: Demangle) -> String {
         return name.to_string();
     }
     if name.starts_with("_Z")
+        && let Some(d) = crate::sys::cxa_demangle(name)
+    {
+        return d;
+    }
+    if name.starts_with("_Z")
         && let Ok(sym) = cpp_demangle::Symbol::new(name)
         && let Ok(s) = sym.demangle(&cpp_demangle::DemangleOptions::default())
     {

@@ -1,0 +1,386 @@
+//! The analyzer against GNU gprof 2.40, live: C and C++ fixtures are built with `-pg`, run to produce a
+//! GNU gmon.out, and `mslprof` must print byte for byte what `gprof` prints for the same files and
+//! options. Also bad input (one line, exit 1, no panic) and a closed stdout (quiet, exit 0).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/analyzer")
+}
+
+/// `target/<profile>/mslprof`, next to this test's `deps/` directory.
+fn mslprof() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    let dir = exe.parent().and_then(Path::parent).expect("target dir");
+    let bin = dir.join("mslprof");
+    assert!(
+        bin.exists(),
+        "{} is missing: run `cargo build --workspace --all-targets` first",
+        bin.display()
+    );
+    bin
+}
+
+fn have(tool: &str) -> bool {
+    Command::new(tool)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Skip (with a message) when gprof or the compilers are missing.
+fn tools_present() -> bool {
+    for t in ["gprof", "gcc", "g++"] {
+        if !have(t) {
+            eprintln!("SKIPPED: `{t}` is not installed");
+            return false;
+        }
+    }
+    true
+}
+
+/// A fresh scratch directory for one test.
+fn scratch(name: &str) -> PathBuf {
+    let dir =
+        std::env::temp_dir().join(format!("mslprof-analyzer-{}-{}", name, std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create scratch dir");
+    dir
+}
+
+/// Compile `sources` (fixture file names) with `flags` into `dir/prog`, run it there, return the
+/// gmon.out path (renamed to `gmon_name`).
+fn build_and_run(
+    dir: &Path,
+    compiler: &str,
+    flags: &[&str],
+    sources: &[&str],
+    prog: &str,
+    gmon_name: &str,
+) -> PathBuf {
+    let mut cmd = Command::new(compiler);
+    cmd.args(flags).arg("-o").arg(dir.join(prog));
+    for s in sources {
+        cmd.arg(fixtures().join(s));
+    }
+    let out = cmd.output().expect("run compiler");
+    assert!(
+        out.status.success(),
+        "compile failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run = Command::new(dir.join(prog))
+        .current_dir(dir)
+        .stdout(Stdio::null())
+        .status()
+        .expect("run fixture");
+    assert!(run.success(), "{prog} failed");
+    let gmon = dir.join(gmon_name);
+    std::fs::rename(dir.join("gmon.out"), &gmon).expect("fixture wrote gmon.out");
+    gmon
+}
+
+fn run_in(dir: &Path, program: &Path, args: &[String]) -> Output {
+    Command::new(program)
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .expect("run")
+}
+
+fn split(opts: &str) -> Vec<String> {
+    opts.split_whitespace().map(String::from).collect()
+}
+
+/// Assert mslprof and gprof print the same bytes and exit the same way for each option set.
+fn assert_same(dir: &Path, option_sets: &[&str], files: &[&str]) {
+    let m = mslprof();
+    for opts in option_sets {
+        let mut args = split(opts);
+        args.extend(files.iter().map(|s| s.to_string()));
+        let ours = run_in(dir, &m, &args);
+        let theirs = run_in(dir, Path::new("gprof"), &args);
+        let (a, b) = (
+            String::from_utf8_lossy(&ours.stdout),
+            String::from_utf8_lossy(&theirs.stdout),
+        );
+        if a != b {
+            let first = a
+                .lines()
+                .zip(b.lines())
+                .position(|(x, y)| x != y)
+                .unwrap_or(0);
+            panic!(
+                "`mslprof {}` differs from gprof at line {}:\n  mslprof: {:?}\n  gprof:   {:?}\nstderr: {}",
+                args.join(" "),
+                first + 1,
+                a.lines().nth(first).unwrap_or("<end>"),
+                b.lines().nth(first).unwrap_or("<end>"),
+                String::from_utf8_lossy(&ours.stderr)
+            );
+        }
+        assert!(
+            !a.is_empty() || opts.contains("-s"),
+            "empty report for {opts}"
+        );
+        assert_eq!(
+            ours.status.code(),
+            theirs.status.code(),
+            "exit status for {opts}"
+        );
+    }
+}
+
+const TABLE_OPTIONS: &[&str] = &[
+    "-b", "-b -p -z", "-b -q", "-b -p -a", "-b -T", "-b -z", "-b -P", "-b -Q",
+];
+
+#[test]
+fn recursion_and_cycles_match_gprof() {
+    if !tools_present() {
+        return;
+    }
+    let dir = scratch("recursion");
+    build_and_run(
+        &dir,
+        "gcc",
+        &["-pg", "-O0"],
+        &["recursion.c"],
+        "rec",
+        "gmon.out.rec",
+    );
+    let files = ["rec", "gmon.out.rec"];
+    assert_same(&dir, TABLE_OPTIONS, &files);
+    assert_same(
+        &dir,
+        &[
+            "-b -q -n mid -N leaf",
+            "-b -q -nrec -Nmid",
+            "-b -e mid -f main",
+            "-b -E leaf",
+            "-b -F mid",
+            "-b -k mid/leaf",
+            "-b -m 2",
+            "-b -pleaf",
+            "-b -Pleaf",
+            "-b -qa",
+            "-b -Qb",
+            "-b -Qmain/mid",
+            "-b -w 50",
+            "-b -T -z",
+        ],
+        &files,
+    );
+}
+
+#[test]
+fn three_function_cycle_pointers_and_statics_match_gprof() {
+    if !tools_present() {
+        return;
+    }
+    let dir = scratch("cycles");
+    let srcs = ["cycles_main.c", "cycles_other.c"];
+    build_and_run(&dir, "gcc", &["-pg", "-O0"], &srcs, "o0", "gmon.o0");
+    build_and_run(&dir, "gcc", &["-pg", "-O2"], &srcs, "o2", "gmon.o2");
+    build_and_run(&dir, "gcc", &["-pg", "-O1", "-g"], &srcs, "g", "gmon.g");
+    build_and_run(
+        &dir,
+        "gcc",
+        &["-pg", "-O0", "-no-pie"],
+        &srcs,
+        "nopie",
+        "gmon.nopie",
+    );
+    for (p, g) in [
+        ("o0", "gmon.o0"),
+        ("o2", "gmon.o2"),
+        ("g", "gmon.g"),
+        ("nopie", "gmon.nopie"),
+    ] {
+        assert_same(&dir, TABLE_OPTIONS, &[p, g]);
+        assert_same(
+            &dir,
+            &["-b -q -nfa -Nhelper", "-b -k fa/fb", "-b -D -z", "-i"],
+            &[p, g],
+        );
+    }
+    // Source-file symspecs and the `(file)` suffix of static functions need DWARF.
+    assert_same(
+        &dir,
+        &[
+            "-b -pcycles_main.c:helper",
+            "-b -Pcycles_other.c",
+            "-b -qcycles_other.c:helper",
+            "-b -L",
+            "-b -w120 -z",
+        ],
+        &["g", "gmon.g"],
+    );
+}
+
+#[test]
+fn cxx_names_are_demangled_like_gprof() {
+    if !tools_present() {
+        return;
+    }
+    let dir = scratch("cxx");
+    build_and_run(
+        &dir,
+        "g++",
+        &["-pg", "-O0"],
+        &["templates.cc"],
+        "cxx",
+        "gmon.cxx",
+    );
+    assert_same(
+        &dir,
+        &[
+            "-b",
+            "-b -z",
+            "-b --no-demangle",
+            "-b -T",
+            "-b --demangle=gnu-v3",
+        ],
+        &["cxx", "gmon.cxx"],
+    );
+}
+
+#[test]
+fn several_profiles_are_summed_and_sum_file_matches() {
+    if !tools_present() {
+        return;
+    }
+    let dir = scratch("sum");
+    build_and_run(
+        &dir,
+        "gcc",
+        &["-pg", "-O0"],
+        &["recursion.c"],
+        "rec",
+        "run1",
+    );
+    let again = Command::new(dir.join("rec"))
+        .current_dir(&dir)
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(again.success());
+    std::fs::rename(dir.join("gmon.out"), dir.join("run2")).unwrap();
+    assert_same(&dir, &["-b", "-b -q -z"], &["rec", "run1", "run2"]);
+
+    // -s: gmon.sum byte for byte, and the report of the sum.
+    let theirs_dir = dir.join("theirs");
+    let ours_dir = dir.join("ours");
+    for d in [&theirs_dir, &ours_dir] {
+        std::fs::create_dir_all(d).unwrap();
+        for f in ["rec", "run1", "run2"] {
+            std::fs::copy(dir.join(f), d.join(f)).unwrap();
+        }
+    }
+    let args = split("-s rec run1 run2");
+    let a = run_in(&ours_dir, &mslprof(), &args);
+    let b = run_in(&theirs_dir, Path::new("gprof"), &args);
+    assert_eq!(a.status.code(), b.status.code());
+    assert_eq!(a.stdout, b.stdout);
+    let ours = std::fs::read(ours_dir.join("gmon.sum")).expect("mslprof wrote gmon.sum");
+    let theirs = std::fs::read(theirs_dir.join("gmon.sum")).expect("gprof wrote gmon.sum");
+    // gprof leaves the header's 12 spare bytes (offset 8..20) uninitialised; everything else must match.
+    assert_eq!(ours.len(), theirs.len(), "gmon.sum size");
+    assert!(
+        ours[..8] == theirs[..8] && ours[20..] == theirs[20..],
+        "gmon.sum differs from gprof's"
+    );
+    assert_eq!(&ours[8..20], &[0u8; 12], "spare header bytes are zero");
+    assert_same(&ours_dir, &["-b", "-i"], &["rec", "gmon.sum"]);
+}
+
+#[test]
+fn bad_input_gives_one_line_and_exit_1() {
+    if !tools_present() {
+        return;
+    }
+    let dir = scratch("damage");
+    let gmon = build_and_run(
+        &dir,
+        "gcc",
+        &["-pg", "-O0"],
+        &["recursion.c"],
+        "rec",
+        "gmon.out",
+    );
+    let bytes = std::fs::read(&gmon).unwrap();
+    let m = mslprof();
+    let check = |args: &[&str], what: &str| {
+        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        let out = run_in(&dir, &m, &args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "{what}: exit status; stderr {err}"
+        );
+        assert_eq!(err.lines().count(), 1, "{what}: want one line, got {err:?}");
+        assert!(err.starts_with("mslprof: "), "{what}: {err:?}");
+        assert!(!err.contains("panicked"), "{what}: {err:?}");
+    };
+    // Every truncation point of the header and a sample of later ones.
+    let mut cuts: Vec<usize> = (0..40.min(bytes.len())).collect();
+    cuts.extend((40..bytes.len()).step_by(97));
+    for cut in cuts {
+        std::fs::write(dir.join("cut"), &bytes[..cut]).unwrap();
+        let out = run_in(&dir, &m, &split("-b rec cut"));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked"), "cut at {cut}: {err}");
+        if cut < 20 {
+            assert_eq!(out.status.code(), Some(1), "cut at {cut} accepted");
+        }
+        if out.status.code() != Some(0) {
+            assert_eq!(err.lines().count(), 1, "cut at {cut}: {err:?}");
+            assert!(err.starts_with("mslprof: cut: "), "cut at {cut}: {err:?}");
+        }
+    }
+    std::fs::write(
+        dir.join("foreign"),
+        b"this is not a profile at all, just some text\n",
+    )
+    .unwrap();
+    check(&["rec", "foreign"], "foreign file");
+    check(&["rec", "missing.out"], "missing profile");
+    check(&["missing-exe", "gmon.out"], "missing executable");
+    std::fs::copy(fixtures().join("recursion.c"), dir.join("notelf")).unwrap();
+    check(&["notelf", "gmon.out"], "executable that is not ELF");
+}
+
+#[test]
+fn closed_stdout_is_quiet() {
+    if !tools_present() {
+        return;
+    }
+    let dir = scratch("pipe");
+    build_and_run(
+        &dir,
+        "gcc",
+        &["-pg", "-O0"],
+        &["recursion.c"],
+        "rec",
+        "gmon.out",
+    );
+    let mut child = Command::new(mslprof())
+        .current_dir(&dir)
+        .args(["-z", "rec", "gmon.out"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(
+        out.stderr.is_empty(),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
