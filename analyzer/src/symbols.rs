@@ -99,27 +99,38 @@ fn section_is_text(name: &str, flags: SectionFlags) -> bool {
     }
 }
 
-/// gprof's filter on local symbol names.
-fn static_name_ok(name: &str) -> bool {
-    if name.is_empty() || name.contains('$') {
+/// gprof's filter on local symbol names, applied to the name as it sits in the string table: `strtab`
+/// starts at the name and runs to the end of the loaded data (bytes past it read as NUL).
+///
+/// gprof 2.40 steps one byte past the terminating NUL when a name ends in an accepted `.digits` suffix
+/// (`foo.constprop.0`), so it goes on to judge the *next* string of the string table as well: a name like
+/// `foo.constprop.0` followed in `.strtab` by `bar.isra.0` is rejected. This reproduces that walk.
+fn static_name_ok_in(strtab: &[u8]) -> bool {
+    let at = |i: usize| strtab.get(i).copied().unwrap_or(0);
+    let strlen = |i: usize| (i..).take_while(|&k| at(k) != 0).count();
+    if at(0) == 0 {
         return false;
     }
-    let b = name.as_bytes();
-    let mut i = 0;
-    while i < b.len() {
-        while i < b.len() && b[i] == b'.' {
-            let rest = &name[i..];
-            if rest.len() > ".clone.".len() && rest.starts_with(".clone.") {
-                i += ".clone.".len() - 1;
-            } else if rest.len() > ".constprop.".len() && rest.starts_with(".constprop.") {
-                i += ".constprop.".len() - 1;
-            }
+    let mut i = 0usize;
+    // Bounded: every step advances `i`, and bytes past the end read as NUL, which stops the walk.
+    while at(i) != 0 {
+        if at(i) == b'$' {
+            return false;
+        }
+        while at(i) == b'.' {
             let mut digit_seen = false;
+            let rest = &strtab[i.min(strtab.len())..];
+            if strlen(i) > 7 && rest.starts_with(b".clone.") {
+                i += 6;
+            } else if strlen(i) > 11 && rest.starts_with(b".constprop.") {
+                i += 10;
+            }
             i += 1;
-            while i < b.len() {
-                if digit_seen && b[i] == b'.' {
+            while at(i) != 0 {
+                let c = at(i);
+                if digit_seen && c == b'.' {
                     break;
-                } else if b[i].is_ascii_digit() {
+                } else if c.is_ascii_digit() {
                     digit_seen = true;
                 } else {
                     return false;
@@ -127,16 +138,23 @@ fn static_name_ok(name: &str) -> bool {
                 i += 1;
             }
         }
-        if i < b.len() {
-            i += 1;
-        }
+        i += 1;
     }
-    !name.starts_with("__gnu_compiled") && !name.starts_with("___gnu_compiled")
+    !strtab.starts_with(b"__gnu_compiled") && !strtab.starts_with(b"___gnu_compiled")
+}
+
+/// The same filter for a lone name (no string table after it).
+#[cfg(test)]
+fn static_name_ok(name: &str) -> bool {
+    let mut v = name.as_bytes().to_vec();
+    v.push(0);
+    static_name_ok_in(&v)
 }
 
 /// Classify one symbol: `Some(is_static)` when gprof keeps it.
 fn classify<'d, S: ObjectSymbol<'d>>(
     file: &object::File<'d>,
+    data: &'d [u8],
     sym: &S,
     opts: SelectOptions,
 ) -> Option<bool> {
@@ -182,8 +200,18 @@ fn classify<'d, S: ObjectSymbol<'d>>(
     if !is_local {
         return Some(false);
     }
-    let name = sym.name().ok()?;
-    if !static_name_ok(name) {
+    let name = sym.name_bytes().ok()?;
+    // The string table bytes from this name on, when the name lies in the loaded file.
+    let base = data.as_ptr() as usize;
+    let p = name.as_ptr() as usize;
+    let ok = if p >= base && p + name.len() <= base + data.len() {
+        static_name_ok_in(&data[p - base..])
+    } else {
+        let mut v = name.to_vec();
+        v.push(0);
+        static_name_ok_in(&v)
+    };
+    if !ok {
         return None;
     }
     if opts.ignore_non_functions && st_type != object::elf::STT_FUNC {
@@ -268,7 +296,12 @@ pub fn debug_file_candidates(path: &Path, file: &object::File<'_>) -> Vec<PathBu
     out
 }
 
-fn collect<'d>(file: &object::File<'d>, dynamic: bool, opts: SelectOptions) -> Vec<FunctionSymbol> {
+fn collect<'d>(
+    file: &object::File<'d>,
+    data: &'d [u8],
+    dynamic: bool,
+    opts: SelectOptions,
+) -> Vec<FunctionSymbol> {
     let mut out = Vec::new();
     let iter: Box<dyn Iterator<Item = object::Symbol<'d, '_>>> = if dynamic {
         Box::new(file.dynamic_symbols())
@@ -276,7 +309,7 @@ fn collect<'d>(file: &object::File<'d>, dynamic: bool, opts: SelectOptions) -> V
         Box::new(file.symbols())
     };
     for sym in iter {
-        let Some(is_static) = classify(file, &sym, opts) else {
+        let Some(is_static) = classify(file, data, &sym, opts) else {
             continue;
         };
         let name = sym.name().unwrap_or("");
@@ -353,7 +386,7 @@ pub fn load(path: &Path, opts: SelectOptions) -> Result<ModuleSymbols, SymbolErr
     let text_end = text_end_of(&file);
     let has_symtab = file.symbols().next().is_some();
     if has_symtab {
-        let mut syms = collect(&file, false, opts);
+        let mut syms = collect(&file, &data, false, opts);
         if syms.is_empty() {
             return Err(SymbolError::NoSymbols);
         }
@@ -377,7 +410,7 @@ pub fn load(path: &Path, opts: SelectOptions) -> Result<ModuleSymbols, SymbolErr
         if build_id.is_some() && build_id_of(&dfile).is_some() && build_id_of(&dfile) != build_id {
             continue;
         }
-        let mut syms = collect(&dfile, false, opts);
+        let mut syms = collect(&dfile, &ddata, false, opts);
         if syms.is_empty() {
             continue;
         }
@@ -391,7 +424,7 @@ pub fn load(path: &Path, opts: SelectOptions) -> Result<ModuleSymbols, SymbolErr
             debug_file: Some(cand),
         });
     }
-    let syms = collect(&file, true, opts);
+    let syms = collect(&file, &data, true, opts);
     if syms.is_empty() {
         return Err(SymbolError::NoSymbols);
     }
@@ -477,6 +510,10 @@ mod tests {
         assert!(!static_name_ok("a$b"));
         assert!(!static_name_ok(""));
         assert!(!static_name_ok("__gnu_compiled_c"));
+        // gprof reads on into the next string-table entry after an accepted `.digits` suffix.
+        assert!(!static_name_ok_in(b"sweep.constprop.0\0gen.isra.0\0"));
+        assert!(static_name_ok_in(b"sweep.constprop.0\0dothecall\0"));
+        assert!(static_name_ok_in(b"plain\0gen.isra.0\0"));
     }
 
     #[test]
