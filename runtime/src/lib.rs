@@ -1,1 +1,151 @@
 //! libmslprof.so: the sampler, the mcount family and the dump at exit.
+//!
+//! The runtime starts from an ELF constructor, or earlier from the first interposed call (`pthread_create`,
+//! `sigaction`, `signal`) that another library's constructor makes, so it does not depend on the order in
+//! which constructors run. See runtime/README.md for the environment variables.
+
+pub mod arcs;
+pub mod config;
+pub mod dump;
+pub mod glibc_gmon;
+pub mod histogram;
+mod interpose;
+pub mod mcount;
+pub mod modules;
+pub mod program_sigprof;
+pub mod sampler;
+pub mod selection;
+mod sys;
+
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU8, Ordering};
+
+use config::Settings;
+use modules::ModulePolicy;
+
+const NOT_STARTED: u8 = 0;
+const STARTING: u8 = 1;
+const ACTIVE: u8 = 2;
+const INERT: u8 = 3;
+/// Linked into an executable as an rlib (the runtime's own tests): only [`start_explicitly`] starts it.
+const EMBEDDED: u8 = 4;
+
+static STATE: AtomicU8 = AtomicU8::new(NOT_STARTED);
+static SETTINGS: OnceLock<Settings> = OnceLock::new();
+
+/// The settings read at start-up (`None` before, or when the runtime is inert).
+pub fn settings() -> Option<&'static Settings> {
+    SETTINGS.get()
+}
+
+/// The policy for modules that join the table (start-up scan, and later loads).
+pub fn module_policy() -> Option<ModulePolicy<'static>> {
+    settings().map(|s| ModulePolicy {
+        selection: &s.selection,
+        bucket_bits: s.bucket_bits,
+    })
+}
+
+/// Starts profiling once, unless the process must stay untouched. True when profiling is active.
+/// Safe to call from any interposer: a call made while start-up is in progress (on this or another thread)
+/// returns false at once instead of waiting.
+pub fn ensure_started() -> bool {
+    match STATE.load(Ordering::Acquire) {
+        ACTIVE => return true,
+        STARTING | INERT | EMBEDDED => return false,
+        _ => {}
+    }
+    claim_start(&[NOT_STARTED], false)
+}
+
+/// Starts profiling in a process that links the runtime statically (tests of the runtime itself); the
+/// constructor leaves such processes alone.
+pub fn start_explicitly() -> bool {
+    claim_start(&[NOT_STARTED, EMBEDDED], true)
+}
+
+/// Moves STATE from one of `from` to STARTING, starts, and stores the outcome. True when active.
+fn claim_start(from: &[u8], explicit: bool) -> bool {
+    let claimed = from.iter().any(|&state| {
+        STATE
+            .compare_exchange(state, STARTING, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    });
+    if !claimed {
+        return STATE.load(Ordering::Acquire) == ACTIVE;
+    }
+    let outcome = std::panic::catch_unwind(|| start(explicit)).unwrap_or_else(|_| {
+        sys::stderr_line(&[b"mslprof: internal error at start-up; profiling is off\n"]);
+        INERT
+    });
+    STATE.store(outcome, Ordering::Release);
+    outcome == ACTIVE
+}
+
+/// Starts profiling; returns the new state.
+fn start(explicit: bool) -> u8 {
+    if sys::is_secure_execution() {
+        // setuid/setgid: never read the environment's choices, never write a file.
+        return INERT;
+    }
+    let scan = mslprof_loader_hooks::scan();
+    let here = ensure_started as *const () as usize;
+    let inside_main_program = scan.modules.iter().any(|m| {
+        m.is_main
+            && m.exec_ranges
+                .iter()
+                .any(|r| (r.start..r.end).contains(&(here.wrapping_sub(m.bias) as u64)))
+    });
+    if inside_main_program && !explicit {
+        // Linked into an executable as an rlib (the runtime's own tests): not a profiling session.
+        return EMBEDDED;
+    }
+    let settings = SETTINGS.get_or_init(Settings::from_environment);
+    let policy = ModulePolicy {
+        selection: &settings.selection,
+        bucket_bits: settings.bucket_bits,
+    };
+    modules::update(&policy, |table| {
+        for info in scan.modules {
+            table.add(info);
+        }
+    });
+    dump::note_start();
+    if !sampler::start(settings.hz) {
+        sys::stderr_line(&[b"mslprof: cannot install the SIGPROF handler; profiling is off\n"]);
+        return INERT;
+    }
+    sys::at_exit(dump_at_exit);
+    ACTIVE
+}
+
+extern "C" fn dump_at_exit() {
+    let result = std::panic::catch_unwind(|| {
+        if let Some(settings) = settings() {
+            dump::write_at_exit(settings);
+        }
+    });
+    if result.is_err() {
+        internal_fault(b"the dump at exit");
+    }
+}
+
+/// Turns profiling off after an internal error: one stderr line, and the program carries on.
+pub fn internal_fault(what: &[u8]) {
+    sampler::stop_and_quiesce();
+    STATE.store(INERT, Ordering::Release);
+    sys::stderr_line(&[
+        b"mslprof: internal error in ",
+        what,
+        b"; profiling is off\n",
+    ]);
+}
+
+extern "C" fn constructor() {
+    ensure_started();
+}
+
+/// Runs [`constructor`] when the library is loaded, before `main`.
+#[used]
+#[unsafe(link_section = ".init_array")]
+static CONSTRUCTOR: extern "C" fn() = constructor;

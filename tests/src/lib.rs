@@ -1,1 +1,220 @@
 //! Helpers shared by the integration tests: building C fixtures and running them under the runtime.
+//!
+//! The tests rely on `cargo build --workspace --all-targets` having built `libmslprof.so` and `mslprof` into
+//! the same target directory as the test executable; a missing file fails the test with a message naming it.
+//! C fixtures are compiled with the system `cc` into a fresh temporary directory per test, never into the
+//! source tree.
+
+pub mod callcounts;
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use mslprof_format::model::{Module, Profile};
+
+/// `target/<profile>/`, found from the running test executable (`target/<profile>/deps/<test>-<hash>`).
+pub fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    let deps = exe.parent().expect("test executable has a directory");
+    if deps.file_name() == Some(OsStr::new("deps")) {
+        deps.parent().unwrap().to_path_buf()
+    } else {
+        deps.to_path_buf()
+    }
+}
+
+fn built_file(name: &str) -> PathBuf {
+    let path = target_dir().join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: run `cargo build --workspace --all-targets` before `cargo test --workspace`",
+        path.display()
+    );
+    path
+}
+
+/// `target/<profile>/libmslprof.so`.
+pub fn runtime_library() -> PathBuf {
+    built_file("libmslprof.so")
+}
+
+/// `target/<profile>/mslprof`.
+pub fn analyzer_binary() -> PathBuf {
+    built_file("mslprof")
+}
+
+/// `tests/fixtures/<area>/`.
+pub fn fixtures_dir(area: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures")
+        .join(area)
+}
+
+/// A temporary directory holding one test's build products and output files.
+pub struct Workspace {
+    dir: tempfile::TempDir,
+}
+
+impl Default for Workspace {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Workspace {
+    pub fn new() -> Workspace {
+        Workspace {
+            dir: tempfile::Builder::new()
+                .prefix("mslprof-test-")
+                .tempdir()
+                .expect("temporary directory"),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn join(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// Runs `cc <args>` in this directory; panics with cc's output on failure.
+    pub fn cc<I, S>(&self, args: I)
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        let args: Vec<_> = args
+            .into_iter()
+            .map(|a| a.as_ref().to_os_string())
+            .collect();
+        let output = Command::new("cc")
+            .args(&args)
+            .current_dir(self.path())
+            .output()
+            .expect("running cc");
+        assert!(
+            output.status.success(),
+            "cc {:?} failed:\n{}",
+            args,
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+
+    /// Builds a shared library `file_name` from `sources` (paths) with extra flags, e.g. a soname.
+    pub fn shared_library(&self, file_name: &str, sources: &[PathBuf], flags: &[&str]) -> PathBuf {
+        let out = self.join(file_name);
+        let mut args: Vec<std::ffi::OsString> =
+            vec!["-shared".into(), "-fPIC".into(), "-O1".into(), "-g".into()];
+        args.extend(flags.iter().map(Into::into));
+        args.push("-o".into());
+        args.push(out.clone().into());
+        args.extend(sources.iter().map(|s| s.clone().into_os_string()));
+        self.cc(args);
+        out
+    }
+
+    /// Builds an executable `name` from `sources`, then `flags` (libraries, `-L`, `-Wl,...`).
+    pub fn program(&self, name: &str, sources: &[PathBuf], flags: &[&str]) -> PathBuf {
+        let out = self.join(name);
+        let mut args: Vec<std::ffi::OsString> =
+            vec!["-O1".into(), "-g".into(), "-o".into(), out.clone().into()];
+        args.extend(sources.iter().map(|s| s.clone().into_os_string()));
+        args.extend(flags.iter().map(Into::into));
+        args.push("-Wl,-rpath,$ORIGIN".into());
+        self.cc(args);
+        out
+    }
+
+    /// A command running `program` in this directory with the runtime preloaded and a clean profiling
+    /// environment (no inherited LD_PROFILE, GPROFDIR, GMON_OUT_PREFIX, MSLPROF_* or bucket size).
+    pub fn command_with_runtime(&self, program: &Path) -> Command {
+        let mut command = self.command(program);
+        command.env("LD_PRELOAD", runtime_library());
+        command
+    }
+
+    /// As [`Workspace::command_with_runtime`], without the runtime.
+    pub fn command(&self, program: &Path) -> Command {
+        let mut command = Command::new(program);
+        command.current_dir(self.path());
+        for (name, _) in std::env::vars_os() {
+            let name_text = name.to_string_lossy();
+            if name_text.starts_with("MSLPROF_")
+                || [
+                    "LD_PROFILE",
+                    "LD_PROFILEBUCKET_SIZE",
+                    "GPROFDIR",
+                    "GMON_OUT_PREFIX",
+                    "LD_PRELOAD",
+                ]
+                .contains(&name_text.as_ref())
+            {
+                command.env_remove(&name);
+            }
+        }
+        command
+    }
+
+    /// Reads and decodes a profile written in this directory.
+    pub fn profile(&self, name: &str) -> Profile {
+        read_profile(&self.join(name))
+    }
+}
+
+/// Runs `command`, returning its output; panics if it could not be started.
+pub fn run(command: &mut Command) -> Output {
+    command
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {command:?}: {e}"))
+}
+
+/// Decodes a profile file with the format-spec reader; panics with the reader's error.
+pub fn read_profile(path: &Path) -> Profile {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    mslprof_format::read(&bytes, mslprof_format::GnuTarget::default())
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The profile's module whose file name is `name`.
+pub fn module<'a>(profile: &'a Profile, name: &str) -> &'a Module {
+    profile
+        .modules
+        .iter()
+        .find(|m| m.name == name.as_bytes())
+        .unwrap_or_else(|| panic!("no module {name} in {:?}", module_names(profile)))
+}
+
+/// File names of the profile's modules, for messages.
+pub fn module_names(profile: &Profile) -> Vec<String> {
+    profile
+        .modules
+        .iter()
+        .map(|m| String::from_utf8_lossy(&m.name).into_owned())
+        .collect()
+}
+
+/// Sum of a module's histogram buckets (0 without a histogram).
+pub fn histogram_total(module: &Module) -> u64 {
+    module
+        .histogram
+        .as_ref()
+        .map_or(0, |h| h.ranges.iter().map(|r| r.buckets.total()).sum())
+}
+
+/// Whether `perf record -e cpu-clock` works here (installed, permitted); the reason when it does not.
+pub fn perf_unavailable() -> Option<String> {
+    let probe = Command::new("perf")
+        .args(["record", "-e", "cpu-clock", "-o", "/dev/null", "--", "true"])
+        .output();
+    match probe {
+        Err(e) => Some(format!("perf cannot be run: {e}")),
+        Ok(o) if !o.status.success() => Some(format!(
+            "perf record fails: {}",
+            String::from_utf8_lossy(&o.stderr).trim()
+        )),
+        Ok(_) => None,
+    }
+}

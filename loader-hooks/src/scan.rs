@@ -1,0 +1,396 @@
+//! Start-up scan of the loaded objects: one [`ModuleInfo`] per ELF module mapped in the process.
+//!
+//! Everything is read from the loader's own records (`dl_iterate_phdr`) and from the objects' mapped memory:
+//! no file is opened except `/proc/self/exe` (to name the main program). Addresses of executable ranges are
+//! link-time addresses (runtime address − load bias), the space symbol tables use.
+
+use crate::sys::{self, LoadedObject, ProgramHeader};
+
+const PT_LOAD: u32 = 1;
+const PT_DYNAMIC: u32 = 2;
+const PT_NOTE: u32 = 4;
+const PF_X: u32 = 1;
+const PF_R: u32 = 4;
+const DT_NULL: u64 = 0;
+const DT_STRTAB: u64 = 5;
+const DT_STRSZ: u64 = 10;
+const DT_SONAME: u64 = 14;
+const NT_GNU_BUILD_ID: u32 = 3;
+/// Longest soname read from memory; longer ones are cut (SPEC.md limits strings to 4096 bytes).
+const MAX_SONAME: usize = 4096;
+/// The name the vDSO gets, since it has no file.
+pub const VDSO_NAME: &[u8] = b"[vdso]";
+
+/// A half-open range `[start, end)` of link-time addresses of one module (runtime address − load bias).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct LinkRange {
+    pub start: u64,
+    pub end: u64,
+}
+
+impl LinkRange {
+    pub fn len(&self) -> u64 {
+        self.end - self.start
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.end <= self.start
+    }
+}
+
+/// What the loader knows about one loaded ELF module.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct ModuleInfo {
+    /// Load bias: runtime address = link-time address + bias.
+    pub bias: usize,
+    /// Full path as the loader knew it (`/proc/self/exe` for the main program, empty for the vDSO).
+    pub path: Vec<u8>,
+    /// The last component of `path` (`[vdso]` for the vDSO): what LD_PROFILE matches first.
+    pub file_name: Vec<u8>,
+    /// `DT_SONAME`, empty when the module has none.
+    pub soname: Vec<u8>,
+    /// Descriptor of the GNU build-id note, empty when the module has none.
+    pub build_id: Vec<u8>,
+    /// Executable PT_LOAD segments, link-time addresses, sorted by start.
+    pub exec_ranges: Vec<LinkRange>,
+    pub is_main: bool,
+    pub is_vdso: bool,
+    pub is_dynamic_linker: bool,
+}
+
+impl ModuleInfo {
+    /// Runtime address range `[lowest start, highest end)` covering every executable segment.
+    pub fn runtime_span(&self) -> Option<(usize, usize)> {
+        let first = self.exec_ranges.first()?;
+        let last = self.exec_ranges.last()?;
+        Some((
+            self.bias.wrapping_add(first.start as usize),
+            self.bias.wrapping_add(last.end as usize),
+        ))
+    }
+}
+
+/// The result of one scan: the modules and the loader's add/remove counters at that moment.
+#[derive(Clone, Debug, Default)]
+pub struct LoaderScan {
+    pub modules: Vec<ModuleInfo>,
+    /// `dlpi_adds`: objects added since the process started (changes on every dlopen that loads something).
+    pub adds: u64,
+    /// `dlpi_subs`: objects removed since the process started.
+    pub subs: u64,
+}
+
+/// Every module loaded right now, in the loader's order (main program first).
+pub fn scan_loaded_modules() -> Vec<ModuleInfo> {
+    scan().modules
+}
+
+/// Every module loaded right now, with the loader's counters.
+pub fn scan() -> LoaderScan {
+    let exe_path = std::fs::read_link("/proc/self/exe")
+        .map(|p| p.into_os_string().into_encoded_bytes())
+        .unwrap_or_default();
+    let identity = ProcessIdentity {
+        main_phdr: sys::aux_value(sys::AT_PHDR),
+        vdso_base: sys::aux_value(sys::AT_SYSINFO_EHDR),
+        interpreter_base: sys::aux_value(sys::AT_BASE),
+    };
+    let mut result = LoaderScan::default();
+    sys::for_each_loaded_object(&mut |object| {
+        result.adds = object.adds;
+        result.subs = object.subs;
+        result.modules.push(describe(object, &identity, &exe_path));
+    });
+    result
+}
+
+/// Auxiliary-vector values that tell the main program, the vDSO and ld.so apart.
+struct ProcessIdentity {
+    main_phdr: usize,
+    vdso_base: usize,
+    interpreter_base: usize,
+}
+
+fn describe(object: &LoadedObject<'_>, identity: &ProcessIdentity, exe_path: &[u8]) -> ModuleInfo {
+    let headers = object.program_headers;
+    let lowest_vaddr = headers
+        .iter()
+        .filter(|h| h.p_type == PT_LOAD)
+        .map(|h| h.p_vaddr as usize & !(page_size() - 1))
+        .min()
+        .unwrap_or(0);
+    let base = object.bias.wrapping_add(lowest_vaddr);
+    let phdr_address = headers.as_ptr() as usize;
+    let is_main = identity.main_phdr != 0 && phdr_address == identity.main_phdr;
+    let is_vdso = identity.vdso_base != 0 && base == identity.vdso_base;
+    let is_dynamic_linker =
+        !is_main && identity.interpreter_base != 0 && base == identity.interpreter_base;
+
+    let path = if is_main {
+        if exe_path.is_empty() {
+            object.name.to_vec()
+        } else {
+            exe_path.to_vec()
+        }
+    } else if is_vdso {
+        Vec::new()
+    } else {
+        object.name.to_vec()
+    };
+    let file_name = if is_vdso {
+        VDSO_NAME.to_vec()
+    } else {
+        path.rsplit(|&b| b == b'/')
+            .next()
+            .unwrap_or_default()
+            .to_vec()
+    };
+
+    let memory = ModuleMemory::new(object);
+    let mut exec_ranges: Vec<LinkRange> = headers
+        .iter()
+        .filter(|h| h.p_type == PT_LOAD && h.p_flags & PF_X != 0 && h.p_memsz > 0)
+        .map(|h| LinkRange {
+            start: h.p_vaddr,
+            end: h.p_vaddr + h.p_memsz,
+        })
+        .collect();
+    exec_ranges.sort();
+
+    ModuleInfo {
+        bias: object.bias,
+        path,
+        file_name,
+        soname: memory.soname(headers).unwrap_or_default(),
+        build_id: memory.build_id(headers).unwrap_or_default(),
+        exec_ranges,
+        is_main,
+        is_vdso,
+        is_dynamic_linker,
+    }
+}
+
+fn page_size() -> usize {
+    sys::page_size()
+}
+
+/// The readable memory of one loaded object, with bounds-checked reads.
+struct ModuleMemory {
+    bias: usize,
+    /// Readable PT_LOAD segments as runtime `[start, end)`.
+    readable: Vec<(usize, usize)>,
+}
+
+impl ModuleMemory {
+    fn new(object: &LoadedObject<'_>) -> Self {
+        let readable = object
+            .program_headers
+            .iter()
+            .filter(|h| h.p_type == PT_LOAD && h.p_flags & PF_R != 0)
+            .map(|h| {
+                let start = object.bias.wrapping_add(h.p_vaddr as usize);
+                // Only the file-backed part is sure to hold the file's bytes; the rest is zero-filled but mapped.
+                (start, start.wrapping_add(h.p_memsz as usize))
+            })
+            .collect();
+        ModuleMemory {
+            bias: object.bias,
+            readable,
+        }
+    }
+
+    /// `len` bytes at runtime `address`, if they lie inside one readable segment.
+    fn bytes(&self, address: usize, len: usize) -> Option<&[u8]> {
+        let end = address.checked_add(len)?;
+        if !self.readable.iter().any(|&(s, e)| s <= address && end <= e) {
+            return None;
+        }
+        // SAFETY: the range lies inside a readable PT_LOAD segment of an object that the loader holds while
+        // dl_iterate_phdr runs its callback (we are inside it).
+        Some(unsafe { sys::mapped_bytes(address, len) })
+    }
+
+    /// The bytes of the segment `header` (runtime address = bias + p_vaddr).
+    fn segment(&self, header: &ProgramHeader) -> Option<&[u8]> {
+        self.bytes(
+            self.bias.wrapping_add(header.p_vaddr as usize),
+            header.p_filesz as usize,
+        )
+    }
+
+    /// A dynamic-section pointer value as a runtime address. glibc relocates DT_STRTAB in place for ordinary
+    /// objects (absolute) but not for the vDSO (link-time); tell them apart by which one is readable.
+    fn dynamic_pointer(&self, value: u64) -> Option<usize> {
+        let absolute = value as usize;
+        let relocated = self.bias.wrapping_add(value as usize);
+        [absolute, relocated]
+            .into_iter()
+            .find(|&a| self.bytes(a, 1).is_some())
+    }
+
+    fn soname(&self, headers: &[ProgramHeader]) -> Option<Vec<u8>> {
+        let dynamic = self.segment(headers.iter().find(|h| h.p_type == PT_DYNAMIC)?)?;
+        let word = std::mem::size_of::<usize>();
+        let (mut strtab, mut strsz, mut soname) = (None, None, None);
+        for entry in dynamic.chunks_exact(2 * word) {
+            let tag = read_word(&entry[..word]);
+            let value = read_word(&entry[word..]);
+            match tag {
+                DT_NULL => break,
+                DT_STRTAB => strtab = Some(value),
+                DT_STRSZ => strsz = Some(value),
+                DT_SONAME => soname = Some(value),
+                _ => {}
+            }
+        }
+        let strtab = self.dynamic_pointer(strtab?)?;
+        let offset = usize::try_from(soname?).ok()?;
+        let limit = strsz
+            .and_then(|s| usize::try_from(s).ok())
+            .unwrap_or(usize::MAX);
+        if offset >= limit {
+            return None;
+        }
+        let available = (limit - offset).min(MAX_SONAME);
+        let start = strtab.checked_add(offset)?;
+        // Read as much as is readable, up to the first NUL.
+        let mut name = Vec::new();
+        for i in 0..available {
+            let byte = *self.bytes(start + i, 1)?.first()?;
+            if byte == 0 {
+                return Some(name);
+            }
+            name.push(byte);
+        }
+        Some(name)
+    }
+
+    fn build_id(&self, headers: &[ProgramHeader]) -> Option<Vec<u8>> {
+        for header in headers.iter().filter(|h| h.p_type == PT_NOTE) {
+            let Some(notes) = self.segment(header) else {
+                continue;
+            };
+            let align = if header.p_align == 8 { 8 } else { 4 };
+            if let Some(id) = find_gnu_build_id(notes, align) {
+                return Some(id.to_vec());
+            }
+        }
+        None
+    }
+}
+
+fn read_word(bytes: &[u8]) -> u64 {
+    let mut buf = [0u8; 8];
+    let n = bytes.len().min(8);
+    buf[..n].copy_from_slice(&bytes[..n]);
+    if n == 4 {
+        u64::from(u32::from_ne_bytes([buf[0], buf[1], buf[2], buf[3]]))
+    } else {
+        u64::from_ne_bytes(buf)
+    }
+}
+
+fn align_up(value: usize, align: usize) -> Option<usize> {
+    Some(value.checked_add(align - 1)? & !(align - 1))
+}
+
+/// Walks ELF notes (namesz, descsz, type, name, desc; each padded to `align`) for the GNU build-id.
+fn find_gnu_build_id(mut notes: &[u8], align: usize) -> Option<&[u8]> {
+    while notes.len() >= 12 {
+        let field =
+            |i: usize| u32::from_ne_bytes([notes[i], notes[i + 1], notes[i + 2], notes[i + 3]]);
+        let (namesz, descsz, kind) = (field(0) as usize, field(4) as usize, field(8));
+        let desc_start = align_up(12usize.checked_add(namesz)?, align)?;
+        let next = align_up(desc_start.checked_add(descsz)?, align)?;
+        let name = notes.get(12..12 + namesz)?;
+        let desc = notes.get(desc_start..desc_start + descsz)?;
+        if kind == NT_GNU_BUILD_ID && name == b"GNU\0" {
+            return Some(desc);
+        }
+        notes = notes.get(next..).unwrap_or_default();
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scan_finds_main_program_libc_ldso_and_vdso() {
+        let modules = scan_loaded_modules();
+        let main: Vec<_> = modules.iter().filter(|m| m.is_main).collect();
+        assert_eq!(main.len(), 1, "{modules:#?}");
+        let exe = std::env::current_exe()
+            .unwrap()
+            .into_os_string()
+            .into_encoded_bytes();
+        assert_eq!(main[0].path, exe);
+        assert!(!main[0].exec_ranges.is_empty());
+        assert!(
+            !main[0].build_id.is_empty(),
+            "rustc links test binaries with a build-id"
+        );
+
+        let libc = modules
+            .iter()
+            .find(|m| m.file_name == b"libc.so.6")
+            .expect("libc.so.6 loaded");
+        assert_eq!(libc.soname, b"libc.so.6");
+        assert!(!libc.is_main && !libc.is_vdso && !libc.is_dynamic_linker);
+
+        let ldso: Vec<_> = modules.iter().filter(|m| m.is_dynamic_linker).collect();
+        assert_eq!(ldso.len(), 1, "{modules:#?}");
+        assert!(
+            ldso[0].file_name.starts_with(b"ld-linux"),
+            "{:?}",
+            String::from_utf8_lossy(&ldso[0].file_name)
+        );
+        assert!(ldso[0].soname.starts_with(b"ld-linux"));
+
+        let vdso: Vec<_> = modules.iter().filter(|m| m.is_vdso).collect();
+        assert_eq!(vdso.len(), 1, "{modules:#?}");
+        assert_eq!(vdso[0].file_name, VDSO_NAME);
+        assert!(vdso[0].path.is_empty());
+        assert!(
+            vdso[0].soname.starts_with(b"linux-vdso") || vdso[0].soname.starts_with(b"linux-gate")
+        );
+    }
+
+    #[test]
+    fn exec_ranges_are_link_time_and_contain_this_function() {
+        let pc = exec_ranges_are_link_time_and_contain_this_function as *const () as usize;
+        let modules = scan_loaded_modules();
+        let main = modules.iter().find(|m| m.is_main).unwrap();
+        let link_pc = (pc - main.bias) as u64;
+        assert!(
+            main.exec_ranges
+                .iter()
+                .any(|r| r.start <= link_pc && link_pc < r.end),
+            "{main:#?} {link_pc:#x}"
+        );
+        let (lo, hi) = main.runtime_span().unwrap();
+        assert!(lo <= pc && pc < hi);
+    }
+
+    #[test]
+    fn build_id_matches_readelf_notes_walker() {
+        // name "GNU\0", desc 4 bytes, type 3; preceded by an unrelated note.
+        let mut notes = Vec::new();
+        for (name, desc, kind) in [
+            (&b"XY\0"[..], &[9u8, 9][..], 1u32),
+            (b"GNU\0", &[1, 2, 3, 4], 3),
+        ] {
+            notes.extend((name.len() as u32).to_ne_bytes());
+            notes.extend((desc.len() as u32).to_ne_bytes());
+            notes.extend(kind.to_ne_bytes());
+            notes.extend(name);
+            notes.resize(align_up(notes.len(), 4).unwrap(), 0);
+            notes.extend(desc);
+            notes.resize(align_up(notes.len(), 4).unwrap(), 0);
+        }
+        assert_eq!(find_gnu_build_id(&notes, 4), Some(&[1u8, 2, 3, 4][..]));
+        assert_eq!(find_gnu_build_id(&notes[..notes.len() - 2], 4), None);
+        assert_eq!(find_gnu_build_id(&[0xff; 40], 4), None);
+    }
+}

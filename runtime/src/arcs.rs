@@ -1,0 +1,656 @@
+//! Call-graph arc storage: one lock-free [`ArcTable`] per profiled module load instance.
+//!
+//! An arc is (caller key, caller address, callee address) → exact 64-bit count, all addresses
+//! module-relative (link-time). The table is written from `mcount` on every call of an
+//! instrumented function, from any thread and from signal handlers that interrupt `mcount`, so:
+//!
+//! - **No locks.** A slot is claimed with one compare-and-swap of its tag (EMPTY → BUSY), its key
+//!   words are written, then the tag is published with a release store. A reader that meets a BUSY
+//!   slot skips it and never waits, so a signal handler that interrupts an insertion cannot
+//!   deadlock. The price is that two racing insertions of the same arc may occupy two slots;
+//!   [`ArcTable::for_each`] sums such duplicates, so counts stay exact.
+//! - **No shared cache line written on every call.** Each slot has [`STRIPES`] counters that live in
+//!   separate arrays (separate cache lines); a thread adds to the stripe of its own thread number
+//!   ([`ArcTable::stripe_of_thread`]), so two threads calling the same function do not bounce one
+//!   line between cores. The count of an arc is the sum of its stripes. Threads that share a stripe
+//!   still count exactly (atomic add); a thread that owns its stripe may use a plain
+//!   single-instruction add (see `mcount`), which a signal on the same thread cannot split.
+//! - **Bounded growth without locks.** Storage is a chain of up to [`MAX_LEVELS`] open-addressing
+//!   levels, level *i* having `FIRST_LEVEL_SLOTS << i` slots, each level one anonymous `mmap`. A level
+//!   accepts new arcs until it is half full; then the next one is mapped (the thread that wins the
+//!   compare-and-swap of the level pointer installs it, a loser unmaps its own). Memory therefore
+//!   follows the number of distinct arcs (at most about 4× the bytes of the arcs in use, and pages
+//!   are only touched when written), not the size of the module's text. The bound is
+//!   [`MAX_ARCS`] distinct arcs per module; every call of an arc that does not fit is counted in
+//!   [`ArcTable::dropped`] and ends up in the dump, never lost silently.
+
+use core::cell::Cell;
+use core::ptr;
+use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+
+use crate::sys;
+
+/// Counter stripes per arc. Threads 0..STRIPES-1 (in order of their first recorded call) each own
+/// one stripe; every later thread shares the last stripe.
+pub const STRIPES: usize = 8;
+/// Slots of the first level (a power of two).
+pub const FIRST_LEVEL_SLOTS: usize = 1 << 10;
+/// Number of levels; level `i` has `FIRST_LEVEL_SLOTS << i` slots.
+pub const MAX_LEVELS: usize = 11;
+/// Distinct arcs one table can hold: every level is filled to half its slots.
+pub const MAX_ARCS: usize = (FIRST_LEVEL_SLOTS / 2) * ((1 << MAX_LEVELS) - 1);
+
+/// Linear probing gives up after this many slots; the level then counts as full.
+const MAX_PROBE: usize = 64;
+
+const TAG_EMPTY: u64 = 0;
+const TAG_BUSY: u64 = 1;
+
+/// One slot's key. `tag` is EMPTY, BUSY or `caller_key + 2` once the key words are published.
+#[repr(C, align(32))]
+struct KeySlot {
+    tag: AtomicU64,
+    caller_addr: AtomicU64,
+    callee_addr: AtomicU64,
+    _reserved: u64,
+}
+
+const KEY_SLOT_BYTES: usize = core::mem::size_of::<KeySlot>();
+
+/// One arc as the dump sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ArcRecord {
+    /// Load instance of the call site's module, or `UNKNOWN_KEY`.
+    pub caller_key: u32,
+    /// Link-time address of the call site (return address) in the caller's module.
+    pub caller_addr: u64,
+    /// Link-time address of the instrumented function in the table's module.
+    pub callee_addr: u64,
+    /// Exact number of calls.
+    pub count: u64,
+}
+
+/// The lock-free arc table of one module load instance; see the module documentation.
+pub struct ArcTable {
+    levels: [AtomicPtr<u8>; MAX_LEVELS],
+    used: [AtomicUsize; MAX_LEVELS],
+    dropped: AtomicU64,
+}
+
+impl core::fmt::Debug for ArcTable {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("ArcTable")
+            .field("len", &self.len())
+            .field("dropped", &self.dropped())
+            .finish()
+    }
+}
+
+impl Default for ArcTable {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Geometry of level `index`: its slot count and the byte offsets of its parts in its mapping.
+#[derive(Clone, Copy)]
+struct Level<'table> {
+    base: *mut u8,
+    slots: usize,
+    table: core::marker::PhantomData<&'table ArcTable>,
+}
+
+impl<'table> Level<'table> {
+    const fn slots_of(index: usize) -> usize {
+        FIRST_LEVEL_SLOTS << index
+    }
+
+    /// Bytes of the mapping of a level with `slots` slots: keys, then one counter array per stripe.
+    const fn mapping_bytes(slots: usize) -> usize {
+        slots * KEY_SLOT_BYTES + STRIPES * slots * 8
+    }
+
+    fn key(&self, index: usize) -> &'table KeySlot {
+        // SAFETY: `base` is a live, zero-initialised mapping of `mapping_bytes(slots)` bytes, page
+        // aligned, whose first `slots * KEY_SLOT_BYTES` bytes are the key slots; `index < slots`.
+        // An all-zero KeySlot is valid (atomics of 0). Mappings are only unmapped by `Drop`, which
+        // has exclusive access.
+        unsafe { &*(self.base as *const KeySlot).add(index) }
+    }
+
+    fn count(&self, stripe: usize, index: usize) -> &'table AtomicU64 {
+        let offset = self.slots * KEY_SLOT_BYTES + (stripe * self.slots + index) * 8;
+        // SAFETY: as in `key`; `offset` is inside the mapping and 8-byte aligned, and zeroed
+        // memory is a valid AtomicU64.
+        unsafe { &*(self.base.add(offset) as *const AtomicU64) }
+    }
+
+    fn total(&self, index: usize) -> u64 {
+        (0..STRIPES)
+            .map(|stripe| self.count(stripe, index).load(Ordering::Relaxed))
+            .fold(0u64, u64::wrapping_add)
+    }
+}
+
+/// Where a key is, or where it could go, in one level.
+enum Probe {
+    Found(usize),
+    /// Not in this level; the first EMPTY slot of its probe sequence.
+    Vacant(usize),
+    /// Not found before the probe limit; nothing can be inserted here.
+    Exhausted,
+}
+
+fn hash(caller_key: u32, caller_addr: u64, callee_addr: u64) -> u64 {
+    let mixed = callee_addr
+        ^ caller_addr.rotate_left(29)
+        ^ (u64::from(caller_key)).wrapping_mul(0xD6E8_FEB8_6659_FD93);
+    let mixed = mixed.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    mixed ^ (mixed >> 31)
+}
+
+thread_local! {
+    /// This thread's counter stripe, assigned on first use (`u32::MAX` = not yet).
+    static THREAD_STRIPE: Cell<u32> = const { Cell::new(u32::MAX) };
+}
+
+static NEXT_THREAD_NUMBER: AtomicU32 = AtomicU32::new(0);
+
+/// A new thread number: 0, 1, 2, … in order of first use.
+pub fn next_thread_number() -> u32 {
+    NEXT_THREAD_NUMBER.fetch_add(1, Ordering::Relaxed)
+}
+
+/// The stripe of the calling thread. Const-initialised TLS: no allocation, usable from a signal
+/// handler.
+pub fn current_stripe() -> usize {
+    let stripe = THREAD_STRIPE.with(|cell| {
+        let current = cell.get();
+        if current != u32::MAX {
+            return current;
+        }
+        let assigned = ArcTable::stripe_of_thread(next_thread_number()) as u32;
+        cell.set(assigned);
+        assigned
+    });
+    stripe as usize
+}
+
+impl ArcTable {
+    /// An empty table; it maps no memory until the first arc is recorded.
+    pub const fn new() -> Self {
+        Self {
+            levels: [const { AtomicPtr::new(ptr::null_mut()) }; MAX_LEVELS],
+            used: [const { AtomicUsize::new(0) }; MAX_LEVELS],
+            dropped: AtomicU64::new(0),
+        }
+    }
+
+    fn level(&self, index: usize) -> Option<Level<'_>> {
+        let base = self.levels[index].load(Ordering::Acquire);
+        (!base.is_null()).then(|| Level {
+            base,
+            slots: Level::slots_of(index),
+            table: core::marker::PhantomData,
+        })
+    }
+
+    /// Counts one call of the arc in the calling thread's stripe.
+    pub fn record(&self, caller_key: u32, caller_addr: u64, callee_addr: u64) {
+        self.record_in_stripe(current_stripe(), caller_key, caller_addr, callee_addr);
+    }
+
+    /// The thread-number-to-stripe rule: thread numbers below `STRIPES - 1` own their stripe
+    /// alone; all later threads share the last one.
+    pub fn stripe_of_thread(number: u32) -> usize {
+        (number as usize).min(STRIPES - 1)
+    }
+
+    /// Counts one call of the arc in counter stripe `stripe % STRIPES`. Lock-free and
+    /// async-signal-safe; reentrant (a signal handler may call it while it runs on the same thread).
+    /// Returns the counter it incremented (this arc's counter of that stripe), which stays valid
+    /// and belongs to this arc for the table's lifetime, until [`Self::reset`]; `None` when the
+    /// call was counted as dropped.
+    pub fn record_in_stripe(
+        &self,
+        stripe: usize,
+        caller_key: u32,
+        caller_addr: u64,
+        callee_addr: u64,
+    ) -> Option<&AtomicU64> {
+        let stripe = stripe % STRIPES;
+        let tag = u64::from(caller_key) + 2;
+        let hash = hash(caller_key, caller_addr, callee_addr);
+        let mut last_vacant = None;
+        for index in 0..MAX_LEVELS {
+            let Some(level) = self.level(index) else {
+                break;
+            };
+            match probe(&level, hash, tag, caller_addr, callee_addr) {
+                Probe::Found(slot) => {
+                    let counter = level.count(stripe, slot);
+                    counter.fetch_add(1, Ordering::Relaxed);
+                    return Some(counter);
+                }
+                Probe::Vacant(slot) => last_vacant = Some((index, level, slot)),
+                Probe::Exhausted => last_vacant = None,
+            }
+        }
+        self.insert(stripe, hash, tag, caller_addr, callee_addr, last_vacant)
+    }
+
+    /// Slow path: the arc is in no level. Claims a slot in the newest level, or maps the next one.
+    #[cold]
+    fn insert<'table>(
+        &'table self,
+        stripe: usize,
+        hash: u64,
+        tag: u64,
+        caller_addr: u64,
+        callee_addr: u64,
+        mut candidate: Option<(usize, Level<'table>, usize)>,
+    ) -> Option<&'table AtomicU64> {
+        let mut level_index = match candidate {
+            Some((index, _, _)) => index,
+            None => self.newest_level_index().map_or(0, |index| index + 1),
+        };
+        loop {
+            if level_index >= MAX_LEVELS {
+                self.dropped.fetch_add(1, Ordering::Relaxed);
+                return None;
+            }
+            let level = match candidate.take() {
+                Some((_, level, _)) => level,
+                None => match self
+                    .level(level_index)
+                    .or_else(|| self.map_level(level_index))
+                {
+                    Some(level) => level,
+                    None => {
+                        self.dropped.fetch_add(1, Ordering::Relaxed);
+                        return None;
+                    }
+                },
+            };
+            // A level takes new arcs until half full, so probe sequences stay short.
+            if self.used[level_index].load(Ordering::Relaxed) < level.slots / 2
+                && let Some((slot, fresh)) = claim(&level, hash, tag, caller_addr, callee_addr)
+            {
+                if fresh {
+                    self.used[level_index].fetch_add(1, Ordering::Relaxed);
+                }
+                let counter = level.count(stripe, slot);
+                counter.fetch_add(1, Ordering::Relaxed);
+                return Some(counter);
+            }
+            level_index += 1;
+        }
+    }
+
+    fn newest_level_index(&self) -> Option<usize> {
+        (0..MAX_LEVELS)
+            .rev()
+            .find(|&index| !self.levels[index].load(Ordering::Acquire).is_null())
+    }
+
+    /// Maps level `index` (all lower levels exist). Returns the installed level, whoever mapped it.
+    fn map_level(&self, index: usize) -> Option<Level<'_>> {
+        let slots = Level::slots_of(index);
+        let bytes = Level::mapping_bytes(slots);
+        let fresh = sys::map_zeroed(bytes)?;
+        match self.levels[index].compare_exchange(
+            ptr::null_mut(),
+            fresh,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            Ok(_) => Some(Level {
+                base: fresh,
+                slots,
+                table: core::marker::PhantomData,
+            }),
+            Err(winner) => {
+                // SAFETY: `fresh` was mapped above with `bytes` bytes and was never published.
+                unsafe { sys::unmap(fresh, bytes) };
+                Some(Level {
+                    base: winner,
+                    slots,
+                    table: core::marker::PhantomData,
+                })
+            }
+        }
+    }
+
+    /// Number of occupied slots: an upper bound of the distinct arcs [`Self::for_each`] yields
+    /// (racing insertions of one arc may occupy two slots, which `for_each` merges).
+    pub fn len(&self) -> usize {
+        self.used
+            .iter()
+            .map(|used| used.load(Ordering::Relaxed))
+            .sum()
+    }
+
+    /// True when no arc has been recorded.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Calls that could not be recorded because the table was full (or memory could not be mapped).
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Adds `calls` to the dropped counter (used by `mcount` for calls it could not attribute).
+    pub fn add_dropped(&self, calls: u64) {
+        self.dropped.fetch_add(calls, Ordering::Relaxed);
+    }
+
+    /// Calls `visit` once per distinct arc with a non-zero count, duplicates summed. Allocates
+    /// nothing. Each count is read once, so threads still running while the dump is written make
+    /// it a snapshot of some moment during the walk, never a torn value.
+    pub fn for_each(&self, mut visit: impl FnMut(ArcRecord)) {
+        for index in 0..MAX_LEVELS {
+            let Some(level) = self.level(index) else {
+                break;
+            };
+            for slot in 0..level.slots {
+                let key = level.key(slot);
+                let tag = key.tag.load(Ordering::Acquire);
+                if tag < 2 {
+                    continue;
+                }
+                let caller_addr = key.caller_addr.load(Ordering::Relaxed);
+                let callee_addr = key.callee_addr.load(Ordering::Relaxed);
+                if let Some(count) = self.merged_count(index, slot, tag, caller_addr, callee_addr)
+                    && count != 0
+                {
+                    visit(ArcRecord {
+                        caller_key: (tag - 2) as u32,
+                        caller_addr,
+                        callee_addr,
+                        count,
+                    });
+                }
+            }
+        }
+    }
+
+    /// If (`level_index`, `slot`) is the first occurrence of its key in lookup order, the sum of the
+    /// counts of every occurrence; `None` for a later duplicate.
+    fn merged_count(
+        &self,
+        level_index: usize,
+        slot: usize,
+        tag: u64,
+        caller_addr: u64,
+        callee_addr: u64,
+    ) -> Option<u64> {
+        let hash = hash((tag - 2) as u32, caller_addr, callee_addr);
+        let mut first = None;
+        let mut total = 0u64;
+        for index in 0..MAX_LEVELS {
+            let Some(level) = self.level(index) else {
+                break;
+            };
+            let mask = level.slots - 1;
+            let mut probe_slot = hash as usize & mask;
+            for _ in 0..MAX_PROBE {
+                let key = level.key(probe_slot);
+                let probe_tag = key.tag.load(Ordering::Acquire);
+                if probe_tag == TAG_EMPTY {
+                    break;
+                }
+                if probe_tag == tag
+                    && key.caller_addr.load(Ordering::Relaxed) == caller_addr
+                    && key.callee_addr.load(Ordering::Relaxed) == callee_addr
+                {
+                    first.get_or_insert((index, probe_slot));
+                    total = total.wrapping_add(level.total(probe_slot));
+                }
+                probe_slot = (probe_slot + 1) & mask;
+            }
+        }
+        (first == Some((level_index, slot))).then_some(total)
+    }
+
+    /// Forgets every arc and the dropped count (in a forked child, before it runs on). Only valid
+    /// while no other thread records (after `fork` there is one thread); the pages go back to the
+    /// kernel and are zero when touched again.
+    pub fn reset(&self) {
+        for index in 0..MAX_LEVELS {
+            let Some(level) = self.level(index) else {
+                break;
+            };
+            sys::discard(level.base, Level::mapping_bytes(level.slots));
+            self.used[index].store(0, Ordering::Relaxed);
+        }
+        self.dropped.store(0, Ordering::Relaxed);
+    }
+}
+
+/// Looks the key up in one level.
+fn probe(level: &Level, hash: u64, tag: u64, caller_addr: u64, callee_addr: u64) -> Probe {
+    let mask = level.slots - 1;
+    let mut slot = hash as usize & mask;
+    for _ in 0..MAX_PROBE {
+        let key = level.key(slot);
+        let probe_tag = key.tag.load(Ordering::Acquire);
+        if probe_tag == TAG_EMPTY {
+            return Probe::Vacant(slot);
+        }
+        if probe_tag == tag
+            && key.caller_addr.load(Ordering::Relaxed) == caller_addr
+            && key.callee_addr.load(Ordering::Relaxed) == callee_addr
+        {
+            return Probe::Found(slot);
+        }
+        slot = (slot + 1) & mask;
+    }
+    Probe::Exhausted
+}
+
+/// Finds the key or claims an EMPTY slot for it in one level: `(slot, newly claimed)`, or `None`
+/// when the probe limit is hit.
+fn claim(
+    level: &Level,
+    hash: u64,
+    tag: u64,
+    caller_addr: u64,
+    callee_addr: u64,
+) -> Option<(usize, bool)> {
+    let mask = level.slots - 1;
+    let mut slot = hash as usize & mask;
+    for _ in 0..MAX_PROBE {
+        let key = level.key(slot);
+        match key
+            .tag
+            .compare_exchange(TAG_EMPTY, TAG_BUSY, Ordering::Acquire, Ordering::Acquire)
+        {
+            Ok(_) => {
+                key.caller_addr.store(caller_addr, Ordering::Relaxed);
+                key.callee_addr.store(callee_addr, Ordering::Relaxed);
+                key.tag.store(tag, Ordering::Release);
+                return Some((slot, true));
+            }
+            Err(found) => {
+                if found == tag
+                    && key.caller_addr.load(Ordering::Relaxed) == caller_addr
+                    && key.callee_addr.load(Ordering::Relaxed) == callee_addr
+                {
+                    return Some((slot, false));
+                }
+            }
+        }
+        slot = (slot + 1) & mask;
+    }
+    None
+}
+
+impl Drop for ArcTable {
+    fn drop(&mut self) {
+        for index in 0..MAX_LEVELS {
+            let base = *self.levels[index].get_mut();
+            if !base.is_null() {
+                // SAFETY: `base` was mapped by `map_level` with exactly this size, and `&mut self`
+                // proves no other reference to the table (hence to the mapping) exists.
+                unsafe { sys::unmap(base, Level::mapping_bytes(Level::slots_of(index))) };
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn snapshot(table: &ArcTable) -> BTreeMap<(u32, u64, u64), u64> {
+        let mut arcs = BTreeMap::new();
+        table.for_each(|arc| {
+            let previous = arcs.insert(
+                (arc.caller_key, arc.caller_addr, arc.callee_addr),
+                arc.count,
+            );
+            assert!(previous.is_none(), "for_each yielded {arc:?} twice");
+        });
+        arcs
+    }
+
+    #[test]
+    fn empty_table_maps_nothing_and_yields_nothing() {
+        let table = ArcTable::new();
+        assert_eq!(table.len(), 0);
+        assert!(table.level(0).is_none());
+        assert!(snapshot(&table).is_empty());
+    }
+
+    #[test]
+    fn counts_each_arc_exactly() {
+        let table = ArcTable::new();
+        for repeat in 0..5u64 {
+            for arc in 0..100u64 {
+                for _ in 0..=arc {
+                    table.record(7, 0x1000 + arc, 0x2000 + arc % 3);
+                }
+            }
+            let arcs = snapshot(&table);
+            assert_eq!(arcs.len(), 100);
+            for arc in 0..100u64 {
+                assert_eq!(
+                    arcs[&(7, 0x1000 + arc, 0x2000 + arc % 3)],
+                    (arc + 1) * (repeat + 1)
+                );
+            }
+        }
+        assert_eq!(table.len(), 100);
+        assert_eq!(table.dropped(), 0);
+    }
+
+    #[test]
+    fn keys_distinguish_caller_module() {
+        let table = ArcTable::new();
+        table.record(1, 0x10, 0x20);
+        table.record(2, 0x10, 0x20);
+        table.record(u32::MAX, 0, 0x20);
+        table.record(u32::MAX, 0, 0x20);
+        let arcs = snapshot(&table);
+        assert_eq!(arcs[&(1, 0x10, 0x20)], 1);
+        assert_eq!(arcs[&(2, 0x10, 0x20)], 1);
+        assert_eq!(arcs[&(u32::MAX, 0, 0x20)], 2);
+    }
+
+    #[test]
+    fn grows_through_levels_then_counts_overflow_as_dropped() {
+        let table = ArcTable::new();
+        let distinct = MAX_ARCS as u64 + 1000;
+        for arc in 0..distinct {
+            table.record(3, arc * 16, 0x40);
+        }
+        // Every arc once more: stored ones are found again, the others are dropped again.
+        for arc in 0..distinct {
+            table.record(3, arc * 16, 0x40);
+        }
+        let arcs = snapshot(&table);
+        let stored = arcs.len() as u64;
+        assert!(
+            stored > MAX_ARCS as u64 * 9 / 10,
+            "only {stored} arcs stored"
+        );
+        assert!(arcs.values().all(|&count| count == 2));
+        assert_eq!(stored * 2 + table.dropped(), distinct * 2);
+        assert!(table.level(MAX_LEVELS - 1).is_some());
+    }
+
+    #[test]
+    fn threads_count_exactly() {
+        const THREADS: u64 = 8;
+        const CALLS: u64 = 200_000;
+        let table = ArcTable::new();
+        std::thread::scope(|scope| {
+            for thread in 0..THREADS {
+                let table = &table;
+                scope.spawn(move || {
+                    for call in 0..CALLS {
+                        // Shared arcs (every thread) and private ones; new arcs keep appearing
+                        // while others are counted, so insertions race with lookups.
+                        table.record(1, call % 64, 0x100);
+                        table.record(2, thread, call % 3000);
+                    }
+                });
+            }
+        });
+        let arcs = snapshot(&table);
+        let shared: u64 = arcs
+            .iter()
+            .filter(|(key, _)| key.0 == 1)
+            .map(|(_, count)| count)
+            .sum();
+        assert_eq!(shared, THREADS * CALLS);
+        for call in 0..64 {
+            assert_eq!(arcs[&(1, call, 0x100)], THREADS * CALLS / 64);
+        }
+        let private: u64 = arcs
+            .iter()
+            .filter(|(key, _)| key.0 == 2)
+            .map(|(_, c)| c)
+            .sum();
+        assert_eq!(private, THREADS * CALLS);
+        assert_eq!(table.dropped(), 0);
+    }
+
+    #[test]
+    fn duplicate_slots_are_merged() {
+        let table = ArcTable::new();
+        table.record(1, 0x10, 0x20);
+        // Plant a second slot with the same key right after the first, as a racing insertion that
+        // skipped a BUSY slot would leave it.
+        let level = table.level(0).unwrap();
+        let home = hash(1, 0x10, 0x20) as usize & (level.slots - 1);
+        assert_eq!(level.total(home), 1);
+        let duplicate = (home + 1) & (level.slots - 1);
+        let key = level.key(duplicate);
+        key.caller_addr.store(0x10, Ordering::Relaxed);
+        key.callee_addr.store(0x20, Ordering::Relaxed);
+        key.tag.store(1 + 2, Ordering::Release);
+        level.count(2, duplicate).fetch_add(5, Ordering::Relaxed);
+        let arcs = snapshot(&table);
+        assert_eq!(arcs.len(), 1);
+        assert_eq!(arcs[&(1, 0x10, 0x20)], 6);
+        // Recording again finds the first occurrence.
+        table.record(1, 0x10, 0x20);
+        assert_eq!(snapshot(&table)[&(1, 0x10, 0x20)], 7);
+    }
+
+    #[test]
+    fn reset_forgets_everything() {
+        let table = ArcTable::new();
+        for arc in 0..5000 {
+            table.record(1, arc, 2);
+        }
+        table.reset();
+        assert_eq!(table.len(), 0);
+        assert!(snapshot(&table).is_empty());
+        table.record(1, 1, 2);
+        assert_eq!(snapshot(&table)[&(1, 1, 2)], 1);
+    }
+}

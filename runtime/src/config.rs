@@ -1,0 +1,233 @@
+//! Settings read once at start-up: sampling rate, bucket width, module selection and output naming.
+//!
+//! Invalid values are reported with one stderr line naming the value, and the default is used.
+
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStrExt;
+
+use crate::histogram::BucketBits;
+use crate::selection::Selection;
+use crate::sys;
+
+/// Default sampling rate (samples per second of CPU time): "each sample counts as 0.01 seconds".
+pub const DEFAULT_HZ: u32 = 100;
+/// Highest accepted `MSLPROF_HZ`; the kernel tick caps the effective rate far below it (README).
+pub const MAX_HZ: u32 = 100_000;
+/// The symbol a program may define to choose its bucket width at link time (`int`, 16 or 32).
+pub const BUCKET_SIZE_SYMBOL: &std::ffi::CStr = c"mslprof_profilebucketsize";
+
+/// Where the profile goes at exit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OutputRule {
+    /// `GPROFDIR` set to the empty string: no output.
+    Nothing,
+    /// `GPROFDIR=dir`: `dir/PID.progname`.
+    Directory(Vec<u8>),
+    /// `GMON_OUT_PREFIX=p`: `p.PID`.
+    Prefix(Vec<u8>),
+    /// `gmon.out` in the working directory at exit (`gmon.out.PID` in a forked child).
+    Default,
+}
+
+#[derive(Debug)]
+pub struct Settings {
+    pub hz: u32,
+    pub bucket_bits: BucketBits,
+    pub selection: Selection,
+    pub output: OutputRule,
+    /// argv[0] without its directories.
+    pub program_name: Vec<u8>,
+}
+
+fn env(name: &str) -> Option<OsString> {
+    std::env::var_os(name)
+}
+
+impl Settings {
+    /// Reads the environment (and the program's link-time bucket-size symbol).
+    pub fn from_environment() -> Settings {
+        let argv0 = sys::argv0();
+        let program_name = argv0
+            .rsplit(|&b| b == b'/')
+            .next()
+            .unwrap_or_default()
+            .to_vec();
+        Settings {
+            hz: sampling_rate(env("MSLPROF_HZ").as_deref().map(|v| v.as_bytes())),
+            bucket_bits: bucket_bits(
+                env("LD_PROFILEBUCKET_SIZE")
+                    .as_deref()
+                    .map(|v| v.as_bytes()),
+                link_time_bucket_bits(),
+            ),
+            selection: Selection::parse(env("LD_PROFILE").as_deref().map(|v| v.as_bytes())),
+            output: output_rule(
+                env("GPROFDIR").as_deref().map(|v| v.as_bytes()),
+                env("GMON_OUT_PREFIX").as_deref().map(|v| v.as_bytes()),
+            ),
+            program_name,
+        }
+    }
+}
+
+fn parse_integer(value: &[u8]) -> Option<i64> {
+    std::str::from_utf8(value).ok()?.trim().parse().ok()
+}
+
+/// `MSLPROF_HZ`: 1 ..= [`MAX_HZ`], default [`DEFAULT_HZ`].
+pub fn sampling_rate(value: Option<&[u8]>) -> u32 {
+    let Some(value) = value else {
+        return DEFAULT_HZ;
+    };
+    match parse_integer(value) {
+        Some(hz) if (1..=i64::from(MAX_HZ)).contains(&hz) => hz as u32,
+        _ => {
+            sys::stderr_line(&[
+                b"mslprof: MSLPROF_HZ=",
+                value,
+                b" is not a rate between 1 and 100000; using 100\n",
+            ]);
+            DEFAULT_HZ
+        }
+    }
+}
+
+/// The program's own default from [`BUCKET_SIZE_SYMBOL`], if it defines a valid one.
+fn link_time_bucket_bits() -> Option<BucketBits> {
+    let address = sys::global_symbol(BUCKET_SIZE_SYMBOL)?;
+    // SAFETY: the program documents this symbol as an `int` (runtime/README.md).
+    let value = unsafe { sys::read_int(address) };
+    let bits = BucketBits::from_bits(i64::from(value));
+    if bits.is_none() {
+        let text = value.to_string();
+        sys::stderr_line(&[
+            b"mslprof: mslprof_profilebucketsize=",
+            text.as_bytes(),
+            b" is not 16 or 32; using 16\n",
+        ]);
+    }
+    bits
+}
+
+/// `LD_PROFILEBUCKET_SIZE` overrides the program's link-time default, which overrides 16.
+pub fn bucket_bits(value: Option<&[u8]>, link_time: Option<BucketBits>) -> BucketBits {
+    let default = link_time.unwrap_or(BucketBits::Sixteen);
+    let Some(value) = value else { return default };
+    match parse_integer(value).and_then(BucketBits::from_bits) {
+        Some(bits) => bits,
+        None => {
+            let fallback: &[u8] = if default == BucketBits::Sixteen {
+                b"16"
+            } else {
+                b"32"
+            };
+            sys::stderr_line(&[
+                b"mslprof: LD_PROFILEBUCKET_SIZE=",
+                value,
+                b" is not 16 or 32; using ",
+                fallback,
+                b"\n",
+            ]);
+            default
+        }
+    }
+}
+
+/// GPROFDIR (even empty) wins over GMON_OUT_PREFIX, which wins over `gmon.out`.
+pub fn output_rule(gprofdir: Option<&[u8]>, prefix: Option<&[u8]>) -> OutputRule {
+    match (gprofdir, prefix) {
+        (Some([]), _) => OutputRule::Nothing,
+        (Some(dir), _) => OutputRule::Directory(dir.to_vec()),
+        (None, Some(prefix)) if !prefix.is_empty() => OutputRule::Prefix(prefix.to_vec()),
+        _ => OutputRule::Default,
+    }
+}
+
+impl OutputRule {
+    /// The file to write for process `pid`; `forked_child` selects `gmon.out.PID` for the default rule.
+    pub fn path(&self, pid: u32, program_name: &[u8], forked_child: bool) -> Option<Vec<u8>> {
+        let pid = pid.to_string();
+        match self {
+            OutputRule::Nothing => None,
+            OutputRule::Directory(dir) => {
+                let mut path = dir.clone();
+                if !path.ends_with(b"/") {
+                    path.push(b'/');
+                }
+                path.extend_from_slice(pid.as_bytes());
+                path.push(b'.');
+                path.extend_from_slice(program_name);
+                Some(path)
+            }
+            OutputRule::Prefix(prefix) => Some([prefix.as_slice(), b".", pid.as_bytes()].concat()),
+            OutputRule::Default if forked_child => {
+                Some([&b"gmon.out."[..], pid.as_bytes()].concat())
+            }
+            OutputRule::Default => Some(b"gmon.out".to_vec()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_and_bucket_widths_parse_with_defaults() {
+        assert_eq!(sampling_rate(None), 100);
+        assert_eq!(sampling_rate(Some(b"250")), 250);
+        assert_eq!(sampling_rate(Some(b"0")), 100);
+        assert_eq!(sampling_rate(Some(b"fast")), 100);
+        assert_eq!(bucket_bits(None, None), BucketBits::Sixteen);
+        assert_eq!(
+            bucket_bits(None, Some(BucketBits::ThirtyTwo)),
+            BucketBits::ThirtyTwo
+        );
+        assert_eq!(
+            bucket_bits(Some(b"16"), Some(BucketBits::ThirtyTwo)),
+            BucketBits::Sixteen
+        );
+        assert_eq!(bucket_bits(Some(b"32"), None), BucketBits::ThirtyTwo);
+        assert_eq!(bucket_bits(Some(b"64"), None), BucketBits::Sixteen);
+        assert_eq!(
+            bucket_bits(Some(b"64"), Some(BucketBits::ThirtyTwo)),
+            BucketBits::ThirtyTwo
+        );
+    }
+
+    #[test]
+    fn output_naming_rules() {
+        assert_eq!(output_rule(Some(b""), Some(b"p")), OutputRule::Nothing);
+        assert_eq!(
+            output_rule(Some(b"/tmp/d"), Some(b"p"))
+                .path(42, b"app", false)
+                .unwrap(),
+            b"/tmp/d/42.app"
+        );
+        assert_eq!(
+            output_rule(Some(b"d/"), None)
+                .path(42, b"app", true)
+                .unwrap(),
+            b"d/42.app"
+        );
+        assert_eq!(
+            output_rule(None, Some(b"out/prof"))
+                .path(7, b"app", false)
+                .unwrap(),
+            b"out/prof.7"
+        );
+        assert_eq!(
+            output_rule(None, Some(b"")).path(7, b"app", false).unwrap(),
+            b"gmon.out"
+        );
+        assert_eq!(
+            output_rule(None, None).path(7, b"app", false).unwrap(),
+            b"gmon.out"
+        );
+        assert_eq!(
+            output_rule(None, None).path(7, b"app", true).unwrap(),
+            b"gmon.out.7"
+        );
+        assert_eq!(OutputRule::Nothing.path(7, b"app", false), None);
+    }
+}

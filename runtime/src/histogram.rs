@@ -1,0 +1,354 @@
+//! PC-sampling histograms: one per profiled module, laid over its executable segments.
+//!
+//! A bucket covers [`BYTES_PER_BUCKET`] bytes of text (4, glibc's granularity: at most one instruction start on
+//! x86_64 is lost between neighbours). Buckets are 16 or 32 bits wide (`LD_PROFILEBUCKET_SIZE`). The memory is
+//! reserved with `MAP_NORESERVE` anonymous pages, so only the pages whose buckets are hit ever cost RAM: a
+//! 100 MB library costs 50 MB of address space and a few pages of memory.
+//!
+//! Buckets are incremented with atomics from the SIGPROF handler of any thread; 16-bit buckets stop at 65535
+//! (saturate) instead of wrapping, and the histogram counts how many did.
+
+use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, Ordering};
+
+use mslprof_loader_hooks::LinkRange;
+
+use crate::sys;
+
+/// Text bytes covered by one bucket (a power of two).
+pub const BYTES_PER_BUCKET: u32 = 4;
+
+/// Width of one bucket.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BucketBits {
+    Sixteen,
+    ThirtyTwo,
+}
+
+impl BucketBits {
+    pub fn bits(self) -> u8 {
+        match self {
+            BucketBits::Sixteen => 16,
+            BucketBits::ThirtyTwo => 32,
+        }
+    }
+
+    fn bytes(self) -> usize {
+        usize::from(self.bits() / 8)
+    }
+
+    /// 16 or 32; anything else is not a bucket width.
+    pub fn from_bits(bits: i64) -> Option<BucketBits> {
+        match bits {
+            16 => Some(BucketBits::Sixteen),
+            32 => Some(BucketBits::ThirtyTwo),
+            _ => None,
+        }
+    }
+}
+
+/// One histogram range: buckets over `[start, end)` (link-time), the first of them at index `first_bucket`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HistogramRange {
+    pub start: u64,
+    pub end: u64,
+    pub first_bucket: usize,
+}
+
+impl HistogramRange {
+    pub fn bucket_count(&self) -> usize {
+        ((self.end - self.start) / u64::from(BYTES_PER_BUCKET)) as usize
+    }
+}
+
+/// The counters of one module. The memory is never unmapped: a signal handler may still hold a reference.
+#[derive(Debug)]
+pub struct Histogram {
+    base: usize,
+    bucket_bits: BucketBits,
+    ranges: Vec<HistogramRange>,
+    bucket_count: usize,
+    saturated: AtomicU64,
+}
+
+impl Histogram {
+    /// Reserves a zeroed histogram over `exec_ranges`; `None` when the address space cannot be reserved.
+    pub fn new(exec_ranges: &[LinkRange], bucket_bits: BucketBits) -> Option<Histogram> {
+        let ranges = bucket_ranges(exec_ranges);
+        let bucket_count = ranges
+            .last()
+            .map_or(0, |r| r.first_bucket + r.bucket_count());
+        let bytes = bucket_count.checked_mul(bucket_bits.bytes())?;
+        let base = if bytes == 0 {
+            0
+        } else {
+            sys::reserve_zeroed(bytes)?
+        };
+        Some(Histogram {
+            base,
+            bucket_bits,
+            ranges,
+            bucket_count,
+            saturated: AtomicU64::new(0),
+        })
+    }
+
+    pub fn bucket_bits(&self) -> BucketBits {
+        self.bucket_bits
+    }
+
+    pub fn ranges(&self) -> &[HistogramRange] {
+        &self.ranges
+    }
+
+    pub fn bucket_count(&self) -> usize {
+        self.bucket_count
+    }
+
+    /// How many 16-bit buckets reached 65535 and stopped counting.
+    pub fn saturated_buckets(&self) -> u64 {
+        self.saturated.load(Ordering::Relaxed)
+    }
+
+    /// The bucket index of a link-time address, if the histogram covers it.
+    pub fn bucket_of(&self, address: u64) -> Option<usize> {
+        let range = self
+            .ranges
+            .iter()
+            .find(|r| r.start <= address && address < r.end)?;
+        Some(range.first_bucket + ((address - range.start) / u64::from(BYTES_PER_BUCKET)) as usize)
+    }
+
+    /// Counts one sample at a link-time address. Async-signal-safe: atomics only. Returns false when the
+    /// address is outside the histogram.
+    pub fn record(&self, address: u64) -> bool {
+        let Some(index) = self.bucket_of(address) else {
+            return false;
+        };
+        match self.bucket_bits {
+            BucketBits::Sixteen => {
+                let bucket = &self.buckets16()[index];
+                let previous =
+                    bucket.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| c.checked_add(1));
+                if previous == Ok(u16::MAX - 1) {
+                    self.saturated.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            BucketBits::ThirtyTwo => {
+                let bucket = &self.buckets32()[index];
+                // Even 32-bit buckets never wrap (at 250 Hz that takes 200 days of CPU in 4 bytes of code).
+                let _ =
+                    bucket.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| c.checked_add(1));
+            }
+        }
+        true
+    }
+
+    /// The 16-bit buckets (empty for a 32-bit histogram).
+    pub fn buckets16(&self) -> &[AtomicU16] {
+        if self.bucket_bits != BucketBits::Sixteen || self.bucket_count == 0 {
+            return &[];
+        }
+        // SAFETY: `base` is a private anonymous mapping of bucket_count × 2 bytes, page-aligned, never unmapped;
+        // AtomicU16 has the layout of u16 and the memory is only ever accessed atomically or after sampling
+        // stopped.
+        unsafe { std::slice::from_raw_parts(self.base as *const AtomicU16, self.bucket_count) }
+    }
+
+    /// The 32-bit buckets (empty for a 16-bit histogram).
+    pub fn buckets32(&self) -> &[AtomicU32] {
+        if self.bucket_bits != BucketBits::ThirtyTwo || self.bucket_count == 0 {
+            return &[];
+        }
+        // SAFETY: as in buckets16, with 4-byte buckets.
+        unsafe { std::slice::from_raw_parts(self.base as *const AtomicU32, self.bucket_count) }
+    }
+
+    /// The buckets as plain integers, for the dump.
+    ///
+    /// # Safety
+    /// No thread may increment a bucket while the returned slice is alive (sampling stopped and every
+    /// SIGPROF handler finished).
+    pub unsafe fn quiescent_buckets16(&self) -> &[u16] {
+        let atomics = self.buckets16();
+        // SAFETY: same layout; the caller guarantees no concurrent writes.
+        unsafe { std::slice::from_raw_parts(atomics.as_ptr() as *const u16, atomics.len()) }
+    }
+
+    /// # Safety
+    /// As [`Histogram::quiescent_buckets16`].
+    pub unsafe fn quiescent_buckets32(&self) -> &[u32] {
+        let atomics = self.buckets32();
+        // SAFETY: same layout; the caller guarantees no concurrent writes.
+        unsafe { std::slice::from_raw_parts(atomics.as_ptr() as *const u32, atomics.len()) }
+    }
+
+    /// The non-zero buckets as (index, count), skipping pages that were never touched (they are all zero, and
+    /// reading them would only map the zero page). Meant for moments when no handler writes.
+    pub fn nonzero_buckets(&self) -> Vec<(u64, u32)> {
+        let width = self.bucket_bits.bytes();
+        let bytes = self.bucket_count * width;
+        let page = sys::page_size();
+        let resident = sys::resident_pages(self.base, bytes);
+        let mut entries = Vec::new();
+        for (page_index, first_byte) in (0..bytes).step_by(page).enumerate() {
+            if resident
+                .as_ref()
+                .is_some_and(|r| !r.get(page_index).copied().unwrap_or(true))
+            {
+                continue;
+            }
+            let first = first_byte / width;
+            let last = ((first_byte + page) / width).min(self.bucket_count);
+            for index in first..last {
+                let count = match self.bucket_bits {
+                    BucketBits::Sixteen => {
+                        u32::from(self.buckets16()[index].load(Ordering::Relaxed))
+                    }
+                    BucketBits::ThirtyTwo => self.buckets32()[index].load(Ordering::Relaxed),
+                };
+                if count != 0 {
+                    entries.push((index as u64, count));
+                }
+            }
+        }
+        entries
+    }
+
+    /// Sum of every bucket (for tests and sanity checks).
+    pub fn total(&self) -> u64 {
+        let sixteen = self
+            .buckets16()
+            .iter()
+            .map(|b| u64::from(b.load(Ordering::Relaxed)));
+        let thirty_two = self
+            .buckets32()
+            .iter()
+            .map(|b| u64::from(b.load(Ordering::Relaxed)));
+        sixteen.chain(thirty_two).sum()
+    }
+}
+
+/// Aligns each executable range outwards to whole buckets, merges ranges that then touch or overlap, and
+/// numbers their buckets end to end.
+fn bucket_ranges(exec_ranges: &[LinkRange]) -> Vec<HistogramRange> {
+    let step = u64::from(BYTES_PER_BUCKET);
+    let mut sorted: Vec<LinkRange> = exec_ranges
+        .iter()
+        .copied()
+        .filter(|r| !r.is_empty())
+        .collect();
+    sorted.sort();
+    let mut merged: Vec<(u64, u64)> = Vec::new();
+    for range in sorted {
+        let start = range.start & !(step - 1);
+        let end = range.end.saturating_add(step - 1) & !(step - 1);
+        match merged.last_mut() {
+            Some(last) if start <= last.1 => last.1 = last.1.max(end),
+            _ => merged.push((start, end)),
+        }
+    }
+    let mut first_bucket = 0;
+    merged
+        .into_iter()
+        .map(|(start, end)| {
+            let range = HistogramRange {
+                start,
+                end,
+                first_bucket,
+            };
+            first_bucket += range.bucket_count();
+            range
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_are_aligned_merged_and_numbered() {
+        let ranges = bucket_ranges(&[
+            LinkRange {
+                start: 0x2001,
+                end: 0x2003,
+            },
+            LinkRange {
+                start: 0x1002,
+                end: 0x1010,
+            },
+            LinkRange {
+                start: 0x1010,
+                end: 0x1011,
+            },
+        ]);
+        assert_eq!(
+            ranges,
+            vec![
+                HistogramRange {
+                    start: 0x1000,
+                    end: 0x1014,
+                    first_bucket: 0
+                },
+                HistogramRange {
+                    start: 0x2000,
+                    end: 0x2004,
+                    first_bucket: 5
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn sixteen_bit_buckets_saturate_and_are_counted_once() {
+        let h = Histogram::new(
+            &[LinkRange {
+                start: 0x1000,
+                end: 0x1100,
+            }],
+            BucketBits::Sixteen,
+        )
+        .unwrap();
+        assert!(!h.record(0xfff));
+        assert!(!h.record(0x1100));
+        for _ in 0..70_000 {
+            assert!(h.record(0x1005));
+        }
+        h.record(0x10ff);
+        assert_eq!(h.buckets16()[1].load(Ordering::Relaxed), u16::MAX);
+        assert_eq!(h.buckets16()[63].load(Ordering::Relaxed), 1);
+        assert_eq!(h.saturated_buckets(), 1);
+        assert_eq!(h.total(), 65_536);
+    }
+
+    #[test]
+    fn thirty_two_bit_buckets_count_past_65535() {
+        let h = Histogram::new(&[LinkRange { start: 0, end: 64 }], BucketBits::ThirtyTwo).unwrap();
+        for _ in 0..70_000 {
+            h.record(8);
+        }
+        assert_eq!(h.buckets32()[2].load(Ordering::Relaxed), 70_000);
+        assert_eq!(h.saturated_buckets(), 0);
+        assert!(h.buckets16().is_empty());
+    }
+
+    #[test]
+    fn large_histograms_cost_no_memory_until_touched() {
+        // 1 GiB of text → 512 MiB reserved; touching one bucket must not fault in the rest.
+        let h = Histogram::new(
+            &[LinkRange {
+                start: 0,
+                end: 1 << 30,
+            }],
+            BucketBits::Sixteen,
+        )
+        .unwrap();
+        assert_eq!(h.bucket_count(), 1 << 28);
+        assert!(h.record(12_345_678));
+        assert!(h.record(12_345_678));
+        assert!(h.record(1 << 29));
+        assert_eq!(h.buckets16()[12_345_678 / 4].load(Ordering::Relaxed), 2);
+        assert_eq!(h.buckets16()[1 << 27].load(Ordering::Relaxed), 1);
+        assert_eq!(h.nonzero_buckets(), vec![(12_345_678 / 4, 2), (1 << 27, 1)]);
+    }
+}

@@ -1,0 +1,297 @@
+//! The live module table: every module of the process, looked up by PC from signal handlers without locks.
+//!
+//! The table is an immutable, sorted array of address ranges published through one atomic pointer. Readers
+//! (the SIGPROF handler, mcount) load the pointer and binary-search: no lock, no allocation, async-signal-safe.
+//! Writers (start-up, and the loader hooks on dlopen/dlclose) serialise on a mutex, build a new table and
+//! publish it. Tables and [`LiveModule`]s are never freed, because a reader may still hold one: a retired table
+//! costs a few dozen bytes per module, and a module's counters must survive its unload anyway (they are dumped
+//! at exit as that load instance's data).
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
+
+use mslprof_loader_hooks::ModuleInfo;
+
+use crate::histogram::{BucketBits, Histogram};
+use crate::selection::Selection;
+
+/// A program counter in the running process (not yet relative to any module).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct RuntimePc(pub usize);
+
+/// An address of a module as its ELF file states it: runtime address − load bias.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct LinkAddress(pub u64);
+
+/// One load instance of one module.
+#[derive(Debug)]
+pub struct LiveModule {
+    /// Unique per load instance, never reused, never `UNKNOWN_KEY`.
+    pub key: u32,
+    /// Runtime address = link-time address + bias.
+    pub bias: usize,
+    /// LD_PROFILE selected it: it has a histogram (and, with the mcount half, arc storage).
+    pub profiled: bool,
+    /// 1, 2, … in the order modules were seen (start-up scan order, then each load).
+    pub load_order: u32,
+    pub info: ModuleInfo,
+    /// `None` for unprofiled modules, or when the histogram could not be reserved.
+    pub histogram: Option<Histogram>,
+    /// Samples whose PC fell in this module (profiled or not).
+    pub samples: AtomicU64,
+    /// Call-graph arcs into this module (recorded only when profiled; maps nothing until used).
+    pub arcs: crate::arcs::ArcTable,
+    /// 0 while loaded; else the unload order number.
+    unload_order: AtomicU32,
+    /// Executable ranges as runtime addresses `[start, end)`, sorted.
+    runtime_ranges: Vec<(usize, usize)>,
+}
+
+impl LiveModule {
+    pub fn new(
+        key: u32,
+        load_order: u32,
+        info: ModuleInfo,
+        profiled: bool,
+        bucket_bits: BucketBits,
+    ) -> LiveModule {
+        let histogram = if profiled {
+            Histogram::new(&info.exec_ranges, bucket_bits)
+        } else {
+            None
+        };
+        let runtime_ranges = info
+            .exec_ranges
+            .iter()
+            .map(|r| {
+                (
+                    info.bias.wrapping_add(r.start as usize),
+                    info.bias.wrapping_add(r.end as usize),
+                )
+            })
+            .collect();
+        LiveModule {
+            key,
+            bias: info.bias,
+            profiled,
+            load_order,
+            info,
+            histogram,
+            samples: AtomicU64::new(0),
+            arcs: crate::arcs::ArcTable::new(),
+            unload_order: AtomicU32::new(0),
+            runtime_ranges,
+        }
+    }
+
+    /// Whether `pc` is in one of this module's executable segments.
+    pub fn contains(&self, pc: usize) -> bool {
+        self.runtime_ranges
+            .iter()
+            .any(|&(start, end)| start <= pc && pc < end)
+    }
+
+    /// The one conversion between the two address spaces.
+    pub fn link_address(&self, pc: RuntimePc) -> LinkAddress {
+        LinkAddress(pc.0.wrapping_sub(self.bias) as u64)
+    }
+
+    /// Counts one sample at `pc` (which must be in this module). Async-signal-safe.
+    pub fn record_sample(&self, pc: RuntimePc) {
+        self.samples.fetch_add(1, Ordering::Relaxed);
+        if let Some(histogram) = &self.histogram {
+            histogram.record(self.link_address(pc).0);
+        }
+    }
+
+    pub fn unload_order(&self) -> u32 {
+        self.unload_order.load(Ordering::Relaxed)
+    }
+
+    pub fn is_unloaded(&self) -> bool {
+        self.unload_order() != 0
+    }
+}
+
+/// One published table.
+#[derive(Debug, Default)]
+pub(crate) struct Table {
+    /// Executable ranges of loaded modules, sorted by start, non-overlapping.
+    by_address: Vec<(usize, usize, &'static LiveModule)>,
+    /// Every load instance ever created, loaded or not, in load order.
+    all: Vec<&'static LiveModule>,
+}
+
+/// The published table (read directly by the mcount fast path in `sys` as its generation).
+pub(crate) static CURRENT: AtomicPtr<Table> = AtomicPtr::new(std::ptr::null_mut());
+static WRITER: Mutex<()> = Mutex::new(());
+static NEXT_KEY: AtomicU32 = AtomicU32::new(1);
+static NEXT_UNLOAD: AtomicU32 = AtomicU32::new(1);
+
+fn current() -> Option<&'static Table> {
+    let table = CURRENT.load(Ordering::Acquire);
+    // SAFETY: every non-null pointer stored in CURRENT comes from Box::leak and is never freed.
+    unsafe { table.as_ref() }
+}
+
+/// The loaded module whose executable segments contain `pc`. Lock-free and async-signal-safe.
+pub fn find(pc: usize) -> Option<&'static LiveModule> {
+    let table = current()?;
+    let slots = &table.by_address;
+    let after = slots.partition_point(|&(start, _, _)| start <= pc);
+    let &(_, end, module) = slots.get(after.checked_sub(1)?)?;
+    (pc < end).then_some(module)
+}
+
+/// Changes whenever a new table is published (a load or unload): a cache of lookups made under one
+/// generation is stale under another (used by the mcount call cache).
+pub fn generation() -> usize {
+    CURRENT.load(Ordering::Acquire) as usize
+}
+
+/// Every load instance created so far, in load order (loaded and unloaded ones).
+pub fn all() -> &'static [&'static LiveModule] {
+    current().map_or(&[], |t| t.all.as_slice())
+}
+
+/// The load instance with this key (loaded or unloaded).
+pub fn by_key(key: u32) -> Option<&'static LiveModule> {
+    all().iter().copied().find(|m| m.key == key)
+}
+
+/// How new modules are set up: which ones are profiled and with which bucket width.
+#[derive(Debug)]
+pub struct ModulePolicy<'a> {
+    pub selection: &'a Selection,
+    pub bucket_bits: BucketBits,
+}
+
+/// A change to the table, applied atomically by [`update`].
+#[derive(Debug)]
+pub struct TableUpdate<'a> {
+    policy: &'a ModulePolicy<'a>,
+    all: Vec<&'static LiveModule>,
+}
+
+impl TableUpdate<'_> {
+    /// Adds a newly loaded module (gets a new key) and returns it.
+    pub fn add(&mut self, info: ModuleInfo) -> &'static LiveModule {
+        let key = NEXT_KEY.fetch_add(1, Ordering::Relaxed);
+        let profiled = self.policy.selection.selects(&info);
+        let module = LiveModule::new(key, key, info, profiled, self.policy.bucket_bits);
+        let module: &'static LiveModule = Box::leak(Box::new(module));
+        self.all.push(module);
+        module
+    }
+
+    /// Marks a module unloaded: it leaves the address lookup but keeps its data for the dump.
+    pub fn unload(&mut self, key: u32) {
+        if let Some(module) = self.all.iter().find(|m| m.key == key && !m.is_unloaded()) {
+            module.unload_order.store(
+                NEXT_UNLOAD.fetch_add(1, Ordering::Relaxed),
+                Ordering::Relaxed,
+            );
+        }
+    }
+
+    /// Loaded modules, in load order.
+    pub fn loaded(&self) -> impl Iterator<Item = &'static LiveModule> + '_ {
+        self.all.iter().copied().filter(|m| !m.is_unloaded())
+    }
+}
+
+/// Applies `change` and publishes the resulting table. Writers are serialised; readers never wait.
+pub fn update<R>(policy: &ModulePolicy<'_>, change: impl FnOnce(&mut TableUpdate<'_>) -> R) -> R {
+    let _writer = WRITER
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut pending = TableUpdate {
+        policy,
+        all: all().to_vec(),
+    };
+    let result = change(&mut pending);
+    let mut by_address: Vec<(usize, usize, &'static LiveModule)> = pending
+        .loaded()
+        .flat_map(|m| {
+            m.runtime_ranges
+                .iter()
+                .map(move |&(start, end)| (start, end, m))
+        })
+        .filter(|&(start, end, _)| start < end)
+        .collect();
+    by_address.sort_by_key(|&(start, end, _)| (start, end));
+    // Overlapping ranges would make the binary search ambiguous; a later module cannot overlap a loaded one in
+    // a sane process, but keep the table well-formed whatever the loader reported.
+    by_address.dedup_by(|next, previous| next.0 < previous.1);
+    let table = Box::leak(Box::new(Table {
+        by_address,
+        all: pending.all,
+    }));
+    CURRENT.store(table, Ordering::Release);
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mslprof_loader_hooks::LinkRange;
+
+    fn info(name: &str, bias: usize, ranges: &[(u64, u64)]) -> ModuleInfo {
+        ModuleInfo {
+            bias,
+            path: format!("/lib/{name}").into_bytes(),
+            file_name: name.as_bytes().to_vec(),
+            exec_ranges: ranges
+                .iter()
+                .map(|&(start, end)| LinkRange { start, end })
+                .collect(),
+            ..ModuleInfo::default()
+        }
+    }
+
+    // One test owns the global table, so the checks run in a fixed order.
+    #[test]
+    fn find_add_unload_and_reload() {
+        let selection = Selection::parse(Some(b"liba.so"));
+        let policy = ModulePolicy {
+            selection: &selection,
+            bucket_bits: BucketBits::Sixteen,
+        };
+        let (a, b) = update(&policy, |u| {
+            (
+                u.add(info("liba.so", 0x10_0000, &[(0x1000, 0x2000)])),
+                u.add(info("libb.so", 0x20_0000, &[(0, 0x100)])),
+            )
+        });
+        assert!(a.profiled && a.histogram.is_some());
+        assert!(!b.profiled && b.histogram.is_none());
+        assert_ne!(a.key, b.key);
+        assert_eq!(find(0x10_1000).map(|m| m.key), Some(a.key));
+        assert_eq!(find(0x10_1fff).map(|m| m.key), Some(a.key));
+        assert!(find(0x10_2000).is_none());
+        assert!(find(0x10_0fff).is_none());
+        assert_eq!(find(0x20_0000).map(|m| m.key), Some(b.key));
+        assert!(a.contains(0x10_1234) && !a.contains(0x20_0000));
+        assert_eq!(a.link_address(RuntimePc(0x10_1234)), LinkAddress(0x1234));
+
+        a.record_sample(RuntimePc(0x10_1234));
+        assert_eq!(a.samples.load(Ordering::Relaxed), 1);
+        assert_eq!(a.histogram.as_ref().unwrap().total(), 1);
+
+        update(&policy, |u| u.unload(a.key));
+        assert!(a.is_unloaded());
+        assert!(find(0x10_1234).is_none());
+        let again = update(&policy, |u| {
+            u.add(info("liba.so", 0x10_0000, &[(0x1000, 0x2000)]))
+        });
+        assert_ne!(again.key, a.key, "a reload is a new load instance");
+        assert_eq!(find(0x10_1234).map(|m| m.key), Some(again.key));
+        assert_eq!(
+            again.samples.load(Ordering::Relaxed),
+            0,
+            "a reload never inherits the old counts"
+        );
+        assert_eq!(all().len(), 3);
+        assert_eq!(by_key(a.key).map(|m| m.unload_order()), Some(1));
+    }
+}

@@ -1,0 +1,252 @@
+//! PC sampling on CPU time: one CPU-time timer per thread, a SIGPROF handler that counts the interrupted PC.
+//!
+//! Every thread gets its own `timer_create(CLOCK_THREAD_CPUTIME_ID)` timer that signals that very thread
+//! (`SIGEV_THREAD_ID`), so each thread is sampled in proportion to its own CPU time (a process-wide
+//! ITIMER_PROF picks whichever thread happens to run). The main thread's timer is started at start-up; threads
+//! created later get theirs from our `pthread_create`, which wraps the start routine. A pthread key destructor
+//! deletes a thread's timer when the thread ends.
+//!
+//! The handler is async-signal-safe: atomics only, no allocation, no lock, errno saved and restored. Our timer
+//! signals carry a cookie in `si_value`; any other SIGPROF (the program's own ITIMER_PROF, `kill`) is passed to
+//! the program's disposition (see `program_sigprof`).
+//!
+//! The true sample period is measured from the timers' overrun counts: when the kernel tick is longer than
+//! the requested period, one signal stands for `1 + si_overrun` periods.
+
+use std::os::raw::c_void;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+
+use crate::modules::{self, RuntimePc};
+use crate::program_sigprof;
+use crate::sys;
+
+/// Marks our timers' signals: its address is the `si_value` of every sampling SIGPROF.
+static COOKIE: u8 = 0;
+static STARTED: AtomicBool = AtomicBool::new(false);
+static SAMPLING: AtomicBool = AtomicBool::new(false);
+static HANDLERS_RUNNING: AtomicUsize = AtomicUsize::new(0);
+static PERIOD_NS: AtomicU64 = AtomicU64::new(0);
+static THREAD_KEY: AtomicUsize = AtomicUsize::new(usize::MAX);
+static TIMER_FAILURES: AtomicU64 = AtomicU64::new(0);
+
+/// Process-wide sample counters.
+pub static TOTAL_SAMPLES: AtomicU64 = AtomicU64::new(0);
+pub static UNKNOWN_SAMPLES: AtomicU64 = AtomicU64::new(0);
+pub static OVERRUNS: AtomicU64 = AtomicU64::new(0);
+
+fn cookie() -> usize {
+    &COOKIE as *const u8 as usize
+}
+
+/// Requested period for `hz` samples per second.
+pub fn period_for(hz: u32) -> u64 {
+    1_000_000_000 / u64::from(hz.max(1))
+}
+
+/// Installs the handler and starts the calling thread's timer. Later threads start theirs in
+/// [`thread_started`]. Returns false (and leaves the process untouched) when the handler cannot be installed.
+pub fn start(hz: u32) -> bool {
+    PERIOD_NS.store(period_for(hz), Ordering::Relaxed);
+    if THREAD_KEY.load(Ordering::Relaxed) == usize::MAX {
+        match sys::create_thread_key(delete_thread_timer) {
+            Some(key) => THREAD_KEY.store(key as usize, Ordering::Relaxed),
+            None => return false,
+        }
+    }
+    if !program_sigprof::install_sampling_handler(on_sigprof) {
+        return false;
+    }
+    STARTED.store(true, Ordering::Release);
+    SAMPLING.store(true, Ordering::Release);
+    arm_current_thread();
+    true
+}
+
+/// Starts the calling thread's CPU-time timer (also usable after fork, whose child has no timers).
+pub fn arm_current_thread() {
+    let period = PERIOD_NS.load(Ordering::Relaxed);
+    if period == 0 || !is_started() {
+        return;
+    }
+    match sys::start_thread_cpu_timer(libc::SIGPROF, cookie(), period) {
+        Ok(timer) => {
+            let key = THREAD_KEY.load(Ordering::Relaxed);
+            if key != usize::MAX {
+                // Stored +1 so that timer id 0 is not the "no value" null pointer.
+                sys::set_thread_value(key as libc::pthread_key_t, timer.id() + 1);
+            }
+        }
+        Err(error) => {
+            if TIMER_FAILURES.fetch_add(1, Ordering::Relaxed) == 0 {
+                let text = error.to_string();
+                sys::stderr_line(&[
+                    b"mslprof: cannot start a CPU-time timer (errno ",
+                    text.as_bytes(),
+                    b"); a thread is not sampled\n",
+                ]);
+            }
+        }
+    }
+}
+
+unsafe extern "C" fn delete_thread_timer(value: *mut c_void) {
+    if !value.is_null() {
+        sys::delete_timer(sys::ThreadTimer::from_id(value as usize - 1));
+    }
+}
+
+/// Stops counting and waits (briefly) until no handler is inside the counters, so the histograms can be read
+/// as plain memory. The timers keep firing into a handler that now returns at once.
+pub fn stop_and_quiesce() {
+    SAMPLING.store(false, Ordering::SeqCst);
+    for _ in 0..100_000 {
+        if HANDLERS_RUNNING.load(Ordering::SeqCst) == 0 {
+            return;
+        }
+        std::hint::spin_loop();
+        std::thread::yield_now();
+    }
+}
+
+/// Resumes counting after [`stop_and_quiesce`].
+pub fn resume() {
+    if PERIOD_NS.load(Ordering::Relaxed) != 0 {
+        SAMPLING.store(true, Ordering::SeqCst);
+    }
+}
+
+/// The handler is installed and threads get timers (even while counting is paused).
+pub fn is_started() -> bool {
+    STARTED.load(Ordering::Acquire)
+}
+
+pub fn is_sampling() -> bool {
+    SAMPLING.load(Ordering::Relaxed)
+}
+
+/// The requested period in nanoseconds (0 before [`start`]).
+pub fn requested_period_ns() -> u64 {
+    PERIOD_NS.load(Ordering::Relaxed)
+}
+
+/// The true average period of one sample: the requested period × (signals + overruns) / signals.
+pub fn measured_period_ns() -> u64 {
+    let period = requested_period_ns();
+    let signals = TOTAL_SAMPLES.load(Ordering::Relaxed);
+    if signals == 0 {
+        return period;
+    }
+    let periods = signals + OVERRUNS.load(Ordering::Relaxed);
+    (u128::from(period) * u128::from(periods) / u128::from(signals)) as u64
+}
+
+/// Counts one sample at `pc`. Async-signal-safe; also the test hook for the no-allocation test.
+pub fn record_pc(pc: usize) {
+    TOTAL_SAMPLES.fetch_add(1, Ordering::Relaxed);
+    match modules::find(pc) {
+        Some(module) => module.record_sample(RuntimePc(pc)),
+        None => {
+            UNKNOWN_SAMPLES.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+extern "C" fn on_sigprof(signal: i32, info: *mut libc::siginfo_t, context: *mut c_void) {
+    let _errno = sys::ErrnoGuard::save();
+    // SAFETY: the kernel passed `info` to this SA_SIGINFO handler.
+    let origin = unsafe { sys::signal_origin(info) };
+    if origin.code != sys::SI_TIMER || origin.value != cookie() {
+        // SAFETY: the kernel's arguments to this handler.
+        unsafe { program_sigprof::forward(signal, info, context) };
+        return;
+    }
+    HANDLERS_RUNNING.fetch_add(1, Ordering::SeqCst);
+    if SAMPLING.load(Ordering::SeqCst) {
+        if origin.overrun > 0 {
+            OVERRUNS.fetch_add(origin.overrun as u64, Ordering::Relaxed);
+        }
+        // SAFETY: the kernel passed `context` to this SA_SIGINFO handler.
+        let pc = unsafe { sys::interrupted_pc(context) };
+        record_pc(pc);
+    }
+    HANDLERS_RUNNING.fetch_sub(1, Ordering::SeqCst);
+}
+
+/// What our `pthread_create` hands to the real one: the program's start routine and argument.
+struct ThreadStart {
+    routine: extern "C" fn(*mut c_void) -> *mut c_void,
+    argument: *mut c_void,
+}
+
+extern "C" fn start_sampled_thread(start: *mut c_void) -> *mut c_void {
+    // SAFETY: `start` is the Box leaked by `create_thread` for exactly this thread.
+    let ThreadStart { routine, argument } = *unsafe { Box::from_raw(start as *mut ThreadStart) };
+    if std::panic::catch_unwind(arm_current_thread).is_err() {
+        crate::internal_fault(b"thread start");
+    }
+    routine(argument)
+}
+
+type PthreadCreate = unsafe extern "C" fn(
+    *mut libc::pthread_t,
+    *const libc::pthread_attr_t,
+    extern "C" fn(*mut c_void) -> *mut c_void,
+    *mut c_void,
+) -> i32;
+
+static REAL_PTHREAD_CREATE: AtomicUsize = AtomicUsize::new(0);
+
+/// Our `pthread_create`: the program's thread, started through [`start_sampled_thread`] so it gets a timer.
+///
+/// # Safety
+/// The arguments are those of `pthread_create(3)`.
+pub unsafe fn create_thread(
+    thread: *mut libc::pthread_t,
+    attributes: *const libc::pthread_attr_t,
+    routine: extern "C" fn(*mut c_void) -> *mut c_void,
+    argument: *mut c_void,
+) -> i32 {
+    let mut real = REAL_PTHREAD_CREATE.load(Ordering::Relaxed);
+    if real == 0 {
+        real = sys::next_symbol(c"pthread_create").unwrap_or(0);
+        REAL_PTHREAD_CREATE.store(real, Ordering::Relaxed);
+    }
+    if real == 0 {
+        return libc::EAGAIN;
+    }
+    // SAFETY: `real` is the next pthread_create, with this signature.
+    let real: PthreadCreate = unsafe { std::mem::transmute::<usize, PthreadCreate>(real) };
+    if !crate::ensure_started() || !is_started() {
+        // SAFETY: plain pass-through of the caller's arguments.
+        return unsafe { real(thread, attributes, routine, argument) };
+    }
+    let start = Box::into_raw(Box::new(ThreadStart { routine, argument }));
+    // SAFETY: the caller's arguments, with our start routine, which takes ownership of `start`.
+    let result = unsafe {
+        real(
+            thread,
+            attributes,
+            start_sampled_thread,
+            start as *mut c_void,
+        )
+    };
+    if result != 0 {
+        // SAFETY: the thread was not created, so `start` is still ours.
+        drop(unsafe { Box::from_raw(start) });
+    }
+    result
+}
+
+/// Test hook, exported from libmslprof.so: counts `count` samples at `pc` through the same path as the
+/// SIGPROF handler. It exists so tests can reach 16-bit saturation (65 535 samples in one bucket) without
+/// hours of CPU time; it does nothing unless profiling is active.
+#[unsafe(no_mangle)]
+pub extern "C" fn mslprof_test_inject_samples(pc: *const c_void, count: libc::c_ulong) {
+    let _ = std::panic::catch_unwind(|| {
+        if crate::ensure_started() && is_sampling() {
+            for _ in 0..count {
+                record_pc(pc as usize);
+            }
+        }
+    });
+}

@@ -1,0 +1,706 @@
+//! The one place where the runtime calls libc or reads machine state: memory reservation, stderr lines,
+//! errno, auxiliary vector, symbol lookup.
+
+use std::ffi::CStr;
+use std::os::raw::c_void;
+
+/// Reserves `len` bytes of zeroed, private, anonymous memory that costs nothing until touched.
+pub fn reserve_zeroed(len: usize) -> Option<usize> {
+    // SAFETY: an anonymous private mapping at an address the kernel picks has no preconditions.
+    let address = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    (address != libc::MAP_FAILED).then_some(address as usize)
+}
+
+/// Writes the concatenation of `parts` to stderr with one write(2) call when it fits 1 KiB (so lines from
+/// several processes do not interleave). No allocation; safe in a signal handler. errno is preserved.
+pub fn stderr_line(parts: &[&[u8]]) {
+    let saved = ErrnoGuard::save();
+    let mut buffer = [0u8; 1024];
+    let mut used = 0;
+    for part in parts {
+        let n = part.len().min(buffer.len() - used);
+        buffer[used..used + n].copy_from_slice(&part[..n]);
+        used += n;
+    }
+    if used == buffer.len() {
+        buffer[used - 1] = b'\n';
+    }
+    write_all(2, &buffer[..used]).ok();
+    drop(saved);
+}
+
+/// Restores errno when dropped.
+pub struct ErrnoGuard(i32);
+
+impl ErrnoGuard {
+    pub fn save() -> ErrnoGuard {
+        // SAFETY: __errno_location returns this thread's errno slot, valid for the thread's life.
+        ErrnoGuard(unsafe { *libc::__errno_location() })
+    }
+}
+
+impl Drop for ErrnoGuard {
+    fn drop(&mut self) {
+        // SAFETY: as in save.
+        unsafe { *libc::__errno_location() = self.0 };
+    }
+}
+
+/// This thread's errno.
+pub fn errno() -> i32 {
+    // SAFETY: as in ErrnoGuard::save.
+    unsafe { *libc::__errno_location() }
+}
+
+/// Writes all of `bytes` to `fd`, retrying on EINTR and short writes.
+pub fn write_all(fd: i32, mut bytes: &[u8]) -> Result<(), i32> {
+    while !bytes.is_empty() {
+        // SAFETY: the pointer and length describe a live slice.
+        let n = unsafe { libc::write(fd, bytes.as_ptr() as *const c_void, bytes.len()) };
+        if n < 0 {
+            let e = errno();
+            if e == libc::EINTR {
+                continue;
+            }
+            return Err(e);
+        }
+        bytes = &bytes[n as usize..];
+    }
+    Ok(())
+}
+
+/// `getauxval(AT_SECURE) != 0`: the process runs setuid/setgid or with other elevated credentials.
+pub fn is_secure_execution() -> bool {
+    // SAFETY: getauxval has no preconditions.
+    unsafe { libc::getauxval(libc::AT_SECURE) != 0 }
+}
+
+/// The next definition of `name` after this library (`dlsym(RTLD_NEXT)`), e.g. libc's `sigaction`.
+pub fn next_symbol(name: &CStr) -> Option<usize> {
+    // SAFETY: dlsym with RTLD_NEXT and a NUL-terminated name has no further preconditions.
+    let address = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) };
+    (!address.is_null()).then_some(address as usize)
+}
+
+/// The global definition of `name` (`dlsym(RTLD_DEFAULT)`), e.g. a symbol the program defines.
+pub fn global_symbol(name: &CStr) -> Option<usize> {
+    // SAFETY: as in next_symbol.
+    let address = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
+    (!address.is_null()).then_some(address as usize)
+}
+
+/// Reads an `int` at an address a symbol lookup returned.
+///
+/// # Safety
+/// `address` must be the address of a live, aligned `int`.
+pub unsafe fn read_int(address: usize) -> i32 {
+    // SAFETY: guaranteed by the caller.
+    unsafe { std::ptr::read_volatile(address as *const i32) }
+}
+
+pub fn getpid() -> u32 {
+    // SAFETY: getpid has no preconditions.
+    unsafe { libc::getpid() as u32 }
+}
+
+pub fn getppid() -> u32 {
+    // SAFETY: getppid has no preconditions.
+    unsafe { libc::getppid() as u32 }
+}
+
+/// The kernel thread id of the calling thread.
+pub fn gettid() -> i32 {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::gettid() }
+}
+
+/// `clock_gettime(clock)` in nanoseconds (0 on failure).
+pub fn clock_ns(clock: libc::clockid_t) -> i64 {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `now` is a valid out-pointer.
+    if unsafe { libc::clock_gettime(clock, &mut now) } != 0 {
+        return 0;
+    }
+    now.tv_sec
+        .saturating_mul(1_000_000_000)
+        .saturating_add(now.tv_nsec)
+}
+
+pub use libc::CLOCK_REALTIME;
+
+/// A per-thread CPU-time timer (the kernel's timer id).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ThreadTimer(usize);
+
+impl ThreadTimer {
+    pub fn id(self) -> usize {
+        self.0
+    }
+
+    pub fn from_id(id: usize) -> ThreadTimer {
+        ThreadTimer(id)
+    }
+}
+
+/// Creates a timer on the calling thread's CPU clock that sends `signal` to the calling thread with
+/// `cookie` as its `si_value`, firing every `period_ns` nanoseconds of this thread's CPU time.
+pub fn start_thread_cpu_timer(
+    signal: i32,
+    cookie: usize,
+    period_ns: u64,
+) -> Result<ThreadTimer, i32> {
+    // SAFETY: sigevent is plain data; all-zero is a valid starting value.
+    let mut event: libc::sigevent = unsafe { std::mem::zeroed() };
+    event.sigev_notify = libc::SIGEV_THREAD_ID;
+    event.sigev_signo = signal;
+    event.sigev_value = libc::sigval {
+        sival_ptr: cookie as *mut c_void,
+    };
+    event.sigev_notify_thread_id = gettid();
+    let mut timer: libc::timer_t = std::ptr::null_mut();
+    // SAFETY: both pointers are valid for the call; CLOCK_THREAD_CPUTIME_ID names the calling thread's clock.
+    if unsafe { libc::timer_create(libc::CLOCK_THREAD_CPUTIME_ID, &mut event, &mut timer) } != 0 {
+        return Err(errno());
+    }
+    let period = libc::timespec {
+        tv_sec: (period_ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (period_ns % 1_000_000_000) as libc::c_long,
+    };
+    let spec = libc::itimerspec {
+        it_interval: period,
+        it_value: period,
+    };
+    // SAFETY: `timer` was just created; `spec` is valid; the old value is not wanted.
+    if unsafe { libc::timer_settime(timer, 0, &spec, std::ptr::null_mut()) } != 0 {
+        let error = errno();
+        // SAFETY: deleting the timer we just created.
+        unsafe { libc::timer_delete(timer) };
+        return Err(error);
+    }
+    Ok(ThreadTimer(timer as usize))
+}
+
+/// Deletes a timer created by [`start_thread_cpu_timer`].
+pub fn delete_timer(timer: ThreadTimer) {
+    // SAFETY: the id came from timer_create; a stale id only makes timer_delete fail with EINVAL.
+    unsafe { libc::timer_delete(timer.0 as libc::timer_t) };
+}
+
+/// A thread-specific slot whose destructor runs at thread exit (pthread keys).
+pub fn create_thread_key(
+    destructor: unsafe extern "C" fn(*mut c_void),
+) -> Option<libc::pthread_key_t> {
+    let mut key: libc::pthread_key_t = 0;
+    // SAFETY: `key` is a valid out-pointer; the destructor is a valid function for the process's life.
+    (unsafe { libc::pthread_key_create(&mut key, Some(destructor)) } == 0).then_some(key)
+}
+
+pub fn set_thread_value(key: libc::pthread_key_t, value: usize) {
+    // SAFETY: the key was created by create_thread_key and is never deleted.
+    unsafe { libc::pthread_setspecific(key, value as *const c_void) };
+}
+
+/// The fields of a SIGPROF's siginfo that the sampler needs.
+#[derive(Clone, Copy, Debug)]
+pub struct SignalOrigin {
+    pub code: i32,
+    pub value: usize,
+    pub overrun: i32,
+}
+
+/// Reads code, timer value and overrun count from a handler's siginfo.
+///
+/// # Safety
+/// `info` must be the siginfo pointer the kernel passed to an SA_SIGINFO handler, or null.
+pub unsafe fn signal_origin(info: *const libc::siginfo_t) -> SignalOrigin {
+    // SAFETY: guaranteed by the caller.
+    let Some(info) = (unsafe { info.as_ref() }) else {
+        return SignalOrigin {
+            code: 0,
+            value: 0,
+            overrun: 0,
+        };
+    };
+    if info.si_code != libc::SI_TIMER {
+        return SignalOrigin {
+            code: info.si_code,
+            value: 0,
+            overrun: 0,
+        };
+    }
+    // SAFETY: for SI_TIMER the timer fields of the union are the ones the kernel filled in.
+    let (value, overrun) = unsafe { (info.si_value().sival_ptr as usize, info.si_overrun()) };
+    SignalOrigin {
+        code: info.si_code,
+        value,
+        overrun,
+    }
+}
+
+pub use libc::SI_TIMER;
+
+/// The interrupted program counter from a handler's ucontext.
+///
+/// # Safety
+/// `context` must be the ucontext pointer the kernel passed to an SA_SIGINFO handler, or null.
+pub unsafe fn interrupted_pc(context: *const c_void) -> usize {
+    let context = context as *const libc::ucontext_t;
+    // SAFETY: guaranteed by the caller.
+    let Some(context) = (unsafe { context.as_ref() }) else {
+        return 0;
+    };
+    #[cfg(target_arch = "x86_64")]
+    {
+        context.uc_mcontext.gregs[libc::REG_RIP as usize] as usize
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        context.uc_mcontext.pc as usize
+    }
+}
+
+pub type SignalHandler = extern "C" fn(i32, *mut libc::siginfo_t, *mut c_void);
+pub type SigactionFn =
+    unsafe extern "C" fn(i32, *const libc::sigaction, *mut libc::sigaction) -> i32;
+
+/// Calls the real `sigaction` (found with [`next_symbol`]; our own exported one interposes it).
+///
+/// # Safety
+/// `real` must be libc's `sigaction`; the pointers must be null or valid.
+pub unsafe fn call_sigaction(
+    real: usize,
+    signal: i32,
+    action: *const libc::sigaction,
+    old: *mut libc::sigaction,
+) -> i32 {
+    // SAFETY: `real` is libc's sigaction (caller's guarantee), whose signature is SigactionFn.
+    let real: SigactionFn = unsafe { std::mem::transmute::<usize, SigactionFn>(real) };
+    // SAFETY: pointers valid or null, as the caller guarantees.
+    unsafe { real(signal, action, old) }
+}
+
+/// A sigaction that runs `handler` with SA_SIGINFO | SA_RESTART and nothing else blocked.
+pub fn sampling_action(handler: SignalHandler) -> libc::sigaction {
+    // SAFETY: sigaction is plain data; all-zero is valid (empty mask, no flags).
+    let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
+    action.sa_sigaction = handler as usize;
+    action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+    action
+}
+
+/// Blocks the signals of `mask` in this thread for the life of the returned guard. Async-signal-safe.
+pub struct MaskGuard(libc::sigset_t);
+
+impl MaskGuard {
+    pub fn block(mask: &libc::sigset_t) -> MaskGuard {
+        // SAFETY: sigset_t is plain data.
+        let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+        // SAFETY: both pointers are valid.
+        unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, mask, &mut old) };
+        MaskGuard(old)
+    }
+}
+
+impl Drop for MaskGuard {
+    fn drop(&mut self) {
+        // SAFETY: restoring the mask saved in `block`.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.0, std::ptr::null_mut()) };
+    }
+}
+
+/// Unblocks `signal` in this thread and sends it to the thread (used to give a signal its default action).
+pub fn unblock_and_raise(signal: i32) {
+    // SAFETY: sigset_t is plain data; the calls get valid pointers.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, signal);
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+        libc::raise(signal);
+    }
+}
+
+/// Calls a program's signal handler as the kernel would have.
+///
+/// # Safety
+/// `handler` must be the address of a handler the program installed, with the SA_SIGINFO calling convention
+/// when `siginfo` is true; `info` and `context` are the ones our handler received.
+pub unsafe fn call_program_handler(
+    handler: usize,
+    siginfo: bool,
+    signal: i32,
+    info: *mut libc::siginfo_t,
+    context: *mut c_void,
+) {
+    if siginfo {
+        // SAFETY: the program registered it with SA_SIGINFO, so it has this signature.
+        let handler: SignalHandler =
+            unsafe { std::mem::transmute::<usize, SignalHandler>(handler) };
+        handler(signal, info, context);
+    } else {
+        // SAFETY: a plain handler takes only the signal number.
+        let handler: extern "C" fn(i32) =
+            unsafe { std::mem::transmute::<usize, extern "C" fn(i32)>(handler) };
+        handler(signal);
+    }
+}
+
+/// Registers `function` to run at `exit()` (in this library's `__cxa_atexit` list).
+pub fn at_exit(function: extern "C" fn()) -> bool {
+    // SAFETY: the function lives as long as the library, which is never unloaded while the process runs.
+    unsafe { libc::atexit(function) == 0 }
+}
+
+/// The first element of `/proc/self/cmdline` (argv[0]).
+pub fn argv0() -> Vec<u8> {
+    std::fs::read("/proc/self/cmdline")
+        .ok()
+        .and_then(|c| c.split(|&b| b == 0).next().map(<[u8]>::to_vec))
+        .unwrap_or_default()
+}
+
+/// Which pages of `[address, address + len)` are resident (`mincore`); `None` if the kernel refuses.
+/// `address` must be page-aligned.
+pub fn resident_pages(address: usize, len: usize) -> Option<Vec<bool>> {
+    let page = page_size();
+    let pages = len.div_ceil(page);
+    let mut vector = vec![0u8; pages];
+    // SAFETY: `vector` has one byte per page of the range; mincore only writes into it.
+    let result = unsafe { libc::mincore(address as *mut c_void, len, vector.as_mut_ptr()) };
+    (result == 0).then(|| vector.iter().map(|b| b & 1 != 0).collect())
+}
+
+pub fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if size > 0 { size as usize } else { 4096 }
+}
+
+// ==== rt-mcount section: memory for arc tables, mcount stubs, gmon interposition helpers ====
+
+/// Runs `f` and restores `errno` afterwards, so calls made from `mcount` or a signal handler leave
+/// the interrupted code's `errno` untouched.
+fn preserving_errno<T>(f: impl FnOnce() -> T) -> T {
+    // SAFETY: __errno_location returns the calling thread's errno slot; it is always valid and
+    // async-signal-safe.
+    let slot = unsafe { libc::__errno_location() };
+    // SAFETY: `slot` points to this thread's errno.
+    let saved = unsafe { *slot };
+    let result = f();
+    // SAFETY: as above.
+    unsafe { *slot = saved };
+    result
+}
+
+/// Maps `len` bytes of zeroed, private, anonymous memory; `None` if the kernel refuses.
+/// Async-signal-safe (one system call), errno preserved.
+pub fn map_zeroed(len: usize) -> Option<*mut u8> {
+    preserving_errno(|| {
+        // SAFETY: an anonymous private mapping at an address of the kernel's choice touches no
+        // existing memory.
+        let base = unsafe {
+            libc::mmap(
+                core::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        (base != libc::MAP_FAILED).then_some(base.cast::<u8>())
+    })
+}
+
+/// Unmaps memory obtained from [`map_zeroed`].
+///
+/// # Safety
+/// `base` and `len` must be exactly a mapping returned by [`map_zeroed`], and nothing may use it
+/// afterwards.
+pub unsafe fn unmap(base: *mut u8, len: usize) {
+    preserving_errno(|| {
+        // SAFETY: the caller guarantees the range is one of our mappings that nothing uses.
+        unsafe { libc::munmap(base.cast(), len) };
+    });
+}
+
+/// Gives the pages of a [`map_zeroed`] mapping back to the kernel; they read as zero afterwards.
+pub fn discard(base: *mut u8, len: usize) {
+    preserving_errno(|| {
+        // SAFETY: MADV_DONTNEED on a private anonymous mapping of ours only zeroes its pages; the
+        // callers (fork-time reset) guarantee nothing writes it concurrently.
+        unsafe { libc::madvise(base.cast(), len, libc::MADV_DONTNEED) };
+    });
+}
+
+/// Saves every register an instrumented function may still need, aligns the stack, calls
+/// `$record(frompc, selfpc)` and restores them. Expects `push rbp; mov rbp, rsp` done, with
+/// `frompc` in rdi and `selfpc` in rsi not yet loaded: `$load` loads them from the frame.
+///
+/// Saved: rax (vector-argument count of a variadic call), rcx, rdx, rsi, rdi, r8, r9 (integer
+/// arguments), r10 (static chain / DRAP), r11, and xmm0–xmm7 in full 128 bits (vector and
+/// floating-point arguments). Not saved: the upper halves of ymm0–ymm7/zmm0–zmm7, xmm8–15, x87 and
+/// MXCSR: the Rust code on this path is compiled for baseline x86_64 (SSE2 only, never VEX/EVEX
+/// encoded, so it cannot change an upper half) and calls no libc function that could (no string
+/// functions; only `mmap` on a table's first use or growth), so `__m256`/`__m512` arguments
+/// arrive intact; the register-preservation test passes `__m256` arguments to prove it.
+macro_rules! mcount_stub {
+    ($load:literal, $record:path) => {
+        core::arch::naked_asm!(
+            "push rbp",
+            "mov rbp, rsp",
+            "and rsp, -16",
+            "sub rsp, 208",
+            "movaps [rsp], xmm0",
+            "movaps [rsp + 16], xmm1",
+            "movaps [rsp + 32], xmm2",
+            "movaps [rsp + 48], xmm3",
+            "movaps [rsp + 64], xmm4",
+            "movaps [rsp + 80], xmm5",
+            "movaps [rsp + 96], xmm6",
+            "movaps [rsp + 112], xmm7",
+            "mov [rsp + 128], rax",
+            "mov [rsp + 136], rcx",
+            "mov [rsp + 144], rdx",
+            "mov [rsp + 152], rsi",
+            "mov [rsp + 160], rdi",
+            "mov [rsp + 168], r8",
+            "mov [rsp + 176], r9",
+            "mov [rsp + 184], r10",
+            "mov [rsp + 192], r11",
+            $load,
+            "call {record}",
+            "movaps xmm0, [rsp]",
+            "movaps xmm1, [rsp + 16]",
+            "movaps xmm2, [rsp + 32]",
+            "movaps xmm3, [rsp + 48]",
+            "movaps xmm4, [rsp + 64]",
+            "movaps xmm5, [rsp + 80]",
+            "movaps xmm6, [rsp + 96]",
+            "movaps xmm7, [rsp + 112]",
+            "mov rax, [rsp + 128]",
+            "mov rcx, [rsp + 136]",
+            "mov rdx, [rsp + 144]",
+            "mov rsi, [rsp + 152]",
+            "mov rdi, [rsp + 160]",
+            "mov r8, [rsp + 168]",
+            "mov r9, [rsp + 176]",
+            "mov r10, [rsp + 184]",
+            "mov r11, [rsp + 192]",
+            "mov rsp, rbp",
+            "pop rbp",
+            "ret",
+            record = sym $record,
+        )
+    };
+}
+
+/// The fast path shared by the exported stubs: with only rax, rcx, rdx, rsi, rdi saved (pushed),
+/// look the (frompc, selfpc) pair up in this thread's call cache and add 1 to the cached counter.
+/// Anything else (cache miss, stale generation, nested call, paused) restores the five registers
+/// and jumps to the full stub, which saves everything and calls Rust.
+///
+/// Cache layout (`mcount::ThreadCache`): generation at 0, depth (u32) at 8, shared-stripe flag
+/// (u8) at 16, entries of (frompc, selfpc, counter) from offset 32, 256 of them, indexed by the top
+/// 8 bits of `(selfpc ^ rotl(frompc, 17)) * 0x9E3779B97F4A7C15`. The depth is set while the entry
+/// is read, so a signal handler that interrupts this path leaves the cache alone.
+macro_rules! mcount_fast_path {
+    ($load:literal, $slow:path) => {
+        core::arch::naked_asm!(
+            "push rdi",
+            "push rsi",
+            "push rax",
+            "push rcx",
+            "push rdx",
+            $load,
+            "cmp byte ptr [rip + {paused}], 0",
+            "jne 3f",
+            "mov rdx, qword ptr fs:[0]",
+            "add rdx, qword ptr [rip + mslprof_thread_cache@GOTTPOFF]",
+            "cmp dword ptr [rdx + 8], 0",
+            "jne 3f",
+            "mov dword ptr [rdx + 8], 1",
+            "mov rax, qword ptr [rip + {epoch}]",
+            "ror rax, 1",
+            "xor rax, qword ptr [rip + {table}]",
+            "or rax, 1",
+            "cmp qword ptr [rdx], rax",
+            "jne 2f",
+            "mov rax, rdi",
+            "rol rax, 17",
+            "xor rax, rsi",
+            "movabs rcx, 0x9E3779B97F4A7C15",
+            "imul rax, rcx",
+            "shr rax, 56",
+            "lea rax, [rax + rax * 2]",
+            "lea rax, [rdx + rax * 8 + 32]",
+            "cmp qword ptr [rax], rdi",
+            "jne 2f",
+            "cmp qword ptr [rax + 8], rsi",
+            "jne 2f",
+            "mov rax, qword ptr [rax + 16]",
+            "test rax, rax",
+            "jz 1f",
+            "cmp byte ptr [rdx + 16], 0",
+            "jne 4f",
+            "add qword ptr [rax], 1",
+            "1:",
+            "mov dword ptr [rdx + 8], 0",
+            "pop rdx",
+            "pop rcx",
+            "pop rax",
+            "pop rsi",
+            "pop rdi",
+            "ret",
+            "4:",
+            "lock add qword ptr [rax], 1",
+            "jmp 1b",
+            // Miss: leave the cache to the Rust side.
+            "2:",
+            "mov dword ptr [rdx + 8], 0",
+            "3:",
+            "pop rdx",
+            "pop rcx",
+            "pop rax",
+            "pop rsi",
+            "pop rdi",
+            "jmp {slow}",
+            paused = sym crate::mcount::PAUSED,
+            epoch = sym crate::mcount::RESET_EPOCH,
+            table = sym crate::modules::CURRENT,
+            slow = sym $slow,
+        )
+    };
+}
+
+/// `-pg` (gcc, clang) calls this after the instrumented function's prologue: that function's frame
+/// pointer is in rbp, so `selfpc` is our return address and `frompc` the instrumented function's
+/// own return address, the word above its saved frame pointer (as glibc's `_mcount` takes them).
+///
+/// # Safety
+/// Only compiler-generated profiling calls may call this, with rbp the instrumented function's
+/// frame pointer.
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mcount() {
+    // After the five pushes: [rsp + 40] = selfpc; [rbp + 8] = frompc.
+    mcount_fast_path!("mov rsi, [rsp + 40]\nmov rdi, [rbp + 8]", mcount_slow)
+}
+
+/// The other name of [`mcount`] (glibc exports both; some compilers call `_mcount`).
+///
+/// # Safety
+/// As [`mcount`].
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn _mcount() {
+    mcount_fast_path!("mov rsi, [rsp + 40]\nmov rdi, [rbp + 8]", mcount_slow)
+}
+
+/// `-pg -mfentry` calls this as the first instruction of the instrumented function, before its
+/// prologue: `selfpc` is our return address and `frompc` the word above it (the instrumented
+/// function's return address).
+///
+/// # Safety
+/// Only compiler-generated profiling calls may call this.
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __fentry__() {
+    // After the five pushes: [rsp + 40] = selfpc, [rsp + 48] = frompc.
+    mcount_fast_path!("mov rsi, [rsp + 40]\nmov rdi, [rsp + 48]", fentry_slow)
+}
+
+/// Slow path of [`mcount`]: entered by a jump with the original registers and stack.
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
+unsafe extern "C" fn mcount_slow() {
+    // After our `push rbp`: [rbp] = instrumented function's rbp, [rbp + 8] = selfpc.
+    mcount_stub!(
+        "mov rsi, [rbp + 8]\nmov rdi, [rbp]\nmov rdi, [rdi + 8]",
+        crate::mcount::record_call
+    )
+}
+
+/// Slow path of [`__fentry__`]: entered by a jump with the original registers and stack.
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
+unsafe extern "C" fn fentry_slow() {
+    // After our `push rbp`: [rbp + 8] = selfpc, [rbp + 16] = frompc.
+    mcount_stub!(
+        "mov rsi, [rbp + 8]\nmov rdi, [rbp + 16]",
+        crate::mcount::record_call
+    )
+}
+
+/// Bytes of the per-thread call cache block (see `mcount::ThreadCache`), in `.tbss`.
+pub const THREAD_CACHE_BYTES: usize = 8192;
+
+// The per-thread call cache lives in this library's static TLS block, addressed with the
+// initial-exec model (`@gottpoff` + `fs`): two instructions, no `__tls_get_addr` call, no
+// allocation, valid in signal handlers. Static TLS is fine because the runtime is loaded at start-up
+// (LD_PRELOAD or DT_NEEDED); every new thread gets it zeroed.
+#[cfg(target_arch = "x86_64")]
+core::arch::global_asm!(
+    ".pushsection .tbss,\"awT\",@nobits",
+    ".balign 64",
+    ".globl mslprof_thread_cache",
+    ".hidden mslprof_thread_cache",
+    ".type mslprof_thread_cache,@object",
+    ".size mslprof_thread_cache, 8192",
+    "mslprof_thread_cache:",
+    ".zero 8192",
+    ".popsection",
+);
+
+/// Address of the calling thread's call-cache block ([`THREAD_CACHE_BYTES`] zero-initialised,
+/// 64-byte aligned bytes that belong to this thread for its lifetime).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub fn thread_cache_block() -> *mut u8 {
+    let address: usize;
+    // SAFETY: reads the thread pointer (fs:0, the TCB's self pointer on x86_64 glibc) and the
+    // linker-provided TLS offset of our own `.tbss` symbol; touches no other memory.
+    unsafe {
+        core::arch::asm!(
+            "mov {address}, qword ptr fs:[0]",
+            "add {address}, qword ptr [rip + mslprof_thread_cache@GOTTPOFF]",
+            address = out(reg) address,
+            options(nostack, readonly, pure),
+        );
+    }
+    address as *mut u8
+}
+
+/// Adds 1 to `counter` with one non-locked instruction. A signal on the calling thread cannot
+/// split it, but another core can: only for counters no other thread writes.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub fn increment_unshared(counter: &core::sync::atomic::AtomicU64) {
+    // SAFETY: `counter` is a valid, aligned u64; the add is one instruction on memory that the
+    // caller guarantees no other thread writes, and readers on other cores see the old or the new
+    // value (aligned 8-byte accesses are atomic on x86_64).
+    unsafe {
+        core::arch::asm!(
+            "add qword ptr [{counter}], 1",
+            counter = in(reg) counter.as_ptr(),
+            options(nostack),
+        );
+    }
+}
+
+// ==== end of rt-mcount section ====

@@ -1,0 +1,179 @@
+//! The Rust half of mcount, driven directly: exact counts from several threads, no allocation on
+//! the counting path (a counting global allocator), and correct counts across a module-table change
+//! (which must empty the per-thread call caches) and a fork-time reset.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::collections::BTreeMap;
+use std::sync::Barrier;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use mslprof::histogram::BucketBits;
+use mslprof::mcount::{self, UNKNOWN_KEY};
+use mslprof::modules::{self, ModulePolicy};
+use mslprof::selection::Selection;
+use mslprof_loader_hooks::{LinkRange, ModuleInfo};
+
+struct CountingAllocator;
+
+static COUNTING: AtomicBool = AtomicBool::new(false);
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: forwards every call unchanged to the system allocator; only counts.
+unsafe impl GlobalAlloc for CountingAllocator {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if COUNTING.load(Ordering::Relaxed) {
+            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        }
+        // SAFETY: same contract as ours.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: same contract as ours.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if COUNTING.load(Ordering::Relaxed) {
+            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        }
+        // SAFETY: same contract as ours.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: CountingAllocator = CountingAllocator;
+
+const BIAS_A: usize = 0x7000_0000_0000;
+const BIAS_B: usize = 0x7100_0000_0000;
+
+fn fake_module(name: &str, bias: usize) -> ModuleInfo {
+    ModuleInfo {
+        bias,
+        path: format!("/fake/{name}").into_bytes(),
+        file_name: name.as_bytes().to_vec(),
+        exec_ranges: vec![LinkRange {
+            start: 0x1000,
+            end: 0x9000,
+        }],
+        ..ModuleInfo::default()
+    }
+}
+
+/// (caller key, caller address, callee address) → count, for the module containing `pc`.
+fn arcs_at(pc: usize) -> BTreeMap<(u32, u64, u64), u64> {
+    let mut arcs = BTreeMap::new();
+    modules::find(pc).expect("module").arcs.for_each(|arc| {
+        arcs.insert(
+            (arc.caller_key, arc.caller_addr, arc.callee_addr),
+            arc.count,
+        );
+    });
+    arcs
+}
+
+#[test]
+fn counting_path_is_exact_allocation_free_and_survives_table_changes() {
+    let selection: &'static Selection = Box::leak(Box::new(Selection::parse(Some(b"liba.so"))));
+    let policy = ModulePolicy {
+        selection,
+        bucket_bits: BucketBits::Sixteen,
+    };
+    let (a, b) = modules::update(&policy, |table| {
+        (
+            table.add(fake_module("liba.so", BIAS_A)),
+            table.add(fake_module("libb.so", BIAS_B)),
+        )
+    });
+    assert!(a.profiled && !b.profiled);
+
+    const THREADS: usize = 4;
+    const CALLS: u64 = 200_000;
+    let ready = Barrier::new(THREADS + 1);
+    let done = Barrier::new(THREADS + 1);
+    std::thread::scope(|scope| {
+        for thread in 0..THREADS {
+            let (ready, done) = (&ready, &done);
+            scope.spawn(move || {
+                ready.wait();
+                for call in 0..CALLS {
+                    // Within liba, from libb, from nowhere, and into the unselected libb; some
+                    // arcs per thread, some shared, more than a call cache holds.
+                    let site = BIAS_A + 0x2000 + (call % 300) as usize * 4;
+                    mcount::record_call(site, BIAS_A + 0x4000);
+                    mcount::record_call(BIAS_B + 0x1500 + thread, BIAS_A + 0x5000);
+                    mcount::record_call(0x10, BIAS_A + 0x6000);
+                    mcount::record_call(BIAS_A + 0x2000, BIAS_B + 0x3000);
+                    mcount::__cyg_profile_func_enter(
+                        (BIAS_A + 0x7000) as *mut _,
+                        (BIAS_A + 0x1234) as *mut _,
+                    );
+                }
+                done.wait();
+            });
+        }
+        ready.wait();
+        COUNTING.store(true, Ordering::SeqCst);
+        done.wait();
+        COUNTING.store(false, Ordering::SeqCst);
+    });
+    assert_eq!(
+        ALLOCATIONS.load(Ordering::SeqCst),
+        0,
+        "the counting path allocated"
+    );
+
+    let total = THREADS as u64 * CALLS;
+    let arcs = arcs_at(BIAS_A + 0x1000);
+    let within: u64 = arcs
+        .iter()
+        .filter(|(key, _)| key.2 == 0x4000)
+        .map(|(key, count)| {
+            assert_eq!(key.0, a.key);
+            count
+        })
+        .sum();
+    assert_eq!(within, total);
+    assert_eq!(
+        arcs[&(a.key, 0x2000, 0x4000)],
+        THREADS as u64 * CALLS.div_ceil(300)
+    );
+    for thread in 0..THREADS as u64 {
+        assert_eq!(arcs[&(b.key, 0x1500 + thread, 0x5000)], CALLS);
+    }
+    assert_eq!(arcs[&(UNKNOWN_KEY, 0, 0x6000)], total);
+    assert_eq!(arcs[&(a.key, 0x1234, 0x7000)], total);
+    assert!(b.arcs.is_empty(), "unselected module recorded arcs");
+    assert_eq!(a.arcs.dropped(), 0);
+
+    // A table change (a module loaded) empties the call caches; counting carries on exactly.
+    let c = modules::update(&policy, |table| {
+        table.add(fake_module("libc_fake.so", 0x7200_0000_0000))
+    });
+    for _ in 0..10 {
+        mcount::record_call(BIAS_A + 0x1234, BIAS_A + 0x7000);
+    }
+    assert_eq!(
+        arcs_at(BIAS_A + 0x1000)[&(a.key, 0x1234, 0x7000)],
+        total + 10
+    );
+    assert!(!c.profiled);
+
+    // moncontrol(0): nothing is counted while paused.
+    mcount::set_paused(true);
+    mcount::record_call(BIAS_A + 0x1234, BIAS_A + 0x7000);
+    mcount::set_paused(false);
+    assert_eq!(
+        arcs_at(BIAS_A + 0x1000)[&(a.key, 0x1234, 0x7000)],
+        total + 10
+    );
+
+    // After a fork-time reset the cached counters must not be used: counts start from zero.
+    mcount::reset_after_fork();
+    assert!(arcs_at(BIAS_A + 0x1000).is_empty());
+    for _ in 0..3 {
+        mcount::record_call(BIAS_A + 0x1234, BIAS_A + 0x7000);
+    }
+    assert_eq!(arcs_at(BIAS_A + 0x1000)[&(a.key, 0x1234, 0x7000)], 3);
+}

@@ -1,0 +1,90 @@
+//! Proves that the sampling path never allocates: a counting global allocator watches the process while the
+//! real SIGPROF handler takes samples on this thread (and while samples are counted in every kind of place:
+//! a profiled module, an unprofiled one, and no module at all).
+//!
+//! A plain `main` (harness = false), so no other thread allocates meanwhile.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+struct CountingAllocator;
+
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: every call is forwarded to the system allocator unchanged; only a counter is added.
+unsafe impl GlobalAlloc for CountingAllocator {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::SeqCst);
+        // SAFETY: the caller's layout, forwarded.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: forwarded to the allocator that made it.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::SeqCst);
+        // SAFETY: forwarded.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: CountingAllocator = CountingAllocator;
+
+#[inline(never)]
+fn spin(rounds: u64) -> u64 {
+    let mut x = 0u64;
+    for i in 0..rounds {
+        x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
+    }
+    x
+}
+
+fn main() {
+    // SAFETY: no other thread exists yet.
+    unsafe {
+        std::env::set_var("GPROFDIR", ""); // no file at exit
+        std::env::set_var("MSLPROF_HZ", "1000");
+        std::env::set_var("LD_PROFILE", "a.out"); // this test program profiled, libc not
+    }
+    assert!(mslprof::start_explicitly(), "the runtime did not start");
+    let samples_before = mslprof::sampler::TOTAL_SAMPLES.load(Ordering::SeqCst);
+    let libc_pc = libc_function();
+
+    let allocations_before = ALLOCATIONS.load(Ordering::SeqCst);
+    let mut rounds = 0;
+    while mslprof::sampler::TOTAL_SAMPLES.load(Ordering::SeqCst) < samples_before + 100
+        && rounds < 10_000
+    {
+        spin(1_000_000);
+        rounds += 1;
+    }
+    // The same counting path the handler uses, at a profiled PC, an unprofiled one and an unknown one.
+    for pc in [spin as *const () as usize, libc_pc, 16] {
+        mslprof::sampler::record_pc(pc);
+    }
+    let allocations = ALLOCATIONS.load(Ordering::SeqCst) - allocations_before;
+    let samples = mslprof::sampler::TOTAL_SAMPLES.load(Ordering::SeqCst) - samples_before;
+
+    assert!(samples >= 100, "only {samples} samples were taken");
+    assert_eq!(
+        allocations, 0,
+        "{allocations} allocations while {samples} samples were taken"
+    );
+    let main_module =
+        mslprof::modules::find(spin as *const () as usize).expect("the test program is a module");
+    assert!(main_module.profiled && main_module.histogram.is_some());
+    assert!(mslprof::modules::find(libc_pc).is_some_and(|m| !m.profiled));
+    assert!(mslprof::sampler::UNKNOWN_SAMPLES.load(Ordering::SeqCst) >= 1);
+    println!("no_alloc: {samples} samples, 0 allocations");
+    println!("1 passed, 0 failed");
+}
+
+/// The address of libc's `getpid`, as the loader resolves it.
+fn libc_function() -> usize {
+    // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name.
+    let address = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"getpid".as_ptr()) };
+    assert!(!address.is_null());
+    address as usize
+}

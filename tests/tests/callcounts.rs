@@ -1,0 +1,241 @@
+//! Exact call counts and arcs under libmslprof.so: compared with glibc's own `-pg` on the same C
+//! code built as one executable, across `-pg`, `-pg -mfentry` and `-finstrument-functions` at -O0
+//! and -O2; threads, signal handlers, register preservation, moncontrol, and no glibc gmon.out.
+
+use mslprof_format::model::Profile;
+use mslprof_tests::callcounts::{
+    CallGraph, Instrumentation, build_library, build_program, calls_per_function, common_flags,
+    cpu_has_avx, gnu_call_graph, profile_call_graph, run_ok,
+};
+use mslprof_tests::{Workspace, read_profile};
+
+/// Functions of the oracle fixture (main.c, cca.c, ccb.c, ccc.c).
+fn oracle_function(name: &str) -> bool {
+    name == "main"
+        || name.starts_with("main_")
+        || name.starts_with("a_")
+        || name.starts_with("b_")
+        || name.starts_with("c_")
+}
+
+/// glibc's `-pg` on the oracle sources linked into one non-PIE executable: its gmon.out, reduced
+/// to a call graph of function names.
+fn glibc_oracle() -> CallGraph {
+    let workspace = Workspace::new();
+    let mut flags = common_flags("-O0");
+    flags.extend(["-pg".to_string(), "-no-pie".to_string()]);
+    let exe = build_program(
+        &workspace,
+        "oracle",
+        &["main.c", "cca.c", "ccb.c", "ccc.c"],
+        &[],
+        &flags,
+    );
+    run_ok(&mut workspace.command(&exe));
+    let gmon = std::fs::read(workspace.join("gmon.out")).expect("glibc wrote gmon.out");
+    let graph = gnu_call_graph(&exe, &gmon, &oracle_function);
+    assert!(
+        graph.len() >= 12,
+        "the oracle has too few arcs to mean anything: {graph:?}"
+    );
+    graph
+}
+
+/// The oracle sources as an executable plus three instrumented libraries, run under the runtime.
+fn mslprof_run(instrumentation: Instrumentation, optimization: &str) -> (Workspace, Profile) {
+    let workspace = Workspace::new();
+    let mut flags = common_flags(optimization);
+    flags.extend(instrumentation.flags().iter().map(|f| f.to_string()));
+    build_library(&workspace, "ccc", &["ccc.c"], &flags);
+    build_library(&workspace, "ccb", &["ccb.c"], &flags);
+    build_library(&workspace, "cca", &["cca.c"], &flags);
+    let exe = build_program(
+        &workspace,
+        "app",
+        &["main.c"],
+        &["cca", "ccb", "ccc"],
+        &flags,
+    );
+    let stdout = run_ok(&mut workspace.command_with_runtime(&exe));
+    assert_eq!(stdout, "total 3082015\n", "the program's output changed");
+    let profile = read_profile(&workspace.join("gmon.out"));
+    (workspace, profile)
+}
+
+#[test]
+fn every_arc_matches_glibc_gprof_for_each_instrumentation_and_optimization() {
+    let oracle = glibc_oracle();
+    // The fixture's known shape, so the oracle itself is checked too.
+    assert_eq!(oracle[&("a_chain".into(), "b_chain".into())], 1000);
+    assert_eq!(oracle[&("b_chain".into(), "c_leaf".into())], 2000);
+    assert_eq!(oracle[&("main_rec".into(), "main_rec".into())], 80);
+    assert_eq!(oracle[&("a_apply".into(), "main_callback".into())], 400);
+    for instrumentation in Instrumentation::ALL {
+        for optimization in ["-O0", "-O2"] {
+            let (_workspace, profile) = mslprof_run(instrumentation, optimization);
+            let ours = profile_call_graph(&profile, &oracle_function);
+            assert_eq!(
+                ours, oracle,
+                "arcs differ from glibc's for {instrumentation:?} {optimization}"
+            );
+            assert_eq!(calls_per_function(&ours), calls_per_function(&oracle));
+            assert_eq!(profile.header.dropped_arcs, 0);
+        }
+    }
+}
+
+#[test]
+fn arcs_are_module_relative_and_keyed_by_load_instance() {
+    let (_workspace, profile) = mslprof_run(Instrumentation::Mcount, "-O2");
+    let library_b = mslprof_tests::module(&profile, "libccb.so");
+    let library_c = mslprof_tests::module(&profile, "libccc.so");
+    // c_leaf is called only from b_chain, in libccb.so: both call sites are keyed by libccb's load
+    // instance and lie inside its text, far below any load address.
+    assert_eq!(library_c.arcs.len(), 2, "{:?}", library_c.arcs);
+    for arc in &library_c.arcs {
+        assert_eq!(arc.caller_key, library_b.key);
+        assert_eq!(arc.count, 1000);
+        assert!(arc.caller_address < 0x10_0000 && arc.callee_address < 0x10_0000);
+    }
+}
+
+#[test]
+fn only_selected_modules_record_arcs() {
+    let workspace = Workspace::new();
+    let mut flags = common_flags("-O2");
+    flags.push("-pg".into());
+    build_library(&workspace, "ccc", &["ccc.c"], &flags);
+    build_library(&workspace, "ccb", &["ccb.c"], &flags);
+    build_library(&workspace, "cca", &["cca.c"], &flags);
+    let exe = build_program(
+        &workspace,
+        "app",
+        &["main.c"],
+        &["cca", "ccb", "ccc"],
+        &flags,
+    );
+    run_ok(
+        workspace
+            .command_with_runtime(&exe)
+            .env("LD_PROFILE", "libccb.so"),
+    );
+    let profile = read_profile(&workspace.join("gmon.out"));
+    for module in &profile.modules {
+        let name = String::from_utf8_lossy(&module.name);
+        if name == "libccb.so" {
+            let calls: u64 = module.arcs.iter().map(|a| a.count).sum();
+            assert_eq!(calls, 1000 + 75, "b_chain and b_pong calls");
+        } else {
+            assert!(
+                module.arcs.is_empty(),
+                "{name} has arcs but was not selected"
+            );
+        }
+    }
+}
+
+#[test]
+fn four_threads_times_half_a_million_calls_are_exactly_two_million() {
+    let workspace = Workspace::new();
+    let mut flags = common_flags("-O2");
+    flags.push("-pg".into());
+    build_library(&workspace, "cct", &["cct.c"], &flags);
+    let exe = build_program(&workspace, "threads", &["threads.c"], &["cct"], &flags);
+    run_ok(&mut workspace.command_with_runtime(&exe));
+    let profile = read_profile(&workspace.join("gmon.out"));
+    let graph = profile_call_graph(&profile, &|name| name == "thread_body" || name == "t_work");
+    assert_eq!(
+        graph[&("thread_body".into(), "t_work".into())],
+        2_000_000,
+        "{graph:?}"
+    );
+    assert_eq!(profile.header.dropped_arcs, 0);
+}
+
+#[test]
+fn signal_handler_calling_instrumented_code_during_mcount_counts_exactly() {
+    let workspace = Workspace::new();
+    let mut flags = common_flags("-O2");
+    flags.push("-pg".into());
+    build_library(&workspace, "ccs", &["ccs.c"], &flags);
+    let exe = build_program(&workspace, "signal", &["signal.c"], &["ccs"], &flags);
+    let stdout = run_ok(&mut workspace.command_with_runtime(&exe));
+    let handled: u64 = stdout
+        .split_whitespace()
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("unexpected output {stdout:?}"));
+    assert!(handled > 0);
+    let profile = read_profile(&workspace.join("gmon.out"));
+    let graph = profile_call_graph(&profile, &|name| {
+        ["main", "on_alarm", "m_work", "h_work"].contains(&name)
+    });
+    assert_eq!(graph[&("main".into(), "m_work".into())], 3_000_000);
+    assert_eq!(graph[&("on_alarm".into(), "h_work".into())], handled);
+    assert_eq!(profile.header.dropped_arcs, 0);
+}
+
+#[test]
+fn registers_reach_instrumented_functions_intact() {
+    let avx = cpu_has_avx();
+    if !avx {
+        eprintln!("note: no AVX on this CPU; __m256 arguments are not tested");
+    }
+    for instrumentation in Instrumentation::ALL {
+        for optimization in ["-O0", "-O2"] {
+            let workspace = Workspace::new();
+            let mut flags = common_flags(optimization);
+            flags.extend(instrumentation.flags().iter().map(|f| f.to_string()));
+            if avx {
+                flags.push("-mavx".into());
+            }
+            build_library(&workspace, "ccr", &["ccr.c"], &flags);
+            let exe = build_program(&workspace, "regs", &["regs.c"], &["ccr"], &flags);
+            let stdout = run_ok(&mut workspace.command_with_runtime(&exe));
+            assert_eq!(stdout, "regs ok\n", "{instrumentation:?} {optimization}");
+            let profile = read_profile(&workspace.join("gmon.out"));
+            let calls = calls_per_function(&profile_call_graph(&profile, &|name| {
+                name == "main" || name.starts_with("r_")
+            }));
+            let mut expected = vec!["r_doubles", "r_ints", "r_m128", "r_mixed", "r_variadic"];
+            if avx {
+                expected.push("r_m256");
+            }
+            for name in expected {
+                assert_eq!(calls.get(name), Some(&3), "{name}: {calls:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_pg_program_leaves_only_the_runtime_profile() {
+    let workspace = Workspace::new();
+    let mut flags = common_flags("-O2");
+    flags.push("-pg".into());
+    let exe = build_program(&workspace, "pause", &["pause.c"], &[], &flags);
+    // Without the runtime, glibc writes its own gmon.out (the fixture really is a -pg program).
+    run_ok(&mut workspace.command(&exe));
+    let glibc = std::fs::read(workspace.join("gmon.out")).expect("glibc's gmon.out");
+    assert_eq!(&glibc[..4], b"gmon");
+    std::fs::remove_file(workspace.join("gmon.out")).unwrap();
+
+    run_ok(&mut workspace.command_with_runtime(&exe));
+    let ours = std::fs::read(workspace.join("gmon.out")).expect("the runtime's gmon.out");
+    assert_eq!(&ours[..8], b"\x89MSLPROF", "gmon.out is not the runtime's");
+    let leftovers: Vec<_> = std::fs::read_dir(workspace.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with("gmon"))
+        .collect();
+    assert_eq!(leftovers, ["gmon.out"]);
+    // moncontrol(0) paused counting for 5 of the 22 calls.
+    let profile = read_profile(&workspace.join("gmon.out"));
+    let graph = profile_call_graph(&profile, &|name| name == "main" || name == "p_work");
+    assert_eq!(graph[&("main".into(), "p_work".into())], 17);
+
+    // With GPROFDIR empty the runtime writes nothing, and glibc does not either.
+    std::fs::remove_file(workspace.join("gmon.out")).unwrap();
+    run_ok(workspace.command_with_runtime(&exe).env("GPROFDIR", ""));
+    assert!(!workspace.join("gmon.out").exists());
+}

@@ -1,0 +1,684 @@
+//! The runtime's sampling half under real processes: C fixtures preloaded with (or linked to) libmslprof.so,
+//! their profiles decoded with the format-spec reader.
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use mslprof_format::model::{Profile, header_flags, module_flags};
+use mslprof_tests::{
+    Workspace, fixtures_dir, histogram_total, module, module_names, perf_unavailable, read_profile,
+    run, runtime_library,
+};
+
+fn source(name: &str) -> PathBuf {
+    fixtures_dir("sampling").join(name)
+}
+
+/// The app and its two libraries: `libspina.so.2.5` (no soname, loaded by that file name) and
+/// `libspinb.so.1` (soname `libspinb.so.1`, file `libspinb.so.1.2.3` behind a symlink).
+struct SpinApp {
+    ws: Workspace,
+    app: PathBuf,
+}
+
+impl SpinApp {
+    fn build() -> SpinApp {
+        let ws = Workspace::new();
+        ws.shared_library("libspina.so.2.5", &[source("liba.c")], &[]);
+        ws.shared_library(
+            "libspinb.so.1.2.3",
+            &[source("libb.c")],
+            &["-Wl,-soname,libspinb.so.1"],
+        );
+        std::os::unix::fs::symlink("libspinb.so.1.2.3", ws.join("libspinb.so.1")).unwrap();
+        let app = ws.program(
+            "app",
+            &[source("app.c")],
+            &["libspina.so.2.5", "libspinb.so.1.2.3"],
+        );
+        SpinApp { ws, app }
+    }
+
+    /// Runs `app a b m` under the runtime with `env`, checks that the program's own behaviour is unchanged
+    /// (stdout and exit status 7), and returns stderr.
+    fn run(&self, args: &[&str], env: &[(&str, &str)]) -> String {
+        let mut command = self.ws.command_with_runtime(&self.app);
+        command.args(args).envs(env.iter().copied());
+        let output = run(&mut command);
+        assert_eq!(
+            output.status.code(),
+            Some(7),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert_eq!(String::from_utf8_lossy(&output.stdout), "done 0\n");
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    }
+}
+
+fn share(profile: &Profile, name: &str) -> f64 {
+    module(profile, name).samples as f64 / profile.header.total_samples as f64
+}
+
+fn assert_share(profile: &Profile, name: &str, expected: f64) {
+    let actual = share(profile, name);
+    assert!(
+        (actual - expected).abs() <= 0.10,
+        "{name}: {:.1} % of samples, expected {:.1} % ± 10 points ({} samples in total)",
+        actual * 100.0,
+        expected * 100.0,
+        profile.header.total_samples
+    );
+}
+
+fn is_profiled(profile: &Profile, name: &str) -> bool {
+    module(profile, name).flags & module_flags::PROFILED != 0
+}
+
+fn mslprof_lines(stderr: &str) -> Vec<&str> {
+    stderr
+        .lines()
+        .filter(|l| l.starts_with("mslprof:"))
+        .collect()
+}
+
+#[test]
+fn time_is_split_across_main_program_and_libraries_as_the_cpu_was() {
+    let fixture = SpinApp::build();
+    let stderr = fixture.run(&["150", "300", "150"], &[]);
+    assert!(mslprof_lines(&stderr).is_empty(), "{stderr}");
+    let profile = fixture.ws.profile("gmon.out");
+    let header = &profile.header;
+    assert_eq!(header.hz, 100);
+    assert!(
+        (10_000_000..=11_000_000).contains(&header.sample_period_ns),
+        "{}",
+        header.sample_period_ns
+    );
+    assert_eq!(header.dimension, b"seconds");
+    assert_eq!(header.program_name, b"app");
+    assert!(
+        header.total_samples >= 40,
+        "only {} samples for 600 ms of CPU",
+        header.total_samples
+    );
+    assert_share(&profile, "app", 0.25);
+    assert_share(&profile, "libspina.so.2.5", 0.25);
+    assert_share(&profile, "libspinb.so.1", 0.50);
+
+    // Every module is there, with its identity; profiled ones have histograms holding exactly their samples.
+    let main = module(&profile, "app");
+    assert!(main.flags & module_flags::MAIN_PROGRAM != 0);
+    assert_eq!(
+        main.path,
+        std::fs::canonicalize(&fixture.app)
+            .unwrap()
+            .as_os_str()
+            .as_encoded_bytes()
+    );
+    assert!(main.flags & module_flags::HAS_BUILD_ID != 0 && !main.build_id.is_empty());
+    assert_eq!(module(&profile, "libspinb.so.1").soname, b"libspinb.so.1");
+    assert!(module(&profile, "[vdso]").flags & module_flags::VDSO != 0);
+    assert!(
+        profile
+            .modules
+            .iter()
+            .any(|m| m.flags & module_flags::DYNAMIC_LINKER != 0)
+    );
+    let in_modules: u64 = profile.modules.iter().map(|m| m.samples).sum();
+    assert_eq!(in_modules + header.unknown_samples, header.total_samples);
+    for m in &profile.modules {
+        assert!(
+            m.is_profiled(),
+            "{} not profiled without LD_PROFILE",
+            String::from_utf8_lossy(&m.name)
+        );
+        assert_eq!(
+            histogram_total(m),
+            m.samples,
+            "{}",
+            String::from_utf8_lossy(&m.name)
+        );
+        assert_eq!(m.histogram.as_ref().unwrap().bucket_bits, 16);
+    }
+    let keys: std::collections::BTreeSet<u32> = profile.modules.iter().map(|m| m.key).collect();
+    assert_eq!(keys.len(), profile.modules.len(), "keys are unique");
+}
+
+/// `perf report --sort dso` percentages of one module, e.g. `  25.04%  libspina.so.2.5`.
+fn perf_share(report: &str, dso: &str) -> f64 {
+    report
+        .lines()
+        .filter(|l| l.split_whitespace().nth(1) == Some(dso))
+        .filter_map(|l| {
+            l.split_whitespace()
+                .next()?
+                .trim_end_matches('%')
+                .parse::<f64>()
+                .ok()
+        })
+        .sum::<f64>()
+        / 100.0
+}
+
+#[test]
+fn module_shares_agree_with_perf_cpu_clock_on_the_same_run() {
+    if let Some(reason) = perf_unavailable() {
+        eprintln!("SKIPPED: {reason}");
+        return;
+    }
+    let fixture = SpinApp::build();
+    let data = fixture.ws.join("perf.data");
+    // perf itself must not run under the runtime: only the app gets LD_PRELOAD, through env(1).
+    let mut command = fixture.ws.command("perf".as_ref());
+    command
+        .args(["record", "-q", "-e", "cpu-clock", "-F", "1000", "-o"])
+        .arg(&data)
+        .args(["--", "env"])
+        .arg(format!("LD_PRELOAD={}", runtime_library().display()))
+        .arg(&fixture.app)
+        .args(["100", "200", "100"]);
+    let output = run(&mut command);
+    assert!(
+        output.status.code() == Some(7),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report = run(fixture
+        .ws
+        .command("perf".as_ref())
+        .args(["report", "--stdio", "--sort", "dso", "-i"])
+        .arg(&data));
+    let report = String::from_utf8_lossy(&report.stdout);
+    let profile = fixture.ws.profile("gmon.out");
+    // perf names a library by the file the kernel mapped (the symlink resolved), mslprof by the loader's name.
+    for (name, perf_name) in [
+        ("app", "app"),
+        ("libspina.so.2.5", "libspina.so.2.5"),
+        ("libspinb.so.1", "libspinb.so.1.2.3"),
+    ] {
+        let (ours, theirs) = (share(&profile, name), perf_share(&report, perf_name));
+        assert!(
+            (ours - theirs).abs() <= 0.10,
+            "{name}: mslprof {ours:.3}, perf {theirs:.3}\n{report}"
+        );
+    }
+}
+
+#[test]
+fn two_threads_spinning_in_two_libraries_get_half_each() {
+    let fixture = SpinApp::build();
+    let program = fixture.ws.program(
+        "threads",
+        &[source("threads.c")],
+        &["libspina.so.2.5", "libspinb.so.1.2.3", "-pthread"],
+    );
+    let output = run(fixture.ws.command_with_runtime(&program).arg("300"));
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let profile = fixture.ws.profile("gmon.out");
+    assert!(
+        profile.header.total_samples >= 40,
+        "{} samples",
+        profile.header.total_samples
+    );
+    assert_share(&profile, "libspina.so.2.5", 0.5);
+    assert_share(&profile, "libspinb.so.1", 0.5);
+}
+
+#[test]
+fn ld_profile_selects_modules_by_name() {
+    let fixture = SpinApp::build();
+    // An extra preloaded library whose file name differs from its soname, to match by soname alone.
+    fixture.ws.shared_library(
+        "libspinc-1.0.so",
+        &[source("liba.c")],
+        &["-Wl,-soname,libspinc.so.1"],
+    );
+    let preload = format!(
+        "{} {}",
+        runtime_library().display(),
+        fixture.ws.join("libspinc-1.0.so").display()
+    );
+    let everything = [
+        "app",
+        "libspina.so.2.5",
+        "libspinb.so.1",
+        "libspinc-1.0.so",
+        "libc.so.6",
+    ];
+    let cases: &[(Option<&str>, &[&str])] = &[
+        (None, &everything),
+        (Some("ALL"), &everything),
+        (Some("a.out"), &["app"]),
+        (Some("app"), &["app"]),
+        (Some("::a.out::"), &["app"]),
+        (Some("libspina.so"), &["libspina.so.2.5"]),
+        (Some("libspina.so.2.5"), &["libspina.so.2.5"]),
+        (Some("libspinb.so"), &["libspinb.so.1"]),
+        (Some("libspinb.so.1"), &["libspinb.so.1"]),
+        (Some("libspinc.so.1"), &["libspinc-1.0.so"]),
+        (Some("libc.so:a.out"), &["app", "libc.so.6"]),
+    ];
+    for (value, selected) in cases {
+        let _ = std::fs::remove_file(fixture.ws.join("gmon.out"));
+        let mut command = fixture.ws.command_with_runtime(&fixture.app);
+        command.args(["60", "60", "60"]).env("LD_PRELOAD", &preload);
+        if let Some(value) = value {
+            command.env("LD_PROFILE", value);
+        }
+        let output = run(&mut command);
+        assert_eq!(output.status.code(), Some(7));
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        // glibc's ld.so has an LD_PROFILE of its own (sprof) that takes a single name; when it profiles a
+        // library too, the runtime says so once and passes ld.so's SIGPROF signals on to it.
+        let glibc_too = mslprof_lines(&stderr)
+            .iter()
+            .filter(|l| l.contains("glibc's ld.so"))
+            .count();
+        assert_eq!(
+            mslprof_lines(&stderr).len(),
+            glibc_too,
+            "LD_PROFILE={value:?}: {stderr}"
+        );
+        assert!(glibc_too <= 1);
+        let profile = fixture.ws.profile("gmon.out");
+        for name in everything {
+            assert_eq!(
+                is_profiled(&profile, name),
+                selected.contains(&name),
+                "LD_PROFILE={value:?}, module {name}"
+            );
+            let m = module(&profile, name);
+            if !m.is_profiled() {
+                assert!(m.histogram.is_none());
+            }
+        }
+        if *value == Some("a.out") {
+            // Unprofiled modules still report their own samples, without a histogram.
+            assert!(module(&profile, "libspinb.so.1").samples > 0);
+            let listed: u64 = profile.modules.iter().map(|m| m.samples).sum();
+            assert_eq!(
+                listed + profile.header.unknown_samples,
+                profile.header.total_samples
+            );
+        }
+    }
+}
+
+#[test]
+fn unmatched_ld_profile_names_are_warned_about_once() {
+    let fixture = SpinApp::build();
+    let stderr = fixture.run(
+        &["20", "20", "0"],
+        &[("LD_PROFILE", "libnothere.so:a.out:libnothere.so:nope")],
+    );
+    assert_eq!(
+        mslprof_lines(&stderr),
+        [
+            "mslprof: LD_PROFILE name 'libnothere.so' matched no module",
+            "mslprof: LD_PROFILE name 'nope' matched no module",
+        ]
+    );
+    assert!(is_profiled(&fixture.ws.profile("gmon.out"), "app"));
+}
+
+fn main_bucket_bits(profile: &Profile) -> u8 {
+    module(profile, "app")
+        .histogram
+        .as_ref()
+        .unwrap()
+        .bucket_bits
+}
+
+#[test]
+fn bucket_width_comes_from_the_environment_then_the_program_then_16() {
+    let fixture = SpinApp::build();
+    for (value, bits, warning) in [
+        (None, 16, None),
+        (Some("16"), 16, None),
+        (Some("32"), 32, None),
+        (
+            Some("64"),
+            16,
+            Some("mslprof: LD_PROFILEBUCKET_SIZE=64 is not 16 or 32; using 16"),
+        ),
+        (
+            Some("big"),
+            16,
+            Some("mslprof: LD_PROFILEBUCKET_SIZE=big is not 16 or 32; using 16"),
+        ),
+    ] {
+        let env: Vec<(&str, &str)> = value
+            .map(|v| ("LD_PROFILEBUCKET_SIZE", v))
+            .into_iter()
+            .collect();
+        let stderr = fixture.run(&["20", "20", "20"], &env);
+        assert_eq!(
+            mslprof_lines(&stderr),
+            warning.into_iter().collect::<Vec<_>>(),
+            "{value:?}"
+        );
+        assert_eq!(
+            main_bucket_bits(&fixture.ws.profile("gmon.out")),
+            bits,
+            "{value:?}"
+        );
+    }
+
+    // The program's own default, defined at link time, and the environment overriding it.
+    let exported = fixture.ws.program(
+        "app",
+        &[source("bucketsize.c")],
+        &["-Wl,--export-dynamic-symbol=mslprof_profilebucketsize"],
+    );
+    for (value, bits, warning) in [
+        (None, 32, None),
+        (Some("16"), 16, None),
+        (
+            Some("8"),
+            32,
+            Some("mslprof: LD_PROFILEBUCKET_SIZE=8 is not 16 or 32; using 32"),
+        ),
+    ] {
+        let mut command = fixture.ws.command_with_runtime(&exported);
+        if let Some(value) = value {
+            command.env("LD_PROFILEBUCKET_SIZE", value);
+        }
+        let output = run(&mut command);
+        assert!(output.status.success());
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(
+            mslprof_lines(&stderr),
+            warning.into_iter().collect::<Vec<_>>(),
+            "{value:?}"
+        );
+        assert_eq!(
+            main_bucket_bits(&fixture.ws.profile("gmon.out")),
+            bits,
+            "{value:?}"
+        );
+    }
+}
+
+/// Link-time address of a symbol of `program`, from `nm`.
+fn symbol_address(program: &Path, name: &str) -> u64 {
+    let output = run(std::process::Command::new("nm").arg(program));
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .find_map(|l| {
+            let fields: Vec<&str> = l.split_whitespace().collect();
+            (fields.len() == 3 && fields[2] == name)
+                .then(|| u64::from_str_radix(fields[0], 16).unwrap())
+        })
+        .unwrap_or_else(|| panic!("no symbol {name} in {}", program.display()))
+}
+
+fn bucket_value(profile: &Profile, address: u64) -> u32 {
+    let histogram = module(profile, "app").histogram.as_ref().unwrap();
+    let range = histogram
+        .ranges
+        .iter()
+        .find(|r| r.start <= address && address < r.end)
+        .expect("address in a range");
+    let index = (address - range.start) / 4;
+    range
+        .buckets
+        .nonzero()
+        .find(|&(i, _)| i == index)
+        .map_or(0, |(_, c)| c)
+}
+
+#[test]
+fn sixteen_bit_buckets_saturate_and_are_counted() {
+    let ws = Workspace::new();
+    let program = ws.program("app", &[source("saturate.c")], &[]);
+    let (hot, warm) = (
+        symbol_address(&program, "hot"),
+        symbol_address(&program, "warm"),
+    );
+    for (bits, hot_count, saturated) in [("16", 65_535, 1), ("32", 70_000, 0)] {
+        let output = run(ws
+            .command_with_runtime(&program)
+            .env("LD_PROFILEBUCKET_SIZE", bits)
+            .env("MSLPROF_HZ", "1"));
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stdout)
+        );
+        let profile = ws.profile("gmon.out");
+        let main = module(&profile, "app");
+        assert_eq!(bucket_value(&profile, hot), hot_count, "{bits}-bit");
+        assert_eq!(bucket_value(&profile, warm), 10, "{bits}-bit");
+        assert_eq!(main.saturated_buckets, saturated, "{bits}-bit");
+        assert!(
+            main.samples >= 70_010,
+            "the module counter does not saturate"
+        );
+    }
+}
+
+#[test]
+fn output_file_naming_rules() {
+    let fixture = SpinApp::build();
+    let ws = &fixture.ws;
+    let run_app = |env: &[(&str, &str)]| -> (u32, Output) {
+        let mut command = ws.command_with_runtime(&fixture.app);
+        command.args(["10", "10", "10"]).envs(env.iter().copied());
+        let child = command
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let output = child.wait_with_output().unwrap();
+        assert_eq!(output.status.code(), Some(7));
+        (pid, output)
+    };
+    let listing = || -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(ws.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.retain(|n| !n.starts_with("lib") && n != "app");
+        names.sort();
+        names
+    };
+
+    run_app(&[]);
+    assert_eq!(listing(), ["gmon.out"]);
+    std::fs::remove_file(ws.join("gmon.out")).unwrap();
+
+    run_app(&[("GPROFDIR", "")]);
+    assert!(
+        listing().is_empty(),
+        "empty GPROFDIR writes nothing: {:?}",
+        listing()
+    );
+    run_app(&[("GPROFDIR", ""), ("GMON_OUT_PREFIX", "prefix")]);
+    assert!(
+        listing().is_empty(),
+        "empty GPROFDIR wins over GMON_OUT_PREFIX: {:?}",
+        listing()
+    );
+
+    std::fs::create_dir(ws.join("profiles")).unwrap();
+    let (pid, _) = run_app(&[("GPROFDIR", "profiles")]);
+    let expected = ws.join(&format!("profiles/{pid}.app"));
+    assert_eq!(read_profile(&expected).header.pid, pid);
+    assert_eq!(
+        std::fs::read_dir(ws.join("profiles")).unwrap().count(),
+        1,
+        "no temporary file left behind"
+    );
+
+    let (pid, _) = run_app(&[("GMON_OUT_PREFIX", "out")]);
+    assert_eq!(
+        read_profile(&ws.join(&format!("out.{pid}"))).header.pid,
+        pid
+    );
+    assert_eq!(listing(), [format!("out.{pid}"), "profiles".to_string()]);
+    std::fs::remove_file(ws.join(&format!("out.{pid}"))).unwrap();
+
+    // A failure: one line naming the path and the reason; the exit status is unchanged (checked in run_app).
+    let (pid, output) = run_app(&[("GPROFDIR", "/nonexistent/dir")]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let lines = mslprof_lines(&stderr);
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(
+        lines[0].starts_with(&format!(
+            "mslprof: cannot write /nonexistent/dir/{pid}.app: "
+        )),
+        "{stderr}"
+    );
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "done 0\n");
+}
+
+#[test]
+fn output_is_atomic_never_follows_a_planted_symlink_and_respects_the_umask() {
+    let fixture = SpinApp::build();
+    let ws = &fixture.ws;
+    let victim = ws.join("victim");
+    std::fs::write(&victim, b"precious").unwrap();
+    std::os::unix::fs::symlink(&victim, ws.join("gmon.out")).unwrap();
+    for (umask, mode) in [("022", 0o644), ("077", 0o600)] {
+        let mut command = ws.command("/bin/sh".as_ref());
+        command
+            .arg("-c")
+            .arg(format!("umask {umask}; exec ./app 10 10 10"))
+            .env("LD_PRELOAD", runtime_library());
+        let output = run(&mut command);
+        assert_eq!(output.status.code(), Some(7));
+        assert_eq!(
+            std::fs::read(&victim).unwrap(),
+            b"precious",
+            "the symlink's target is untouched"
+        );
+        let metadata = std::fs::symlink_metadata(ws.join("gmon.out")).unwrap();
+        assert!(
+            metadata.file_type().is_file(),
+            "the symlink was replaced by the profile"
+        );
+        assert_eq!(metadata.permissions().mode() & 0o777, mode, "umask {umask}");
+        read_profile(&ws.join("gmon.out"));
+    }
+    let leftovers: Vec<_> = std::fs::read_dir(ws.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+#[test]
+fn blocking_calls_are_not_interrupted_and_the_handler_restarts_syscalls() {
+    let ws = Workspace::new();
+    let program = ws.program("eintr", &[source("eintr.c")], &["-pthread"]);
+    let output = run(ws.command_with_runtime(&program).env("MSLPROF_HZ", "1000"));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(stdout, "sigprof handler=installed restart=1 siginfo=1\n");
+    assert!(ws.profile("gmon.out").header.total_samples > 0);
+}
+
+#[test]
+fn a_program_using_sigprof_itself_keeps_its_signals_and_is_still_sampled() {
+    let ws = Workspace::new();
+    let program = ws.program("own", &[source("own_sigprof.c")], &[]);
+    let baseline = run(&mut ws.command(&program));
+    assert!(baseline.status.success());
+    for how in ["sigaction", "signal"] {
+        let output = run(ws.command_with_runtime(&program).arg(how));
+        assert!(output.status.success());
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let ticks: u32 = stdout
+            .trim()
+            .strip_prefix("ticks=")
+            .unwrap()
+            .split(' ')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        // 400 ms of CPU at 100 Hz: about 40 of its own signals, as without mslprof.
+        assert!(
+            ticks >= 20,
+            "{how}: the program got only {ticks} of its SIGPROF signals ({stdout})"
+        );
+        assert!(stdout.ends_with("handler_is_mine=1\n"), "{how}: {stdout}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let lines = mslprof_lines(&stderr);
+        assert_eq!(lines.len(), 1, "{how}: said once: {stderr}");
+        assert!(lines[0].contains("SIGPROF"), "{stderr}");
+        let profile = ws.profile("gmon.out");
+        assert!(profile.header.flags & header_flags::SAMPLING_SHARED_TIMER != 0);
+        assert!(
+            module(&profile, "own").samples >= 20,
+            "{how}: {:?}",
+            module_names(&profile)
+        );
+    }
+}
+
+#[test]
+fn setuid_programs_leave_the_runtime_inert() {
+    let ws = Workspace::new();
+    let target = runtime_library().parent().unwrap().to_path_buf();
+    let link = [
+        format!("-L{}", target.display()),
+        "-Wl,--no-as-needed".into(),
+        "-lmslprof".into(),
+        format!("-Wl,-rpath,{}", target.display()),
+    ];
+    let link: Vec<&str> = link.iter().map(String::as_str).collect();
+    let program = ws.program("plain", &[source("plain.c")], &link);
+    // Linked (not preloaded), the runtime profiles by itself.
+    let output = run(&mut ws.command(&program));
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(module(&ws.profile("gmon.out"), "plain").samples > 0);
+    std::fs::remove_file(ws.join("gmon.out")).unwrap();
+
+    // The same program set-user-ID to nobody, in a directory nobody may write: AT_SECURE.
+    std::fs::set_permissions(ws.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let chown = run(std::process::Command::new("chown")
+        .arg("nobody")
+        .arg(&program));
+    if !chown.status.success() {
+        eprintln!(
+            "SKIPPED: cannot chown the fixture to nobody: {}",
+            String::from_utf8_lossy(&chown.stderr)
+        );
+        return;
+    }
+    std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o4755)).unwrap();
+    let output = run(&mut ws.command(&program));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let nobody = std::fs::metadata(&program).unwrap().uid();
+    if !stdout.contains(&format!("euid={nobody}")) || stdout.contains(&format!("uid={nobody} ")) {
+        eprintln!("SKIPPED: set-user-ID has no effect here (nosuid mount or not root): {stdout}");
+        return;
+    }
+    assert!(output.status.success());
+    assert!(
+        output.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        !ws.join("gmon.out").exists(),
+        "a set-user-ID run wrote a profile"
+    );
+}
