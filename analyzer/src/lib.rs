@@ -10,6 +10,7 @@ pub mod flat;
 pub mod graph;
 pub mod histogram;
 pub mod input;
+pub mod merge;
 pub mod report;
 pub mod symbols;
 pub mod symspec;

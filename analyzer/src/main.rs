@@ -283,7 +283,7 @@ fn fail(f: &Failure) -> ExitCode {
     ExitCode::from(1)
 }
 
-fn report_main(args: &[String]) -> ExitCode {
+pub(crate) fn report_main(args: &[String]) -> ExitCode {
     let norm = normalize(args);
     let cli = match Cli::try_parse_from(std::iter::once("mslprof".to_string()).chain(norm)) {
         Ok(c) => c,

@@ -7,7 +7,9 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use mslprof_format::model::{Buckets, HistRange, Histogram, Profile, SourceFormat, UNKNOWN_KEY};
+use mslprof_format::model::{
+    Buckets, HistRange, Histogram, IncompleteCause, Profile, SourceFormat, UNKNOWN_KEY,
+};
 
 use crate::arcs::{RawArc, TallyStats, tally};
 use crate::graph::{Graph, ModuleView, Sym};
@@ -122,21 +124,6 @@ fn sections(opts: &Options) -> (bool, bool) {
     } else {
         (opts.flat.is_none(), opts.graph.is_none())
     }
-}
-
-/// Module merged over inputs (load instances of one file with one build-id).
-#[derive(Clone, Debug, Default)]
-struct MergedModule {
-    name: String,
-    path: String,
-    build_id: Vec<u8>,
-    profiled: bool,
-    main: bool,
-    samples: u64,
-    saturated: u64,
-    dropped_arcs: u64,
-    instances: u32,
-    ranges: Vec<(u64, u64, HashMap<u64, u64>, u64)>,
 }
 
 fn add_histogram(
@@ -549,46 +536,30 @@ pub fn run_mslprof(
     inputs: &[Input],
 ) -> Result<Outcome, Failure> {
     let mut warnings: Vec<String> = Vec::new();
-    let mut merged: Vec<MergedModule> = Vec::new();
-    let mut by_identity: HashMap<(Vec<u8>, Vec<u8>, u32), usize> = HashMap::new();
-    let mut raw_arcs: Vec<RawArc> = Vec::new();
-    let mut total_samples = 0u64;
-    let mut unknown_samples = 0u64;
-    let mut period_ns = 0u64;
-    let mut hz_nominal = 0u32;
     let mut info = String::new();
-    for (n, input) in inputs.iter().enumerate() {
+    for input in inputs {
         let p = &input.profile;
         let h = &p.header;
-        if n == 0 {
-            period_ns = h.sample_period_ns;
-            hz_nominal = h.hz;
-        }
-        total_samples += h.total_samples;
-        unknown_samples += h.unknown_samples;
         if h.flags & mslprof_format::model::header_flags::INCOMPLETE != 0 {
-            warnings.push(format!(
-                "{}: profile is incomplete (the process ended abnormally: {:?}{})",
-                input.path.display(),
-                h.incomplete_cause,
-                if h.incomplete_signal != 0 {
-                    format!(", signal {}", h.incomplete_signal)
-                } else {
-                    String::new()
+            let cause = match h.incomplete_cause {
+                IncompleteCause::Signal => format!("killed by signal {}", h.incomplete_signal),
+                IncompleteCause::UnderscoreExit => "_exit was called".into(),
+                IncompleteCause::ExitFromThread => "exit from a thread while others ran".into(),
+                IncompleteCause::Exec => "the program called execve".into(),
+                IncompleteCause::InternalFault => {
+                    "the runtime stopped profiling after a fault".into()
                 }
-            ));
-        }
-        if h.dropped_arcs != 0 {
+                other => format!("cause {}", other.code()),
+            };
             warnings.push(format!(
-                "{}: {} arcs were dropped because an arc table was full; call counts are low",
-                input.path.display(),
-                h.dropped_arcs
+                "{}: profile is incomplete ({cause})",
+                input.path.display()
             ));
         }
         if opts.file_info {
             let _ = writeln!(
                 info,
-                "File `{}' (mslprof {}) pid {} program {}: {} modules, {} Hz, sample period {} ns, {} samples ({} outside any module)",
+                "File `{}' (mslprof {}) pid {} program {}: {} load instances, {} Hz, sample period {} ns, {} samples ({} outside any module), {} arcs dropped",
                 input.path.display(),
                 match p.format {
                     SourceFormat::Mslprof { major, minor } => format!("{major}.{minor}"),
@@ -600,44 +571,27 @@ pub fn run_mslprof(
                 h.hz,
                 h.sample_period_ns,
                 h.total_samples,
-                h.unknown_samples
+                h.unknown_samples,
+                h.dropped_arcs
             );
-        }
-        let mut keymap: HashMap<u32, usize> = HashMap::new();
-        for m in &p.modules {
-            let path = String::from_utf8_lossy(&m.path).into_owned();
-            let instance = if opts.separate_instances { m.key } else { 0 };
-            let id_key = (m.path.clone(), m.build_id.clone(), instance);
-            let id = *by_identity.entry(id_key).or_insert_with(|| {
-                merged.push(MergedModule {
-                    name: if m.name.is_empty() {
-                        file_name(&path)
-                    } else {
-                        String::from_utf8_lossy(&m.name).into_owned()
-                    },
-                    path: path.clone(),
-                    build_id: m.build_id.clone(),
-                    main: m.is_main_program(),
-                    ..MergedModule::default()
-                });
-                merged.len() - 1
-            });
-            keymap.insert(m.key, id);
-            let mm = &mut merged[id];
-            mm.instances += 1;
-            mm.profiled |= m.is_profiled();
-            mm.samples += m.samples;
-            mm.saturated += m.saturated_buckets;
-            mm.dropped_arcs += m.dropped_arcs;
-            if opts.file_info {
+            for m in &p.modules {
                 let _ = writeln!(
                     info,
-                    "\tkey {} {} ({}){}: {}-bit buckets, {} ranges, {} samples, {} arcs, build-id {}",
+                    "\tkey {} {} ({}){}{}: {}-bit buckets of {} bytes, {} ranges, {} samples, {} arcs, build-id {}",
                     m.key,
                     String::from_utf8_lossy(&m.name),
-                    path,
+                    String::from_utf8_lossy(&m.path),
                     if m.is_profiled() { "" } else { " not profiled" },
+                    if m.flags & mslprof_format::model::module_flags::UNLOADED != 0 {
+                        " unloaded"
+                    } else {
+                        ""
+                    },
                     m.histogram.as_ref().map_or(0, |h| h.bucket_bits),
+                    m.histogram
+                        .as_ref()
+                        .and_then(|h| h.ranges.first())
+                        .map_or(0, |r| (r.end - r.start) / r.buckets.len().max(1)),
                     m.histogram.as_ref().map_or(0, |h| h.ranges.len()),
                     m.samples,
                     m.arcs.len(),
@@ -646,27 +600,6 @@ pub fn run_mslprof(
                         .map(|b| format!("{b:02x}"))
                         .collect::<String>()
                 );
-            }
-            if let Some(hist) = &m.histogram {
-                add_histogram(&mut merged[id].ranges, hist)
-                    .map_err(|e| Failure::new(&input.path, e))?;
-            }
-        }
-        for m in &p.modules {
-            let callee_module = keymap[&m.key];
-            for a in &m.arcs {
-                let caller_module = if a.caller_key == UNKNOWN_KEY {
-                    None
-                } else {
-                    keymap.get(&a.caller_key).copied()
-                };
-                raw_arcs.push(RawArc {
-                    caller_module,
-                    caller_address: a.caller_address,
-                    callee_module,
-                    callee_address: a.callee_address,
-                    count: a.count,
-                });
             }
         }
     }
@@ -677,10 +610,23 @@ pub fn run_mslprof(
             summary: None,
         });
     }
+    let merged = crate::merge::merge(inputs, opts.separate_instances)?;
     if opts.sum {
-        return Err(Failure::new(
-            inputs.first().map(|i| i.path.clone()).unwrap_or_default(),
-            "-s for mslprof profiles needs the format-spec writer, which is not merged yet",
+        let mut bytes = Vec::new();
+        mslprof_format::write(&merged.profile, &mut bytes)
+            .map_err(|e| Failure::new("gmon.sum", e.to_string()))?;
+        return Ok(Outcome {
+            report: String::new(),
+            warnings,
+            summary: Some(bytes),
+        });
+    }
+    let profile = &merged.profile;
+    let header = &profile.header;
+    if header.dropped_arcs != 0 {
+        warnings.push(format!(
+            "{} arcs were dropped because an arc table was full; call counts are too low",
+            header.dropped_arcs
         ));
     }
 
@@ -690,53 +636,59 @@ pub fn run_mslprof(
         ignore_non_functions: opts.ignore_non_functions,
     };
     let mut g = Graph::default();
-    for (i, mm) in merged.iter().enumerate() {
-        let file: PathBuf = match (mm.main, exe) {
+    for (i, m) in profile.modules.iter().enumerate() {
+        let name = if m.name.is_empty() {
+            file_name(&String::from_utf8_lossy(&m.path))
+        } else {
+            String::from_utf8_lossy(&m.name).into_owned()
+        };
+        let file: PathBuf = match (m.is_main_program(), exe) {
             (true, Some(e)) => e.to_path_buf(),
-            _ => PathBuf::from(&mm.path),
+            _ => PathBuf::from(String::from_utf8_lossy(&m.path).into_owned()),
         };
         g.modules.push(ModuleView {
-            name: mm.name.clone(),
+            name: name.clone(),
             path: file.display().to_string(),
             unit: 1,
             gnu_last_symbol: false,
-            samples: mm.samples,
-            profiled: mm.profiled,
+            samples: m.samples,
+            profiled: m.is_profiled(),
             ..ModuleView::default()
         });
-        if mm.saturated != 0 {
+        let s = g.syms.len();
+        g.modules[i].syms = s..s;
+        if m.saturated_buckets != 0 {
             warnings.push(format!(
-                "{}: {} histogram buckets saturated at 65535; its times are too low (use LD_PROFILEBUCKET_SIZE=32)",
-                mm.name, mm.saturated
+                "{name}: {} histogram buckets saturated at 65535; its times are too low (use LD_PROFILEBUCKET_SIZE=32)",
+                m.saturated_buckets
             ));
         }
-        if mm.dropped_arcs != 0 {
+        if m.dropped_arcs != 0 {
             warnings.push(format!(
-                "{}: {} arcs dropped (arc table full)",
-                mm.name, mm.dropped_arcs
+                "{name}: {} arcs dropped (its arc table was full)",
+                m.dropped_arcs
             ));
         }
-        if !mm.profiled {
-            let s = g.syms.len();
-            g.modules[i].syms = s..s;
+        let is_vdso = m.flags & mslprof_format::model::module_flags::VDSO != 0 || m.path.is_empty();
+        if !m.is_profiled() || is_vdso {
             continue;
         }
         match symbols::load(&file, select) {
             Ok(ms) => {
-                if !mm.build_id.is_empty()
+                if !m.build_id.is_empty()
                     && ms
                         .build_id
                         .as_deref()
-                        .is_some_and(|b| b != mm.build_id.as_slice())
+                        .is_some_and(|b| b != m.build_id.as_slice())
                 {
                     warnings.push(format!(
-                        "{}: build-id differs from the profiled one (rebuilt since the run?); its report may be wrong",
+                        "{}: build-id differs from the profiled one (rebuilt since the run?); its functions may be wrong",
                         file.display()
                     ));
                 }
                 if ms.dynamic_only {
                     warnings.push(format!(
-                        "{}: symbol table is chopped (stripped); only exported functions are known, callers inside it may be misattributed",
+                        "{}: symbol table is chopped (stripped); only exported functions are known and calls from inside it may be misattributed",
                         file.display()
                     ));
                 }
@@ -748,8 +700,6 @@ pub fn run_mslprof(
                     file.display(),
                     e
                 ));
-                let s = g.syms.len();
-                g.modules[i].syms = s..s;
             }
         }
     }
@@ -771,29 +721,49 @@ pub fn run_mslprof(
     }
     let filters = Filters::build(&g, &specs);
     let mut stats = TallyStats::default();
-    let have_arcs = !raw_arcs.is_empty();
-    for a in raw_arcs {
-        tally(&mut g, a, &filters, false, &mut stats);
+    let mut have_arcs = false;
+    for (i, m) in profile.modules.iter().enumerate() {
+        for a in &m.arcs {
+            have_arcs = true;
+            let caller_module = if a.caller_key == UNKNOWN_KEY {
+                None
+            } else {
+                Some(a.caller_key as usize - 1)
+            };
+            tally(
+                &mut g,
+                RawArc {
+                    caller_module,
+                    caller_address: a.caller_address,
+                    callee_module: i,
+                    callee_address: a.callee_address,
+                    count: a.count,
+                },
+                &filters,
+                false,
+                &mut stats,
+            );
+        }
     }
     histogram::scale_entries(&mut g);
     let mut totals = SampleTotals::default();
     let mut have_hist = false;
-    for (i, mm) in merged.iter().enumerate() {
-        if mm.ranges.is_empty() || g.modules[i].syms.is_empty() {
+    let mut granularity = 0i64;
+    for (i, m) in profile.modules.iter().enumerate() {
+        let Some(h) = &m.histogram else { continue };
+        if g.modules[i].syms.is_empty() {
             continue;
         }
+        if !have_hist && let Some(r) = h.ranges.first() {
+            granularity = ((r.end - r.start) / r.buckets.len().max(1)) as i64;
+        }
         have_hist = true;
-        let h = ranges_to_histogram(&mm.ranges);
-        histogram::assign(&mut g, i, &h, &filters, &mut totals);
+        histogram::assign(&mut g, i, h, &filters, &mut totals);
     }
-    let granularity = merged
-        .iter()
-        .find_map(|m| m.ranges.first().map(|r| ((r.1 - r.0) / r.3.max(1)) as i64))
-        .unwrap_or(0);
-    let hz = if period_ns > 0 {
-        1e9 / period_ns as f64
+    let hz = if header.sample_period_ns > 0 {
+        1e9 / header.sample_period_ns as f64
     } else {
-        f64::from(hz_nominal.max(1))
+        f64::from(header.hz.max(1))
     };
     let style = Style {
         bsd: opts.bsd,
@@ -814,27 +784,34 @@ pub fn run_mslprof(
     for w in &warnings {
         let _ = writeln!(out, "mslprof: warning: {w}");
     }
-    let total = total_samples.max(1) as f64;
-    let unprofiled: Vec<_> = merged.iter().filter(|m| !m.profiled).collect();
-    if !unprofiled.is_empty() || unknown_samples != 0 {
-        out.push_str("Modules loaded but not profiled (share of all samples):\n");
+    let total = header.total_samples.max(1) as f64;
+    let unprofiled: Vec<_> = profile
+        .modules
+        .iter()
+        .filter(|m| !m.is_profiled())
+        .collect();
+    if !unprofiled.is_empty() || header.unknown_samples != 0 {
+        out.push_str("Modules loaded but not profiled, with their share of all samples:\n\n");
         for m in &unprofiled {
             let _ = writeln!(
                 out,
-                "  {:6.2}%  {}  {}",
+                "{:>7.2}%  {}  {}",
                 100.0 * m.samples as f64 / total,
-                m.name,
-                m.path
+                String::from_utf8_lossy(&m.name),
+                String::from_utf8_lossy(&m.path)
             );
         }
-        if unknown_samples != 0 {
+        if header.unknown_samples != 0 {
             let _ = writeln!(
                 out,
-                "  {:6.2}%  <outside any module>",
-                100.0 * unknown_samples as f64 / total
+                "{:>7.2}%  <outside any module>",
+                100.0 * header.unknown_samples as f64 / total
             );
         }
         out.push('\n');
+    }
+    if !warnings.is_empty() || !unprofiled.is_empty() || header.unknown_samples != 0 {
+        style.first_output.set(false);
     }
     let body = render(
         &mut g,
@@ -846,18 +823,21 @@ pub fn run_mslprof(
         have_arcs,
     );
     out.push_str(&body);
-    out.push_str("\u{c}\nModule table\n\n index  samples   module  path\n");
-    for (i, m) in merged.iter().enumerate() {
+    out.push_str("\u{c}\nModules\n\n index  samples  module                     path\n");
+    for (i, m) in profile.modules.iter().enumerate() {
+        let mut name = g.modules[i].name.clone();
+        if !m.is_profiled() {
+            name.push_str(" (not profiled)");
+        }
         let _ = writeln!(
             out,
-            "{:>6}  {:6.2}%  {}{}  {}{}",
+            "{:>6} {:>7.2}%  {:<26} {}{}",
             i,
             100.0 * m.samples as f64 / total,
-            m.name,
-            if m.profiled { "" } else { " (not profiled)" },
+            name,
             g.modules[i].path,
-            if m.instances > 1 {
-                format!("  ({} load instances)", m.instances)
+            if merged.instances[i] > 1 {
+                format!("  ({} load instances)", merged.instances[i])
             } else {
                 String::new()
             }
