@@ -145,14 +145,14 @@ fn profile(b: &Built, bias: u64, key_base: u32) -> Profile {
         callee_address: cb + 4,
         count: 5,
     }];
-    let mut foo = module(k_foo, &b.foo, pro, 30);
-    foo.load_bias = bias + 0x10000;
+    let mut libfoo = module(k_foo, &b.foo, pro, 30);
+    libfoo.load_bias = bias + 0x10000;
     foo.histogram = Some(histogram(
         w_foo.min(wif),
         w_foo.max(wif) + 64,
         &[(w_foo + 12, 30)],
     ));
-    foo.arcs = vec![
+    libfoo.arcs = vec![
         Arc {
             caller_key: k_app,
             caller_address: main + 10,
@@ -215,7 +215,7 @@ fn profile(b: &Built, bias: u64, key_base: u32) -> Profile {
             program_path: b.app.display().to_string().into_bytes(),
             ..Header::default()
         },
-        modules: vec![app, foo, bar, libc],
+        modules: vec![app, libfoo, bar, libc],
     }
 }
 
@@ -318,12 +318,12 @@ fn runs_merge_across_aslr_and_keys_and_sum_round_trips() {
     assert_eq!(sum.modules.len(), 4, "one module per file, not per run");
     assert_eq!(sum.header.total_samples, 150);
     assert_ne!(sum.header.flags & header_flags::MERGED, 0);
-    let foo = sum.modules.iter().find(|m| m.name == b"libfoo.so").unwrap();
+    let libfoo = sum.modules.iter().find(|m| m.name == b"libfoo.so").unwrap();
     assert_eq!(
         foo.histogram.as_ref().unwrap().ranges[0].buckets.total(),
         60
     );
-    assert_eq!(foo.arcs.iter().map(|a| a.count).sum::<u64>(), 28);
+    assert_eq!(libfoo.arcs.iter().map(|a| a.count).sum::<u64>(), 28);
     let (again, _, _) = mslprof(&b.dir, &["-b", "-p", b.app.to_str().unwrap(), "gmon.sum"]);
     let tables = |r: &str| r.split("\u{c}\nModules\n").next().unwrap_or("").to_string();
     assert_eq!(
