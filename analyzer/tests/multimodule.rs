@@ -147,7 +147,7 @@ fn profile(b: &Built, bias: u64, key_base: u32) -> Profile {
     }];
     let mut libfoo = module(k_foo, &b.foo, pro, 30);
     libfoo.load_bias = bias + 0x10000;
-    foo.histogram = Some(histogram(
+    libfoo.histogram = Some(histogram(
         w_foo.min(wif),
         w_foo.max(wif) + 64,
         &[(w_foo + 12, 30)],
@@ -320,7 +320,7 @@ fn runs_merge_across_aslr_and_keys_and_sum_round_trips() {
     assert_ne!(sum.header.flags & header_flags::MERGED, 0);
     let libfoo = sum.modules.iter().find(|m| m.name == b"libfoo.so").unwrap();
     assert_eq!(
-        foo.histogram.as_ref().unwrap().ranges[0].buckets.total(),
+        libfoo.histogram.as_ref().unwrap().ranges[0].buckets.total(),
         60
     );
     assert_eq!(libfoo.arcs.iter().map(|a| a.count).sum::<u64>(), 28);
