@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 
 use crate::cycles;
 use crate::graph::{Graph, NONE, Sym};
+use crate::output::Out;
 use crate::report::Style;
 use crate::symspec::{Filters, Table};
 
@@ -281,13 +282,7 @@ fn cmp_arc(g: &Graph, l: usize, r: usize) -> Ordering {
 }
 
 /// Print the call graph table (gprof's `cg_print`).
-pub fn print(
-    out: &mut String,
-    g: &mut Graph,
-    time_sorted: &[usize],
-    print_time: f64,
-    style: &Style,
-) {
+pub fn print(out: &mut Out, g: &mut Graph, time_sorted: &[usize], print_time: f64, style: &Style) {
     let mut print_time = print_time;
     if style.descriptions && style.bsd {
         out.push_str(crate::blurbs::BSD_CALL_GRAPH);
@@ -390,7 +385,7 @@ pub fn print(
     }
 }
 
-fn print_cycle(out: &mut String, g: &mut Graph, cyc: usize, print_time: f64, style: &Style) {
+fn print_cycle(out: &mut Out, g: &mut Graph, cyc: usize, print_time: f64, style: &Style) {
     let hz = style.hz;
     let kids_w = if style.bsd { 11 } else { 7 };
     let c = &g.syms[cyc];
@@ -446,7 +441,7 @@ fn print_cycle(out: &mut String, g: &mut Graph, cyc: usize, print_time: f64, sty
     }
 }
 
-fn print_parents(out: &mut String, g: &Graph, child: usize, style: &Style) {
+fn print_parents(out: &mut Out, g: &Graph, child: usize, style: &Style) {
     let hz = style.hz;
     let kids_w = if style.bsd { 11 } else { 7 };
     let c = &g.syms[child];
@@ -488,7 +483,7 @@ fn print_parents(out: &mut String, g: &Graph, child: usize, style: &Style) {
     }
 }
 
-fn print_children(out: &mut String, g: &Graph, parent: usize, style: &Style) {
+fn print_children(out: &mut Out, g: &Graph, parent: usize, style: &Style) {
     let hz = style.hz;
     let kids_w = if style.bsd { 11 } else { 7 };
     let p = &g.syms[parent];
@@ -522,7 +517,7 @@ fn print_children(out: &mut String, g: &Graph, parent: usize, style: &Style) {
 }
 
 /// Print the index by function name (gprof's `cg_print_index`).
-pub fn print_index(out: &mut String, g: &Graph, style: &Style) {
+pub fn print_index(out: &mut Out, g: &Graph, style: &Style) {
     let mut names: Vec<usize> = (0..g.nsyms)
         .filter(|&s| !(style.ignore_zeros && g.syms[s].ncalls == 0 && g.syms[s].hist_time == 0.0))
         .collect();

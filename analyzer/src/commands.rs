@@ -6,8 +6,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::SystemTime;
 
-use object::Object;
-
 use mslprof_analyzer::input::Target;
 
 const DEMO_MAIN: &str = include_str!("../demo/demo.c");
@@ -16,11 +14,18 @@ const DEMO_TEXT: &str = include_str!("../demo/text.c");
 
 /// Byte order and address width of an ELF file (for GNU gmon.out decoding).
 pub fn elf_target(path: &Path) -> Option<Target> {
-    let data = std::fs::read(path).ok()?;
-    let file = object::File::parse(&*data).ok()?;
+    use std::io::Read;
+    let mut ident = [0u8; 16];
+    std::fs::File::open(path)
+        .ok()?
+        .read_exact(&mut ident)
+        .ok()?;
+    if &ident[..4] != b"\x7fELF" {
+        return None;
+    }
     Some(Target {
-        big_endian: !file.is_little_endian(),
-        address_size: if file.is_64() { 8 } else { 4 },
+        big_endian: ident[5] == 2,
+        address_size: if ident[4] == 1 { 4 } else { 8 },
     })
 }
 

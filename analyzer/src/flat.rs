@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 
 use crate::callgraph::{name_full, name_only};
 use crate::graph::Graph;
+use crate::output::Out;
 use crate::report::Style;
 use crate::symspec::{Filters, Table};
 
@@ -37,7 +38,7 @@ fn cmp_time(g: &Graph, l: usize, r: usize) -> std::cmp::Ordering {
 }
 
 /// Print the flat profile.
-pub fn print(out: &mut String, g: &Graph, total_time: f64, filters: &Filters, style: &Style) {
+pub fn print(out: &mut Out, g: &Graph, total_time: f64, filters: &Filters, style: &Style) {
     style.begin_section(out);
     if style.bsd {
         if style.descriptions {

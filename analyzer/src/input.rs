@@ -127,7 +127,7 @@ pub fn read_gnu(bytes: &[u8], target: Target) -> Result<Profile, InputError> {
         dimension_abbrev: b's',
         ..Header::default()
     };
-    let mut ranges: Vec<(u64, u64, Vec<u32>)> = Vec::new();
+    let mut ranges: Vec<(u64, u64, Buckets)> = Vec::new();
     let mut arcs = Vec::new();
     let mut basic_blocks = Vec::new();
     let mut first_hist = true;
@@ -174,20 +174,30 @@ pub fn read_gnu(bytes: &[u8], target: Target) -> Result<Profile, InputError> {
                                 offset: tag_at,
                             });
                         }
-                        ranges.push((low, high, vec![0; bins as usize]));
-                        ranges.len() - 1
+                        let mut v = Vec::with_capacity(bins as usize);
+                        for _ in 0..bins {
+                            v.push(c.u16("histogram")?);
+                        }
+                        ranges.push((low, high, Buckets::Dense16(v)));
+                        continue;
                     }
                 };
-                let samples = &mut ranges[idx].2;
-                if samples.len() != bins as usize {
+                if ranges[idx].2.len() != u64::from(bins) {
                     return Err(InputError {
                         problem: "histogram records for one range differ in size".into(),
                         offset: tag_at,
                     });
                 }
-                for s in samples.iter_mut() {
+                let mut sums: Vec<u32> =
+                    match std::mem::replace(&mut ranges[idx].2, Buckets::Dense32(Vec::new())) {
+                        Buckets::Dense16(v) => v.into_iter().map(u32::from).collect(),
+                        Buckets::Dense32(v) => v,
+                        Buckets::Sparse { .. } => vec![0; bins as usize],
+                    };
+                for s in sums.iter_mut() {
                     *s = s.saturating_add(u32::from(c.u16("histogram")?));
                 }
+                ranges[idx].2 = Buckets::Dense32(sums);
             }
             1 => {
                 let from = c.vma("call-graph record")?;
@@ -223,10 +233,10 @@ pub fn read_gnu(bytes: &[u8], target: Target) -> Result<Profile, InputError> {
             bucket_bits: 16,
             ranges: ranges
                 .into_iter()
-                .map(|(start, end, v)| HistRange {
+                .map(|(start, end, buckets)| HistRange {
                     start,
                     end,
-                    buckets: Buckets::Dense32(v),
+                    buckets,
                 })
                 .collect(),
         })

@@ -3,13 +3,13 @@
 //! `mslprof [gprof options] [executable [profile-files...]]` reports like GNU gprof;
 //! `mslprof run`, `mslprof demo` and `mslprof export` are the subcommands.
 
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Parser;
 
 use mslprof_analyzer::input::{self, Target};
+use mslprof_analyzer::output::Out;
 use mslprof_analyzer::report::{self, Failure, Input, Options};
 use mslprof_analyzer::symbols::Demangle;
 use mslprof_analyzer::symspec::Table;
@@ -268,16 +268,6 @@ fn options_from(cli: &Cli) -> Result<Options, String> {
     Ok(o)
 }
 
-/// Print `text` to stdout; a closed pipe is not an error.
-fn emit(text: &[u8]) -> Result<(), std::io::Error> {
-    let stdout = std::io::stdout();
-    let mut lock = stdout.lock();
-    match lock.write_all(text).and_then(|_| lock.flush()) {
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        r => r,
-    }
-}
-
 fn fail(f: &Failure) -> ExitCode {
     eprintln!("mslprof: {}: {}", f.file, f.problem);
     ExitCode::from(1)
@@ -305,7 +295,8 @@ pub(crate) fn report_main(args: &[String]) -> ExitCode {
     if profiles.is_empty() {
         profiles.push(PathBuf::from("gmon.out"));
     }
-    match analyse(&opts, exe.as_deref(), &profiles) {
+    let mut report = Out::to(Box::new(std::io::stdout()));
+    match analyse(&opts, exe.as_deref(), &profiles, &mut report) {
         Ok(out) => {
             for w in &out.warnings {
                 eprintln!("mslprof: warning: {w}");
@@ -319,8 +310,9 @@ pub(crate) fn report_main(args: &[String]) -> ExitCode {
                     });
                 }
             }
-            match emit(out.report.as_bytes()) {
+            match report.finish() {
                 Ok(()) => ExitCode::SUCCESS,
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("mslprof: stdout: {e}");
                     ExitCode::from(1)
@@ -331,56 +323,52 @@ pub(crate) fn report_main(args: &[String]) -> ExitCode {
     }
 }
 
+/// Map a profile file read-only.
+fn map_file(p: &Path) -> Result<memmap2::Mmap, Failure> {
+    mslprof_analyzer::sys::map_file(p).map_err(|e| Failure {
+        file: p.display().to_string(),
+        problem: e.to_string(),
+    })
+}
+
 /// Read the profiles and run the right analysis.
 pub fn analyse(
     opts: &Options,
     exe: Option<&Path>,
     profiles: &[PathBuf],
+    out: &mut Out,
 ) -> Result<report::Outcome, Failure> {
-    let mut raw = Vec::new();
+    let mut maps = Vec::new();
     for p in profiles {
-        let bytes = std::fs::read(p).map_err(|e| Failure {
-            file: p.display().to_string(),
-            problem: e.to_string(),
-        })?;
-        raw.push((p.clone(), bytes));
+        maps.push((p.clone(), map_file(p)?));
     }
-    let any_mslprof = raw.iter().any(|(_, b)| input::is_mslprof(b));
-    if any_mslprof {
-        let mut inputs = Vec::new();
-        for (p, b) in &raw {
-            if !input::is_mslprof(b) {
-                return Err(Failure {
-                    file: p.display().to_string(),
-                    problem: "not an mslprof profile (GNU and mslprof profiles cannot be mixed)"
-                        .into(),
-                });
-            }
-            let profile = input::read_profile(b, Target::default()).map_err(|e| Failure {
+    let any_mslprof = maps.iter().any(|(_, b)| input::is_mslprof(b));
+    let exe_for_gnu = exe.unwrap_or(Path::new("a.out"));
+    let target = if any_mslprof {
+        Target::default()
+    } else {
+        commands::elf_target(exe_for_gnu).unwrap_or_default()
+    };
+    let mut inputs = Vec::new();
+    for (p, b) in maps {
+        if any_mslprof && !input::is_mslprof(&b) {
+            return Err(Failure {
                 file: p.display().to_string(),
-                problem: e.to_string(),
-            })?;
-            inputs.push(Input {
-                path: p.clone(),
-                profile,
+                problem: "not an mslprof profile (GNU and mslprof profiles cannot be mixed)".into(),
             });
         }
-        return report::run_mslprof(opts, exe, &inputs);
-    }
-    let exe = exe.unwrap_or(Path::new("a.out"));
-    let target = commands::elf_target(exe).unwrap_or_default();
-    let mut inputs = Vec::new();
-    for (p, b) in &raw {
-        let profile = input::read_profile(b, target).map_err(|e| Failure {
+        let profile = input::read_profile(&b, target).map_err(|e| Failure {
             file: p.display().to_string(),
             problem: e.to_string(),
         })?;
-        inputs.push(Input {
-            path: p.clone(),
-            profile,
-        });
+        drop(b);
+        inputs.push(Input { path: p, profile });
     }
-    report::run_gnu(opts, exe, &inputs)
+    if any_mslprof {
+        report::run_mslprof(opts, exe, &inputs, out)
+    } else {
+        report::run_gnu(opts, exe_for_gnu, inputs, out)
+    }
 }
 
 fn main() -> ExitCode {

@@ -14,6 +14,7 @@ use mslprof_format::model::{
 use crate::arcs::{RawArc, TallyStats, tally};
 use crate::graph::{Graph, ModuleView, Sym};
 use crate::histogram::{self, SampleTotals};
+use crate::output::Out;
 use crate::symbols::{self, Demangle, FunctionSymbol, SelectOptions};
 use crate::symspec::{Filters, Table};
 
@@ -82,7 +83,7 @@ pub struct Style {
 
 impl Style {
     /// Separate tables with a form feed, as gprof does.
-    pub fn begin_section(&self, out: &mut String) {
+    pub fn begin_section(&self, out: &mut Out) {
         if self.first_output.get() {
             self.first_output.set(false);
         } else {
@@ -126,53 +127,44 @@ fn sections(opts: &Options) -> (bool, bool) {
     }
 }
 
-fn add_histogram(
-    ranges: &mut Vec<(u64, u64, HashMap<u64, u64>, u64)>,
-    h: &Histogram,
-) -> Result<(), String> {
-    for r in &h.ranges {
+/// Add histogram `h` into `ranges` as gprof does: records over the same range are summed, a record that
+/// overlaps another one differently is an error. The first record of a range is kept as it is (no copy).
+fn add_histogram(ranges: &mut Vec<HistRange>, h: Histogram) -> Result<(), String> {
+    for r in h.ranges {
         let len = r.buckets.len();
-        let idx = match ranges.iter().position(|x| x.0 == r.start && x.1 == r.end) {
+        match ranges
+            .iter()
+            .position(|x| x.start == r.start && x.end == r.end)
+        {
             Some(i) => {
-                if ranges[i].3 != len {
+                if ranges[i].buckets.len() != len {
                     return Err("histogram records for one range differ in size".into());
                 }
-                i
+                let mut sum: Vec<u32> =
+                    match std::mem::replace(&mut ranges[i].buckets, Buckets::Dense32(Vec::new())) {
+                        Buckets::Dense32(v) => v,
+                        other => {
+                            let mut v = vec![0u32; len as usize];
+                            for (k, c) in other.nonzero() {
+                                v[k as usize] = c;
+                            }
+                            v
+                        }
+                    };
+                for (k, c) in r.buckets.nonzero() {
+                    sum[k as usize] = sum[k as usize].saturating_add(c);
+                }
+                ranges[i].buckets = Buckets::Dense32(sum);
             }
             None => {
-                if ranges.iter().any(|x| r.start < x.1 && x.0 < r.end) {
+                if ranges.iter().any(|x| r.start < x.end && x.start < r.end) {
                     return Err("overlapping histogram records".into());
                 }
-                ranges.push((r.start, r.end, HashMap::new(), len));
-                ranges.len() - 1
+                ranges.push(r);
             }
-        };
-        for (i, c) in r.buckets.nonzero() {
-            *ranges[idx].2.entry(i).or_insert(0) += u64::from(c);
         }
     }
     Ok(())
-}
-
-fn ranges_to_histogram(ranges: &[(u64, u64, HashMap<u64, u64>, u64)]) -> Histogram {
-    Histogram {
-        bucket_bits: 32,
-        ranges: ranges
-            .iter()
-            .map(|(start, end, map, len)| {
-                let mut entries: Vec<(u64, u32)> = map
-                    .iter()
-                    .map(|(&i, &c)| (i, c.min(u64::from(u32::MAX)) as u32))
-                    .collect();
-                entries.sort_unstable();
-                HistRange {
-                    start: *start,
-                    end: *end,
-                    buckets: Buckets::Sparse { len: *len, entries },
-                }
-            })
-            .collect(),
-    }
 }
 
 fn file_name(path: &str) -> String {
@@ -230,13 +222,17 @@ fn push_module_syms(g: &mut Graph, module: usize, syms: Vec<FunctionSymbol>, dem
 
 /// The report for GNU (single-module) profiles, and the `gmon.sum` bytes when `-s` is given.
 pub struct Outcome {
-    pub report: String,
     pub warnings: Vec<String>,
     pub summary: Option<Vec<u8>>,
 }
 
 /// Analyse GNU gmon.out inputs against `exe`.
-pub fn run_gnu(opts: &Options, exe: &Path, inputs: &[Input]) -> Result<Outcome, Failure> {
+pub fn run_gnu(
+    opts: &Options,
+    exe: &Path,
+    mut inputs: Vec<Input>,
+    out: &mut Out,
+) -> Result<Outcome, Failure> {
     let mut warnings = Vec::new();
     let select = SelectOptions {
         no_static: opts.no_static,
@@ -292,14 +288,15 @@ pub fn run_gnu(opts: &Options, exe: &Path, inputs: &[Input]) -> Result<Outcome, 
     let mut have_arcs = false;
     let mut stats = TallyStats::default();
     let mut info = String::new();
-    for input in inputs {
+    for input in inputs.iter_mut() {
+        let hist_taken = input.profile.modules[0].histogram.take();
         let m = &input.profile.modules[0];
         if opts.file_info {
             let version = match input.profile.format {
                 SourceFormat::Gnu { version } => version,
                 _ => 0,
             };
-            let nh = m.histogram.as_ref().map_or(0, |h| h.ranges.len());
+            let nh = hist_taken.as_ref().map_or(0, |h| h.ranges.len());
             let na = m.arcs.len();
             let nb = usize::from(!m.basic_blocks.is_empty());
             let _ = writeln!(
@@ -327,7 +324,7 @@ pub fn run_gnu(opts: &Options, exe: &Path, inputs: &[Input]) -> Result<Outcome, 
                 if nb == 1 { "" } else { "s" }
             );
         }
-        if let Some(h) = &m.histogram {
+        if let Some(h) = hist_taken {
             if !have_hist {
                 hz = input.profile.header.hz;
                 dimension = String::from_utf8_lossy(&input.profile.header.dimension).into_owned();
@@ -354,37 +351,37 @@ pub fn run_gnu(opts: &Options, exe: &Path, inputs: &[Input]) -> Result<Outcome, 
         }
     }
     if opts.file_info {
+        out.push_str(&info);
         return Ok(Outcome {
-            report: info,
             warnings,
             summary: None,
         });
     }
-    let hist = ranges_to_histogram(&ranges);
+    let hist = Histogram {
+        bucket_bits: 16,
+        ranges,
+    };
     if have_hist && opts.external_symbols.is_none() {
-        check_belongs(&g, &hist, exe, inputs)?;
+        check_belongs(&g, &hist, exe, &inputs)?;
     }
     let summary = if opts.sum {
-        Some(gnu_summary(&g, &hist, hz, &dimension, abbrev, inputs))
+        Some(gnu_summary(&g, &hist, hz, &dimension, abbrev, &inputs))
     } else {
         None
     };
     let (want_flat, want_graph) = sections(opts);
     if opts.sum {
-        return Ok(Outcome {
-            report: String::new(),
-            warnings,
-            summary,
-        });
+        return Ok(Outcome { warnings, summary });
     }
     histogram::scale_entries(&mut g);
     let mut totals = SampleTotals::default();
     if have_hist {
         histogram::assign(&mut g, 0, &hist, &filters, &mut totals);
     }
-    let scale = ranges
+    let scale = hist
+        .ranges
         .first()
-        .map(|r| histogram::hist_scale(r.0, r.1, r.3, 2))
+        .map(|r| histogram::hist_scale(r.start, r.end, r.buckets.len(), 2))
         .unwrap_or(0.0);
     let style = Style {
         bsd: opts.bsd,
@@ -400,7 +397,8 @@ pub fn run_gnu(opts: &Options, exe: &Path, inputs: &[Input]) -> Result<Outcome, 
         multi_module: false,
         first_output: Cell::new(true),
     };
-    let report = render(
+    render(
+        out,
         &mut g,
         &filters,
         &style,
@@ -409,11 +407,7 @@ pub fn run_gnu(opts: &Options, exe: &Path, inputs: &[Input]) -> Result<Outcome, 
         have_arcs && want_graph,
         have_arcs,
     );
-    Ok(Outcome {
-        report,
-        warnings,
-        summary,
-    })
+    Ok(Outcome { warnings, summary })
 }
 
 fn check_belongs(g: &Graph, hist: &Histogram, exe: &Path, inputs: &[Input]) -> Result<(), Failure> {
@@ -436,7 +430,9 @@ fn check_belongs(g: &Graph, hist: &Histogram, exe: &Path, inputs: &[Input]) -> R
     Ok(())
 }
 
+#[allow(clippy::too_many_arguments)]
 fn render(
+    out: &mut Out,
     g: &mut Graph,
     filters: &Filters,
     style: &Style,
@@ -444,8 +440,7 @@ fn render(
     want_flat: bool,
     want_graph: bool,
     have_arcs: bool,
-) -> String {
-    let mut out = String::new();
+) {
     let (time_sorted, print_time) = if have_arcs {
         crate::callgraph::assemble(g, filters)
     } else {
@@ -453,23 +448,22 @@ fn render(
     };
     if style.bsd {
         if want_graph {
-            crate::callgraph::print(&mut out, g, &time_sorted, print_time, style);
+            crate::callgraph::print(out, g, &time_sorted, print_time, style);
         }
         if want_flat {
-            crate::flat::print(&mut out, g, totals.total_time, filters, style);
+            crate::flat::print(out, g, totals.total_time, filters, style);
         }
     } else {
         if want_flat {
-            crate::flat::print(&mut out, g, totals.total_time, filters, style);
+            crate::flat::print(out, g, totals.total_time, filters, style);
         }
         if want_graph {
-            crate::callgraph::print(&mut out, g, &time_sorted, print_time, style);
+            crate::callgraph::print(out, g, &time_sorted, print_time, style);
         }
     }
     if want_graph {
-        crate::callgraph::print_index(&mut out, g, style);
+        crate::callgraph::print_index(out, g, style);
     }
-    out
 }
 
 /// gprof's `gmon.sum`: GNU format, histograms then arcs (symbol addresses, per caller in table order).
@@ -534,6 +528,7 @@ pub fn run_mslprof(
     opts: &Options,
     exe: Option<&Path>,
     inputs: &[Input],
+    out: &mut Out,
 ) -> Result<Outcome, Failure> {
     let mut warnings: Vec<String> = Vec::new();
     let mut info = String::new();
@@ -604,8 +599,8 @@ pub fn run_mslprof(
         }
     }
     if opts.file_info {
+        out.push_str(&info);
         return Ok(Outcome {
-            report: info,
             warnings,
             summary: None,
         });
@@ -616,7 +611,6 @@ pub fn run_mslprof(
         mslprof_format::write(&merged.profile, &mut bytes)
             .map_err(|e| Failure::new("gmon.sum", e.to_string()))?;
         return Ok(Outcome {
-            report: String::new(),
             warnings,
             summary: Some(bytes),
         });
@@ -780,7 +774,6 @@ pub fn run_mslprof(
         first_output: Cell::new(true),
     };
     let (want_flat, want_graph) = sections(opts);
-    let mut out = String::new();
     for w in &warnings {
         let _ = writeln!(out, "mslprof: warning: {w}");
     }
@@ -813,7 +806,8 @@ pub fn run_mslprof(
     if !warnings.is_empty() || !unprofiled.is_empty() || header.unknown_samples != 0 {
         style.first_output.set(false);
     }
-    let body = render(
+    render(
+        out,
         &mut g,
         &filters,
         &style,
@@ -822,7 +816,6 @@ pub fn run_mslprof(
         have_arcs && want_graph,
         have_arcs,
     );
-    out.push_str(&body);
     out.push_str("\u{c}\nModules\n\n index  samples  module                     path\n");
     for (i, m) in profile.modules.iter().enumerate() {
         let mut name = g.modules[i].name.clone();
@@ -844,7 +837,6 @@ pub fn run_mslprof(
         );
     }
     Ok(Outcome {
-        report: out,
         warnings: Vec::new(),
         summary: None,
     })

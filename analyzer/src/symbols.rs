@@ -375,8 +375,9 @@ fn attach_sources(file: &object::File<'_>, syms: &mut [FunctionSymbol]) {
 
 /// Read and select the function symbols of the ELF file at `path`.
 pub fn load(path: &Path, opts: SelectOptions) -> Result<ModuleSymbols, SymbolError> {
-    let data = std::fs::read(path)?;
-    let file = object::File::parse(&*data).map_err(|e| SymbolError::NotElf(e.to_string()))?;
+    let data = crate::sys::map_file(path)?;
+    let data: &[u8] = &data;
+    let file = object::File::parse(data).map_err(|e| SymbolError::NotElf(e.to_string()))?;
     if file.format() != object::BinaryFormat::Elf {
         return Err(SymbolError::NotElf("not an ELF file".into()));
     }
@@ -386,7 +387,7 @@ pub fn load(path: &Path, opts: SelectOptions) -> Result<ModuleSymbols, SymbolErr
     let text_end = text_end_of(&file);
     let has_symtab = file.symbols().next().is_some();
     if has_symtab {
-        let mut syms = collect(&file, &data, false, opts);
+        let mut syms = collect(&file, data, false, opts);
         if syms.is_empty() {
             return Err(SymbolError::NoSymbols);
         }
@@ -401,16 +402,17 @@ pub fn load(path: &Path, opts: SelectOptions) -> Result<ModuleSymbols, SymbolErr
         });
     }
     for cand in debug_file_candidates(path, &file) {
-        let Ok(ddata) = std::fs::read(&cand) else {
+        let Ok(dmap) = crate::sys::map_file(&cand) else {
             continue;
         };
-        let Ok(dfile) = object::File::parse(&*ddata) else {
+        let ddata: &[u8] = &dmap;
+        let Ok(dfile) = object::File::parse(ddata) else {
             continue;
         };
         if build_id.is_some() && build_id_of(&dfile).is_some() && build_id_of(&dfile) != build_id {
             continue;
         }
-        let mut syms = collect(&dfile, &ddata, false, opts);
+        let mut syms = collect(&dfile, ddata, false, opts);
         if syms.is_empty() {
             continue;
         }
@@ -424,7 +426,7 @@ pub fn load(path: &Path, opts: SelectOptions) -> Result<ModuleSymbols, SymbolErr
             debug_file: Some(cand),
         });
     }
-    let syms = collect(&file, &data, true, opts);
+    let syms = collect(&file, data, true, opts);
     if syms.is_empty() {
         return Err(SymbolError::NoSymbols);
     }

@@ -51,3 +51,12 @@ pub fn cxa_demangle(name: &str) -> Option<String> {
     unsafe { libc::free(out.cast::<c_void>()) };
     if status == 0 { Some(s) } else { None }
 }
+
+/// Map a file read-only. Profiles and ELF files can be large; only the pages actually used are read.
+pub fn map_file(path: &std::path::Path) -> std::io::Result<memmap2::Mmap> {
+    let f = std::fs::File::open(path)?;
+    // SAFETY: the mapping is read-only and private. If another process truncates the file while it is
+    // mapped, reading the lost pages raises SIGBUS: the same risk GNU binutils and every mmap-based tool
+    // accept for input files.
+    unsafe { memmap2::Mmap::map(&f) }
+}
