@@ -11,6 +11,10 @@ struct Dfn {
     pos: Vec<usize>,
     /// Last member of the chain starting at each cycle head.
     tail: Vec<usize>,
+    /// For each stack position `i`, a position `f < i` such that every entry in `(f, i]` is already in
+    /// the cycle of the entry at `i` (`NONE` when unknown). Lets repeated back edges into a deep stack
+    /// skip what earlier ones glommed, which keeps large strongly connected graphs near-linear.
+    floor: Vec<usize>,
     counter: i64,
 }
 
@@ -30,19 +34,36 @@ impl Dfn {
             head = g.syms[head].cyc_head;
         }
         let mut tail = self.tail[head];
-        for index in cycle_top + 1..=depth {
-            let c = self.stack[index];
-            if g.syms[c].cyc_head == c {
-                g.syms[tail].cyc_next = c;
-                g.syms[c].cyc_head = head;
-                let mut t = c;
-                while g.syms[t].cyc_next != NONE {
-                    let n = g.syms[t].cyc_next;
-                    g.syms[n].cyc_head = head;
-                    t = n;
-                }
-                tail = t;
+        // Walk down from the top, jumping over stretches glommed before, and collect the entries
+        // still on their own; then glom them bottom-up, the order gprof appends them in.
+        let mut fresh = Vec::new();
+        let mut i = depth;
+        while i > cycle_top {
+            let f = self.floor[i];
+            self.floor[i] = cycle_top;
+            if f != NONE && f <= cycle_top {
+                break;
             }
+            let c = self.stack[i];
+            if g.syms[c].cyc_head == c {
+                fresh.push(c);
+            }
+            i = if f != NONE && f < i {
+                f.max(cycle_top)
+            } else {
+                i - 1
+            };
+        }
+        for &c in fresh.iter().rev() {
+            g.syms[tail].cyc_next = c;
+            g.syms[c].cyc_head = head;
+            let mut t = c;
+            while g.syms[t].cyc_next != NONE {
+                let n = g.syms[t].cyc_next;
+                g.syms[n].cyc_head = head;
+                t = n;
+            }
+            tail = t;
         }
         self.tail[head] = tail;
     }
@@ -50,6 +71,10 @@ impl Dfn {
     fn pre_visit(&mut self, g: &mut Graph, s: usize) {
         self.stack.push(s);
         self.pos[s] = self.stack.len() - 1;
+        if self.floor.len() < self.stack.len() {
+            self.floor.push(NONE);
+        }
+        self.floor[self.stack.len() - 1] = NONE;
         g.syms[s].top_order = DFN_BUSY;
     }
 
@@ -79,6 +104,7 @@ pub fn number(g: &mut Graph) {
         stack: vec![NONE],
         pos: vec![0; n],
         tail: (0..n).collect(),
+        floor: vec![NONE],
         counter: DFN_NAN,
     };
     let mut frames: Vec<(usize, usize)> = Vec::new();

@@ -384,3 +384,84 @@ fn closed_stdout_is_quiet() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// xorshift64*, so the random graphs are the same on every run.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) % n.max(1)
+    }
+}
+
+/// Dense random call graphs (many overlapping cycles, repeated arcs, self-calls) over the functions of
+/// the golden Lua binary: cycle numbering, cycle membership, propagation and every tie-break must come
+/// out as in gprof.
+#[test]
+fn random_call_graphs_match_gprof() {
+    if !tools_present() {
+        return;
+    }
+    let dir = scratch("random");
+    let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join("golden/analyzer/lua/lua");
+    std::fs::copy(&golden, dir.join("lua")).unwrap();
+    let nm = Command::new("nm")
+        .args(["--defined-only", golden.to_str().unwrap()])
+        .output();
+    let Ok(nm) = nm else {
+        eprintln!("SKIPPED: no `nm`");
+        return;
+    };
+    let mut funcs: Vec<u64> = String::from_utf8_lossy(&nm.stdout)
+        .lines()
+        .filter_map(|l| {
+            let mut it = l.split_whitespace();
+            let (a, t) = (it.next()?, it.next()?);
+            (t == "t" || t == "T")
+                .then(|| u64::from_str_radix(a, 16).ok())
+                .flatten()
+        })
+        .collect();
+    funcs.sort_unstable();
+    funcs.dedup();
+    let low = funcs[0] & !3;
+    let high = (funcs[funcs.len() - 1] + 0x400) & !3;
+    let nbins = (high - low) / 4;
+    for seed in 1..=6u64 {
+        let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ seed);
+        let mut f = Vec::new();
+        f.extend_from_slice(b"gmon");
+        f.extend_from_slice(&1u32.to_le_bytes());
+        f.extend_from_slice(&[0; 12]);
+        f.push(0);
+        f.extend_from_slice(&low.to_le_bytes());
+        f.extend_from_slice(&high.to_le_bytes());
+        f.extend_from_slice(&(nbins as u32).to_le_bytes());
+        f.extend_from_slice(&100u32.to_le_bytes());
+        f.extend_from_slice(b"seconds\0\0\0\0\0\0\0\0s");
+        let mut bins = vec![0u16; nbins as usize];
+        for _ in 0..3000 {
+            bins[rng.below(nbins) as usize] += 1 + rng.below(8) as u16;
+        }
+        for b in bins {
+            f.extend_from_slice(&b.to_le_bytes());
+        }
+        let chosen: Vec<u64> = (0..60)
+            .map(|_| funcs[rng.below(funcs.len() as u64) as usize])
+            .collect();
+        for _ in 0..150 {
+            f.push(1);
+            let from = chosen[rng.below(60) as usize] + 4 + rng.below(40);
+            let to = chosen[rng.below(60) as usize];
+            f.extend_from_slice(&from.to_le_bytes());
+            f.extend_from_slice(&to.to_le_bytes());
+            f.extend_from_slice(&(1 + rng.below(49) as u32).to_le_bytes());
+        }
+        let name = format!("r{seed}.gmon");
+        std::fs::write(dir.join(&name), f).unwrap();
+        assert_same(&dir, &["-b", "-b -T -z"], &["lua", &name]);
+    }
+}
