@@ -237,6 +237,7 @@ pub fn run_gnu(
     let select = SelectOptions {
         no_static: opts.no_static,
         ignore_non_functions: opts.ignore_non_functions,
+        keep_split_parts: false,
     };
     let (syms, text_end) = if let Some(ext) = &opts.external_symbols {
         (symbols::finalize(read_external_symbols(ext)?, 0), 0)
@@ -628,6 +629,7 @@ pub fn run_mslprof(
     let select = SelectOptions {
         no_static: opts.no_static,
         ignore_non_functions: opts.ignore_non_functions,
+        keep_split_parts: true,
     };
     let mut g = Graph::default();
     for (i, m) in profile.modules.iter().enumerate() {

@@ -51,6 +51,11 @@ pub struct SelectOptions {
     pub no_static: bool,
     /// `-D`: drop static symbols that are not marked as functions.
     pub ignore_non_functions: bool,
+    /// mslprof's own rule for multi-module reports: also keep compiler-split parts of functions
+    /// (`foo.cold`, `foo.part.0`, `foo.isra.0`, …) as functions of their own, so their samples are not
+    /// credited to whatever function happens to precede them, and let the last function of a module
+    /// reach the end of its executable sections (BOLT-processed libraries have several).
+    pub keep_split_parts: bool,
 }
 
 /// Failure to use a module's file.
@@ -211,7 +216,11 @@ fn classify<'d, S: ObjectSymbol<'d>>(
         v.push(0);
         static_name_ok_in(&v)
     };
-    if !ok {
+    let split_part = opts.keep_split_parts
+        && st_type == object::elf::STT_FUNC
+        && !name.is_empty()
+        && !name.contains(&b'$');
+    if !ok && !split_part {
         return None;
     }
     if opts.ignore_non_functions && st_type != object::elf::STT_FUNC {
@@ -332,7 +341,17 @@ fn collect<'d>(
     out
 }
 
-fn text_end_of(file: &object::File<'_>) -> u64 {
+fn text_end_of(file: &object::File<'_>, opts: SelectOptions) -> u64 {
+    if opts.keep_split_parts {
+        return file
+            .sections()
+            .filter(|s| {
+                matches!(s.flags(), SectionFlags::Elf { sh_flags } if sh_flags & u64::from(object::elf::SHF_EXECINSTR) != 0)
+            })
+            .map(|s| (s.address() + s.size()).wrapping_sub(1))
+            .max()
+            .unwrap_or(0);
+    }
     file.section_by_name(".text")
         .map(|s| (s.address() + s.size()).wrapping_sub(1))
         .unwrap_or(0)
@@ -384,7 +403,7 @@ pub fn load(path: &Path, opts: SelectOptions) -> Result<ModuleSymbols, SymbolErr
     let build_id = build_id_of(&file);
     let big_endian = !file.is_little_endian();
     let address_size = if file.is_64() { 8 } else { 4 };
-    let text_end = text_end_of(&file);
+    let text_end = text_end_of(&file, opts);
     let has_symtab = file.symbols().next().is_some();
     if has_symtab {
         let mut syms = collect(&file, data, false, opts);
