@@ -290,8 +290,17 @@ pub(crate) fn report_main(args: &[String]) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let exe = cli.files.first().cloned();
-    let mut profiles: Vec<PathBuf> = cli.files.iter().skip(1).cloned().collect();
+    let mut exe = cli.files.first().cloned();
+    let mut skip = 1;
+    // For mslprof profiles the executable is optional: a first file that is itself an mslprof
+    // profile starts the list of profiles.
+    if let Some(first) = &exe
+        && is_mslprof_file(first)
+    {
+        exe = None;
+        skip = 0;
+    }
+    let mut profiles: Vec<PathBuf> = cli.files.iter().skip(skip).cloned().collect();
     if profiles.is_empty() {
         profiles.push(PathBuf::from("gmon.out"));
     }
@@ -321,6 +330,15 @@ pub(crate) fn report_main(args: &[String]) -> ExitCode {
         }
         Err(f) => fail(&f),
     }
+}
+
+fn is_mslprof_file(p: &Path) -> bool {
+    use std::io::Read;
+    let mut magic = [0u8; 8];
+    std::fs::File::open(p)
+        .and_then(|mut f| f.read_exact(&mut magic))
+        .is_ok()
+        && input::is_mslprof(&magic)
 }
 
 /// Map a profile file read-only.

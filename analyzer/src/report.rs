@@ -669,6 +669,20 @@ pub fn run_mslprof(
         if !m.is_profiled() || is_vdso {
             continue;
         }
+        // A module with neither samples nor calls adds nothing to the report: no need to read it (or to
+        // warn about it).
+        let has_data = m
+            .histogram
+            .as_ref()
+            .is_some_and(|h| h.ranges.iter().any(|r| r.buckets.total() > 0))
+            || !m.arcs.is_empty()
+            || profile
+                .modules
+                .iter()
+                .any(|o| o.arcs.iter().any(|a| a.caller_key == m.key));
+        if !has_data {
+            continue;
+        }
         match symbols::load(&file, select) {
             Ok(ms) => {
                 if !m.build_id.is_empty()

@@ -348,6 +348,8 @@ fn warnings_go_on_top_and_the_report_still_prints() {
     let mut gone = module(9, &b.bar, module_flags::PROFILED, 0);
     gone.path = missing.display().to_string().into_bytes();
     gone.name = b"libgone.so".to_vec();
+    gone.samples = 3;
+    gone.histogram = Some(histogram(0x1000, 0x1100, &[(0x1010, 3)]));
     p.modules.push(gone);
     write(&b.dir, "gmon.out", &p);
     let (out, err, code) = mslprof(&b.dir, &["-b"]);
