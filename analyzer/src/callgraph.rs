@@ -4,6 +4,7 @@
 use std::cmp::Ordering;
 use std::fmt::Write as _;
 
+use crate::cformat::CFloat;
 use crate::cycles;
 use crate::graph::{Graph, NONE, Sym};
 use crate::output::Out;
@@ -304,8 +305,8 @@ pub fn print(out: &mut Out, g: &mut Graph, time_sorted: &[usize], print_time: f6
         let _ = write!(
             out,
             " for {:.2}% of {:.2} seconds\n\n",
-            100.0 / print_time,
-            print_time / style.hz
+            CFloat(100.0 / print_time),
+            CFloat(print_time / style.hz)
         );
     } else {
         out.push_str(" no time propagated\n\n");
@@ -354,9 +355,9 @@ pub fn print(out: &mut Out, g: &mut Graph, time_sorted: &[usize], print_time: f6
                 out,
                 "{:<6.6} {:>5.1} {:>7.2} {:>kids_w$.2}",
                 buf,
-                100.0 * (s.prop_self + s.prop_child) / print_time,
-                s.prop_self / hz,
-                s.prop_child / hz
+                CFloat(100.0 * (s.prop_self + s.prop_child) / print_time),
+                CFloat(s.prop_self / hz),
+                CFloat(s.prop_child / hz)
             );
             if s.ncalls.wrapping_add(s.self_calls) != 0 {
                 let _ = write!(out, " {:>7}", s.ncalls);
@@ -394,9 +395,9 @@ fn print_cycle(out: &mut Out, g: &mut Graph, cyc: usize, print_time: f64, style:
         out,
         "{:<6.6} {:>5.1} {:>7.2} {:>kids_w$.2} {:>7}",
         buf,
-        100.0 * (c.prop_self + c.prop_child) / print_time,
-        c.prop_self / hz,
-        c.prop_child / hz,
+        CFloat(100.0 * (c.prop_self + c.prop_child) / print_time),
+        CFloat(c.prop_self / hz),
+        CFloat(c.prop_child / hz),
         c.ncalls
     );
     if c.self_calls != 0 {
@@ -426,8 +427,8 @@ fn print_cycle(out: &mut Out, g: &mut Graph, cyc: usize, print_time: f64, style:
             "{:>6.6} {:>5.5} {:>7.2} {:>kids_w$.2} {:>7}",
             "",
             "",
-            s.prop_self / hz,
-            s.prop_child / hz,
+            CFloat(s.prop_self / hz),
+            CFloat(s.prop_child / hz),
             s.ncalls
         );
         if s.self_calls != 0 {
@@ -472,8 +473,8 @@ fn print_parents(out: &mut Out, g: &Graph, child: usize, style: &Style) {
                 "{:>6.6} {:>5.5} {:>7.2} {:>kids_w$.2} {:>7}/{:<7}     ",
                 "",
                 "",
-                arc.time / hz,
-                arc.child_time / hz,
+                CFloat(arc.time / hz),
+                CFloat(arc.child_time / hz),
                 arc.count,
                 g.syms[head].ncalls
             );
@@ -505,8 +506,8 @@ fn print_children(out: &mut Out, g: &Graph, parent: usize, style: &Style) {
                 "{:>6.6} {:>5.5} {:>7.2} {:>kids_w$.2} {:>7}/{:<7}     ",
                 "",
                 "",
-                arc.time / hz,
-                arc.child_time / hz,
+                CFloat(arc.time / hz),
+                CFloat(arc.child_time / hz),
                 arc.count,
                 g.syms[child.cyc_head].ncalls
             );

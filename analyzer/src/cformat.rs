@@ -52,3 +52,29 @@ mod tests {
         assert_eq!(g(1234567.0), "1.23457e+06");
     }
 }
+
+/// A float printed the way C's `%W.Pf` prints it, including `nan`/`-nan` and `inf`/`-inf` (which
+/// appear when a profile has arcs but no histogram, so gprof divides by a zero rate).
+#[derive(Clone, Copy, Debug)]
+pub struct CFloat(pub f64);
+
+impl std::fmt::Display for CFloat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let v = self.0;
+        if v.is_finite() {
+            return std::fmt::Display::fmt(&v, f);
+        }
+        let text = match (v.is_nan(), v.is_sign_negative()) {
+            (true, true) => "-nan",
+            (true, false) => "nan",
+            (false, true) => "-inf",
+            (false, false) => "inf",
+        };
+        let width = f.width().unwrap_or(0);
+        if f.align() == Some(std::fmt::Alignment::Left) {
+            write!(f, "{text:<width$}")
+        } else {
+            write!(f, "{text:>width$}")
+        }
+    }
+}

@@ -4,6 +4,7 @@
 use std::fmt::Write as _;
 
 use crate::callgraph::{name_full, name_only};
+use crate::cformat::CFloat;
 use crate::graph::Graph;
 use crate::output::Out;
 use crate::report::Style;
@@ -95,8 +96,8 @@ pub fn print(out: &mut Out, g: &Graph, total_time: f64, filters: &Filters, style
             let _ = write!(
                 out,
                 " for {:.2}% of {:.2} {}\n\n",
-                100.0 / total_time,
-                total_time / hz,
+                CFloat(100.0 / total_time),
+                CFloat(total_time / hz),
                 style.dimension
             );
         }
@@ -151,17 +152,17 @@ pub fn print(out: &mut Out, g: &Graph, total_time: f64, filters: &Filters, style
             let _ = write!(
                 out,
                 "{:>5.1} {:>10.2} {:>8.2}",
-                pct,
-                accum / hz,
-                sym.hist_time / hz
+                CFloat(pct),
+                CFloat(accum / hz),
+                CFloat(sym.hist_time / hz)
             );
         } else {
             let _ = write!(
                 out,
                 "{:>6.2} {:>9.2} {:>8.2}",
-                pct,
-                accum / hz,
-                sym.hist_time / hz
+                CFloat(pct),
+                CFloat(accum / hz),
+                CFloat(sym.hist_time / hz)
             );
         }
         if sym.ncalls != 0 {
@@ -170,8 +171,8 @@ pub fn print(out: &mut Out, g: &Graph, total_time: f64, filters: &Filters, style
                 out,
                 " {:>8} {:>8.2} {:>8.2}  ",
                 sym.ncalls,
-                scale * sym.hist_time / hz / n,
-                scale * (sym.hist_time + sym.child_time) / hz / n
+                CFloat(scale * sym.hist_time / hz / n),
+                CFloat(scale * (sym.hist_time + sym.child_time) / hz / n)
             );
         } else {
             let _ = write!(out, " {:>8.8} {:>8.8} {:>8.8}  ", "", "", "");

@@ -371,6 +371,20 @@ pub fn run_gnu(
         None
     };
     let (want_flat, want_graph) = sections(opts);
+    let first_file = inputs.first().map(|i| i.path.clone()).unwrap_or_default();
+    if opts.flat == Some(true) && !have_hist && !opts.sum {
+        return Err(Failure::new(
+            &first_file,
+            "has no histogram, so there is no flat profile (-p)",
+        ));
+    }
+    if opts.graph == Some(true) && !have_arcs && !opts.sum {
+        return Err(Failure::new(
+            &first_file,
+            "has no call-graph records, so there is no call graph (-q)",
+        ));
+    }
+
     if opts.sum {
         return Ok(Outcome { warnings, summary });
     }
