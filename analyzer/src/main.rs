@@ -21,6 +21,7 @@ mod commands;
 #[command(
     name = "mslprof",
     version,
+    args_override_self = true,
     about = "gprof-compatible reports over multi-module profiles",
     after_help = "Short options are GNU gprof's: -a -b -D -i -L -s -T -v -z, -p/-P/-q/-Q[symspec] (argument attached), \
 -e/-E/-f/-F name, -k from/to, -m num, -n/-N symspec, -w width, -S file.\n\
@@ -81,6 +82,11 @@ struct Cli {
     no_demangle: bool,
     #[arg(long = "file-format")]
     file_format: Option<String>,
+    /// Accepted for gprof compatibility; they only concern annotated source, which mslprof does not print.
+    #[arg(long = "all-lines")]
+    all_lines: bool,
+    #[arg(long = "separate-files")]
+    separate_files: bool,
     /// Show each load instance of a library separately instead of merging them.
     #[arg(long = "separate-instances")]
     separate_instances: bool,
@@ -135,6 +141,8 @@ fn normalize(args: &[String]) -> Vec<String> {
                 's' => out.push("--sum".into()),
                 'T' => out.push("--traditional".into()),
                 'z' => out.push("--display-unused-functions".into()),
+                'x' => out.push("--all-lines".into()),
+                'y' => out.push("--separate-files".into()),
                 'v' => out.push("--version".into()),
                 'h' => out.push("--help".into()),
                 'p' => {
@@ -277,10 +285,16 @@ pub(crate) fn report_main(args: &[String]) -> ExitCode {
     let norm = normalize(args);
     let cli = match Cli::try_parse_from(std::iter::once("mslprof".to_string()).chain(norm)) {
         Ok(c) => c,
-        Err(e) => {
-            let code = if e.use_stderr() { 1 } else { 0 };
+        Err(e) if !e.use_stderr() => {
+            // --help and --version.
             let _ = e.print();
-            return ExitCode::from(code);
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            let text = e.to_string();
+            let first = text.lines().next().unwrap_or("bad arguments");
+            eprintln!("mslprof: {}", first.trim_start_matches("error: "));
+            return ExitCode::from(1);
         }
     };
     let opts = match options_from(&cli) {
