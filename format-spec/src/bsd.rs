@@ -11,7 +11,6 @@ use crate::decode::{Decoder, to_usize};
 use crate::error::{ErrorKind, ReadError};
 use crate::gnu::{RecordCounts, SingleModule, single_module_profile};
 use crate::model::*;
-use crate::mslprof::merge_arcs;
 
 /// `GMONVERSION` of the 4.4BSD header.
 pub(crate) const BSD44_VERSION: u32 = 0x0005_1879;
@@ -93,7 +92,7 @@ pub(crate) fn read(bytes: &[u8], target: GnuTarget) -> Result<(Profile, RecordCo
         dimension: b"seconds".to_vec(),
         dimension_abbrev: b's',
         ranges,
-        arcs: merge_arcs(arcs),
+        arcs,
         basic_blocks: Vec::new(),
     };
     Ok((single_module_profile(raw), counts))

@@ -2,8 +2,9 @@
 //!
 //! The reader follows GNU gprof 2.40 (`gmon_io.c`, `hist.c`, `call_graph.c`, `basic_blocks.c`): records are a
 //! tag byte then a body; histogram records for the same `[low_pc, high_pc)` are summed, records that overlap
-//! another one, or change the dimension or the scale, are refused; arcs are summed per (from, self) pair. The
-//! result is a profile with a single module (see [`single_module_profile`]).
+//! another one, or change the dimension or the scale, are refused; arcs are kept in file order and not merged
+//! (gprof adds duplicates up per function pair, and its call-graph order and tie-breaks follow the file order).
+//! The result is a profile with a single module (see [`single_module_profile`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{self, Write};
@@ -12,7 +13,6 @@ use crate::GnuTarget;
 use crate::decode::{Decoder, to_usize};
 use crate::error::{ErrorKind, ReadError};
 use crate::model::*;
-use crate::mslprof::merge_arcs;
 
 pub(crate) const GMON_MAGIC: [u8; 4] = *b"gmon";
 pub(crate) const GMON_VERSION: u32 = 1;
@@ -42,8 +42,8 @@ pub(crate) struct SingleModule {
     pub basic_blocks: Vec<BasicBlockCount>,
 }
 
-/// The one-module profile of a GNU or BSD file: key 0, MAIN_PROGRAM|PROFILED, 16-bit buckets, arcs whose caller
-/// is the module itself, `hz` = the file's profiling rate and `sample_period_ns` = 1e9 / hz (0 when unknown).
+/// The one-module profile of a GNU or BSD file: key 0, MAIN_PROGRAM|PROFILED, 16-bit buckets, arcs (file order,
+/// duplicates kept) whose caller is the module itself, `hz` = the file's profiling rate and `sample_period_ns` = 1e9 / hz (0 when unknown).
 pub(crate) fn single_module_profile(raw: SingleModule) -> Profile {
     let total: u64 = raw
         .ranges
@@ -286,7 +286,7 @@ pub(crate) fn read(bytes: &[u8], target: GnuTarget) -> Result<(Profile, RecordCo
         dimension,
         dimension_abbrev,
         ranges,
-        arcs: merge_arcs(arcs),
+        arcs,
         basic_blocks,
     };
     Ok((single_module_profile(raw), counts))
@@ -365,6 +365,19 @@ pub(crate) fn write(profile: &Profile, target: GnuTarget, out: impl Write) -> io
     e.u32(GMON_VERSION)?;
     e.out.write_all(&[0u8; 12])?;
     if let Some(histogram) = &module.histogram {
+        for range in &histogram.ranges {
+            if let Buckets::Sparse { len, entries } = &range.buckets {
+                let mut previous: Option<u64> = None;
+                for &(index, _) in entries {
+                    if index >= *len || previous.is_some_and(|p| index <= p) {
+                        return Err(invalid(
+                            "sparse buckets must be strictly increasing and inside their range",
+                        ));
+                    }
+                    previous = Some(index);
+                }
+            }
+        }
         for range in &histogram.ranges {
             let bins = u32::try_from(range.buckets.len())
                 .map_err(|_| invalid("histogram range with more than 2^32-1 buckets"))?;

@@ -1,7 +1,7 @@
 //! Writer and reader of the mslprof profile format (see SPEC.md), and of GNU/BSD gmon.out.
 //!
 //! - [`read`] reads any of the three formats into a [`Profile`]; [`detect`] only tells which one a file is.
-//! - [`write`] writes a [`Profile`] as an mslprof file; [`stream`] is the allocation-free encoder under it that
+//! - [`write()`] writes a [`Profile`] as an mslprof file; [`stream`] is the allocation-free encoder under it that
 //!   the runtime uses directly.
 //! - [`write_gnu`] writes a single-module profile as a GNU gmon.out for GNU gprof.
 
@@ -78,9 +78,10 @@ fn check_target(target: GnuTarget) -> Result<(), ReadError> {
 
 /// Reads a profile in any supported format. `target` describes GNU/BSD input (see [`GnuTarget`]).
 ///
-/// Never panics, allocates no more than the file's size justifies, and always terminates. Arcs come back
-/// sorted by (caller key, caller address, callee address) with duplicates added up; mslprof padding records
-/// (count 0) are dropped.
+/// Never panics, allocates no more than the file's size justifies, and always terminates. Arcs of an mslprof
+/// file come back sorted by (caller key, caller address, callee address) with duplicates added up and padding
+/// records (count 0) dropped. Arcs of a GNU or BSD file keep the file's order and duplicates, as gprof sees
+/// them (its call-graph order and tie-breaks depend on that order).
 pub fn read(bytes: &[u8], target: GnuTarget) -> Result<Profile, ReadError> {
     match detect(bytes) {
         Some(FileFormat::Mslprof) => mslprof::read(bytes),
@@ -144,7 +145,7 @@ impl Default for WriteOptions {
     }
 }
 
-/// Like [`write`], with an explicit byte order and histogram encoding (for tests and conversion tools).
+/// Like [`write()`], with an explicit byte order and histogram encoding (for tests and conversion tools).
 pub fn write_with(profile: &Profile, options: WriteOptions, w: impl io::Write) -> io::Result<()> {
     write::write(profile, options, w)
 }

@@ -148,13 +148,16 @@ impl Buckets {
                     .filter(|(_, c)| **c != 0)
                     .map(|(i, c)| (i as u64, *c)),
             ),
-            Buckets::Sparse { entries, .. } => Box::new(entries.iter().copied()),
+            Buckets::Sparse { entries, .. } => {
+                Box::new(entries.iter().copied().filter(|(_, c)| *c != 0))
+            }
         }
     }
 
-    /// Sum of all bucket values.
+    /// Sum of all bucket values (saturating at `u64::MAX`).
     pub fn total(&self) -> u64 {
-        self.nonzero().map(|(_, c)| u64::from(c)).sum()
+        self.nonzero()
+            .fold(0u64, |sum, (_, c)| sum.saturating_add(u64::from(c)))
     }
 }
 

@@ -1,4 +1,4 @@
-//! The one mslprof encoder: a streaming writer that never allocates, for the runtime and for [`crate::write`].
+//! The one mslprof encoder: a streaming writer that never allocates, for the runtime and for [`crate::write()`].
 //!
 //! # How the runtime uses it
 //!
@@ -43,7 +43,7 @@
 //!   through a 1 KiB buffer on the stack, so an alternate signal stack of `SIGSTKSZ` is enough.
 //! - **Two passes over borrowed data.** The first validates the descriptors and computes every size and offset
 //!   (it scans each histogram once to count non-zero buckets and choose dense or sparse: smaller wins, a tie is
-//!   dense); the choice is kept in [`ModuleDesc::plan`]. The second pass writes. If histogram memory changes
+//!   dense); the choice is kept in the module's [`Plan`]. The later passes write. If histogram memory changes
 //!   between the passes (a thread still sampling), the file stays well-formed: dense values are whatever is
 //!   read; a sparse histogram always gets exactly the planned number of entries (extra non-zero buckets are
 //!   left out; missing ones are replaced by zero-count entries, which readers ignore).
@@ -52,9 +52,20 @@
 //!   `false` once the count is reached and further arcs are counted in [`StreamSummary::arcs_dropped`].
 //! - Counts above 65535 in a 16-bit histogram are written as 65535 (saturated).
 //! - The caller guarantees unique module keys (the owned writer checks them; this one cannot without memory).
+//!   An arc whose caller key is not among the modules written (say, a module the caller left out) is written
+//!   as coming from an unknown caller, so one stale key cannot make the whole file unreadable
+//!   ([`StreamSummary::arcs_caller_unknown`]).
+//! - **From a fatal-signal handler** nothing may allocate, so there is no room for a fresh array of
+//!   descriptors either. Implement [`ModuleSource`] on the runtime's module table instead and call
+//!   [`write_profile_from`]: it visits one module at a time, and the descriptor can be built on the stack in
+//!   `with_module` (they only borrow). Give each module record a [`Plan`] (it is `Sync` and `const`-constructible)
+//!   and point [`ModuleDesc::plan_slot`] at it, so the writer's decisions survive between visits. The announced
+//!   arc count is read at the first visit only. Stop sampling (or at least make it stop touching the histograms)
+//!   before calling: the data is read more than once.
 
-use std::cell::Cell;
 use std::fmt;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicU8, AtomicU64};
 
 use crate::layout::*;
 use crate::model::{Arc, UNKNOWN_KEY, module_flags};
@@ -163,10 +174,11 @@ pub enum Encoding {
 /// Visits a module's arcs: calls `emit` for each; stops when `emit` returns `false`.
 pub type ArcFeed<'a> = &'a dyn Fn(&mut dyn FnMut(Arc) -> bool);
 
-/// What the first pass decided for one module (kept in [`ModuleDesc::plan`] for the second pass).
+/// What the first pass decided for one module (kept in a [`Plan`] for the later passes).
 #[derive(Clone, Copy, Debug, Default)]
 struct PlanData {
     encoding: u8,
+    arc_count: u64,
     bucket_count: u64,
     sparse_entries: u64,
     hist_size: u64,
@@ -174,9 +186,56 @@ struct PlanData {
     arc_offset: u64,
 }
 
-/// Scratch space the writer fills in its first pass; create it with `Plan::default()`.
+/// Scratch space the writer fills in its first pass and reads in the later ones: the encoding chosen, the
+/// announced arc count as first seen, sizes and offsets. Create it with `Plan::default()` (or
+/// `Plan::new()` in a `static`); it is `Sync`, so a runtime can keep one in each of its module records and point
+/// [`ModuleDesc::plan_slot`] at it.
 #[derive(Debug, Default)]
-pub struct Plan(Cell<PlanData>);
+pub struct Plan {
+    encoding: AtomicU8,
+    arc_count: AtomicU64,
+    bucket_count: AtomicU64,
+    sparse_entries: AtomicU64,
+    hist_size: AtomicU64,
+    hist_offset: AtomicU64,
+    arc_offset: AtomicU64,
+}
+
+impl Plan {
+    pub const fn new() -> Self {
+        Plan {
+            encoding: AtomicU8::new(0),
+            arc_count: AtomicU64::new(0),
+            bucket_count: AtomicU64::new(0),
+            sparse_entries: AtomicU64::new(0),
+            hist_size: AtomicU64::new(0),
+            hist_offset: AtomicU64::new(0),
+            arc_offset: AtomicU64::new(0),
+        }
+    }
+
+    fn get(&self) -> PlanData {
+        PlanData {
+            encoding: self.encoding.load(Relaxed),
+            arc_count: self.arc_count.load(Relaxed),
+            bucket_count: self.bucket_count.load(Relaxed),
+            sparse_entries: self.sparse_entries.load(Relaxed),
+            hist_size: self.hist_size.load(Relaxed),
+            hist_offset: self.hist_offset.load(Relaxed),
+            arc_offset: self.arc_offset.load(Relaxed),
+        }
+    }
+
+    fn set(&self, p: PlanData) {
+        self.encoding.store(p.encoding, Relaxed);
+        self.arc_count.store(p.arc_count, Relaxed);
+        self.bucket_count.store(p.bucket_count, Relaxed);
+        self.sparse_entries.store(p.sparse_entries, Relaxed);
+        self.hist_size.store(p.hist_size, Relaxed);
+        self.hist_offset.store(p.hist_offset, Relaxed);
+        self.arc_offset.store(p.arc_offset, Relaxed);
+    }
+}
 
 /// One load instance of one module (SPEC.md §§5–6), borrowing its strings, histogram and arcs.
 #[derive(Default)]
@@ -195,11 +254,45 @@ pub struct ModuleDesc<'a> {
     pub dropped_arcs: u64,
     /// `None`: no histogram (encoding 0).
     pub histogram: Option<HistogramDesc<'a>>,
-    /// Number of arc records written for this module (the announced count).
+    /// Number of arc records written for this module (the announced count; read once, in the first pass).
     pub arc_count: u64,
     pub arcs: Option<ArcFeed<'a>>,
-    /// Filled by the writer; leave at `Plan::default()`.
+    /// Filled by the writer unless `plan_slot` is set; leave at `Plan::default()`.
     pub plan: Plan,
+    /// Where the writer keeps its plan for this module when descriptors are made afresh on every visit of a
+    /// [`ModuleSource`] (the inline `plan` would not survive between visits).
+    pub plan_slot: Option<&'a Plan>,
+}
+
+impl ModuleDesc<'_> {
+    fn plan(&self) -> &Plan {
+        self.plan_slot.unwrap_or(&self.plan)
+    }
+}
+
+/// The modules to write, visited one at a time, so that a caller never needs an array of descriptors (for
+/// instance from a fatal-signal handler, where nothing may allocate).
+///
+/// `with_module(i, visit)` must call `visit` exactly once with the descriptor of module `i`
+/// (`0 ≤ i < module_count()`); the writer visits each module several times (plan, key table, module headers,
+/// data), and every visit must describe the same module: same key, strings, flags, histogram ranges and slice
+/// lengths, and a `plan_slot` pointing at the same [`Plan`]. Histogram values and the arcs a feed produces may
+/// change between visits; the file stays well-formed (see the module documentation). While writing a module's
+/// arcs, the writer calls `with_module` again (nested) to check caller keys, so it must be re-entrant.
+pub trait ModuleSource {
+    fn module_count(&self) -> usize;
+    fn with_module(&self, index: usize, visit: &mut dyn FnMut(&ModuleDesc<'_>));
+}
+
+impl ModuleSource for [ModuleDesc<'_>] {
+    fn module_count(&self) -> usize {
+        self.len()
+    }
+    fn with_module(&self, index: usize, visit: &mut dyn FnMut(&ModuleDesc<'_>)) {
+        if let Some(m) = self.get(index) {
+            visit(m);
+        }
+    }
 }
 
 /// Why the streaming writer failed.
@@ -229,6 +322,9 @@ pub struct StreamSummary {
     pub arcs_padded: u64,
     /// Arcs a callback offered beyond the announced count (not written).
     pub arcs_dropped: u64,
+    /// Arcs whose caller key was not among the modules written: written as unknown/spontaneous callers
+    /// (caller key `0xFFFFFFFF`, address 0) so that the file stays readable.
+    pub arcs_caller_unknown: u64,
 }
 
 /// Writes a complete mslprof file in the machine's byte order. See the module documentation.
@@ -247,6 +343,16 @@ pub fn write_profile_with_byte_order<S: Sink>(
     header: &HeaderDesc<'_>,
     modules: &[ModuleDesc<'_>],
 ) -> Result<StreamSummary, StreamError<S::Error>> {
+    write_profile_from(sink, big_endian, header, modules)
+}
+
+/// Writes a complete mslprof file from a [`ModuleSource`], in the given byte order. Allocates nothing.
+pub fn write_profile_from<S: Sink, M: ModuleSource + ?Sized>(
+    sink: &mut S,
+    big_endian: bool,
+    header: &HeaderDesc<'_>,
+    modules: &M,
+) -> Result<StreamSummary, StreamError<S::Error>> {
     let layout = plan(header, modules).map_err(StreamError::Invalid)?;
     let mut e = Encoder {
         sink,
@@ -262,6 +368,7 @@ pub fn write_profile_with_byte_order<S: Sink>(
 
 /// Sizes of the sections, from the first pass.
 struct Layout {
+    module_count: u32,
     file_header: u64,
     key_table: u64,
     module_headers: u64,
@@ -352,76 +459,112 @@ fn scan_histogram(h: &HistogramDesc<'_>) -> Result<(u64, u64), &'static str> {
     Ok((total, nonzero))
 }
 
+/// Validates one module and returns its contribution to the key table and module header sizes.
+fn check_module(m: &ModuleDesc<'_>) -> Result<(u64, u64), &'static str> {
+    if m.key == UNKNOWN_KEY {
+        return Err("key 0xFFFFFFFF is reserved");
+    }
+    let key_table = 8 + string_ok(m.path, "module path longer than 4096 bytes")?;
+    string_ok(m.name, "module name longer than 4096 bytes")?;
+    string_ok(m.soname, "module soname longer than 4096 bytes")?;
+    if m.build_id.len() > MAX_BUILD_ID {
+        return Err("build-id longer than 64 bytes");
+    }
+    if m.arc_count > MAX_ARCS {
+        return Err("more than 2^32 arcs in one module");
+    }
+    if m.flags & module_flags::PROFILED == 0 && (m.histogram.is_some() || m.arc_count != 0) {
+        return Err("only PROFILED modules have a histogram or arcs");
+    }
+    if m.histogram
+        .is_some_and(|h| h.ranges.len() > MAX_RANGES as usize)
+    {
+        return Err("more than 64 histogram ranges");
+    }
+    Ok((key_table, entry_length(m)))
+}
+
+/// Plans one module's data at `cursor` (arc count from the first visit); returns the cursor after it.
+fn place_module(m: &ModuleDesc<'_>, mut cursor: u64) -> Result<u64, &'static str> {
+    let mut p = PlanData {
+        arc_count: m.plan().get().arc_count,
+        ..PlanData::default()
+    };
+    if p.arc_count != 0 {
+        cursor = checked(align8(cursor))?;
+        p.arc_offset = cursor;
+        cursor = checked(cursor.checked_add(p.arc_count * ARC_RECORD_SIZE))?;
+    }
+    if let Some(h) = &m.histogram {
+        let (buckets, nonzero) = scan_histogram(h)?;
+        let dense = buckets * u64::from(h.bucket_bits / 8);
+        let sparse = nonzero * SPARSE_ENTRY_SIZE;
+        p.bucket_count = buckets;
+        let use_sparse = match h.encoding {
+            Encoding::Auto => sparse < dense,
+            Encoding::Dense => false,
+            Encoding::Sparse => true,
+        };
+        if use_sparse {
+            p.encoding = HIST_SPARSE;
+            p.sparse_entries = nonzero;
+            p.hist_size = sparse;
+        } else {
+            p.encoding = HIST_DENSE;
+            p.hist_size = dense;
+        }
+        if p.hist_size != 0 {
+            cursor = checked(align8(cursor))?;
+            p.hist_offset = cursor;
+            cursor = checked(cursor.checked_add(p.hist_size))?;
+        }
+    }
+    m.plan().set(p);
+    Ok(cursor)
+}
+
 /// First pass: validate, choose encodings, compute sizes and offsets.
-fn plan(header: &HeaderDesc<'_>, modules: &[ModuleDesc<'_>]) -> Result<Layout, &'static str> {
+fn plan<M: ModuleSource + ?Sized>(
+    header: &HeaderDesc<'_>,
+    modules: &M,
+) -> Result<Layout, &'static str> {
     if header.dimension.len() > DIMENSION_SIZE || header.dimension.contains(&0) {
         return Err("dimension must be at most 15 bytes without NUL");
     }
     let name = string_ok(header.program_name, "program name longer than 4096 bytes")?;
     let path = string_ok(header.program_path, "program path longer than 4096 bytes")?;
-    if modules.len() > MAX_MODULES as usize {
+    let count = modules.module_count();
+    if count > MAX_MODULES as usize {
         return Err("more than 65536 modules");
     }
     let file_header = FILE_HEADER_FIXED + 2 + name + 2 + path;
     let mut key_table: u64 = 4;
     let mut module_headers: u64 = 4;
-    for m in modules {
-        if m.key == UNKNOWN_KEY {
-            return Err("key 0xFFFFFFFF is reserved");
-        }
-        key_table += 8 + string_ok(m.path, "module path longer than 4096 bytes")?;
-        string_ok(m.name, "module name longer than 4096 bytes")?;
-        string_ok(m.soname, "module soname longer than 4096 bytes")?;
-        if m.build_id.len() > MAX_BUILD_ID {
-            return Err("build-id longer than 64 bytes");
-        }
-        if m.arc_count > MAX_ARCS {
-            return Err("more than 2^32 arcs in one module");
-        }
-        if m.flags & module_flags::PROFILED == 0 && (m.histogram.is_some() || m.arc_count != 0) {
-            return Err("only PROFILED modules have a histogram or arcs");
-        }
-        module_headers += entry_length(m);
+    for i in 0..count {
+        let mut result = Err("a module source did not visit a module");
+        modules.with_module(i, &mut |m| {
+            result = check_module(m);
+            m.plan().set(PlanData {
+                arc_count: m.arc_count,
+                ..PlanData::default()
+            });
+        });
+        let (kt, mh) = result?;
+        key_table += kt;
+        module_headers += mh;
     }
     let fh_end = section_end(PREAMBLE_SIZE, file_header)?;
     let kt_end = section_end(fh_end, key_table)?;
     let mh_end = section_end(kt_end, module_headers)?;
     let data_start = checked(mh_end.checked_add(SECTION_HEADER_SIZE))?;
     let mut cursor = data_start;
-    for m in modules {
-        let mut p = PlanData::default();
-        if m.arc_count != 0 {
-            cursor = checked(align8(cursor))?;
-            p.arc_offset = cursor;
-            cursor = checked(cursor.checked_add(m.arc_count * ARC_RECORD_SIZE))?;
-        }
-        if let Some(h) = &m.histogram {
-            let (buckets, nonzero) = scan_histogram(h)?;
-            let dense = buckets * u64::from(h.bucket_bits / 8);
-            let sparse = nonzero * SPARSE_ENTRY_SIZE;
-            p.bucket_count = buckets;
-            let use_sparse = match h.encoding {
-                Encoding::Auto => sparse < dense,
-                Encoding::Dense => false,
-                Encoding::Sparse => true,
-            };
-            if use_sparse {
-                p.encoding = HIST_SPARSE;
-                p.sparse_entries = nonzero;
-                p.hist_size = sparse;
-            } else {
-                p.encoding = HIST_DENSE;
-                p.hist_size = dense;
-            }
-            if p.hist_size != 0 {
-                cursor = checked(align8(cursor))?;
-                p.hist_offset = cursor;
-                cursor = checked(cursor.checked_add(p.hist_size))?;
-            }
-        }
-        m.plan.0.set(p);
+    for i in 0..count {
+        let mut result = Err("a module source did not visit a module");
+        modules.with_module(i, &mut |m| result = place_module(m, cursor));
+        cursor = result?;
     }
     Ok(Layout {
+        module_count: count as u32,
         file_header,
         key_table,
         module_headers,
@@ -531,14 +674,103 @@ impl<S: Sink> Encoder<'_, S> {
     }
 }
 
-/// Second pass: writes everything the first pass planned.
-fn emit<S: Sink>(
+/// The key of module `index` of a source.
+fn key_of<M: ModuleSource + ?Sized>(modules: &M, index: usize) -> u32 {
+    let mut key = UNKNOWN_KEY;
+    modules.with_module(index, &mut |m| key = m.key);
+    key
+}
+
+/// Whether `key` is the key of one of the modules written (or the reserved unknown key).
+fn key_known<M: ModuleSource + ?Sized>(modules: &M, keys_sorted: bool, key: u32) -> bool {
+    if key == UNKNOWN_KEY {
+        return true;
+    }
+    let count = modules.module_count();
+    if !keys_sorted {
+        return (0..count).any(|i| key_of(modules, i) == key);
+    }
+    let (mut low, mut high) = (0usize, count);
+    while low < high {
+        let mid = low + (high - low) / 2;
+        let k = key_of(modules, mid);
+        match k.cmp(&key) {
+            std::cmp::Ordering::Equal => return true,
+            std::cmp::Ordering::Less => low = mid + 1,
+            std::cmp::Ordering::Greater => high = mid,
+        }
+    }
+    false
+}
+
+/// Writes one module header entry (SPEC.md §6) from its descriptor and plan.
+fn module_entry<S: Sink>(e: &mut Encoder<'_, S>, m: &ModuleDesc<'_>) -> Result<(), S::Error> {
+    let p = m.plan().get();
+    let hist = m.histogram.unwrap_or_default();
+    e.u32(entry_length(m) as u32)?;
+    e.u32(m.key)?;
+    e.u32(m.flags)?;
+    e.u32(m.load_order)?;
+    e.u32(m.unload_order)?;
+    e.u8(hist.bucket_bits)?;
+    e.u8(p.encoding)?;
+    e.u16(0)?;
+    e.u32(hist.bytes_per_bucket)?;
+    e.u32(hist.ranges.len() as u32)?;
+    e.u64(m.load_bias)?;
+    e.u64(m.samples)?;
+    e.u64(m.saturated_buckets)?;
+    e.u64(m.dropped_arcs)?;
+    e.u64(p.hist_offset)?;
+    e.u64(p.hist_size)?;
+    e.u64(p.bucket_count)?;
+    e.u64(p.arc_offset)?;
+    e.u64(p.arc_count * ARC_RECORD_SIZE)?;
+    e.u64(p.arc_count)?;
+    for r in hist.ranges {
+        e.u64(r.start)?;
+        e.u64(r.end)?;
+    }
+    e.str16(m.name)?;
+    e.str16(m.soname)?;
+    e.u8(m.build_id.len() as u8)?;
+    e.bytes(m.build_id)
+}
+
+/// Writes one module's arcs and histogram at the offsets planned for them.
+fn module_data<S: Sink>(
+    e: &mut Encoder<'_, S>,
+    m: &ModuleDesc<'_>,
+    known: &dyn Fn(u32) -> bool,
+    summary: &mut StreamSummary,
+) -> Result<(), S::Error> {
+    let p = m.plan().get();
+    if p.arc_count != 0 {
+        e.pad_to(p.arc_offset)?;
+        write_arcs(e, m, p.arc_count, known, summary)?;
+    }
+    if let Some(h) = &m.histogram
+        && p.hist_size != 0
+    {
+        e.pad_to(p.hist_offset)?;
+        if p.encoding == HIST_DENSE {
+            write_dense(e, h)?;
+        } else {
+            write_sparse(e, h, p)?;
+        }
+    }
+    Ok(())
+}
+
+/// Later passes: write everything the first pass planned.
+fn emit<S: Sink, M: ModuleSource + ?Sized>(
     e: &mut Encoder<'_, S>,
     h: &HeaderDesc<'_>,
-    modules: &[ModuleDesc<'_>],
+    modules: &M,
     layout: &Layout,
 ) -> Result<StreamSummary, S::Error> {
     let mut summary = StreamSummary::default();
+    let count = layout.module_count as usize;
     e.bytes(&MAGIC)?;
     e.u16(VERSION_MAJOR)?;
     e.u16(VERSION_MINOR)?;
@@ -550,7 +782,7 @@ fn emit<S: Sink>(
     e.u32(h.incomplete_signal)?;
     e.u32(h.pid)?;
     e.u32(h.ppid)?;
-    e.u32(modules.len() as u32)?;
+    e.u32(layout.module_count)?;
     e.i64(h.start_time_ns)?;
     e.i64(h.end_time_ns)?;
     e.u32(h.hz)?;
@@ -569,68 +801,37 @@ fn emit<S: Sink>(
     e.pad8()?;
 
     e.section(TAG_KEY_TABLE, layout.key_table)?;
-    e.u32(modules.len() as u32)?;
-    for m in modules {
-        e.u32(m.key)?;
-        e.u32(m.path.len() as u32)?;
-        e.bytes(m.path)?;
+    e.u32(layout.module_count)?;
+    for i in 0..count {
+        let mut result = Ok(());
+        modules.with_module(i, &mut |m| {
+            result = (|| {
+                e.u32(m.key)?;
+                e.u32(m.path.len() as u32)?;
+                e.bytes(m.path)
+            })();
+        });
+        result?;
     }
     e.pad8()?;
 
     e.section(TAG_MODULE_HEADERS, layout.module_headers)?;
-    e.u32(modules.len() as u32)?;
-    for m in modules {
-        let p = m.plan.0.get();
-        let hist = m.histogram.unwrap_or_default();
-        e.u32(entry_length(m) as u32)?;
-        e.u32(m.key)?;
-        e.u32(m.flags)?;
-        e.u32(m.load_order)?;
-        e.u32(m.unload_order)?;
-        e.u8(hist.bucket_bits)?;
-        e.u8(p.encoding)?;
-        e.u16(0)?;
-        e.u32(hist.bytes_per_bucket)?;
-        e.u32(hist.ranges.len() as u32)?;
-        e.u64(m.load_bias)?;
-        e.u64(m.samples)?;
-        e.u64(m.saturated_buckets)?;
-        e.u64(m.dropped_arcs)?;
-        e.u64(p.hist_offset)?;
-        e.u64(p.hist_size)?;
-        e.u64(p.bucket_count)?;
-        e.u64(p.arc_offset)?;
-        e.u64(m.arc_count * ARC_RECORD_SIZE)?;
-        e.u64(m.arc_count)?;
-        for r in hist.ranges {
-            e.u64(r.start)?;
-            e.u64(r.end)?;
-        }
-        e.str16(m.name)?;
-        e.str16(m.soname)?;
-        e.u8(m.build_id.len() as u8)?;
-        e.bytes(m.build_id)?;
+    e.u32(layout.module_count)?;
+    for i in 0..count {
+        let mut result = Ok(());
+        modules.with_module(i, &mut |m| result = module_entry(e, m));
+        result?;
     }
     e.pad8()?;
 
     e.section(TAG_DATA, layout.data)?;
     debug_assert_eq!(e.written, layout.data_start);
-    for m in modules {
-        let p = m.plan.0.get();
-        if m.arc_count != 0 {
-            e.pad_to(p.arc_offset)?;
-            write_arcs(e, m, &mut summary)?;
-        }
-        if let Some(h) = &m.histogram
-            && p.hist_size != 0
-        {
-            e.pad_to(p.hist_offset)?;
-            if p.encoding == HIST_DENSE {
-                write_dense(e, h)?;
-            } else {
-                write_sparse(e, h, p)?;
-            }
-        }
+    let keys_sorted = (1..count).all(|i| key_of(modules, i - 1) < key_of(modules, i));
+    let known = |key: u32| key_known(modules, keys_sorted, key);
+    for i in 0..count {
+        let mut result = Ok(());
+        modules.with_module(i, &mut |m| result = module_data(e, m, &known, &mut summary));
+        result?;
     }
     e.pad8()?;
     Ok(summary)
@@ -639,20 +840,27 @@ fn emit<S: Sink>(
 fn write_arcs<S: Sink>(
     e: &mut Encoder<'_, S>,
     m: &ModuleDesc<'_>,
+    announced: u64,
+    known: &dyn Fn(u32) -> bool,
     summary: &mut StreamSummary,
 ) -> Result<(), S::Error> {
-    let announced = m.arc_count;
     let mut written: u64 = 0;
     let mut failure: Option<S::Error> = None;
     let mut dropped: u64 = 0;
+    let mut caller_unknown: u64 = 0;
     if let Some(feed) = m.arcs {
-        feed(&mut |arc: Arc| {
+        feed(&mut |mut arc: Arc| {
             if failure.is_some() {
                 return false;
             }
             if written >= announced {
                 dropped += 1;
                 return false;
+            }
+            if !known(arc.caller_key) {
+                caller_unknown += 1;
+                arc.caller_key = UNKNOWN_KEY;
+                arc.caller_address = 0;
             }
             match e.arc(arc) {
                 Ok(()) => {
@@ -670,6 +878,7 @@ fn write_arcs<S: Sink>(
         return Err(err);
     }
     summary.arcs_dropped += dropped;
+    summary.arcs_caller_unknown += caller_unknown;
     summary.arcs_padded += announced - written;
     let padding = Arc {
         caller_key: UNKNOWN_KEY,

@@ -61,7 +61,7 @@ fn check_module(m: &Module, keys: &HashSet<u32>) -> io::Result<()> {
     Ok(())
 }
 
-/// Writes `profile` as an mslprof file in the given byte order. See [`crate::write`].
+/// Writes `profile` as an mslprof file in the given byte order. See [`crate::write()`].
 pub(crate) fn write(profile: &Profile, options: WriteOptions, out: impl Write) -> io::Result<()> {
     let mut keys = HashSet::with_capacity(profile.modules.len());
     for m in &profile.modules {
@@ -153,6 +153,7 @@ pub(crate) fn write(profile: &Profile, options: WriteOptions, out: impl Write) -
             arc_count: arcs[i].len() as u64,
             arcs: Some(&feeds[i]),
             plan: stream::Plan::default(),
+            plan_slot: None,
         });
     }
     let mut sink = stream::IoSink(io::BufWriter::new(out));

@@ -393,3 +393,57 @@ fn unsupported_target() {
         )
     );
 }
+
+#[test]
+fn required_sections_may_come_in_any_order_after_the_file_header() {
+    let f = le();
+    let kt = section(&f, 2);
+    let mh = section(&f, 3);
+    assert_eq!(kt.end, mh.header);
+    // Swap KEY_TABLE and MODULE_HEADERS: DATA stays where it was, so its offsets stay valid.
+    let mut swapped = f[..kt.header].to_vec();
+    swapped.extend_from_slice(&f[mh.header..mh.end]);
+    swapped.extend_from_slice(&f[kt.header..kt.end]);
+    swapped.extend_from_slice(&f[mh.end..]);
+    assert_eq!(swapped.len(), f.len());
+    assert_eq!(
+        read(&swapped, GnuTarget::default()).unwrap(),
+        sample::profile()
+    );
+}
+
+#[test]
+fn fields_appended_by_a_newer_minor_version_are_ignored() {
+    // A 1.1 writer appends 8 bytes to each module entry; DATA moves by 8 × modules and the offsets with it.
+    let f = le();
+    let mh = section(&f, 3);
+    let entries = module_entries(&f);
+    let grow = 8 * entries.len();
+    let mut out = f[..mh.payload].to_vec();
+    out.extend_from_slice(&f[mh.payload..mh.payload + 4]);
+    for (i, &entry) in entries.iter().enumerate() {
+        let end = entries
+            .get(i + 1)
+            .copied()
+            .unwrap_or(mh.payload + mh.length);
+        let mut e = f[entry..end].to_vec();
+        put_u32(&mut e, 0, (end - entry + 8) as u32);
+        for (offset, size) in [(64, 72), (88, 96)] {
+            if sample::le_u64(&e, size) != 0 {
+                let moved = sample::le_u64(&e, offset) + grow as u64;
+                put_u64(&mut e, offset, moved);
+            }
+        }
+        e.extend_from_slice(&[0xEE; 8]);
+        out.extend_from_slice(&e);
+    }
+    while !out.len().is_multiple_of(8) {
+        out.push(0);
+    }
+    put_u64(&mut out, mh.header + 8, (mh.length + grow) as u64);
+    out.extend_from_slice(&f[mh.end..]);
+    out[10] = 1; // minor version 1
+    let p = read(&out, GnuTarget::default()).unwrap();
+    assert_eq!(p.format, SourceFormat::Mslprof { major: 1, minor: 1 });
+    assert_eq!(p.modules, sample::profile().modules);
+}

@@ -279,3 +279,131 @@ fn reader_normalises_arcs_and_writer_refuses_broken_profiles() {
     bad_range.modules[0].histogram.as_mut().unwrap().ranges[0].end += 1;
     refuse(&bad_range);
 }
+
+/// The encoding byte (entry offset 21) of the first module of a little-endian file.
+fn first_module_encoding(file: &[u8]) -> u8 {
+    file[sample::module_entries(file)[0] + 21]
+}
+
+#[test]
+fn writer_picks_the_smaller_encoding_and_dense_on_a_tie() {
+    let with_buckets = |buckets: Vec<u16>| {
+        let mut p = sample::profile();
+        p.modules.truncate(1);
+        p.modules[0].arcs.retain(|a| a.caller_key != 2);
+        let r = &mut p.modules[0].histogram.as_mut().unwrap().ranges[0];
+        r.end = r.start + 4 * buckets.len() as u64;
+        r.buckets = Buckets::Dense16(buckets);
+        let mut out = Vec::new();
+        write_with(
+            &p,
+            WriteOptions {
+                big_endian: false,
+                encoding: Encoding::Auto,
+            },
+            &mut out,
+        )
+        .unwrap();
+        assert_eq!(read(&out, GnuTarget::default()).unwrap(), p);
+        first_module_encoding(&out)
+    };
+    // 6 buckets × 2 bytes = 12 bytes dense; one non-zero bucket = 12 bytes sparse: a tie, so dense (1).
+    assert_eq!(with_buckets(vec![0, 0, 5, 0, 0, 0]), 1);
+    // 7 buckets: dense 14 bytes > sparse 12 bytes.
+    assert_eq!(with_buckets(vec![0, 0, 5, 0, 0, 0, 0]), 2);
+    // All non-zero: dense.
+    assert_eq!(with_buckets(vec![1; 7]), 1);
+}
+
+/// Single-module profiles a GNU gmon.out can hold exactly (as the GNU reader presents them).
+fn gnu_profile(address_size: u8) -> impl Strategy<Value = Profile> {
+    let max_addr = if address_size == 4 {
+        u64::from(u32::MAX)
+    } else {
+        u64::MAX
+    };
+    (
+        1u32..100_000,
+        "[a-z]{1,15}",
+        any::<u8>(),
+        prop::collection::vec(
+            (prop::collection::vec(0u32..200_000, 1..20), 0u64..64),
+            1..4,
+        ),
+        prop::collection::vec((0..=max_addr, 0..=max_addr, any::<u32>()), 0..10),
+        prop::collection::vec((0..=max_addr, 0..=max_addr), 0..4),
+    )
+        .prop_map(move |(hz, dimension, abbrev, ranges, arcs, bbs)| {
+            let mut start = 0x1000u64;
+            let ranges: Vec<HistRange> = ranges
+                .into_iter()
+                .map(|(values, gap)| {
+                    start += 4 * gap;
+                    let end = start + 4 * values.len() as u64;
+                    let r = HistRange {
+                        start,
+                        end,
+                        buckets: Buckets::Dense32(values),
+                    };
+                    start = end;
+                    r
+                })
+                .collect();
+            let total = ranges.iter().map(|r| r.buckets.total()).sum();
+            Profile {
+                format: SourceFormat::Gnu { version: 1 },
+                header: Header {
+                    hz,
+                    sample_period_ns: 1_000_000_000 / u64::from(hz),
+                    dimension: dimension.into_bytes(),
+                    dimension_abbrev: abbrev,
+                    total_samples: total,
+                    ..Header::default()
+                },
+                modules: vec![Module {
+                    key: 0,
+                    flags: module_flags::MAIN_PROGRAM | module_flags::PROFILED,
+                    samples: total,
+                    histogram: Some(Histogram {
+                        bucket_bits: 16,
+                        ranges,
+                    }),
+                    arcs: arcs
+                        .into_iter()
+                        .map(|(from, to, count)| Arc {
+                            caller_key: 0,
+                            caller_address: from,
+                            callee_address: to,
+                            count: u64::from(count),
+                        })
+                        .collect(),
+                    basic_blocks: bbs
+                        .into_iter()
+                        .map(|(address, count)| BasicBlockCount { address, count })
+                        .collect(),
+                    ..Module::default()
+                }],
+            }
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    #[test]
+    fn gnu_round_trip_little_endian_64(p in gnu_profile(8)) {
+        let target = GnuTarget::default();
+        let mut out = Vec::new();
+        write_gnu(&p, target, &mut out).unwrap();
+        prop_assert_eq!(detect(&out), Some(FileFormat::Gnu));
+        prop_assert_eq!(read(&out, target).unwrap(), p);
+    }
+
+    #[test]
+    fn gnu_round_trip_big_endian_32(p in gnu_profile(4)) {
+        let target = GnuTarget { big_endian: true, address_size: 4 };
+        let mut out = Vec::new();
+        write_gnu(&p, target, &mut out).unwrap();
+        prop_assert_eq!(read(&out, target).unwrap(), p);
+    }
+}

@@ -156,6 +156,8 @@ fn write_two_modules(
     };
     let lib_feed = |emit: &mut dyn FnMut(Arc) -> bool| {
         emit(arc(1, 0x1000, 9));
+        // A caller key that is not among the modules written (a stale one).
+        emit(arc(42, 0x1008, 2));
     };
     let modules = [
         ModuleDesc {
@@ -190,7 +192,7 @@ fn write_two_modules(
                 ranges: &ranges_lib,
                 encoding: Encoding::Auto,
             }),
-            arc_count: 1,
+            arc_count: 2,
             arcs: Some(&lib_feed),
             ..ModuleDesc::default()
         },
@@ -214,7 +216,13 @@ fn streaming_path_allocates_nothing_and_reads_back() {
         (r.expect("writes"), a)
     };
     assert_eq!(allocations, 0, "the streaming writer must not allocate");
-    assert_eq!(summary, stream::StreamSummary::default());
+    assert_eq!(
+        summary,
+        stream::StreamSummary {
+            arcs_caller_unknown: 1,
+            ..stream::StreamSummary::default()
+        }
+    );
     // The counting allocator does see allocations (so the zero above means something).
     let (_, seen) = allocations_during(|| read(&buf[..len], GnuTarget::default()));
     assert!(seen > 0);
@@ -246,7 +254,13 @@ fn streaming_path_allocates_nothing_and_reads_back() {
         h.ranges[1].buckets.nonzero().collect::<Vec<_>>(),
         vec![(28, 1)]
     );
-    assert_eq!(lib.arcs, vec![arc(1, 0x1000, 9)]);
+    let stale = Arc {
+        caller_key: UNKNOWN_KEY,
+        caller_address: 0,
+        callee_address: 0x1008,
+        count: 2,
+    };
+    assert_eq!(lib.arcs, vec![arc(1, 0x1000, 9), stale]);
 }
 
 #[test]
@@ -361,4 +375,100 @@ fn owned_writer_and_stream_writer_are_the_same_encoder() {
     )
     .unwrap();
     assert_eq!(owned, buf[..len], "byte-identical output");
+}
+
+/// A runtime-like module table: descriptors are made afresh on every visit, plans live in the table, and the
+/// arc table keeps growing while the dump is written.
+struct LiveTable {
+    keys: [u32; 3],
+    counts: [[u16; 4]; 3],
+    plans: [stream::Plan; 3],
+    visits: Cell<u64>,
+}
+
+impl stream::ModuleSource for LiveTable {
+    fn module_count(&self) -> usize {
+        self.keys.len()
+    }
+    fn with_module(&self, index: usize, visit: &mut dyn FnMut(&ModuleDesc<'_>)) {
+        let visits = self.visits.get() + 1;
+        self.visits.set(visits);
+        let ranges = [RangeDesc {
+            start: 0x1000,
+            end: 0x1010,
+            counts: Counts::U16(&self.counts[index]),
+        }];
+        let key = self.keys[index];
+        let feed = move |emit: &mut dyn FnMut(Arc) -> bool| {
+            // More arcs every time it is visited: only the first announced count is written.
+            for i in 0..visits {
+                if !emit(arc(key, 0x1000 + i, i + 1)) {
+                    break;
+                }
+            }
+        };
+        visit(&ModuleDesc {
+            key,
+            name: b"m",
+            flags: module_flags::PROFILED,
+            histogram: Some(HistogramDesc {
+                bucket_bits: 16,
+                bytes_per_bucket: 4,
+                ranges: &ranges,
+                encoding: Encoding::Auto,
+            }),
+            arc_count: visits,
+            arcs: Some(&feed),
+            plan_slot: Some(&self.plans[index]),
+            ..ModuleDesc::default()
+        });
+    }
+}
+
+#[test]
+fn module_source_writes_without_any_descriptor_array() {
+    let table = LiveTable {
+        keys: [3, 7, 9],
+        counts: [[1, 0, 0, 2], [0, 0, 0, 0], [5, 5, 5, 5]],
+        plans: [
+            stream::Plan::new(),
+            stream::Plan::new(),
+            stream::Plan::new(),
+        ],
+        visits: Cell::new(0),
+    };
+    let mut buf = vec![0u8; 1 << 16];
+    let mut sink = SliceSink {
+        buf: &mut buf,
+        len: 0,
+        fail_after: usize::MAX,
+    };
+    let (result, allocations) =
+        allocations_during(|| stream::write_profile_from(&mut sink, false, &HEADER, &table));
+    let summary = result.expect("writes");
+    let len = sink.len;
+    assert_eq!(allocations, 0);
+    assert_eq!(summary.arcs_caller_unknown, 0);
+    let p = read(&buf[..len], GnuTarget::default()).expect("reads back");
+    assert_eq!(
+        p.modules.iter().map(|m| m.key).collect::<Vec<_>>(),
+        [3, 7, 9]
+    );
+    for (i, m) in p.modules.iter().enumerate() {
+        // The arc count announced at the first visit of module i (visit number i + 1) is what was written.
+        let announced = i as u64 + 1;
+        assert_eq!(m.arcs.len() as u64, announced, "module {i}");
+        assert!(m.arcs.iter().all(|a| a.caller_key == m.key));
+        let values: Vec<u32> = (0..4u64)
+            .map(|b| {
+                m.histogram.as_ref().unwrap().ranges[0]
+                    .buckets
+                    .nonzero()
+                    .find(|(j, _)| *j == b)
+                    .map_or(0, |(_, c)| c)
+            })
+            .collect();
+        let expected: Vec<u32> = table.counts[i].iter().map(|c| u32::from(*c)).collect();
+        assert_eq!(values, expected);
+    }
 }

@@ -1,0 +1,117 @@
+//! The benchmark harness: runs mslprof side by side with its anchors (plain runs, glibc `-pg`, GNU gprof) and
+//! rewrites BENCHMARKS.md with medians and ratios.
+//!
+//! Run it with `cargo run --release -p mslprof-tests --bin bench` (add `-- --quick` for a fast smoke run with
+//! fewer repetitions and smaller inputs, `-- --full` for the slow large-input gprof comparisons). It builds the
+//! release runtime and analyzer itself.
+
+mod analysis;
+mod calls;
+mod fixtures;
+mod measure;
+mod report;
+mod sampling;
+mod sys;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// How much work one invocation of the harness does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scale {
+    Quick,
+    Normal,
+    Full,
+}
+
+/// Everything a suite needs to know about where things are.
+pub struct Env {
+    pub scale: Scale,
+    pub runs: usize,
+    pub workspace: PathBuf,
+    pub runtime: PathBuf,
+    pub analyzer: PathBuf,
+    pub scratch: PathBuf,
+}
+
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("bench: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> Result<(), String> {
+    let mut scale = Scale::Normal;
+    let mut only: Option<String> = None;
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--quick" => scale = Scale::Quick,
+            "--full" => scale = Scale::Full,
+            "--only" => only = args.next(),
+            "-h" | "--help" => {
+                println!("usage: bench [--quick|--full] [--only calls|sampling|analysis]");
+                return Ok(());
+            }
+            other => return Err(format!("unknown argument {other}")),
+        }
+    }
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .ok_or("no workspace")?
+        .to_path_buf();
+    eprintln!("bench: building the release runtime and analyzer");
+    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args([
+            "build",
+            "--release",
+            "-p",
+            "mslprof-runtime",
+            "-p",
+            "mslprof-analyzer",
+        ])
+        .current_dir(&workspace)
+        .status()
+        .map_err(|e| format!("cannot run cargo: {e}"))?;
+    if !status.success() {
+        return Err("cargo build --release failed".into());
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace.join("target"))
+        .join("release");
+    let scratch = std::env::temp_dir().join(format!("mslprof-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch).map_err(|e| format!("{}: {e}", scratch.display()))?;
+    let env = Env {
+        scale,
+        runs: match scale {
+            Scale::Quick => 3,
+            _ => 7,
+        },
+        workspace: workspace.clone(),
+        runtime: target.join("libmslprof.so"),
+        analyzer: target.join("mslprof"),
+        scratch: scratch.clone(),
+    };
+    let mut sections = Vec::new();
+    let wanted = |name: &str| only.as_deref().is_none_or(|o| o == name);
+    if wanted("calls") {
+        eprintln!("bench: call counting (fib through a function pointer)");
+        sections.push(calls::run(&env)?);
+    }
+    if wanted("sampling") {
+        eprintln!("bench: sampling overhead and RSS");
+        sections.push(sampling::run(&env)?);
+    }
+    if wanted("analysis") {
+        eprintln!("bench: report generation, mslprof against GNU gprof");
+        sections.push(analysis::run(&env)?);
+    }
+    let text = report::render(&env, &sections);
+    let out = workspace.join("BENCHMARKS.md");
+    std::fs::write(&out, text).map_err(|e| format!("{}: {e}", out.display()))?;
+    let _ = std::fs::remove_dir_all(&scratch);
+    eprintln!("bench: wrote {}", out.display());
+    Ok(())
+}

@@ -1,0 +1,136 @@
+//! Running one configuration of a benchmark several times and reducing the runs to medians.
+
+use crate::sys;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// One way of running a program: the command line, extra environment and working directory.
+#[derive(Clone, Debug)]
+pub struct Invocation {
+    pub label: String,
+    pub program: PathBuf,
+    pub args: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub dir: PathBuf,
+}
+
+impl Invocation {
+    pub fn new(label: &str, program: impl AsRef<Path>, dir: impl AsRef<Path>) -> Self {
+        Invocation {
+            label: label.to_string(),
+            program: program.as_ref().to_path_buf(),
+            args: Vec::new(),
+            env: Vec::new(),
+            dir: dir.as_ref().to_path_buf(),
+        }
+    }
+    pub fn arg(mut self, a: impl Into<String>) -> Self {
+        self.args.push(a.into());
+        self
+    }
+    pub fn args<I: IntoIterator<Item = S>, S: Into<String>>(mut self, a: I) -> Self {
+        self.args.extend(a.into_iter().map(Into::into));
+        self
+    }
+    pub fn env(mut self, k: &str, v: impl Into<String>) -> Self {
+        self.env.push((k.to_string(), v.into()));
+        self
+    }
+
+    /// The command as a person would type it, for the report.
+    pub fn shell_line(&self) -> String {
+        let mut s = String::new();
+        for (k, v) in &self.env {
+            s.push_str(&format!("{k}={v} "));
+        }
+        s.push_str(
+            &self
+                .program
+                .file_name()
+                .map(|f| f.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+        );
+        for a in &self.args {
+            s.push(' ');
+            s.push_str(a);
+        }
+        s
+    }
+}
+
+/// One run's figures.
+#[derive(Clone, Copy, Debug)]
+pub struct RunFigures {
+    pub wall: Duration,
+    /// User plus system CPU time of the process and its threads.
+    pub cpu: Duration,
+    pub max_rss_kib: u64,
+}
+
+/// Medians over several runs.
+#[derive(Clone, Copy, Debug)]
+pub struct Medians {
+    pub wall: Duration,
+    pub cpu: Duration,
+    pub max_rss_kib: u64,
+    pub runs: usize,
+}
+
+/// Runs `inv` once, output discarded, and fails if it does not exit 0.
+pub fn run_once(inv: &Invocation) -> Result<RunFigures, String> {
+    let mut cmd = Command::new(&inv.program);
+    cmd.args(&inv.args)
+        .current_dir(&inv.dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    for (k, v) in &inv.env {
+        cmd.env(k, v);
+    }
+    let start = Instant::now();
+    let child = cmd
+        .spawn()
+        .map_err(|e| format!("{}: {e}", inv.program.display()))?;
+    let usage = sys::wait_with_usage(child.id()).map_err(|e| format!("wait: {e}"))?;
+    let wall = start.elapsed();
+    if usage.exit_code != Some(0) {
+        return Err(format!(
+            "`{}` exited with {:?}",
+            inv.shell_line(),
+            usage.exit_code
+        ));
+    }
+    Ok(RunFigures {
+        wall,
+        cpu: usage.user_cpu + usage.system_cpu,
+        max_rss_kib: usage.max_rss_kib,
+    })
+}
+
+/// Runs every invocation `runs` times, interleaved (a, b, c, a, b, c, ...) so that the machine's drifting load
+/// affects all of them alike, and returns the medians in the same order.
+pub fn interleaved(invs: &[Invocation], runs: usize) -> Result<Vec<Medians>, String> {
+    let mut all: Vec<Vec<RunFigures>> = vec![Vec::new(); invs.len()];
+    for _ in 0..runs {
+        for (i, inv) in invs.iter().enumerate() {
+            all[i].push(run_once(inv)?);
+        }
+    }
+    Ok(all.into_iter().map(|figs| medians(&figs)).collect())
+}
+
+fn medians(figs: &[RunFigures]) -> Medians {
+    let mut walls: Vec<Duration> = figs.iter().map(|f| f.wall).collect();
+    let mut cpus: Vec<Duration> = figs.iter().map(|f| f.cpu).collect();
+    let mut rss: Vec<u64> = figs.iter().map(|f| f.max_rss_kib).collect();
+    walls.sort();
+    cpus.sort();
+    rss.sort();
+    Medians {
+        wall: walls[walls.len() / 2],
+        cpu: cpus[cpus.len() / 2],
+        max_rss_kib: rss[rss.len() / 2],
+        runs: figs.len(),
+    }
+}

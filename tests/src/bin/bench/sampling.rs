@@ -1,0 +1,123 @@
+//! Overhead of PC sampling: wall time of a CPU-bound program without and with the runtime at 100 Hz and at
+//! the highest rate, and peak RSS of a rustc compile with every module profiled.
+
+use crate::measure::{Invocation, interleaved};
+use crate::report::{Section, ms};
+use crate::{Env, Scale, fixtures};
+use std::path::PathBuf;
+use std::process::Command;
+
+/// The real rustc binary (not the rustup proxy), found through `rustc --print sysroot`.
+fn real_rustc() -> Option<PathBuf> {
+    let out = Command::new("rustc")
+        .args(["--print", "sysroot"])
+        .output()
+        .ok()?;
+    let sysroot = String::from_utf8(out.stdout).ok()?;
+    let p = PathBuf::from(sysroot.trim()).join("bin/rustc");
+    p.exists().then_some(p)
+}
+
+pub fn run(env: &Env) -> Result<Section, String> {
+    let dir = env.scratch.join("sampling");
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let spin = fixtures::build_spin(&dir)?;
+    let iters = if env.scale == Scale::Quick {
+        "50000000"
+    } else {
+        "400000000"
+    };
+    let preload = env.runtime.to_string_lossy().into_owned();
+    let invs = [
+        Invocation::new("plain", &spin, &dir).arg(iters),
+        Invocation::new("mslprof 100 Hz", &spin, &dir)
+            .arg(iters)
+            .env("LD_PRELOAD", preload.clone())
+            .env("LD_PROFILE", "ALL"),
+        Invocation::new("mslprof max rate", &spin, &dir)
+            .arg(iters)
+            .env("LD_PRELOAD", preload.clone())
+            .env("LD_PROFILE", "ALL")
+            .env("MSLPROF_HZ", "1000"),
+    ];
+    let med = interleaved(&invs, env.runs)?;
+    let base = med[0].wall.as_secs_f64();
+    let mut rows = Vec::new();
+    for (i, inv) in invs.iter().enumerate() {
+        let over = if i == 0 {
+            "—".into()
+        } else {
+            format!("{:+.2} %", (med[i].wall.as_secs_f64() / base - 1.0) * 100.0)
+        };
+        rows.push(vec![
+            inv.label.clone(),
+            format!("`{}`", inv.shell_line()),
+            ms(med[i].wall),
+            over,
+            format!("{}", med[i].max_rss_kib),
+        ]);
+    }
+    let mut notes = vec![
+        "Targets: ≤ 1 % wall overhead at 100 Hz, ≤ 3 % at the maximum rate (MSLPROF_HZ=1000 asks for more than the kernel tick gives).".to_string(),
+    ];
+    if let Some(rustc) = real_rustc() {
+        let src = dir.join("small.rs");
+        std::fs::write(
+            &src,
+            "pub fn f(v: &[u64]) -> u64 { v.iter().map(|x| x * 3).sum() }\n",
+        )
+        .map_err(|e| e.to_string())?;
+        let args = [
+            "--crate-type",
+            "lib",
+            "--edition",
+            "2021",
+            "-O",
+            "small.rs",
+            "-o",
+            "small.rlib",
+        ];
+        let invs = [
+            Invocation::new("rustc plain", &rustc, &dir).args(args),
+            Invocation::new("rustc under mslprof", &rustc, &dir)
+                .args(args)
+                .env("LD_PRELOAD", preload)
+                .env("LD_PROFILE", "ALL"),
+        ];
+        let med = interleaved(&invs, env.runs.min(5))?;
+        let (a, b) = (med[0].max_rss_kib as f64, med[1].max_rss_kib as f64);
+        for (i, inv) in invs.iter().enumerate() {
+            let over = if i == 0 {
+                "—".into()
+            } else {
+                format!(
+                    "{:+.2} %",
+                    (med[i].wall.as_secs_f64() / med[0].wall.as_secs_f64() - 1.0) * 100.0
+                )
+            };
+            rows.push(vec![
+                inv.label.clone(),
+                format!("`{}`", inv.shell_line()),
+                ms(med[i].wall),
+                over,
+                format!("{}", med[i].max_rss_kib),
+            ]);
+        }
+        notes.push(format!(
+            "rustc with LD_PROFILE=ALL (librustc_driver's ~100 MB of text gets a histogram): peak RSS {:+.1} % ({:+.0} KiB); target ≤ +10 %.",
+            (b / a - 1.0) * 100.0,
+            b - a
+        ));
+    } else {
+        notes.push("rustc not found: RSS row skipped.".into());
+    }
+    Ok(Section {
+        title: "Sampling overhead and memory".into(),
+        intro: "`tests/fixtures/bench/spin_libs.c`: a program without `-pg` spinning in its main module and two shared \
+                libraries; then a real rustc compile of a one-line crate."
+            .into(),
+        header: ["run", "command", "wall ms (median)", "overhead", "peak RSS KiB"].iter().map(|s| s.to_string()).collect(),
+        rows,
+        notes,
+    })
+}
