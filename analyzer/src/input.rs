@@ -108,6 +108,17 @@ impl Cursor<'_> {
 
 /// Decode a GNU gmon.out (magic `gmon`, version 1) as a one-module profile.
 pub fn read_gnu(bytes: &[u8], target: Target) -> Result<Profile, InputError> {
+    read_gnu_releasing(bytes, target, &|_| {})
+}
+
+/// [`read_gnu`], calling `release(n)` now and then with the number of leading bytes already consumed,
+/// so that a caller reading from a mapping can let those pages go (a 62 MB histogram then does not sit
+/// in memory twice).
+pub fn read_gnu_releasing(
+    bytes: &[u8],
+    target: Target,
+    release: &dyn Fn(usize),
+) -> Result<Profile, InputError> {
     let mut c = Cursor {
         bytes,
         pos: 0,
@@ -175,7 +186,10 @@ pub fn read_gnu(bytes: &[u8], target: Target) -> Result<Profile, InputError> {
                             });
                         }
                         let mut v = Vec::with_capacity(bins as usize);
-                        for _ in 0..bins {
+                        for k in 0..bins {
+                            if k % (1 << 20) == 0 {
+                                release(c.pos);
+                            }
                             v.push(c.u16("histogram")?);
                         }
                         ranges.push((low, high, Buckets::Dense16(v)));
@@ -262,8 +276,17 @@ pub fn read_gnu(bytes: &[u8], target: Target) -> Result<Profile, InputError> {
 /// call-graph traversal and its tie-breaks depend on that order); mslprof and BSD files go through the
 /// format crate's reader.
 pub fn read_profile(bytes: &[u8], target: Target) -> Result<Profile, InputError> {
+    read_profile_releasing(bytes, target, &|_| {})
+}
+
+/// [`read_profile`] with a release callback (see [`read_gnu_releasing`]).
+pub fn read_profile_releasing(
+    bytes: &[u8],
+    target: Target,
+    release: &dyn Fn(usize),
+) -> Result<Profile, InputError> {
     if is_gnu(bytes) {
-        return read_gnu(bytes, target);
+        return read_gnu_releasing(bytes, target, release);
     }
     let t = mslprof_format::GnuTarget {
         big_endian: target.big_endian,

@@ -381,25 +381,32 @@ pub fn analyse(
     } else {
         commands::elf_target(exe_for_gnu).unwrap_or_default()
     };
-    let mut inputs = Vec::new();
-    for (p, b) in maps {
-        if any_mslprof && !input::is_mslprof(&b) {
-            return Err(Failure {
-                file: p.display().to_string(),
-                problem: "not an mslprof profile (GNU and mslprof profiles cannot be mixed)".into(),
-            });
+    let read_all = move || -> Result<Vec<Input>, Failure> {
+        let mut inputs = Vec::new();
+        for (p, b) in maps {
+            if any_mslprof && !input::is_mslprof(&b) {
+                return Err(Failure {
+                    file: p.display().to_string(),
+                    problem: "not an mslprof profile (GNU and mslprof profiles cannot be mixed)"
+                        .into(),
+                });
+            }
+            let release = |upto: usize| mslprof_analyzer::sys::release_prefix(&b, upto);
+            let profile =
+                input::read_profile_releasing(&b, target, &release).map_err(|e| Failure {
+                    file: p.display().to_string(),
+                    problem: e.to_string(),
+                })?;
+            drop(b);
+            inputs.push(Input { path: p, profile });
         }
-        let profile = input::read_profile(&b, target).map_err(|e| Failure {
-            file: p.display().to_string(),
-            problem: e.to_string(),
-        })?;
-        drop(b);
-        inputs.push(Input { path: p, profile });
-    }
+        Ok(inputs)
+    };
     if any_mslprof {
+        let inputs = read_all()?;
         report::run_mslprof(opts, exe, &inputs, out)
     } else {
-        report::run_gnu(opts, exe_for_gnu, inputs, out)
+        report::run_gnu(opts, exe_for_gnu, read_all, out)
     }
 }
 

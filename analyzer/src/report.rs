@@ -227,10 +227,13 @@ pub struct Outcome {
 }
 
 /// Analyse GNU gmon.out inputs against `exe`.
+///
+/// `read_inputs` decodes the profile files; it runs after the executable's symbols are loaded, so the
+/// two big transient phases (symbol tables, histograms) do not add up.
 pub fn run_gnu(
     opts: &Options,
     exe: &Path,
-    mut inputs: Vec<Input>,
+    read_inputs: impl FnOnce() -> Result<Vec<Input>, Failure>,
     out: &mut Out,
 ) -> Result<Outcome, Failure> {
     let mut warnings = Vec::new();
@@ -289,6 +292,7 @@ pub fn run_gnu(
     let mut have_arcs = false;
     let mut stats = TallyStats::default();
     let mut info = String::new();
+    let mut inputs = read_inputs()?;
     for input in inputs.iter_mut() {
         let hist_taken = input.profile.modules[0].histogram.take();
         let m = &input.profile.modules[0];
@@ -398,6 +402,9 @@ pub fn run_gnu(
         .first()
         .map(|r| histogram::hist_scale(r.start, r.end, r.buckets.len(), 2))
         .unwrap_or(0.0);
+    // Samples are credited and arcs tallied: the raw data is no longer needed.
+    drop(hist);
+    drop(inputs);
     let style = Style {
         bsd: opts.bsd,
         descriptions: !opts.brief,

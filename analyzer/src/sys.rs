@@ -60,3 +60,16 @@ pub fn map_file(path: &std::path::Path) -> std::io::Result<memmap2::Mmap> {
     // accept for input files.
     unsafe { memmap2::Mmap::map(&f) }
 }
+
+/// Tell the kernel the first `upto` bytes of a read-only file mapping will not be read again, so their
+/// pages stop counting against the process (they are re-read from the file if touched after all).
+pub fn release_prefix(map: &memmap2::Mmap, upto: usize) {
+    let page = 4096;
+    let len = (upto.min(map.len()) / page) * page;
+    if len == 0 {
+        return;
+    }
+    // SAFETY: the mapping is private and read-only, so dropping its pages loses no data: a later access
+    // faults the file contents back in. Errors only mean the pages stay resident.
+    let _ = unsafe { map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, 0, len) };
+}
