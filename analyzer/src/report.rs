@@ -332,6 +332,10 @@ pub fn run_gnu(
         if let Some(h) = hist_taken {
             if !have_hist {
                 hz = input.profile.header.hz;
+                if hz == 0 && input.profile.format == SourceFormat::Bsd {
+                    // Old BSD files carry no rate; gprof then uses the system clock rate, 100 Hz on Linux.
+                    hz = 100;
+                }
                 dimension = String::from_utf8_lossy(&input.profile.header.dimension).into_owned();
                 abbrev = char::from(input.profile.header.dimension_abbrev);
             }

@@ -560,3 +560,38 @@ fn static_program_matches_gprof() {
         &["st", "gmon.out"],
     );
 }
+
+/// The same profile in the old BSD layout (no magic, no rate: gprof assumes 100 Hz).
+#[test]
+fn old_bsd_layout_matches_gprof() {
+    if !tools_present() {
+        return;
+    }
+    let dir = scratch("bsd");
+    let gmon = build_and_run(
+        &dir,
+        "gcc",
+        &["-pg", "-O0"],
+        &["recursion.c"],
+        "rec",
+        "gmon.out",
+    );
+    let (_, hist, arcs) = split_records(&std::fs::read(gmon).unwrap());
+    let low = u64::from_le_bytes(hist[1..9].try_into().unwrap());
+    let high = u64::from_le_bytes(hist[9..17].try_into().unwrap());
+    let samples = &hist[41..];
+    let mut bsd = Vec::new();
+    bsd.extend_from_slice(&low.to_le_bytes());
+    bsd.extend_from_slice(&high.to_le_bytes());
+    bsd.extend_from_slice(&(24 + samples.len() as u32).to_le_bytes());
+    bsd.extend_from_slice(&[0; 4]);
+    bsd.extend_from_slice(samples);
+    for a in arcs.chunks(21) {
+        bsd.extend_from_slice(&a[1..17]);
+        bsd.extend_from_slice(
+            &u64::from(u32::from_le_bytes(a[17..21].try_into().unwrap())).to_le_bytes(),
+        );
+    }
+    std::fs::write(dir.join("bsd.out"), bsd).unwrap();
+    assert_same(&dir, &["-b", "-b -z", "-b -T", "-i"], &["rec", "bsd.out"]);
+}
