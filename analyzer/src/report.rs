@@ -829,7 +829,7 @@ pub fn run_mslprof(
         for m in &unprofiled {
             let _ = writeln!(
                 out,
-                "{:>7.2}%  {}  {}",
+                "{:>7.2}%  {:<26} {}",
                 100.0 * m.samples as f64 / total,
                 String::from_utf8_lossy(&m.name),
                 String::from_utf8_lossy(&m.path)
