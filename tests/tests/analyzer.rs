@@ -235,6 +235,19 @@ fn cxx_names_are_demangled_like_gprof() {
         "cxx",
         "gmon.cxx",
     );
+    build_and_run(
+        &dir,
+        "g++",
+        &["-pg", "-O0", "-g"],
+        &["globals.cc"],
+        "glob",
+        "gmon.glob",
+    );
+    assert_same(
+        &dir,
+        &["-b -z", "-b -z -T", "-b -z --no-demangle"],
+        &["glob", "gmon.glob"],
+    );
     assert_same(
         &dir,
         &[
