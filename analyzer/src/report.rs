@@ -738,6 +738,19 @@ pub fn run_mslprof(
             }
         }
     }
+    // Load instances shown separately share a file name: number them (`libplugin.so#2`).
+    let mut seen: HashMap<String, u32> = HashMap::new();
+    let total_of: HashMap<String, u32> = g.modules.iter().fold(HashMap::new(), |mut acc, m| {
+        *acc.entry(m.name.clone()).or_insert(0) += 1;
+        acc
+    });
+    for m in &mut g.modules {
+        if total_of.get(&m.name).copied().unwrap_or(0) > 1 {
+            let n = seen.entry(m.name.clone()).or_insert(0);
+            *n += 1;
+            m.name = format!("{}#{}", m.name, n);
+        }
+    }
     g.nsyms = g.syms.len();
     qualify_ambiguous(&mut g);
 
