@@ -87,6 +87,8 @@ struct Cli {
     all_lines: bool,
     #[arg(long = "separate-files")]
     separate_files: bool,
+    #[arg(long, hide = true)]
+    unsupported: Option<String>,
     /// Show each load instance of a library separately instead of merging them.
     #[arg(long = "separate-instances")]
     separate_instances: bool,
@@ -177,6 +179,20 @@ fn normalize(args: &[String]) -> Vec<String> {
                     required(long, &mut out, &mut i);
                     break;
                 }
+                'A' | 'C' | 'J' | 'Z' | 'l' | 'c' | 'I' | 't' | 'r' | 'R' | 'd' => {
+                    let what = match c {
+                        'A' => "annotated source (-A)",
+                        'C' | 'Z' => "execution counts (-C/-Z)",
+                        'J' => "annotated source (-J)",
+                        'l' => "line-by-line profiling (-l)",
+                        'c' => "the static call graph (-c)",
+                        'I' | 't' => "annotated source options (-I/-t)",
+                        'r' | 'R' => "function/file ordering (-r/-R)",
+                        _ => "debugging output (-d)",
+                    };
+                    out.push(format!("--unsupported={what}"));
+                    break;
+                }
                 other => out.push(format!("-{other}")),
             }
         }
@@ -201,6 +217,9 @@ fn options_from(cli: &Cli) -> Result<Options, String> {
         ..Options::default()
     };
     let _ = cli.min_count;
+    if let Some(what) = &cli.unsupported {
+        return Err(format!("{what} is not supported by mslprof"));
+    }
     if cli.no_demangle {
         o.demangle = Demangle::None;
     } else if let Some(style) = &cli.demangle {
