@@ -154,6 +154,10 @@ fn recursion_and_cycles_match_gprof() {
     );
     let files = ["rec", "gmon.out.rec"];
     assert_same(&dir, TABLE_OPTIONS, &files);
+    // No file arguments: a.out and gmon.out in the working directory, as gprof.
+    std::fs::copy(dir.join("rec"), dir.join("a.out")).unwrap();
+    std::fs::copy(dir.join("gmon.out.rec"), dir.join("gmon.out")).unwrap();
+    assert_same(&dir, &["-b", "-b -z"], &[]);
     assert_same(
         &dir,
         &[
