@@ -242,8 +242,8 @@ pub fn run_gnu(
         ignore_non_functions: opts.ignore_non_functions,
         keep_split_parts: false,
     };
-    let (syms, text_end) = if let Some(ext) = &opts.external_symbols {
-        (symbols::finalize(read_external_symbols(ext)?, 0), 0)
+    let syms = if let Some(ext) = &opts.external_symbols {
+        symbols::finalize(read_external_symbols(ext)?, 0)
     } else {
         let ms = symbols::load(exe, select).map_err(|e| Failure::new(exe, e.to_string()))?;
         if ms.dynamic_only {
@@ -252,10 +252,8 @@ pub fn run_gnu(
                 exe.display()
             ));
         }
-        let end = ms.symbols.last().map(|s| s.end_addr).unwrap_or(0);
-        (ms.symbols, end)
+        ms.symbols
     };
-    let _ = text_end;
     let mut g = Graph::default();
     g.modules.push(ModuleView {
         name: file_name(&exe.to_string_lossy()),
