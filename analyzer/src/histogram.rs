@@ -19,7 +19,9 @@ pub fn hist_scale(start: u64, end: u64, buckets: u64, unit: u64) -> f64 {
     if buckets == 0 {
         return 0.0;
     }
-    (end.wrapping_sub(start)) as f64 / unit as f64 / buckets as f64
+    // gprof 2.40 divides the byte span by the unit in integers first, then by the bucket count in
+    // floating point; with an odd span this differs from dividing in floating point throughout.
+    (end.wrapping_sub(start) / unit.max(1)) as f64 / buckets as f64
 }
 
 /// Compute each symbol's scaled address (gprof's `scale_and_align_entries`; no entry masks on the

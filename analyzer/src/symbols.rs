@@ -485,6 +485,10 @@ pub fn demangle(name: &str, style: Demangle) -> String {
     if style == Demangle::None {
         return name.to_string();
     }
+    // GNU binutils' own demangler, when installed, gives gprof's names exactly (including its quirks).
+    if style == Demangle::Auto && crate::sys::have_bfd_demangler() {
+        return crate::sys::bfd_demangle(name).unwrap_or_else(|| name.to_string());
+    }
     if (name.starts_with("_R") || (name.starts_with("_ZN") && style != Demangle::Gnu))
         && let Ok(d) = rustc_demangle::try_demangle(name)
     {
