@@ -489,6 +489,12 @@ pub fn demangle(name: &str, style: Demangle) -> String {
     if style == Demangle::Auto && crate::sys::have_bfd_demangler() {
         return crate::sys::bfd_demangle(name).unwrap_or_else(|| name.to_string());
     }
+    demangle_without_bfd(name, style)
+}
+
+/// The demanglers used when libbfd is absent (or a style other than gprof's default is asked for):
+/// rustc-demangle for Rust names, then libstdc++'s `__cxa_demangle` (if installed), then cpp_demangle.
+fn demangle_without_bfd(name: &str, style: Demangle) -> String {
     if (name.starts_with("_R") || (name.starts_with("_ZN") && style != Demangle::Gnu))
         && let Ok(d) = rustc_demangle::try_demangle(name)
     {
@@ -522,6 +528,24 @@ pub fn demangle(name: &str, style: Demangle) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_are_demangled_without_libbfd() {
+        let cases = [
+            ("_ZN3foo3barEv", Demangle::Auto, "foo::bar()"),
+            ("_Z5greetPKc", Demangle::Gnu, "greet(char const*)"),
+            (
+                "_ZN4core3fmt5write17h0123456789abcdefE",
+                Demangle::Auto,
+                "core::fmt::write",
+            ),
+            ("_ZN3foo3barEv", Demangle::Rust, "_ZN3foo3barEv"),
+            ("main", Demangle::Auto, "main"),
+        ];
+        for (name, style, want) in cases {
+            assert_eq!(demangle_without_bfd(name, style), want, "{name} {style:?}");
+        }
+    }
 
     #[test]
     fn static_names_follow_gprof_rules() {
