@@ -296,19 +296,7 @@ pub fn print(out: &mut Out, g: &mut Graph, time_sorted: &[usize], print_time: f6
             out.push_str("\t\t\tCall graph\n\n");
         }
     }
-    let _ = write!(
-        out,
-        "\ngranularity: each sample hit covers {} byte(s)",
-        style.granularity
-    );
-    if print_time > 0.0 {
-        let _ = write!(
-            out,
-            " for {:.2}% of {:.2} seconds\n\n",
-            CFloat(100.0 / print_time),
-            CFloat(print_time / style.hz)
-        );
-    } else {
+    if !style.write_granularity(out, print_time, "seconds") {
         out.push_str(" no time propagated\n\n");
         print_time = 1.0;
     }
@@ -443,7 +431,6 @@ fn print_cycle(out: &mut Out, g: &mut Graph, cyc: usize, print_time: f64, style:
 }
 
 fn print_parents(out: &mut Out, g: &Graph, child: usize, style: &Style) {
-    let hz = style.hz;
     let kids_w = if style.bsd { 11 } else { 7 };
     let c = &g.syms[child];
     let head = c.cyc_head;
@@ -461,32 +448,12 @@ fn print_parents(out: &mut Out, g: &Graph, child: usize, style: &Style) {
     for a in arcs {
         let arc = &g.arcs[a];
         let parent = &g.syms[arc.parent];
-        if arc.parent == child || (c.cyc_num != 0 && parent.cyc_num == c.cyc_num) {
-            let _ = write!(
-                out,
-                "{:>6.6} {:>5.5} {:>7.7} {:>kids_w$.kids_w$} {:>7} {:>7.7}     ",
-                "", "", "", "", arc.count, ""
-            );
-        } else {
-            let _ = write!(
-                out,
-                "{:>6.6} {:>5.5} {:>7.2} {:>kids_w$.2} {:>7}/{:<7}     ",
-                "",
-                "",
-                CFloat(arc.time / hz),
-                CFloat(arc.child_time / hz),
-                arc.count,
-                g.syms[head].ncalls
-            );
-        }
-        out.push_str(&name_full(parent, style));
-        out.push('\n');
+        let in_cycle = arc.parent == child || (c.cyc_num != 0 && parent.cyc_num == c.cyc_num);
+        print_arc_line(out, g, a, arc.parent, in_cycle, g.syms[head].ncalls, style);
     }
 }
 
 fn print_children(out: &mut Out, g: &Graph, parent: usize, style: &Style) {
-    let hz = style.hz;
-    let kids_w = if style.bsd { 11 } else { 7 };
     let p = &g.syms[parent];
     // Descending; among equals, the arc seen first comes first.
     let mut arcs = p.children.clone();
@@ -494,27 +461,54 @@ fn print_children(out: &mut Out, g: &Graph, parent: usize, style: &Style) {
     for a in arcs {
         let arc = &g.arcs[a];
         let child = &g.syms[arc.child];
-        if arc.child == parent || (child.cyc_num != 0 && child.cyc_num == p.cyc_num) {
-            let _ = write!(
-                out,
-                "{:>6.6} {:>5.5} {:>7.7} {:>kids_w$.kids_w$} {:>7} {:>7.7}     ",
-                "", "", "", "", arc.count, ""
-            );
-        } else {
-            let _ = write!(
-                out,
-                "{:>6.6} {:>5.5} {:>7.2} {:>kids_w$.2} {:>7}/{:<7}     ",
-                "",
-                "",
-                CFloat(arc.time / hz),
-                CFloat(arc.child_time / hz),
-                arc.count,
-                g.syms[child.cyc_head].ncalls
-            );
-        }
-        out.push_str(&name_full(child, style));
-        out.push('\n');
+        let in_cycle = arc.child == parent || (child.cyc_num != 0 && child.cyc_num == p.cyc_num);
+        print_arc_line(
+            out,
+            g,
+            a,
+            arc.child,
+            in_cycle,
+            g.syms[child.cyc_head].ncalls,
+            style,
+        );
     }
+}
+
+/// One parent or child line of a call-graph entry, naming `other` (the arc's far end). An arc inside a
+/// cycle (or a self-call) shows only its count; any other shows the time and child time it carries and
+/// `count/calls`, `calls` being those of the callee (or of its cycle).
+fn print_arc_line(
+    out: &mut Out,
+    g: &Graph,
+    a: usize,
+    other: usize,
+    in_cycle: bool,
+    calls: u64,
+    style: &Style,
+) {
+    let hz = style.hz;
+    let kids_w = if style.bsd { 11 } else { 7 };
+    let arc = &g.arcs[a];
+    if in_cycle {
+        let _ = write!(
+            out,
+            "{:>6.6} {:>5.5} {:>7.7} {:>kids_w$.kids_w$} {:>7} {:>7.7}     ",
+            "", "", "", "", arc.count, ""
+        );
+    } else {
+        let _ = write!(
+            out,
+            "{:>6.6} {:>5.5} {:>7.2} {:>kids_w$.2} {:>7}/{:<7}     ",
+            "",
+            "",
+            CFloat(arc.time / hz),
+            CFloat(arc.child_time / hz),
+            arc.count,
+            calls
+        );
+    }
+    out.push_str(&name_full(&g.syms[other], style));
+    out.push('\n');
 }
 
 /// Print the index by function name (gprof's `cg_print_index`).

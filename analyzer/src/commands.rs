@@ -206,31 +206,14 @@ fn demo_inner(args: &[String]) -> Result<ExitCode, String> {
     ] {
         std::fs::write(d.join(name), text).map_err(|e| format!("{name}: {e}"))?;
     }
-    compile(
-        d,
-        &[
-            "-pg",
-            "-O1",
-            "-fPIC",
-            "-shared",
-            "-o",
-            "libshapes.so",
-            "shapes.c",
-            "-lm",
-        ],
-    )?;
-    compile(
-        d,
-        &[
-            "-pg",
-            "-O1",
-            "-fPIC",
-            "-shared",
-            "-o",
-            "libtext.so",
-            "text.c",
-        ],
-    )?;
+    for (library, source, libs) in [
+        ("libshapes.so", "shapes.c", &["-lm"][..]),
+        ("libtext.so", "text.c", &[]),
+    ] {
+        let mut args = vec!["-pg", "-O1", "-fPIC", "-shared", "-o", library, source];
+        args.extend_from_slice(libs);
+        compile(d, &args)?;
+    }
     compile(
         d,
         &[

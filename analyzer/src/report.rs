@@ -90,6 +90,26 @@ impl Style {
             out.push_str("\u{c}\n");
         }
     }
+
+    /// gprof's `granularity: each sample hit covers N byte(s)` line, completed when `time` (in samples) is
+    /// positive by ` for P% of T <dimension>` and a blank line. Returns whether `time` was positive.
+    pub fn write_granularity(&self, out: &mut Out, time: f64, dimension: &str) -> bool {
+        let _ = write!(
+            out,
+            "\ngranularity: each sample hit covers {} byte(s)",
+            self.granularity
+        );
+        if time > 0.0 {
+            let _ = write!(
+                out,
+                " for {:.2}% of {:.2} {}\n\n",
+                crate::cformat::CFloat(100.0 / time),
+                crate::cformat::CFloat(time / self.hz),
+                dimension
+            );
+        }
+        time > 0.0
+    }
 }
 
 /// A failure that stops the report: the file it concerns and what is wrong.
@@ -165,6 +185,25 @@ fn add_histogram(ranges: &mut Vec<HistRange>, h: Histogram) -> Result<(), String
         }
     }
     Ok(())
+}
+
+/// The user's symspec filters plus gprof's own: the profiling routines (`mcount` and kin) are left out of
+/// the flat profile, the call graph and time propagation.
+fn filters_with_gprof_defaults(g: &Graph, user: &[(Table, String)]) -> Filters {
+    let mut specs = user.to_vec();
+    for d in [
+        "_gprof_mcount",
+        "mcount",
+        "_mcount",
+        "__mcount",
+        "__mcount_internal",
+        "__mcleanup",
+    ] {
+        specs.push((Table::ExclTime, d.to_string()));
+        specs.push((Table::ExclGraph, d.to_string()));
+        specs.push((Table::ExclFlat, d.to_string()));
+    }
+    Filters::build(g, &specs)
 }
 
 fn file_name(path: &str) -> String {
@@ -266,20 +305,7 @@ pub fn run_gnu(
     push_module_syms(&mut g, 0, syms, opts.demangle);
     g.nsyms = g.syms.len();
 
-    let mut specs = opts.specs.clone();
-    for d in [
-        "_gprof_mcount",
-        "mcount",
-        "_mcount",
-        "__mcount",
-        "__mcount_internal",
-        "__mcleanup",
-    ] {
-        specs.push((Table::ExclTime, d.to_string()));
-        specs.push((Table::ExclGraph, d.to_string()));
-        specs.push((Table::ExclFlat, d.to_string()));
-    }
-    let filters = Filters::build(&g, &specs);
+    let filters = filters_with_gprof_defaults(&g, &opts.specs);
 
     // Histograms summed over files, arcs tallied in file order.
     let mut ranges = Vec::new();
@@ -752,20 +778,7 @@ pub fn run_mslprof(
     g.nsyms = g.syms.len();
     qualify_ambiguous(&mut g);
 
-    let mut specs = opts.specs.clone();
-    for d in [
-        "_gprof_mcount",
-        "mcount",
-        "_mcount",
-        "__mcount",
-        "__mcount_internal",
-        "__mcleanup",
-    ] {
-        specs.push((Table::ExclTime, d.to_string()));
-        specs.push((Table::ExclGraph, d.to_string()));
-        specs.push((Table::ExclFlat, d.to_string()));
-    }
-    let filters = Filters::build(&g, &specs);
+    let filters = filters_with_gprof_defaults(&g, &opts.specs);
     let mut stats = TallyStats::default();
     let mut have_arcs = false;
     for (i, m) in profile.modules.iter().enumerate() {

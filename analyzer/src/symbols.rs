@@ -405,20 +405,23 @@ pub fn load(path: &Path, opts: SelectOptions) -> Result<ModuleSymbols, SymbolErr
     let address_size = if file.is_64() { 8 } else { 4 };
     let text_end = text_end_of(&file, opts);
     let has_symtab = file.symbols().next().is_some();
+    let found = |syms: Vec<FunctionSymbol>, dynamic_only: bool, debug_file: Option<PathBuf>| {
+        ModuleSymbols {
+            symbols: finalize(syms, text_end),
+            build_id: build_id.clone(),
+            dynamic_only,
+            big_endian,
+            address_size,
+            debug_file,
+        }
+    };
     if has_symtab {
         let mut syms = collect(&file, data, false, opts);
         if syms.is_empty() {
             return Err(SymbolError::NoSymbols);
         }
         attach_sources(&file, &mut syms);
-        return Ok(ModuleSymbols {
-            symbols: finalize(syms, text_end),
-            build_id,
-            dynamic_only: false,
-            big_endian,
-            address_size,
-            debug_file: None,
-        });
+        return Ok(found(syms, false, None));
     }
     for cand in debug_file_candidates(path, &file) {
         let Ok(dmap) = crate::sys::map_file(&cand) else {
@@ -436,27 +439,13 @@ pub fn load(path: &Path, opts: SelectOptions) -> Result<ModuleSymbols, SymbolErr
             continue;
         }
         attach_sources(&dfile, &mut syms);
-        return Ok(ModuleSymbols {
-            symbols: finalize(syms, text_end),
-            build_id,
-            dynamic_only: false,
-            big_endian,
-            address_size,
-            debug_file: Some(cand),
-        });
+        return Ok(found(syms, false, Some(cand)));
     }
     let syms = collect(&file, data, true, opts);
     if syms.is_empty() {
         return Err(SymbolError::NoSymbols);
     }
-    Ok(ModuleSymbols {
-        symbols: finalize(syms, text_end),
-        build_id,
-        dynamic_only: true,
-        big_endian,
-        address_size,
-        debug_file: None,
-    })
+    Ok(found(syms, true, None))
 }
 
 /// How names are demangled for printing.
