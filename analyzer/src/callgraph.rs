@@ -203,8 +203,8 @@ fn cmp_total(l: &Sym, r: &Sym) -> Ordering {
         (false, true) => return Ordering::Greater,
         _ => {}
     }
-    let l0 = l.name.as_bytes().first() == Some(&b'_');
-    let r0 = r.name.as_bytes().first() == Some(&b'_');
+    let l0 = l.symbol.name.as_bytes().first() == Some(&b'_');
+    let r0 = r.symbol.name.as_bytes().first() == Some(&b'_');
     if !l0 && r0 {
         return Ordering::Less;
     }
@@ -213,7 +213,7 @@ fn cmp_total(l: &Sym, r: &Sym) -> Ordering {
     }
     r.ncalls
         .cmp(&l.ncalls)
-        .then_with(|| l.name.as_bytes().cmp(r.name.as_bytes()))
+        .then_with(|| l.symbol.name.as_bytes().cmp(r.symbol.name.as_bytes()))
 }
 
 /// gprof's `print_name_only`: the printed name (demangled unless BSD style).
@@ -224,14 +224,14 @@ pub fn name_only(s: &Sym, style: &Style) -> String {
         s.display.clone()
     };
     if style.inline_file_names
-        && let Some(f) = &s.file
+        && let Some(f) = &s.symbol.file
     {
         let f = if style.print_path {
             f.as_str()
         } else {
             f.rsplit('/').next().unwrap_or(f)
         };
-        let _ = write!(out, " ({}:{})", f, s.line);
+        let _ = write!(out, " ({}:{})", f, s.symbol.line);
     }
     out
 }
@@ -516,7 +516,13 @@ pub fn print_index(out: &mut Out, g: &Graph, style: &Style) {
     let mut names: Vec<usize> = (0..g.nsyms)
         .filter(|&s| !(style.ignore_zeros && g.syms[s].ncalls == 0 && g.syms[s].hist_time == 0.0))
         .collect();
-    names.sort_by(|&l, &r| g.syms[l].name.as_bytes().cmp(g.syms[r].name.as_bytes()));
+    names.sort_by(|&l, &r| {
+        g.syms[l]
+            .symbol
+            .name
+            .as_bytes()
+            .cmp(g.syms[r].symbol.name.as_bytes())
+    });
     let nnames = names.len();
     for num in 1..=g.num_cycles {
         names.push(g.cycle(num));
@@ -559,8 +565,8 @@ pub fn print_index(out: &mut Out, g: &Graph, style: &Style) {
                     let name = name_only(s, style);
                     col += name.len() as i64;
                     out.push_str(&name);
-                    if s.is_static
-                        && let Some(f) = &s.file
+                    if s.symbol.is_static
+                        && let Some(f) = &s.symbol.file
                     {
                         let f = if style.print_path {
                             f.as_str()

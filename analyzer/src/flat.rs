@@ -35,7 +35,7 @@ fn cmp_time(g: &Graph, l: usize, r: usize) -> std::cmp::Ordering {
     }
     b.ncalls
         .cmp(&a.ncalls)
-        .then_with(|| a.name.as_bytes().cmp(b.name.as_bytes()))
+        .then_with(|| a.symbol.name.as_bytes().cmp(b.symbol.name.as_bytes()))
 }
 
 /// Print the flat profile.

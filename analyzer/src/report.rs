@@ -245,14 +245,8 @@ fn push_module_syms(g: &mut Graph, module: usize, syms: Vec<FunctionSymbol>, dem
     for s in syms {
         g.syms.push(Sym {
             display: symbols::demangle(&s.name, demangle),
-            name: s.name,
+            symbol: s,
             module,
-            addr: s.addr,
-            end_addr: s.end_addr,
-            is_func: s.is_func,
-            is_static: s.is_static,
-            file: s.file,
-            line: s.line,
             ..Sym::default()
         });
     }
@@ -464,8 +458,8 @@ fn check_belongs(g: &Graph, hist: &Histogram, exe: &Path, inputs: &[Input]) -> R
     let (Some(first), Some(last)) = (g.syms.first(), g.syms[..g.nsyms].last()) else {
         return Ok(());
     };
-    let lo = first.addr;
-    let hi = last.end_addr.max(last.addr);
+    let lo = first.symbol.addr;
+    let hi = last.symbol.end_addr.max(last.symbol.addr);
     let overlaps = hist.ranges.iter().any(|r| r.start <= hi && lo < r.end);
     if !overlaps {
         let prof = inputs
@@ -553,8 +547,8 @@ fn gnu_summary(
         for &a in g.syms[s].children.iter().rev() {
             let arc = &g.arcs[a];
             out.push(1);
-            out.extend_from_slice(&g.syms[arc.parent].addr.to_le_bytes());
-            out.extend_from_slice(&g.syms[arc.child].addr.to_le_bytes());
+            out.extend_from_slice(&g.syms[arc.parent].symbol.addr.to_le_bytes());
+            out.extend_from_slice(&g.syms[arc.child].symbol.addr.to_le_bytes());
             out.extend_from_slice(&(arc.count as u32).to_le_bytes());
         }
     }
@@ -911,7 +905,7 @@ pub fn run_mslprof(
 fn qualify_ambiguous(g: &mut Graph) {
     let mut seen: HashMap<&str, (usize, bool)> = HashMap::new();
     for s in &g.syms[..g.nsyms] {
-        seen.entry(s.name.as_str())
+        seen.entry(s.symbol.name.as_str())
             .and_modify(|e| {
                 if e.0 != s.module {
                     e.1 = true;
@@ -925,7 +919,7 @@ fn qualify_ambiguous(g: &mut Graph) {
         .map(|(k, _)| k.to_string())
         .collect();
     for s in 0..g.nsyms {
-        if ambiguous.contains(&g.syms[s].name) {
+        if ambiguous.contains(&g.syms[s].symbol.name) {
             let q = format!("@{}", g.modules[g.syms[s].module].name);
             g.syms[s].display.push_str(&q);
             g.syms[s].qualifier = q;

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use object::{Object, ObjectSection, ObjectSymbol, SectionFlags, SymbolFlags, SymbolSection};
 
 /// One selected symbol before analysis.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct FunctionSymbol {
     pub name: String,
     /// Link-time address (the ELF `st_value`).
