@@ -151,16 +151,23 @@ fn several_profiles_are_summed_and_sum_file_matches() {
     std::fs::rename(dir.join("gmon.out"), dir.join("run2")).unwrap();
     assert_same(&dir, &["-b", "-b -q -z"], &["rec", "run1", "run2"]);
 
-    // -s: gmon.sum byte for byte, and the report of the sum.
+    let ours_dir = assert_same_sum(&dir, &["rec", "run1", "run2"]);
+    assert_same(&ours_dir, &["-b", "-i"], &["rec", "gmon.sum"]);
+}
+
+/// `-s` run by mslprof and by gprof over copies of `files` (the executable first): same stdout and exit
+/// status, and the same `gmon.sum` bytes. Returns the directory holding mslprof's `gmon.sum`.
+fn assert_same_sum(dir: &Path, files: &[&str]) -> std::path::PathBuf {
     let theirs_dir = dir.join("theirs");
     let ours_dir = dir.join("ours");
     for d in [&theirs_dir, &ours_dir] {
         std::fs::create_dir_all(d).unwrap();
-        for f in ["rec", "run1", "run2"] {
+        for f in files {
             std::fs::copy(dir.join(f), d.join(f)).unwrap();
         }
     }
-    let args = split("-s rec run1 run2");
+    let mut args = split("-s");
+    args.extend(files.iter().map(|f| f.to_string()));
     let a = run_in(&ours_dir, &mslprof(), &args);
     let b = run_in(&theirs_dir, Path::new("gprof"), &args);
     assert_eq!(a.status.code(), b.status.code());
@@ -174,7 +181,7 @@ fn several_profiles_are_summed_and_sum_file_matches() {
         "gmon.sum differs from gprof's"
     );
     assert_eq!(&ours[8..20], &[0u8; 12], "spare header bytes are zero");
-    assert_same(&ours_dir, &["-b", "-i"], &["rec", "gmon.sum"]);
+    ours_dir
 }
 
 #[test]
@@ -394,6 +401,33 @@ fn partial_profiles_match_gprof() {
         assert_eq!(ours.status.code(), Some(1));
         assert_eq!(String::from_utf8_lossy(&ours.stderr).lines().count(), 1);
     }
+}
+
+/// Histogram records in an order that is not by address: an empty range above the program's text first,
+/// then the real one twice (gprof sums it). gprof keeps ranges in the order of their first record and
+/// writes `gmon.sum` in that order, so the reader must not sort them.
+#[test]
+fn histogram_records_keep_their_file_order_like_gprof() {
+    if !tools_present() {
+        return;
+    }
+    let dir = scratch("hist-order");
+    let gmon = build_and_run_recursion(&dir, "gmon.out");
+    let (header, hist, arcs) = split_records(&std::fs::read(gmon).unwrap());
+    let low = u64::from_le_bytes(hist[1..9].try_into().unwrap());
+    let high = u64::from_le_bytes(hist[9..17].try_into().unwrap());
+    let nbins = u32::from_le_bytes(hist[17..21].try_into().unwrap()) as usize;
+    assert_eq!(hist.len(), 41 + 2 * nbins, "one histogram record");
+    // Same span and bin count, hence the same scale, as gprof requires.
+    let mut above = vec![0u8];
+    above.extend_from_slice(&high.to_le_bytes());
+    above.extend_from_slice(&(2 * high - low).to_le_bytes());
+    above.extend_from_slice(&hist[17..41]);
+    above.extend(std::iter::repeat_n(0u8, 2 * nbins));
+    let file = [header, above, hist.clone(), arcs, hist].concat();
+    std::fs::write(dir.join("two"), file).unwrap();
+    assert_same(&dir, &["-b", "-b -p -z", "-b -q"], &["rec", "two"]);
+    assert_same_sum(&dir, &["rec", "two"]);
 }
 
 /// A statically linked -pg program: thousands of libc symbols (IFUNCs, weak aliases, local labels).
