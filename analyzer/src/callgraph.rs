@@ -56,42 +56,22 @@ pub fn assemble(g: &mut Graph, filters: &Filters) -> (Vec<usize>, f64) {
     (time_sorted, print_time)
 }
 
+/// The print flag and propagation fraction a function (or a whole cycle) inherits from its callers
+/// (gprof's `inherit_flags`): any printed caller makes it printed, and each caller passes on its own
+/// fraction in proportion to the calls it makes. Self-calls and calls inside the cycle do not count.
 fn inherit_flags(g: &mut Graph, child: usize) {
     let head = g.syms[child].cyc_head;
+    let ncalls = g.syms[head].ncalls;
+    let (mut flag, mut fract) = (false, 0.0);
     if child == head {
-        let mut flag = false;
-        let mut fract = 0.0;
-        let ncalls = g.syms[child].ncalls;
-        for &a in g.syms[child].parents.iter().rev() {
-            let arc = &g.arcs[a];
-            let parent = &g.syms[arc.parent];
-            if arc.parent == child {
-                continue;
-            }
-            flag |= parent.print_flag;
-            if ncalls != 0 {
-                fract += parent.prop_fract * (arc.count as f64 / ncalls as f64);
-            }
-        }
+        inherit_from_callers(g, child, ncalls, |p| p == child, &mut flag, &mut fract);
         g.syms[child].print_flag = flag;
         g.syms[child].prop_fract = fract;
     } else {
-        let mut flag = false;
-        let mut fract = 0.0;
-        let ncalls = g.syms[head].ncalls;
         let mut m = g.syms[head].cyc_next;
         while m != NONE {
-            for &a in g.syms[m].parents.iter().rev() {
-                let arc = &g.arcs[a];
-                let parent = &g.syms[arc.parent];
-                if parent.cyc_head == head {
-                    continue;
-                }
-                flag |= parent.print_flag;
-                if ncalls != 0 {
-                    fract += parent.prop_fract * (arc.count as f64 / ncalls as f64);
-                }
-            }
+            let in_cycle = |p: usize| g.syms[p].cyc_head == head;
+            inherit_from_callers(g, m, ncalls, in_cycle, &mut flag, &mut fract);
             m = g.syms[m].cyc_next;
         }
         let mut m = head;
@@ -99,6 +79,29 @@ fn inherit_flags(g: &mut Graph, child: usize) {
             g.syms[m].print_flag = flag;
             g.syms[m].prop_fract = fract;
             m = g.syms[m].cyc_next;
+        }
+    }
+}
+
+/// Adds to `flag` and `fract` what the callers of `callee` pass on, skipping those `skip` names; `ncalls`
+/// are the calls of the function or cycle that inherits.
+fn inherit_from_callers(
+    g: &Graph,
+    callee: usize,
+    ncalls: u64,
+    skip: impl Fn(usize) -> bool,
+    flag: &mut bool,
+    fract: &mut f64,
+) {
+    for &a in g.syms[callee].parents.iter().rev() {
+        let arc = &g.arcs[a];
+        if skip(arc.parent) {
+            continue;
+        }
+        let parent = &g.syms[arc.parent];
+        *flag |= parent.print_flag;
+        if ncalls != 0 {
+            *fract += parent.prop_fract * (arc.count as f64 / ncalls as f64);
         }
     }
 }
