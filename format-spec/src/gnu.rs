@@ -154,12 +154,19 @@ impl Histograms {
         if n.saturating_mul(2) > d.remaining() {
             return Err(d.error(ErrorKind::Truncated("histogram samples")));
         }
+        let start = d.pos();
+        let raw = d.take(2 * n, "histogram samples")?;
         let mut samples = Vec::with_capacity(n);
-        for k in 0..n {
-            if k % RELEASE_EVERY == 0 {
-                release(d.pos());
-            }
-            samples.push(d.u16("histogram samples")?);
+        for (k, chunk) in raw.chunks(2 * RELEASE_EVERY).enumerate() {
+            release(start + k * 2 * RELEASE_EVERY);
+            samples.extend(chunk.chunks_exact(2).map(|b| {
+                let b = [b[0], b[1]];
+                if d.big_endian {
+                    u16::from_be_bytes(b)
+                } else {
+                    u16::from_le_bytes(b)
+                }
+            }));
         }
         if let Some(&index) = self.exact.get(&(low, high)) {
             let existing = &mut self.ranges[index];
