@@ -802,18 +802,28 @@ fn every_thread_timer_goes_away_with_its_thread() {
         eprintln!("SKIPPED: /proc/self/timers is not available");
         return;
     }
-    // Only the main thread's sampling timer is left.
-    assert_eq!(stdout, "timers=1\n");
-    let profile = ws.profile("gmon.out");
-    // 200 threads × 2 ms of CPU at 10 ms per sample: no thread runs a whole period, yet they are sampled
-    // because each timer starts at a random phase (a fixed phase gives 0 samples). The kernel checks CPU
-    // timers only on its tick (4 ms here), so threads shorter than a tick get about a third of the 40
-    // samples their CPU time is worth (runtime/README.md).
+    let field = |name: &str| -> f64 {
+        stdout
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix(name)?.strip_prefix('='))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in {stdout}"))
+    };
+    // Only the main thread's sampling timer is left, and every one of the 200 threads had its own.
+    assert_eq!(field("timers"), 1.0, "{stdout}");
+    assert_eq!(field("with_timer"), 200.0, "{stdout}");
+    // 200 threads × 2 ms of CPU at 10 ms per sample: no thread runs a whole period, so they can only be
+    // sampled because each timer first fires at a random point of (0, 10 ms] of its thread's CPU time (a
+    // fixed phase of one period gives every thread 0 samples). The phases each thread read from its own
+    // timer: with 200 uniform draws, none below 2 ms (or none above 8 ms) has probability 0.8^200 ≈ 4e-20.
+    // (Whether a phase that falls inside a thread's 2 ms becomes a sample is up to the kernel, which checks
+    // CPU timers only on ticks that find the thread running: 13 samples idle, 1-19 with two CPU hogs.)
+    let (low, high) = (field("phase_min_ms"), field("phase_max_ms"));
     assert!(
-        profile.header.total_samples >= 4,
-        "{} samples",
-        profile.header.total_samples
+        low < 2.0 && high > 8.0 && high <= 10.0,
+        "phases {low}..{high} ms are not spread over (0, 10 ms]"
     );
+    read_profile(&ws.join("gmon.out"));
 }
 
 #[cfg(target_arch = "x86_64")]
