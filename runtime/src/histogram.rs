@@ -121,13 +121,6 @@ impl Histogram {
     /// Counts one sample at a link-time address. Async-signal-safe: atomics only. Returns false when the
     /// address is outside the histogram.
     pub fn record(&self, address: u64) -> bool {
-        self.record_count(address, 1)
-    }
-
-    /// Adds `count` samples at a link-time address (a late timer signal stands for several periods).
-    /// Async-signal-safe: atomics only. A 16-bit bucket stops at 65535 (and is counted as saturated once), a
-    /// 32-bit one at 2³²−1. Returns false when the address is outside the histogram.
-    pub fn record_count(&self, address: u64, count: u32) -> bool {
         let Some(index) = self.bucket_of(address) else {
             return false;
         };
@@ -136,11 +129,9 @@ impl Histogram {
                 let Some(bucket) = self.buckets16().get(index) else {
                     return false;
                 };
-                let add = u16::try_from(count).unwrap_or(u16::MAX);
-                let previous = bucket.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| {
-                    (c != u16::MAX).then(|| c.saturating_add(add))
-                });
-                if previous.is_ok_and(|c| c.saturating_add(add) == u16::MAX) {
+                let previous =
+                    bucket.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| c.checked_add(1));
+                if previous == Ok(u16::MAX - 1) {
                     self.saturated.fetch_add(1, Ordering::Relaxed);
                 }
             }
@@ -149,9 +140,8 @@ impl Histogram {
                     return false;
                 };
                 // Even 32-bit buckets never wrap (at 250 Hz that takes 200 days of CPU in 4 bytes of code).
-                let _ = bucket.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| {
-                    (c != u32::MAX).then(|| c.saturating_add(count))
-                });
+                let _ =
+                    bucket.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| c.checked_add(1));
             }
         }
         true
@@ -347,26 +337,6 @@ mod tests {
         assert_eq!(h.buckets16()[63].load(Ordering::Relaxed), 1);
         assert_eq!(h.saturated_buckets(), 1);
         assert_eq!(h.total(), 65_536);
-    }
-
-    #[test]
-    fn weighted_counts_add_up_and_saturate_once() {
-        let h = Histogram::new(&[LinkRange { start: 0, end: 64 }], BucketBits::Sixteen).unwrap();
-        assert!(h.record_count(4, 3));
-        assert!(h.record(4));
-        assert_eq!(h.buckets16()[1].load(Ordering::Relaxed), 4);
-        assert!(h.record_count(8, 65_000));
-        assert!(h.record_count(8, 600));
-        assert!(h.record_count(8, 70_000));
-        assert_eq!(h.buckets16()[2].load(Ordering::Relaxed), u16::MAX);
-        assert!(h.record_count(12, 1 << 20));
-        assert_eq!(h.buckets16()[3].load(Ordering::Relaxed), u16::MAX);
-        assert_eq!(h.saturated_buckets(), 2);
-        let h = Histogram::new(&[LinkRange { start: 0, end: 64 }], BucketBits::ThirtyTwo).unwrap();
-        assert!(h.record_count(4, 70_000));
-        assert!(h.record_count(4, 5));
-        assert_eq!(h.buckets32()[1].load(Ordering::Relaxed), 70_005);
-        assert!(!h.record_count(64, 2));
     }
 
     #[test]

@@ -98,14 +98,9 @@ impl LiveModule {
 
     /// Counts one sample at `pc` (which must be in this module). Async-signal-safe.
     pub fn record_sample(&self, pc: RuntimePc) {
-        self.record_samples(pc, 1);
-    }
-
-    /// Counts `count` samples at `pc` (which must be in this module). Async-signal-safe.
-    pub fn record_samples(&self, pc: RuntimePc, count: u32) {
-        self.samples.fetch_add(u64::from(count), Ordering::Relaxed);
+        self.samples.fetch_add(1, Ordering::Relaxed);
         if let Some(histogram) = &self.histogram {
-            histogram.record_count(self.link_address(pc).0, count);
+            histogram.record(self.link_address(pc).0);
         }
     }
 

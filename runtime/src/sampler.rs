@@ -212,23 +212,13 @@ pub fn measured_period_ns() -> u64 {
 
 /// Counts one sample at `pc`. Async-signal-safe; also the test hook for the no-allocation test.
 pub fn record_pc(pc: usize) {
-    record_periods(pc, 1);
-}
-
-/// Counts `periods` samples at `pc`: a timer signal stands for `1 + si_overrun` periods of its thread's CPU
-/// time, all of which ran before the signal, the last of them at `pc`. Counting one would under-weight the
-/// stretches where the kernel checked the timer rarely (a busy machine, see the module doc), so a phase of
-/// the program that got few, late signals would get too small a share. Async-signal-safe.
-pub fn record_periods(pc: usize, periods: u32) {
-    TOTAL_SAMPLES.fetch_add(u64::from(periods), Ordering::Relaxed);
+    TOTAL_SAMPLES.fetch_add(1, Ordering::Relaxed);
     match modules::find(pc) {
-        Some(module) => module.record_samples(RuntimePc(pc), periods),
+        Some(module) => module.record_sample(RuntimePc(pc)),
         None => {
-            // Each parked sample is one count; those that find no free slot are unknown at once.
-            let parked = (0..periods)
-                .take_while(|_| crate::lifecycle::defer_unknown_sample(pc))
-                .count() as u64;
-            UNKNOWN_SAMPLES.fetch_add(u64::from(periods) - parked, Ordering::Relaxed);
+            if !crate::lifecycle::defer_unknown_sample(pc) {
+                UNKNOWN_SAMPLES.fetch_add(1, Ordering::Relaxed);
+            }
         }
     }
 }
@@ -247,13 +237,12 @@ extern "C" fn on_sigprof(signal: i32, info: *mut libc::siginfo_t, context: *mut 
     // unwinding into the interrupted program.
     let counted = std::panic::catch_unwind(|| {
         if SAMPLING.load(Ordering::SeqCst) {
-            let overrun = u32::try_from(origin.overrun).unwrap_or(0);
-            if overrun > 0 {
-                OVERRUNS.fetch_add(u64::from(overrun), Ordering::Relaxed);
+            if origin.overrun > 0 {
+                OVERRUNS.fetch_add(origin.overrun as u64, Ordering::Relaxed);
             }
             // SAFETY: the kernel passed `context` to this SA_SIGINFO handler.
             let pc = unsafe { sys::interrupted_pc(context) };
-            record_periods(pc, overrun.saturating_add(1));
+            record_pc(pc);
         }
     });
     HANDLERS_RUNNING.fetch_sub(1, Ordering::SeqCst);
