@@ -329,3 +329,23 @@ pub extern "C" fn mslprof_test_inject_samples(pc: *const c_void, count: libc::c_
         }
     });
 }
+
+/// Test hook, exported from libmslprof.so: the samples counted so far, in all modules when `pc` is null,
+/// else in the module whose code holds `pc` (0 if none); `c_ulong::MAX` when profiling is not active. The
+/// sampling fixtures burn CPU until they have enough samples: how often the kernel checks a thread's CPU
+/// timer on a busy machine is not theirs to choose.
+#[unsafe(no_mangle)]
+pub extern "C" fn mslprof_test_samples(pc: *const c_void) -> libc::c_ulong {
+    std::panic::catch_unwind(|| {
+        if !crate::ensure_started() || !is_sampling() {
+            return libc::c_ulong::MAX;
+        }
+        let samples = if pc.is_null() {
+            TOTAL_SAMPLES.load(Ordering::Relaxed)
+        } else {
+            modules::find(pc as usize).map_or(0, |m| m.samples.load(Ordering::Relaxed))
+        };
+        samples as libc::c_ulong
+    })
+    .unwrap_or(libc::c_ulong::MAX)
+}

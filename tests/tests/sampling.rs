@@ -67,16 +67,17 @@ fn share(profile: &Profile, name: &str) -> f64 {
     module(profile, name).samples as f64 / profile.header.total_samples as f64
 }
 
-/// The fraction of the sampled CPU time that no sample stands for, which the profile itself tells.
+/// The fraction of the sampled CPU time whose PCs no sample saw, which the profile itself tells.
 ///
-/// Each count is one expiry of a thread's timer, i.e. exactly one requested period (1/hz) of that thread's
-/// CPU time, counted at the PC where the kernel delivered it (a late signal counts 1 + its overruns). The
-/// recorded `sample_period_ns` is the CPU time sampled divided by the counts, so counts × requested period
-/// falls short of the CPU time by this fraction: the time after each thread's last delivered expiry (and
-/// before its first), which the kernel never signalled. It is ~0.3 % on an idle machine; on a busy one,
-/// where the kernel checks CPU timers only on ticks that find the thread running, a thread can run for
-/// hundreds of ms unchecked before it ends (measured: 15-40 %). That time may have been spent in any module,
-/// so every share read from the counts can be off by up to this fraction, on top of the sampling error.
+/// A thread's timer expires every requested period (1/hz) of its CPU time; the kernel checks it on ticks that
+/// find the thread running and then sends one signal, whose PC lies in the last period that expired (late
+/// ones stand for several periods: overruns). So each sample observes one period, and the rest (the
+/// overrun periods, the time before a thread's first expiry and after its last signal) went unobserved. The
+/// recorded `sample_period_ns` is the CPU time sampled divided by the samples, so samples × 1/hz falls short
+/// of the CPU time by exactly this fraction: ~0.3 % on an idle machine, 15-80 % measured with two CPU hogs
+/// on 2 cores (a thread can run for hundreds of ms with no tick check). The unobserved time may have been
+/// spent in any module, so a share read from the samples can be off by up to this fraction, on top of the
+/// sampling error.
 fn unaccounted(profile: &Profile) -> f64 {
     let header = &profile.header;
     let requested = 1e9 / f64::from(header.hz);
@@ -120,6 +121,15 @@ fn assert_cpu_covered(profile: &Profile, burnt: u64, process_cpu: Duration) {
     );
 }
 
+/// The rounds an app run with `SPIN_UNTIL_TOTAL` or `SPIN_UNTIL_EACH` made (its `rounds=R` line on stderr).
+fn rounds(stderr: &str) -> u64 {
+    stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("rounds="))
+        .and_then(|r| r.parse().ok())
+        .unwrap_or_else(|| panic!("no rounds= line: {stderr}"))
+}
+
 fn is_profiled(profile: &Profile, name: &str) -> bool {
     module(profile, name).flags & module_flags::PROFILED != 0
 }
@@ -134,15 +144,18 @@ fn mslprof_lines(stderr: &str) -> Vec<&str> {
 #[test]
 fn time_is_split_across_main_program_and_libraries_as_the_cpu_was() {
     let fixture = SpinApp::build();
-    let (stderr, process_cpu) = fixture.run_measuring_cpu(&["150", "300", "150"], &[]);
+    // 150 + 300 + 150 ms of CPU, repeated (at most 20 times) until the runtime has 20 samples.
+    let (stderr, process_cpu) =
+        fixture.run_measuring_cpu(&["150", "300", "150"], &[("SPIN_UNTIL_TOTAL", "20")]);
     assert!(mslprof_lines(&stderr).is_empty(), "{stderr}");
+    let burnt = rounds(&stderr) * 600_000_000;
     let profile = fixture.ws.profile("gmon.out");
     let header = &profile.header;
     assert_eq!(header.hz, 100);
     // The recorded period is the true CPU time per sample: the process's CPU time while sampling was on,
     // divided by the samples. Sampling runs from the runtime's constructor to the dump at exit, so this holds
     // however busy the machine is (the kernel then delivers fewer, later signals; the period grows).
-    assert_cpu_covered(&profile, 600_000_000, process_cpu);
+    assert_cpu_covered(&profile, burnt, process_cpu);
     let (samples, period) = (header.total_samples, header.sample_period_ns);
     let covered = samples * period;
     // The single thread's timer expires every 10 ms of its CPU time and each signal consumes at least one
@@ -153,6 +166,7 @@ fn time_is_split_across_main_program_and_libraries_as_the_cpu_was() {
     );
     assert_eq!(header.dimension, b"seconds");
     assert_eq!(header.program_name, b"app");
+    // The fixture burns until there are 20 samples (20 rounds of 600 ms at most).
     assert!(
         header.total_samples >= 20,
         "only {} samples",
@@ -322,7 +336,11 @@ fn ld_profile_selects_modules_by_name() {
     for (value, selected) in cases {
         let _ = std::fs::remove_file(fixture.ws.join("gmon.out"));
         let mut command = fixture.ws.command_with_runtime(&fixture.app);
-        command.args(["60", "60", "60"]).env("LD_PRELOAD", &preload);
+        // Each of the app's modules burns until it has a sample of its own (see below).
+        command
+            .args(["60", "60", "60"])
+            .env("LD_PRELOAD", &preload)
+            .env("SPIN_UNTIL_EACH", "1");
         if let Some(value) = value {
             command.env("LD_PROFILE", value);
         }
@@ -871,6 +889,7 @@ fn a_rust_program_without_pg_is_sampled_in_all_its_threads() {
     let profile = ws.profile("gmon.out");
     let main = module(&profile, "rust_threads");
     assert!(main.is_profiled() && main.is_main_program());
+    // The fixture burns until there are 10 samples in its code (20 steps at most).
     assert!(main.samples >= 5, "{} samples", main.samples);
     assert!(
         share(&profile, "rust_threads") >= 0.8 - unaccounted(&profile),
