@@ -47,26 +47,37 @@ pub const CACHE_SET_BITS: u32 = 12;
 /// Bytes of one thread's cache entries (mapped on the thread's first call, pages touched as used).
 const CACHE_BYTES: usize = CACHE_ENTRIES * core::mem::size_of::<CacheEntry>();
 
-/// Set by `moncontrol(0)`, cleared by `moncontrol(1)`.
-pub(crate) static PAUSED: AtomicBool = AtomicBool::new(false);
+/// Counting state that every call checks, in one word so the fast path reads it with one load:
+/// bit 0 is set by `moncontrol(0)` (paused), bit 1 is always set (so a cache generation is never
+/// 0), bits 2.. count fork-time resets. A thread's cache is valid while its generation equals
+/// `modules::CURRENT ^ CACHE_STATE`: a new module table, a reset or a pause all change it.
+pub(crate) static CACHE_STATE: AtomicUsize = AtomicUsize::new(STATE_FIXED);
 
-/// Bumped by [`reset_after_fork`] so every thread cache is emptied.
-pub(crate) static RESET_EPOCH: AtomicUsize = AtomicUsize::new(0);
+/// Bit of [`CACHE_STATE`] set while counting is paused.
+const STATE_PAUSED: usize = 1;
+/// Bit of [`CACHE_STATE`] that is always set.
+const STATE_FIXED: usize = 2;
+/// One fork-time reset in [`CACHE_STATE`].
+const STATE_EPOCH: usize = 4;
 
 /// Pauses (`true`) or resumes call counting.
 pub fn set_paused(paused: bool) {
-    PAUSED.store(paused, Ordering::Relaxed);
+    if paused {
+        CACHE_STATE.fetch_or(STATE_PAUSED, Ordering::Relaxed);
+    } else {
+        CACHE_STATE.fetch_and(!STATE_PAUSED, Ordering::Relaxed);
+    }
 }
 
 /// True while `moncontrol(0)` is in effect.
 pub fn is_paused() -> bool {
-    PAUSED.load(Ordering::Relaxed)
+    CACHE_STATE.load(Ordering::Relaxed) & STATE_PAUSED != 0
 }
 
 /// Forgets every arc of every module (in a forked child, which must profile only itself). Only
 /// valid while no other thread records: after `fork` there is one thread.
 pub fn reset_after_fork() {
-    RESET_EPOCH.fetch_add(1, Ordering::Relaxed);
+    CACHE_STATE.fetch_add(STATE_EPOCH, Ordering::Relaxed);
     for module in modules::all() {
         module.arcs.reset();
     }
@@ -101,30 +112,37 @@ struct CacheEntry {
 
 /// The per-thread cache header, overlaid on `sys::thread_cache_block` (static TLS); the entries
 /// are a private mapping of [`CACHE_BYTES`], unmapped when the thread exits.
+///
+/// The assembly fast path only reads it. It must not use an entry that a signal handler rewrote
+/// while it was reading it, nor one that the interrupted Rust code was writing, hence `writes`:
+/// odd while `record_call` (top level) runs, so it is bumped twice by every call that may change
+/// the entries. The fast path reads it before the entry and checks it is unchanged after loading
+/// the counter pointer, and takes the slow path otherwise.
 #[repr(C)]
 struct ThreadCache {
-    /// `modules::generation() ^ epoch` the entries were made under; 0 = never used.
+    /// `modules::CURRENT ^ CACHE_STATE` the entries were made under; 0 = never used.
     generation: usize,
+    /// Odd while the Rust side may be changing the entries; see above.
+    writes: u32,
     /// Nesting depth of `record_call` on this thread.
     depth: u32,
+    /// [`CACHE_ENTRIES`] entries, or null (not mapped yet, or mapping failed: no caching).
+    entries: *mut CacheEntry,
     /// Stripe + 1 (0 = unassigned).
     stripe: u32,
     /// True when this thread shares its stripe (atomic adds needed).
     shared_stripe: bool,
     /// True once the thread's cache was released at thread exit: never map another.
     released: bool,
-    _reserved: [u8; 6],
-    /// [`CACHE_ENTRIES`] entries, or null (not mapped yet, or mapping failed: no caching).
-    entries: *mut CacheEntry,
 }
 
 // The assembly fast path in `sys` depends on this layout.
 const _: () = {
     assert!(core::mem::size_of::<ThreadCache>() <= sys::THREAD_CACHE_BYTES);
     assert!(core::mem::offset_of!(ThreadCache, generation) == 0);
-    assert!(core::mem::offset_of!(ThreadCache, depth) == 8);
-    assert!(core::mem::offset_of!(ThreadCache, shared_stripe) == 16);
-    assert!(core::mem::offset_of!(ThreadCache, entries) == 24);
+    assert!(core::mem::offset_of!(ThreadCache, writes) == 8);
+    assert!(core::mem::offset_of!(ThreadCache, entries) == 16);
+    assert!(core::mem::offset_of!(ThreadCache, shared_stripe) == 28);
     assert!(core::mem::size_of::<CacheEntry>() == 32);
 };
 
@@ -192,16 +210,11 @@ fn cache_index(frompc: usize, selfpc: usize) -> usize {
     (mixed >> (usize::BITS - CACHE_SET_BITS)) * 2
 }
 
-#[inline(always)]
-fn current_generation() -> usize {
-    // Never 0, so a zeroed cache is always stale.
-    (modules::generation() ^ RESET_EPOCH.load(Ordering::Relaxed).rotate_right(1)) | 1
-}
-
 /// Records the arc `frompc` → `selfpc` (runtime PCs). Called by the assembly stubs with the stack
 /// aligned and every argument register saved; async-signal-safe, never panics, never allocates.
 pub extern "C" fn record_call(frompc: usize, selfpc: usize) {
-    if PAUSED.load(Ordering::Relaxed) {
+    let state = CACHE_STATE.load(Ordering::Relaxed);
+    if state & STATE_PAUSED != 0 {
         return;
     }
     let cache = sys::thread_cache_block().cast::<ThreadCache>();
@@ -215,8 +228,10 @@ pub extern "C" fn record_call(frompc: usize, selfpc: usize) {
         return;
     }
     cache.depth = 1;
+    cache.writes = cache.writes.wrapping_add(1);
     compiler_fence(Ordering::SeqCst);
-    let generation = current_generation();
+    // Never 0 (STATE_FIXED; the table pointer is aligned), so a zeroed cache is always stale.
+    let generation = modules::generation() ^ state;
     if cache.generation != generation {
         cache.clear();
         cache.generation = generation;
@@ -261,6 +276,7 @@ pub extern "C" fn record_call(frompc: usize, selfpc: usize) {
         }
     }
     compiler_fence(Ordering::SeqCst);
+    cache.writes = cache.writes.wrapping_add(1);
     cache.depth = 0;
 }
 
