@@ -39,13 +39,25 @@ pub const UNKNOWN_KEY: u32 = 0xFFFF_FFFF;
 /// handlers interrupting it.
 pub const MAX_DEPTH: u32 = 3;
 
-/// Entries of each thread's call cache: two-way set-associative, [`CACHE_SET_BITS`] bits of set
-/// index (the top bits of the hash; the assembly fast path in `sys` computes the same).
-pub const CACHE_ENTRIES: usize = 2 << CACHE_SET_BITS;
-/// See [`CACHE_ENTRIES`].
-pub const CACHE_SET_BITS: u32 = 12;
-/// Bytes of one thread's cache entries (mapped on the thread's first call, pages touched as used).
-const CACHE_BYTES: usize = CACHE_ENTRIES * core::mem::size_of::<CacheEntry>();
+/// Sets of a thread's call cache when it is first mapped (two ways each: 8192 entries, 256 KiB).
+pub const FIRST_CACHE_SETS: usize = 1 << 12;
+/// Each growth of a thread's cache multiplies its sets by this.
+const CACHE_GROWTH: usize = 4;
+/// Times a thread's cache can grow: at most `FIRST_CACHE_SETS * 16` sets (131 072 entries, 4 MiB
+/// of address space, of which only the pages used become resident).
+const CACHE_GROWTHS: usize = 2;
+/// Most sets a thread's cache can have.
+pub const MAX_CACHE_SETS: usize = FIRST_CACHE_SETS * CACHE_GROWTH * CACHE_GROWTH;
+/// The set index is the top [`CACHE_INDEX_BITS`] bits of the hash masked with the thread's
+/// `set_mask` (the assembly fast path in `sys` computes the same).
+const CACHE_INDEX_BITS: u32 = 20;
+
+const _: () = assert!(MAX_CACHE_SETS <= 1 << CACHE_INDEX_BITS);
+
+/// Bytes of a cache of `sets` sets.
+const fn cache_bytes(sets: usize) -> usize {
+    sets * 2 * core::mem::size_of::<CacheEntry>()
+}
 
 /// Counting state that every call checks, in one word so the fast path reads it with one load:
 /// bit 0 is set by `moncontrol(0)` (paused), bit 1 is always set (so a cache generation is never
@@ -126,14 +138,23 @@ struct ThreadCache {
     writes: u32,
     /// Nesting depth of `record_call` on this thread.
     depth: u32,
-    /// [`CACHE_ENTRIES`] entries, or null (not mapped yet, or mapping failed: no caching).
+    /// `2 * (set_mask + 1)` entries, or null (not mapped yet, or mapping failed: no caching).
     entries: *mut CacheEntry,
-    /// Stripe + 1 (0 = unassigned).
-    stripe: u32,
+    /// Sets − 1 (a power of two − 1).
+    set_mask: u32,
     /// True when this thread shares its stripe (atomic adds needed).
     shared_stripe: bool,
     /// True once the thread's cache was released at thread exit: never map another.
     released: bool,
+    _reserved: [u8; 2],
+    /// Stripe + 1 (0 = unassigned).
+    stripe: u32,
+    /// Valid entries displaced since the cache was mapped or last grew.
+    evictions: u32,
+    /// The smaller mappings this cache had before it grew (their pages discarded), unmapped at
+    /// thread exit: a signal handler may grow the cache while the interrupted fast path is
+    /// reading the old entries, which must stay mapped.
+    retired: [*mut CacheEntry; CACHE_GROWTHS],
 }
 
 // The assembly fast path in `sys` depends on this layout.
@@ -142,6 +163,7 @@ const _: () = {
     assert!(core::mem::offset_of!(ThreadCache, generation) == 0);
     assert!(core::mem::offset_of!(ThreadCache, writes) == 8);
     assert!(core::mem::offset_of!(ThreadCache, entries) == 16);
+    assert!(core::mem::offset_of!(ThreadCache, set_mask) == 24);
     assert!(core::mem::offset_of!(ThreadCache, shared_stripe) == 28);
     assert!(core::mem::size_of::<CacheEntry>() == 32);
 };
@@ -150,8 +172,9 @@ impl ThreadCache {
     /// The entries, mapping them on first use. Empty when they cannot be had.
     fn entries(&mut self) -> &mut [CacheEntry] {
         if self.entries.is_null() && !self.released {
-            if let Some(base) = sys::map_zeroed(CACHE_BYTES) {
+            if let Some(base) = sys::map_zeroed(cache_bytes(FIRST_CACHE_SETS)) {
                 self.entries = base.cast();
+                self.set_mask = (FIRST_CACHE_SETS - 1) as u32;
                 register_thread_exit(base);
             } else {
                 self.released = true;
@@ -160,17 +183,49 @@ impl ThreadCache {
         if self.entries.is_null() {
             return &mut [];
         }
-        // SAFETY: `entries` is this thread's private mapping of CACHE_ENTRIES zero-initialised
-        // entries (all-zero is a valid CacheEntry), unmapped only by the thread-exit destructor
-        // after it cleared the pointer.
-        unsafe { core::slice::from_raw_parts_mut(self.entries, CACHE_ENTRIES) }
+        // SAFETY: `entries` is this thread's private mapping of `sets()` zero-initialised sets
+        // (all-zero is a valid CacheEntry), unmapped only by the thread-exit destructor after it
+        // cleared the pointer.
+        unsafe { core::slice::from_raw_parts_mut(self.entries, self.sets() * 2) }
+    }
+
+    fn sets(&self) -> usize {
+        self.set_mask as usize + 1
     }
 
     /// Forgets every entry (the pages go back to the kernel and read as zero).
     fn clear(&mut self) {
         if !self.entries.is_null() {
-            sys::discard(self.entries.cast(), CACHE_BYTES);
+            sys::discard(self.entries.cast(), cache_bytes(self.sets()));
         }
+    }
+
+    /// Counts a displaced entry; once a cache has displaced as many entries as it holds, the
+    /// thread's working set does not fit: replaces it with one [`CACHE_GROWTH`] times larger
+    /// (empty; it fills on the next misses). The old mapping's pages are discarded at once, the
+    /// mapping itself is kept until thread exit (see `retired`).
+    fn count_eviction(&mut self) {
+        self.evictions = self.evictions.saturating_add(1);
+        let sets = self.sets();
+        if (self.evictions as usize) < sets * 2 || sets >= MAX_CACHE_SETS || self.entries.is_null()
+        {
+            return;
+        }
+        self.evictions = 0;
+        let growth = (sets / FIRST_CACHE_SETS).ilog2() as usize / CACHE_GROWTH.ilog2() as usize;
+        let larger = sets * CACHE_GROWTH;
+        let (Some(slot), Some(base)) = (
+            self.retired.get(growth),
+            sys::map_zeroed(cache_bytes(larger)),
+        ) else {
+            return;
+        };
+        debug_assert!(slot.is_null());
+        let old = self.entries;
+        sys::discard(old.cast(), cache_bytes(sets));
+        self.retired[growth] = old;
+        self.entries = base.cast();
+        self.set_mask = (larger - 1) as u32;
     }
 }
 
@@ -187,27 +242,51 @@ fn register_thread_exit(base: *mut u8) {
 }
 
 /// Thread-exit destructor: clears this thread's pointer first (instrumented code may still run
-/// in later destructors on this thread), then unmaps the entries.
-unsafe extern "C" fn release_thread_cache(base: *mut libc::c_void) {
+/// in later destructors on this thread), then unmaps the entries and the retired mappings.
+unsafe extern "C" fn release_thread_cache(_first_mapping: *mut libc::c_void) {
     let cache = sys::thread_cache_block().cast::<ThreadCache>();
     // SAFETY: the exiting thread's own header; a signal handler running now sees `depth` as usual
     // and, once the pointer is null, never touches the entries.
     let cache = unsafe { &mut *cache };
-    if cache.entries.cast() == base {
-        cache.entries = core::ptr::null_mut();
-        cache.released = true;
-        compiler_fence(Ordering::SeqCst);
-        // SAFETY: `base` is the mapping of CACHE_BYTES made for this thread; the only pointer to
+    let entries = cache.entries;
+    let sets = cache.sets();
+    cache.entries = core::ptr::null_mut();
+    cache.released = true;
+    compiler_fence(Ordering::SeqCst);
+    if !entries.is_null() {
+        // SAFETY: `entries` is this thread's current mapping of `sets` sets; the only pointer to
         // it was just cleared.
-        unsafe { sys::unmap(base.cast(), CACHE_BYTES) };
+        unsafe { sys::unmap(entries.cast(), cache_bytes(sets)) };
+    }
+    let mut retired_sets = FIRST_CACHE_SETS;
+    for retired in &mut cache.retired {
+        let base = core::mem::replace(retired, core::ptr::null_mut());
+        if !base.is_null() {
+            // SAFETY: retired mapping number i had FIRST_CACHE_SETS * CACHE_GROWTH^i sets; nothing
+            // reads it any more (it was replaced before, and the fast path of this thread no
+            // longer runs on a released cache).
+            unsafe { sys::unmap(base.cast(), cache_bytes(retired_sets)) };
+        }
+        retired_sets *= CACHE_GROWTH;
+    }
+}
+
+/// Sets of the calling thread's call cache (0 before its first counted call or after its release).
+pub fn thread_cache_sets() -> usize {
+    // SAFETY: as in `record_call`; only reads this thread's own header.
+    let cache = unsafe { &*sys::thread_cache_block().cast::<ThreadCache>() };
+    if cache.entries.is_null() {
+        0
+    } else {
+        cache.sets()
     }
 }
 
 #[inline(always)]
 /// Index of the first way of the pair's set.
-fn cache_index(frompc: usize, selfpc: usize) -> usize {
+fn cache_index(frompc: usize, selfpc: usize, set_mask: u32) -> usize {
     let mixed = (selfpc ^ frompc.rotate_left(17)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    (mixed >> (usize::BITS - CACHE_SET_BITS)) * 2
+    ((mixed >> (usize::BITS - CACHE_INDEX_BITS)) as u32 & set_mask) as usize * 2
 }
 
 /// Records the arc `frompc` → `selfpc` (runtime PCs). Called by the assembly stubs with the stack
@@ -236,7 +315,9 @@ pub extern "C" fn record_call(frompc: usize, selfpc: usize) {
         cache.clear();
         cache.generation = generation;
     }
-    let index = cache_index(frompc, selfpc);
+    // Maps the entries on first use, which sets the mask.
+    cache.entries();
+    let index = cache_index(frompc, selfpc, cache.set_mask);
     let shared = cache.shared_stripe;
     let cached = cache
         .entries()
@@ -266,12 +347,16 @@ pub extern "C" fn record_call(frompc: usize, selfpc: usize) {
                 (counter, cache.entries().get_mut(index..index + 2))
             {
                 // The newest arc takes the first way, the one it displaces the second.
+                let displaced = second.selfpc != 0;
                 second.frompc = first.frompc;
                 second.selfpc = first.selfpc;
                 second.counter = first.counter;
                 first.frompc = frompc;
                 first.selfpc = selfpc;
                 first.counter = counter;
+                if displaced {
+                    cache.count_eviction();
+                }
             }
         }
     }

@@ -516,9 +516,10 @@ macro_rules! mcount_stub {
 /// registers and jumps to the full stub, which saves everything and calls Rust.
 ///
 /// Cache layout (`mcount::ThreadCache`): generation at 0, write sequence (u32) at 8, pointer to the
-/// entries at 16 (null: miss), shared-stripe flag (u8) at 28; 4096 sets of two 32-byte entries
-/// (frompc, selfpc, counter), the set chosen by the top 12 bits of
-/// `(selfpc ^ rotl(frompc, 17)) * 0x9E3779B97F4A7C15`. The cache is current when its generation
+/// entries at 16 (null: miss), set mask (u32) at 24, shared-stripe flag (u8) at 28; sets of two
+/// 32-byte entries (frompc, selfpc, counter), the set chosen by the top 20 bits of
+/// `(selfpc ^ rotl(frompc, 17)) * 0x9E3779B97F4A7C15` masked with the set mask (4095 at first; the
+/// Rust side makes the cache larger when the thread's working set does not fit). The cache is current when its generation
 /// equals `modules::CURRENT ^ mcount::CACHE_STATE` (the pause bit makes every lookup miss). The
 /// write sequence is odd while Rust code of this thread may be changing the entries, and is
 /// checked again after the counter pointer is loaded: a signal handler that ran in between and
@@ -541,7 +542,8 @@ macro_rules! mcount_fast_path {
             concat!("xor rax, ", $selfpc),
             "movabs rcx, 0x9E3779B97F4A7C15",
             "imul rax, rcx",
-            "shr rax, 52",
+            "shr rax, 44",
+            "and eax, dword ptr [rdx + 24]",
             "shl rax, 6",
             "mov ecx, dword ptr [rdx + 8]",
             "test ecx, 1",
