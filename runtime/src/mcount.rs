@@ -4,26 +4,30 @@
 //! registers and call [`record_call`]), and `__cyg_profile_func_enter` / `__cyg_profile_func_exit`
 //! (`-finstrument-functions`, ordinary C calls, defined here).
 //!
-//! **Fast path.** Each thread has a two-way set-associative cache of [`CACHE_ENTRIES`] entries
-//! (header in static TLS, `sys::thread_cache_block`; entries in a private mapping of 256 KiB whose
+//! **Fast path.** Each thread has a two-way set-associative cache, [`FIRST_CACHE_SETS`] sets at
+//! first (header in static TLS, `sys::thread_cache_block`; entries in a private mapping whose
 //! pages are touched as used, unmapped at thread exit), mapping the raw pair (frompc, selfpc) to
-//! the arc's counter in the
-//! thread's own stripe of the callee module's [`ArcTable`](crate::arcs::ArcTable). A hit costs a
-//! few loads and one add; nothing shared is written. A thread that owns its stripe adds with one
-//! non-locked instruction, later threads (sharing the last stripe) with an atomic add. The cache is
-//! emptied when the module table changes (load/unload: `modules::generation`) or the arcs are
-//! reset (fork).
+//! the arc's counter in the thread's own stripe of the callee module's
+//! [`ArcTable`]. A hit is handled by the assembly stub alone: a few loads
+//! and one add, the only write; nothing shared is written. A thread that owns its stripe adds with
+//! one non-locked instruction, later threads (sharing the last stripe) with an atomic add. The
+//! cache is emptied when the module table changes (load/unload: `modules::CURRENT`), the arcs are
+//! reset (fork) or counting is paused: all three change `CURRENT ^ CACHE_STATE`, the generation
+//! the cache was filled under. A cache that keeps displacing entries (a working set larger than
+//! itself) grows, up to [`MAX_CACHE_SETS`] sets.
 //!
 //! **Slow path** (cache miss): map selfpc to its module load instance; a callee in a module that
 //! LD_PROFILE did not select returns at once (remembered in the cache with a null counter, so the
 //! next call is cheap too). The caller may be in any module (key and link-time address), or in none
 //! (`UNKNOWN_KEY`, address 0). The arc is recorded in the table and the counter cached.
 //!
-//! **Reentrancy.** The cache header holds a nesting depth. A signal handler that interrupts
-//! `record_call` and calls instrumented code takes the slow path without touching the cache (so it
-//! cannot tear an entry the interrupted call is reading) and still counts exactly: the table is
-//! lock-free and reentrant. Nesting deeper than [`MAX_DEPTH`] (runaway recursion, e.g. when code
-//! the runtime calls is itself instrumented) is counted as dropped in the callee's table.
+//! **Reentrancy.** The cache header holds a nesting depth and a write sequence (odd while this
+//! Rust side may change the entries; the stub checks it before and after reading an entry, see
+//! `ThreadCache`). A signal handler that interrupts `record_call` and calls instrumented code
+//! takes the slow path without touching the cache (so it cannot tear an entry the interrupted call
+//! is reading) and still counts exactly: the table is lock-free and reentrant. Nesting deeper than
+//! [`MAX_DEPTH`] (runaway recursion, e.g. when code the runtime calls is itself instrumented) is
+//! counted as dropped in the callee's table.
 
 use core::ffi::c_void;
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, compiler_fence};
