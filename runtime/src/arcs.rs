@@ -241,18 +241,24 @@ impl ArcTable {
         let stripe = stripe % STRIPES;
         let tag = u64::from(caller_key) + 2;
         let hash = hash(caller_key, caller_addr, callee_addr);
-        let mut last_vacant = None;
-        for index in 0..MAX_LEVELS {
+        // Newest (largest) level first: it holds the most arcs, so a lookup that finds its arc
+        // probes fewer levels. Any occurrence of the key will do (`for_each` merges duplicates).
+        // Only the newest level takes new arcs: its vacant slot is the candidate.
+        let Some(newest) = self.newest_level_index() else {
+            return self.insert(stripe, hash, tag, caller_addr, callee_addr, None);
+        };
+        let mut candidate = None;
+        for index in (0..=newest).rev() {
             let Some(level) = self.level(index) else {
-                break;
+                continue;
             };
             match probe(&level, hash, tag, caller_addr, callee_addr) {
                 Probe::Found(slot) => return Some(level.count(stripe, slot)),
-                Probe::Vacant(slot) => last_vacant = Some((index, level, slot)),
-                Probe::Exhausted => last_vacant = None,
+                Probe::Vacant(slot) if index == newest => candidate = Some((index, level, slot)),
+                Probe::Vacant(_) | Probe::Exhausted => {}
             }
         }
-        self.insert(stripe, hash, tag, caller_addr, callee_addr, last_vacant)
+        self.insert(stripe, hash, tag, caller_addr, callee_addr, candidate)
     }
 
     /// Slow path: the arc is in no level. Claims a slot in the newest level, or maps the next one.

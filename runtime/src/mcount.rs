@@ -443,7 +443,13 @@ fn record_uncached(
     if !callee.profiled {
         return Some(core::ptr::null());
     }
-    let (caller_key, caller_addr) = match modules::find(frompc) {
+    // Most calls come from the callee's own module: no table search for those.
+    let caller = if callee.contains(frompc) {
+        Some(callee)
+    } else {
+        modules::find(frompc)
+    };
+    let (caller_key, caller_addr) = match caller {
         Some(caller) => (caller.key, frompc.wrapping_sub(caller.bias) as u64),
         None => (UNKNOWN_KEY, 0),
     };
