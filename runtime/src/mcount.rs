@@ -47,11 +47,12 @@ pub const MAX_DEPTH: u32 = 3;
 pub const FIRST_CACHE_SETS: usize = 1 << 12;
 /// Each growth of a thread's cache multiplies its sets by this.
 const CACHE_GROWTH: usize = 4;
-/// Times a thread's cache can grow: at most `FIRST_CACHE_SETS * 16` sets (131 072 entries, 4 MiB
-/// of address space, of which only the pages used become resident).
-const CACHE_GROWTHS: usize = 2;
+/// Times a thread's cache can grow: at most `FIRST_CACHE_SETS * 64` sets (524 288 entries, 16 MiB
+/// of address space, of which only the pages used become resident). A cache grows only after
+/// displacing as many entries as it holds, so only a thread with that many hot arcs gets there.
+const CACHE_GROWTHS: usize = 3;
 /// Most sets a thread's cache can have.
-pub const MAX_CACHE_SETS: usize = FIRST_CACHE_SETS * CACHE_GROWTH * CACHE_GROWTH;
+pub const MAX_CACHE_SETS: usize = FIRST_CACHE_SETS * CACHE_GROWTH.pow(CACHE_GROWTHS as u32);
 /// The set index is the top [`CACHE_INDEX_BITS`] bits of the hash masked with the thread's
 /// `set_mask` (the assembly fast path in `sys` computes the same).
 const CACHE_INDEX_BITS: u32 = 20;

@@ -1,4 +1,4 @@
-//! A thread whose working set is far larger than a first call cache: the cache grows (twice) while
+//! A thread whose working set is far larger than a first call cache: the cache grows (3 times) while
 //! counting, across a module-table change and a pause, and every count stays exact; the thread
 //! then exits (its grown and retired cache mappings are unmapped) and another thread counts on.
 
@@ -12,8 +12,8 @@ use mslprof_loader_hooks::{LinkRange, ModuleInfo};
 
 const BIAS: usize = 0x7000_0000_0000;
 /// More distinct arcs than the largest cache has sets, so every growth step is taken.
-const SITES: usize = 40_000;
-const ROUNDS: u64 = 12;
+const SITES: usize = 300_000;
+const ROUNDS: u64 = 6;
 
 fn fake_module(name: &str, bias: usize) -> ModuleInfo {
     ModuleInfo {
@@ -22,7 +22,7 @@ fn fake_module(name: &str, bias: usize) -> ModuleInfo {
         file_name: name.as_bytes().to_vec(),
         exec_ranges: vec![LinkRange {
             start: 0x1000,
-            end: 0x10_0000,
+            end: 0x20_0000,
         }],
         ..ModuleInfo::default()
     }
@@ -70,7 +70,7 @@ fn a_large_working_set_grows_the_cache_and_counts_exactly() {
             }
             sweep();
             if round == 0 {
-                assert_eq!(mcount::thread_cache_sets(), mcount::FIRST_CACHE_SETS * 4);
+                assert!(mcount::thread_cache_sets() > mcount::FIRST_CACHE_SETS);
             }
         }
         assert_eq!(mcount::thread_cache_sets(), mcount::MAX_CACHE_SETS);
