@@ -290,8 +290,9 @@ pub fn thread_cache_sets() -> usize {
 #[inline(always)]
 /// Index of the first way of the pair's set.
 fn cache_index(frompc: usize, selfpc: usize, set_mask: u32) -> usize {
-    let mixed = (selfpc ^ frompc.rotate_left(17)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    ((mixed >> (usize::BITS - CACHE_INDEX_BITS)) as u32 & set_mask) as usize * 2
+    let callee_part =
+        selfpc.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (usize::BITS - CACHE_INDEX_BITS);
+    (callee_part.wrapping_add(frompc >> 2) as u32 & set_mask) as usize * 2
 }
 
 /// Records the arc `frompc` → `selfpc` (runtime PCs). Called by the assembly stubs with the stack
