@@ -517,10 +517,10 @@ macro_rules! mcount_stub {
 ///
 /// Cache layout (`mcount::ThreadCache`): generation at 0, write sequence (u32) at 8, pointer to the
 /// entries at 16 (null: miss), set mask (u32) at 24, shared-stripe flag (u8) at 28; sets of two
-/// 32-byte entries (frompc, selfpc, counter), the set chosen by the top 20 bits of
-/// `(selfpc ^ rotl(frompc, 17)) * 0x9E3779B97F4A7C15` masked with the set mask (4095 at first; the
-/// Rust side makes the cache larger when the thread's working set does not fit). The cache is current when its generation
-/// equals `modules::CURRENT ^ mcount::CACHE_STATE` (the pause bit makes every lookup miss). The
+/// 32-byte entries (frompc, selfpc, counter), the set being
+/// `((selfpc * 0x9E3779B97F4A7C15) >> 44) + (frompc >> 2)` masked with the set mask (4095 at
+/// first; the Rust side makes the cache larger when the thread's working set does not fit): call
+/// sites near each other fill neighbouring sets. The cache is current when its generation equals `modules::CURRENT ^ mcount::CACHE_STATE` (the pause bit makes every lookup miss). The
 /// write sequence is odd while Rust code of this thread may be changing the entries, and is
 /// checked again after the counter pointer is loaded: a signal handler that ran in between and
 /// went through the Rust side sends this call to the slow path too, uncounted so far.
