@@ -53,8 +53,9 @@ const CACHE_GROWTH: usize = 4;
 const CACHE_GROWTHS: usize = 3;
 /// Most sets a thread's cache can have.
 pub const MAX_CACHE_SETS: usize = FIRST_CACHE_SETS * CACHE_GROWTH.pow(CACHE_GROWTHS as u32);
-/// The set index is the top [`CACHE_INDEX_BITS`] bits of the hash masked with the thread's
-/// `set_mask` (the assembly fast path in `sys` computes the same).
+/// A pair's set is `(hash(selfpc) >> (64 - CACHE_INDEX_BITS)) + (frompc >> 2)`, masked with the
+/// thread's `set_mask` (the assembly fast path in `sys` computes the same): call sites of one
+/// callee that are close in the code use neighbouring sets.
 const CACHE_INDEX_BITS: u32 = 20;
 
 const _: () = assert!(MAX_CACHE_SETS <= 1 << CACHE_INDEX_BITS);
@@ -128,7 +129,7 @@ struct CacheEntry {
 }
 
 /// The per-thread cache header, overlaid on `sys::thread_cache_block` (static TLS); the entries
-/// are a private mapping of [`CACHE_BYTES`], unmapped when the thread exits.
+/// are a private mapping of [`cache_bytes`]`(sets)`, unmapped when the thread exits.
 ///
 /// The assembly fast path only reads it. It must not use an entry that a signal handler rewrote
 /// while it was reading it, nor one that the interrupted Rust code was writing, hence `writes`:
