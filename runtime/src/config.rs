@@ -60,7 +60,14 @@ impl Settings {
                     .map(|v| v.as_bytes()),
                 link_time_bucket_bits(),
             ),
-            selection: Selection::parse(env("LD_PROFILE").as_deref().map(|v| v.as_bytes())),
+            // MSLPROF_PROFILE, when set, stands for LD_PROFILE: glibc's ld.so never reads it, so selecting
+            // modules with it does not send every PLT call through ld.so's own profiling trampoline.
+            selection: Selection::parse(
+                env("MSLPROF_PROFILE")
+                    .or_else(|| env("LD_PROFILE"))
+                    .as_deref()
+                    .map(|v| v.as_bytes()),
+            ),
             output: output_rule(
                 env("GPROFDIR").as_deref().map(|v| v.as_bytes()),
                 env("GMON_OUT_PREFIX").as_deref().map(|v| v.as_bytes()),

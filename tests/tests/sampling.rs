@@ -383,6 +383,36 @@ fn ld_profile_selects_modules_by_name() {
     }
 }
 
+/// MSLPROF_PROFILE has LD_PROFILE's syntax, wins over it, and works alone (ld.so never reads it).
+#[test]
+fn mslprof_profile_stands_for_ld_profile() {
+    let fixture = SpinApp::build();
+    let cases: &[(&[(&str, &str)], &[&str])] = &[
+        (&[("MSLPROF_PROFILE", "a.out")], &["app"]),
+        (
+            &[("MSLPROF_PROFILE", "libspina.so"), ("LD_PROFILE", "a.out")],
+            &["libspina.so.2.5"],
+        ),
+        (
+            &[("MSLPROF_PROFILE", "ALL"), ("LD_PROFILE", "a.out")],
+            &["app", "libspina.so.2.5", "libspinb.so.1"],
+        ),
+    ];
+    for (env, selected) in cases {
+        let _ = std::fs::remove_file(fixture.ws.join("gmon.out"));
+        let stderr = fixture.run(&["20", "20", "20"], env);
+        assert!(mslprof_lines(&stderr).is_empty(), "{env:?}: {stderr}");
+        let profile = fixture.ws.profile("gmon.out");
+        for name in ["app", "libspina.so.2.5", "libspinb.so.1"] {
+            assert_eq!(
+                is_profiled(&profile, name),
+                selected.contains(&name),
+                "{env:?}, module {name}"
+            );
+        }
+    }
+}
+
 #[test]
 fn unmatched_ld_profile_names_are_warned_about_once() {
     let fixture = SpinApp::build();

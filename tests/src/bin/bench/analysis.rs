@@ -194,13 +194,12 @@ pub fn run(env: &Env) -> Result<Section, String> {
         crate::measure::run_once(
             &Invocation::new("rustc", &rustc, &rdir)
                 .args(["--crate-type", "lib", "-O", "small.rs"])
-                .env("LD_PRELOAD", env.runtime.to_string_lossy())
-                .env("LD_PROFILE", "ALL"),
+                .env("LD_PRELOAD", env.runtime.to_string_lossy()),
         )?;
         let report = Invocation::new("mslprof", &env.analyzer, &rdir).arg("-b");
         let med = interleaved(std::slice::from_ref(&report), env.runs)?;
         rows.push(vec![
-            "rustc sampling profile, LD_PROFILE=ALL (every module from the file)".into(),
+            "rustc sampling profile of every module (LD_PROFILE unset), modules found from the file".into(),
             "mslprof".into(),
             ms(med[0].wall),
             med[0].max_rss_kib.to_string(),

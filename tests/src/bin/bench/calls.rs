@@ -32,8 +32,7 @@ fn lua_rows(env: &Env, rows: &mut Vec<Vec<String>>, notes: &mut Vec<String>) -> 
         Invocation::new("Lua plain", &builds.plain, &pg_dir),
         Invocation::new("Lua glibc -pg", &builds.pg, &pg_dir),
         Invocation::new("Lua mslprof", &builds.pg, &pg_dir)
-            .env("LD_PRELOAD", env.runtime.to_string_lossy())
-            .env("LD_PROFILE", "ALL"),
+            .env("LD_PRELOAD", env.runtime.to_string_lossy()),
     ];
     let med = interleaved(&invs, env.runs)?;
     let gmon = pg_dir.join("gmon.out");
@@ -89,8 +88,7 @@ pub fn run(env: &Env) -> Result<Section, String> {
         let glibc = Invocation::new("glibc -pg", &builds.pg, &dir).args(args.clone());
         let ours = Invocation::new("mslprof", &builds.pg, &dir)
             .args(args.clone())
-            .env("LD_PRELOAD", env.runtime.to_string_lossy())
-            .env("LD_PROFILE", "ALL");
+            .env("LD_PRELOAD", env.runtime.to_string_lossy());
         let invs = [plain, glibc, ours];
         let med = interleaved(&invs, env.runs)?;
         // CPU time (user + system, all threads) is steadier than wall time on a shared machine.

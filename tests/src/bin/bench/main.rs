@@ -4,6 +4,10 @@
 //! Run it with `cargo run --release -p mslprof-tests --bin bench` (add `-- --quick` for a fast smoke run with
 //! fewer repetitions and smaller inputs, `-- --full` for the slow large-input gprof comparisons). It builds the
 //! release runtime and analyzer itself.
+//!
+//! Every mslprof run profiles every module by leaving `LD_PROFILE` unset (which means ALL): any value of that
+//! variable also makes glibc's ld.so send each PLT call through its own profiling trampoline, a cost that is
+//! not mslprof's (runtime/README.md).
 
 mod analysis;
 mod calls;
