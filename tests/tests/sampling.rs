@@ -386,8 +386,10 @@ fn ld_profile_selects_modules_by_name() {
 /// MSLPROF_PROFILE has LD_PROFILE's syntax, wins over it, and works alone (ld.so never reads it).
 #[test]
 fn mslprof_profile_stands_for_ld_profile() {
+    /// The environment of one run and the modules it must select.
+    type Case<'a> = (&'a [(&'a str, &'a str)], &'a [&'a str]);
     let fixture = SpinApp::build();
-    let cases: &[(&[(&str, &str)], &[&str])] = &[
+    let cases: &[Case] = &[
         (&[("MSLPROF_PROFILE", "a.out")], &["app"]),
         (
             &[("MSLPROF_PROFILE", "libspina.so"), ("LD_PROFILE", "a.out")],
