@@ -94,9 +94,37 @@ pub fn note_normal_exit() {
     // Threads that still run while the process exits stop counting calls: the dump is the state at exit.
     mcount::set_paused(true);
     attribute_parked_samples();
-    if END_CAUSE.load(Ordering::Relaxed) == 0 && !mslprof_loader_hooks::on_main_thread() {
+    if END_CAUSE.load(Ordering::Relaxed) == 0
+        && !mslprof_loader_hooks::on_main_thread()
+        && other_threads_still_run()
+    {
         END_CAUSE.store(IncompleteCause::ExitFromThread.code(), Ordering::Relaxed);
     }
+}
+
+/// Whether a thread other than the caller is still alive (not a zombie). After the main thread called
+/// `pthread_exit`, the last thread to end runs the exit handlers while the main thread is a zombie: that is a
+/// complete run, not an `exit` from a side thread. Unknown (no /proc) counts as still running.
+fn other_threads_still_run() -> bool {
+    let me = sys::gettid().to_string();
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return true;
+    };
+    tasks.flatten().any(|task| {
+        if task.file_name().as_encoded_bytes() == me.as_bytes() {
+            return false;
+        }
+        let Ok(stat) = std::fs::read(task.path().join("stat")) else {
+            // Gone meanwhile: not running.
+            return false;
+        };
+        // The state follows the last ')' of "pid (comm) S ...".
+        let state = stat
+            .iter()
+            .rposition(|&b| b == b')')
+            .and_then(|close| stat.get(close + 2));
+        !matches!(state, Some(b'Z' | b'X'))
+    })
 }
 
 /// Same load instance? Key facts the loader gives: where, which file, which segments.

@@ -552,6 +552,20 @@ fn vfork_and_posix_spawn_children_leave_the_parent_profile_alone() {
 }
 
 #[test]
+fn the_last_thread_ending_after_main_pthread_exit_is_a_complete_run() {
+    let workspace = Workspace::new();
+    let app = build_units_program(&workspace, "endings", "endings.c");
+    let output = run(workspace
+        .command_with_runtime(&app)
+        .arg("main-pthread-exit"));
+    assert_success(&output);
+    let profile = workspace.profile("gmon.out");
+    assert_eq!(profile.header.flags & header_flags::INCOMPLETE, 0);
+    assert_eq!(profile.header.incomplete_cause, IncompleteCause::None);
+    assert_eq!(unit_calls(&workspace, &profile), 20);
+}
+
+#[test]
 fn threads_still_calling_at_exit_do_not_corrupt_the_profile() {
     let workspace = Workspace::new();
     let app = build_units_program(&workspace, "endings", "endings.c");
