@@ -692,3 +692,22 @@ fn fork_while_another_thread_is_inside_dlopen_does_not_wait_for_it() {
     let forked = workspace.profile(&format!("gmon.out.{pid}"));
     assert_eq!(unit_calls(&workspace, &forked), 5);
 }
+
+#[test]
+fn threads_forking_at_once_each_get_their_mask_back_and_every_child_its_file() {
+    let workspace = Workspace::new();
+    let app = build_units_program(&workspace, "forkstorm", "forkstorm.c");
+    let output = run(&mut workspace.command_with_runtime(&app));
+    assert_success(&output);
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout),
+        "blocked 0\nchildren 40\n"
+    );
+    let files = profile_files(&workspace);
+    assert_eq!(files.len(), 41, "{files:?}");
+    for name in files.iter().filter(|n| *n != "gmon.out") {
+        let child = workspace.profile(name);
+        assert_eq!(unit_calls(&workspace, &child), 1, "{name}");
+        assert_ne!(child.header.flags & header_flags::FORKED_CHILD, 0);
+    }
+}
