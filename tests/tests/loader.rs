@@ -711,3 +711,24 @@ fn threads_forking_at_once_each_get_their_mask_back_and_every_child_its_file() {
         assert_ne!(child.header.flags & header_flags::FORKED_CHILD, 0);
     }
 }
+
+#[test]
+fn time_spent_in_a_constructor_during_dlopen_is_the_new_modules() {
+    let workspace = Workspace::new();
+    let spinner = workspace.shared_library("libspinner.so", &[source("spinner.c")], &["-O0"]);
+    let app = workspace.program("openone", &[source("openone.c")], &["-ldl"]);
+    let output = run(workspace.command_with_runtime(&app).arg(&spinner));
+    assert_success(&output);
+    let profile = workspace.profile("gmon.out");
+    let loads = instances(&profile, "libspinner.so");
+    assert_eq!(loads.len(), 1);
+    let total = profile.header.total_samples;
+    // About 30 samples at 100 Hz; all of them taken before the rescan that follows dlopen could register it.
+    assert!(
+        loads[0].samples * 10 >= total * 8 && loads[0].samples >= 10,
+        "libspinner.so has {} of {total} samples ({} unknown)",
+        loads[0].samples,
+        profile.header.unknown_samples
+    );
+    assert_eq!(mslprof_tests::histogram_total(loads[0]), loads[0].samples);
+}
