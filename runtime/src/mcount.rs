@@ -5,7 +5,7 @@
 //! (`-finstrument-functions`, ordinary C calls, defined here).
 //!
 //! **Fast path.** Each thread has a two-way set-associative cache of [`CACHE_ENTRIES`] entries
-//! (header in static TLS, `sys::thread_cache_block`; entries in a private mapping of 128 KiB whose
+//! (header in static TLS, `sys::thread_cache_block`; entries in a private mapping of 256 KiB whose
 //! pages are touched as used, unmapped at thread exit), mapping the raw pair (frompc, selfpc) to
 //! the arc's counter in the
 //! thread's own stripe of the callee module's [`ArcTable`](crate::arcs::ArcTable). A hit costs a
@@ -43,7 +43,7 @@ pub const MAX_DEPTH: u32 = 3;
 /// index (the top bits of the hash; the assembly fast path in `sys` computes the same).
 pub const CACHE_ENTRIES: usize = 2 << CACHE_SET_BITS;
 /// See [`CACHE_ENTRIES`].
-pub const CACHE_SET_BITS: u32 = 11;
+pub const CACHE_SET_BITS: u32 = 12;
 /// Bytes of one thread's cache entries (mapped on the thread's first call, pages touched as used).
 const CACHE_BYTES: usize = CACHE_ENTRIES * core::mem::size_of::<CacheEntry>();
 

@@ -515,8 +515,8 @@ macro_rules! mcount_stub {
 /// and jumps to the full stub, which saves everything and calls Rust.
 ///
 /// Cache layout (`mcount::ThreadCache`): generation at 0, depth (u32) at 8, shared-stripe flag
-/// (u8) at 16, pointer to the entries at 24 (null: miss); 2048 sets of two 32-byte entries
-/// (frompc, selfpc, counter), the set chosen by the top 11 bits of
+/// (u8) at 16, pointer to the entries at 24 (null: miss); 4096 sets of two 32-byte entries
+/// (frompc, selfpc, counter), the set chosen by the top 12 bits of
 /// `(selfpc ^ rotl(frompc, 17)) * 0x9E3779B97F4A7C15`.
 /// The depth is set while the entry is read, so a signal handler that interrupts this path leaves
 /// the cache alone.
@@ -547,7 +547,7 @@ macro_rules! mcount_fast_path {
             "xor rax, rsi",
             "movabs rcx, 0x9E3779B97F4A7C15",
             "imul rax, rcx",
-            "shr rax, 53",
+            "shr rax, 52",
             "mov rcx, qword ptr [rdx + 24]",
             "test rcx, rcx",
             "jz 2f",

@@ -112,34 +112,26 @@ pub fn run_ok(command: &mut Command) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
-/// Function symbols of one ELF file, from `nm`: address-sorted (start, end, name).
+/// Function symbols of one ELF file: address-sorted (start, end, name).
 #[derive(Debug, Default)]
 pub struct Symbols {
     functions: Vec<(u64, u64, String)>,
 }
 
 impl Symbols {
-    /// Reads the defined text symbols of `file` (link-time addresses).
+    /// Reads the defined function symbols of `file` (`.symtab`, link-time addresses).
     pub fn of(file: &Path) -> Symbols {
-        let output = Command::new("nm")
-            .args(["-S", "--defined-only"])
-            .arg(file)
-            .output()
-            .expect("running nm");
-        assert!(output.status.success(), "nm {}", file.display());
-        let mut functions: Vec<(u64, u64, String)> = String::from_utf8_lossy(&output.stdout)
-            .lines()
-            .filter_map(|line| {
-                let fields: Vec<&str> = line.split_whitespace().collect();
-                let [address, size, kind, name] = fields[..] else {
-                    return None;
-                };
-                if !matches!(kind, "T" | "t" | "W" | "w") {
-                    return None;
-                }
-                let start = u64::from_str_radix(address, 16).ok()?;
-                let size = u64::from_str_radix(size, 16).ok()?;
-                Some((start, start + size.max(1), name.to_string()))
+        use object::{Object, ObjectSymbol, SymbolKind};
+        let bytes = std::fs::read(file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        let elf =
+            object::File::parse(&*bytes).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        let mut functions: Vec<(u64, u64, String)> = elf
+            .symbols()
+            .filter(|symbol| symbol.kind() == SymbolKind::Text && symbol.is_definition())
+            .filter_map(|symbol| {
+                let name = symbol.name().ok()?.to_string();
+                let start = symbol.address();
+                Some((start, start + symbol.size().max(1), name))
             })
             .collect();
         functions.sort();
@@ -154,40 +146,6 @@ impl Symbols {
         let (_, end, name) = self.functions.get(after.checked_sub(1)?)?;
         (address < *end).then_some(name.as_str())
     }
-}
-
-/// The arcs of a GNU `gmon.out` written by glibc for a non-PIE executable: (from, self, count).
-/// Histogram and basic-block records are skipped.
-pub fn gnu_gmon_arcs(bytes: &[u8]) -> Vec<(u64, u64, u64)> {
-    assert!(
-        bytes.len() >= 20 && &bytes[..4] == b"gmon",
-        "not a GNU gmon.out"
-    );
-    let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap());
-    let u32_at = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap());
-    let mut arcs = Vec::new();
-    let mut at = 20;
-    while at < bytes.len() {
-        let tag = bytes[at];
-        at += 1;
-        match tag {
-            0 => {
-                // lowpc, highpc, hist_size, prof_rate, dimen[15], dimen_abbrev, then the bins.
-                let bins = u32_at(at + 16) as usize;
-                at += 8 + 8 + 4 + 4 + 15 + 1 + 2 * bins;
-            }
-            1 => {
-                arcs.push((u64_at(at), u64_at(at + 8), u64::from(u32_at(at + 16))));
-                at += 20;
-            }
-            2 => {
-                let count = u32_at(at) as usize;
-                at += 4 + 16 * count;
-            }
-            other => panic!("unknown GNU gmon record tag {other} at offset {}", at - 1),
-        }
-    }
-    arcs
 }
 
 /// Reduces address arcs to a call graph of function names; arcs whose caller or callee is not a
@@ -247,17 +205,28 @@ pub fn profile_call_graph(profile: &Profile, keep: &dyn Fn(&str) -> bool) -> Cal
     )
 }
 
-/// The call graph of a glibc `gmon.out` of the non-PIE executable `exe`.
+/// The call graph of a glibc `gmon.out` of the non-PIE executable `exe`, read with the
+/// format-spec GNU reader.
 pub fn gnu_call_graph(exe: &Path, gmon: &[u8], keep: &dyn Fn(&str) -> bool) -> CallGraph {
+    let profile = mslprof_format::read(gmon, mslprof_format::GnuTarget::default())
+        .unwrap_or_else(|e| panic!("glibc gmon.out: {e}"));
+    assert!(matches!(
+        profile.format,
+        mslprof_format::SourceFormat::Gnu { .. }
+    ));
     let symbols = Symbols::of(exe);
     call_graph(
-        gnu_gmon_arcs(gmon).into_iter().map(|(from, to, count)| {
-            (
-                symbols.function_at(from).map(str::to_string),
-                symbols.function_at(to).map(str::to_string),
-                count,
-            )
-        }),
+        profile
+            .modules
+            .iter()
+            .flat_map(|module| &module.arcs)
+            .map(|arc| {
+                (
+                    symbols.function_at(arc.caller_address).map(str::to_string),
+                    symbols.function_at(arc.callee_address).map(str::to_string),
+                    arc.count,
+                )
+            }),
         keep,
     )
 }

@@ -281,3 +281,41 @@ fn calls_from_library_constructors_before_the_runtime_starts_are_counted() {
     assert_eq!(graph[&("i_init".into(), "i_double".into())], 1, "{graph:?}");
     assert_eq!(graph[&("i_call".into(), "i_work".into())], 1, "{graph:?}");
 }
+
+#[test]
+fn linked_instead_of_preloaded_the_runtime_counts_all_the_same() {
+    // `cc -pg ... -lmslprof`: the program loads the runtime itself; its mcount, __fentry__ and
+    // __cyg_profile_func_enter take the place of glibc's because it comes before libc.
+    let runtime_dir = mslprof_tests::runtime_library()
+        .parent()
+        .expect("runtime directory")
+        .display()
+        .to_string();
+    for instrumentation in Instrumentation::ALL {
+        let workspace = Workspace::new();
+        let mut flags = common_flags("-O2");
+        flags.extend(instrumentation.flags().iter().map(|f| f.to_string()));
+        build_library(&workspace, "cct", &["cct.c"], &flags);
+        flags.extend([
+            format!("-L{runtime_dir}"),
+            format!("-Wl,-rpath,{runtime_dir}"),
+            "-Wl,--no-as-needed".to_string(),
+            "-lmslprof".to_string(),
+        ]);
+        let exe = build_program(&workspace, "threads", &["threads.c"], &["cct"], &flags);
+        run_ok(workspace.command(&exe).args(["2", "1000"]));
+        let bytes = std::fs::read(workspace.join("gmon.out")).expect("gmon.out");
+        assert_eq!(
+            &bytes[..8],
+            b"\x89MSLPROF",
+            "{instrumentation:?}: not the runtime's"
+        );
+        let profile = read_profile(&workspace.join("gmon.out"));
+        let graph = profile_call_graph(&profile, &|name| name == "thread_body" || name == "t_work");
+        assert_eq!(
+            graph.get(&("thread_body".into(), "t_work".into())),
+            Some(&2000),
+            "{instrumentation:?}: {graph:?}"
+        );
+    }
+}
