@@ -42,7 +42,16 @@ impl Invocation {
     pub fn shell_line(&self) -> String {
         let mut s = String::new();
         for (k, v) in &self.env {
-            s.push_str(&format!("{k}={v} "));
+            // Paths are the harness's own scratch or target folders: the file name says enough.
+            let shown = if v.contains('/') {
+                Path::new(v)
+                    .file_name()
+                    .map(|f| f.to_string_lossy().into_owned())
+                    .unwrap_or_else(|| v.clone())
+            } else {
+                v.clone()
+            };
+            s.push_str(&format!("{k}={shown} "));
         }
         s.push_str(
             &self
