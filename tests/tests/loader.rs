@@ -732,3 +732,53 @@ fn time_spent_in_a_constructor_during_dlopen_is_the_new_modules() {
     );
     assert_eq!(mslprof_tests::histogram_total(loads[0]), loads[0].samples);
 }
+
+#[test]
+fn gprofdir_names_carry_the_pid_for_forked_children_and_pre_exec_images() {
+    let workspace = Workspace::new();
+    let app = build_units_program(&workspace, "forkexec", "forkexec.c");
+    let directory = workspace.join("profiles");
+    std::fs::create_dir(&directory).unwrap();
+    let output = run(workspace
+        .command_with_runtime(&app)
+        .env("GPROFDIR", &directory));
+    assert_success(&output);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let child: u32 = stdout
+        .trim()
+        .strip_prefix("child ")
+        .and_then(|p| p.parse().ok())
+        .expect("child pid");
+    let mut names: Vec<String> = std::fs::read_dir(&directory)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    let parent_pid = parent_pid_among(&directory, &names, child);
+    let mut expected = vec![
+        format!("{parent_pid}.forkexec"),
+        format!("{child}.forkexec"),
+        format!("{child}.forkexec.pre-exec"),
+    ];
+    expected.sort();
+    assert_eq!(names, expected);
+    let pre_exec =
+        mslprof_tests::read_profile(&directory.join(format!("{child}.forkexec.pre-exec")));
+    assert_ne!(pre_exec.header.flags & header_flags::PRE_EXEC, 0);
+    assert_eq!(unit_calls(&workspace, &pre_exec), 5);
+    let image = mslprof_tests::read_profile(&directory.join(format!("{child}.forkexec")));
+    assert_eq!(unit_calls(&workspace, &image), 11);
+    assert!(
+        profile_files(&workspace).is_empty(),
+        "nothing written outside GPROFDIR"
+    );
+}
+
+/// The pid of the one file in `names` that is neither the child's nor its pre-exec image.
+fn parent_pid_among(directory: &std::path::Path, names: &[String], child: u32) -> u32 {
+    let parent = names
+        .iter()
+        .find(|n| !n.starts_with(&format!("{child}.")))
+        .unwrap_or_else(|| panic!("no parent file in {}: {names:?}", directory.display()));
+    parent.split('.').next().unwrap().parse().unwrap()
+}
