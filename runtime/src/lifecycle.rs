@@ -335,8 +335,8 @@ fn warn_left_out(left_out: usize) {
 }
 
 /// The load instances the normal dump writes: all of them, unless there are more than a file can hold (a
-/// process that loaded and unloaded libraries more than 65536 times); then every loaded module and as many unloaded ones
-/// as fit, those that recorded something first, newest first.
+/// process that loaded and unloaded libraries more than 65536 times); then every loaded module and as many
+/// unloaded ones as fit, those that recorded something first, newest first.
 pub fn modules_to_dump() -> std::borrow::Cow<'static, [&'static LiveModule]> {
     let all = modules::all();
     if all.len() <= MAX_MODULES_IN_FILE {
