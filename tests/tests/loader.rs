@@ -782,3 +782,32 @@ fn parent_pid_among(directory: &std::path::Path, names: &[String], child: u32) -
         .unwrap_or_else(|| panic!("no parent file in {}: {names:?}", directory.display()));
     parent.split('.').next().unwrap().parse().unwrap()
 }
+
+#[test]
+fn a_dlclose_that_only_drops_a_reference_is_not_an_unload() {
+    let workspace = Workspace::new();
+    let (alpha, _) = build_plugins(&workspace);
+    let app = workspace.program("refcount", &[source("refcount.c")], &["-ldl"]);
+    let output = run(workspace.command_with_runtime(&app).arg(&alpha));
+    assert_success(&output);
+    let profile = workspace.profile("gmon.out");
+    let loads = instances(&profile, "libalpha.so");
+    assert_eq!(
+        loads.len(),
+        2,
+        "one instance until the last dlclose, then a new one"
+    );
+    let leaf = function(&alpha, "alpha_leaf");
+    assert!(is_unloaded(loads[0]));
+    assert_eq!(
+        calls_into(loads[0], &leaf),
+        4,
+        "calls after the first dlclose still count in the first instance"
+    );
+    assert!(
+        !is_unloaded(loads[1]),
+        "the third dlopen's instance is still loaded at exit"
+    );
+    assert_eq!(loads[1].unload_order, 0);
+    assert_eq!(calls_into(loads[1], &leaf), 6);
+}
