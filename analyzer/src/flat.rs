@@ -1,0 +1,193 @@
+//! The flat profile (GNU gprof's `hist_print`): functions by decreasing self time, with gprof's
+//! automatic choice of the per-call unit; for multi-module input, a module-index column before the name.
+
+use std::fmt::Write as _;
+
+use crate::callgraph::{name_full, name_only};
+use crate::cformat::CFloat;
+use crate::graph::Graph;
+use crate::output::Out;
+use crate::report::Style;
+use crate::symspec::{Filters, Table};
+
+const SI: [(char, f64); 11] = [
+    ('T', 1e-12),
+    ('G', 1e-09),
+    ('M', 1e-06),
+    ('K', 1e-03),
+    (' ', 1e-00),
+    ('m', 1e+03),
+    ('u', 1e+06),
+    ('n', 1e+09),
+    ('p', 1e+12),
+    ('f', 1e+15),
+    ('a', 1e+18),
+];
+
+fn cmp_time(g: &Graph, l: usize, r: usize) -> std::cmp::Ordering {
+    let (a, b) = (&g.syms[l], &g.syms[r]);
+    let diff = b.hist_time - a.hist_time;
+    if diff > 0.0 {
+        return std::cmp::Ordering::Greater;
+    }
+    if diff < 0.0 {
+        return std::cmp::Ordering::Less;
+    }
+    b.ncalls
+        .cmp(&a.ncalls)
+        .then_with(|| a.name.as_bytes().cmp(b.name.as_bytes()))
+}
+
+/// Print the flat profile.
+pub fn print(out: &mut Out, g: &Graph, total_time: f64, filters: &Filters, style: &Style) {
+    style.begin_section(out);
+    if style.bsd {
+        if style.descriptions {
+            out.push_str("\n\n\nflat profile:\n");
+            out.push_str(crate::blurbs::FLAT);
+        }
+    } else {
+        out.push_str("Flat profile:\n");
+    }
+    let hz = style.hz;
+    let mut sorted: Vec<usize> = (0..g.nsyms).collect();
+    sorted.sort_by(|&l, &r| cmp_time(g, l, r));
+
+    let mut log_scale = 0usize;
+    if style.bsd {
+        log_scale = 5;
+    } else {
+        let mut top_time = 0.0f64;
+        let mut found = false;
+        for &s in &sorted {
+            let sym = &g.syms[s];
+            if sym.ncalls != 0 {
+                let call_time = (sym.hist_time + sym.child_time) / sym.ncalls as f64;
+                if call_time > top_time {
+                    top_time = call_time;
+                    found = true;
+                }
+            }
+        }
+        if found && top_time > 0.0 {
+            top_time /= hz;
+            log_scale = SI.len();
+            for (i, (_, scale)) in SI.iter().enumerate() {
+                let v = scale * top_time;
+                if (1.0..1000.0).contains(&v) {
+                    log_scale = i;
+                    break;
+                }
+            }
+        }
+    }
+    let (prefix, scale) = SI.get(log_scale).copied().unwrap_or((' ', 0.0));
+    let mut total_time = total_time;
+
+    // Header.
+    let unit = format!("{}{}/call", prefix, style.dimension_abbrev);
+    if style.bsd {
+        let _ = write!(
+            out,
+            "\ngranularity: each sample hit covers {} byte(s)",
+            style.granularity
+        );
+        if total_time > 0.0 {
+            let _ = write!(
+                out,
+                " for {:.2}% of {:.2} {}\n\n",
+                CFloat(100.0 / total_time),
+                CFloat(total_time / hz),
+                style.dimension
+            );
+        }
+    } else {
+        let _ = write!(
+            out,
+            "\nEach sample counts as {} {}.\n",
+            crate::cformat::g(1.0 / hz),
+            style.dimension
+        );
+    }
+    if total_time <= 0.0 {
+        out.push_str(" no time accumulated\n\n");
+        total_time = 1.0;
+    }
+    let module_col = style.multi_module;
+    let _ = write!(
+        out,
+        "{:>5.5} {:>10.10} {:>8.8} {:>8.8} {:>8.8} {:>8.8}  ",
+        "%  ", "cumulative", "self  ", "", "self  ", "total "
+    );
+    if module_col {
+        let _ = write!(out, "{:>6.6}  ", "module");
+    }
+    let _ = writeln!(out, "{:<8.8}", "");
+    let _ = write!(
+        out,
+        "{:>5.5} {:>9.9}  {:>8.8} {:>8.8} {:>8.8} {:>8.8}  ",
+        "time", style.dimension, style.dimension, "calls", unit, unit
+    );
+    if module_col {
+        let _ = write!(out, "{:>6.6}  ", "index");
+    }
+    let _ = writeln!(out, "{:<8.8}", "name");
+
+    let mut accum = 0.0f64;
+    for &s in &sorted {
+        if !filters.selected(Table::InclFlat, Table::ExclFlat, s) {
+            continue;
+        }
+        let sym = &g.syms[s];
+        if style.ignore_zeros && sym.ncalls == 0 && sym.hist_time == 0.0 {
+            continue;
+        }
+        accum += sym.hist_time;
+        let pct = if total_time > 0.0 {
+            100.0 * sym.hist_time / total_time
+        } else {
+            0.0
+        };
+        if style.bsd {
+            let _ = write!(
+                out,
+                "{:>5.1} {:>10.2} {:>8.2}",
+                CFloat(pct),
+                CFloat(accum / hz),
+                CFloat(sym.hist_time / hz)
+            );
+        } else {
+            let _ = write!(
+                out,
+                "{:>6.2} {:>9.2} {:>8.2}",
+                CFloat(pct),
+                CFloat(accum / hz),
+                CFloat(sym.hist_time / hz)
+            );
+        }
+        if sym.ncalls != 0 {
+            let n = sym.ncalls as f64;
+            let _ = write!(
+                out,
+                " {:>8} {:>8.2} {:>8.2}  ",
+                sym.ncalls,
+                CFloat(scale * sym.hist_time / hz / n),
+                CFloat(scale * (sym.hist_time + sym.child_time) / hz / n)
+            );
+        } else {
+            let _ = write!(out, " {:>8.8} {:>8.8} {:>8.8}  ", "", "", "");
+        }
+        if module_col {
+            let _ = write!(out, "{:>6}  ", sym.module);
+        }
+        if style.bsd {
+            out.push_str(&name_full(sym, style));
+        } else {
+            out.push_str(&name_only(sym, style));
+        }
+        out.push('\n');
+    }
+    if style.descriptions && !style.bsd {
+        out.push_str(crate::blurbs::FLAT);
+    }
+}

@@ -1,0 +1,18 @@
+//! mslprof's analyzer: reads GNU and mslprof profiles, maps each module's samples and arcs to that
+//! module's ELF symbols and prints gprof-compatible reports.
+
+pub mod arcs;
+pub mod blurbs;
+pub mod callgraph;
+pub mod cformat;
+pub mod cycles;
+pub mod flat;
+pub mod graph;
+pub mod histogram;
+pub mod input;
+pub mod merge;
+pub mod output;
+pub mod report;
+pub mod symbols;
+pub mod symspec;
+pub mod sys;

@@ -1,0 +1,175 @@
+//! Summing mslprof profiles: load instances of one module file (same path and build-id) from any
+//! number of runs become one module whose histograms and arcs are added up. Addresses are
+//! module-relative, so runs with different ASLR layouts add up directly.
+
+use std::collections::{BTreeMap, HashMap};
+
+use mslprof_format::model::{
+    Arc, Buckets, Header, HistRange, Histogram, Module, Profile, SourceFormat, UNKNOWN_KEY,
+    header_flags, module_flags,
+};
+
+use crate::report::{Failure, Input};
+
+/// A merged profile and, per module, how many load instances went into it.
+pub struct Merged {
+    pub profile: Profile,
+    pub instances: Vec<u32>,
+}
+
+type RangeSums = Vec<(u64, u64, u64, BTreeMap<u64, u64>)>;
+
+/// Merge `inputs` (all mslprof). With `separate_instances`, load instances stay apart.
+pub fn merge(inputs: &[Input], separate_instances: bool) -> Result<Merged, Failure> {
+    let mut header = Header::default();
+    let mut modules: Vec<Module> = Vec::new();
+    let mut sums: Vec<(u8, u32, RangeSums)> = Vec::new();
+    let mut instances: Vec<u32> = Vec::new();
+    let mut arcs: Vec<HashMap<(u32, u64, u64), u64>> = Vec::new();
+    let mut identity: HashMap<(Vec<u8>, Vec<u8>, u32, usize), usize> = HashMap::new();
+    for (n, input) in inputs.iter().enumerate() {
+        let p = &input.profile;
+        let h = &p.header;
+        if n == 0 {
+            header = h.clone();
+        } else {
+            header.flags |= h.flags & header_flags::INCOMPLETE;
+            header.total_samples += h.total_samples;
+            header.unknown_samples += h.unknown_samples;
+            header.dropped_arcs += h.dropped_arcs;
+            header.dropped_samples += h.dropped_samples;
+            header.end_time_ns = header.end_time_ns.max(h.end_time_ns);
+        }
+        let mut keymap: HashMap<u32, u32> = HashMap::new();
+        for m in &p.modules {
+            let instance = if separate_instances { m.key } else { 0 };
+            let file_index = if separate_instances { n } else { 0 };
+            let key = (m.path.clone(), m.build_id.clone(), instance, file_index);
+            let id = *identity.entry(key).or_insert_with(|| {
+                let mut nm = m.clone();
+                nm.key = modules.len() as u32 + 1;
+                nm.histogram = None;
+                nm.arcs = Vec::new();
+                nm.samples = 0;
+                nm.saturated_buckets = 0;
+                nm.dropped_arcs = 0;
+                nm.flags &= !module_flags::UNLOADED;
+                modules.push(nm);
+                sums.push((0, 0, Vec::new()));
+                instances.push(0);
+                arcs.push(HashMap::new());
+                modules.len() - 1
+            });
+            keymap.insert(m.key, id as u32 + 1);
+            let mm = &mut modules[id];
+            instances[id] += 1;
+            mm.flags |= m.flags & (module_flags::PROFILED | module_flags::MAIN_PROGRAM);
+            mm.samples += m.samples;
+            mm.saturated_buckets += m.saturated_buckets;
+            mm.dropped_arcs += m.dropped_arcs;
+            if m.flags & module_flags::UNLOADED != 0 && m.unload_order != 0 {
+                mm.unload_order = mm.unload_order.max(m.unload_order);
+            }
+            if let Some(hist) = &m.histogram {
+                let s = &mut sums[id];
+                s.0 = s.0.max(hist.bucket_bits);
+                for r in &hist.ranges {
+                    let len = r.buckets.len();
+                    let slot = match s.2.iter().position(|x| x.0 == r.start && x.1 == r.end) {
+                        Some(i) if s.2[i].2 == len => i,
+                        Some(_) => {
+                            return Err(Failure {
+                                file: input.path.display().to_string(),
+                                problem: format!(
+                                    "module {}: histogram ranges of one file differ in size",
+                                    String::from_utf8_lossy(&m.name)
+                                ),
+                            });
+                        }
+                        None => {
+                            s.2.push((r.start, r.end, len, BTreeMap::new()));
+                            s.2.len() - 1
+                        }
+                    };
+                    for (i, c) in r.buckets.nonzero() {
+                        *s.2[slot].3.entry(i).or_insert(0) += u64::from(c);
+                    }
+                }
+            }
+        }
+        for m in &p.modules {
+            let id = keymap[&m.key] as usize - 1;
+            for a in &m.arcs {
+                let caller = if a.caller_key == UNKNOWN_KEY {
+                    UNKNOWN_KEY
+                } else {
+                    keymap.get(&a.caller_key).copied().unwrap_or(UNKNOWN_KEY)
+                };
+                let addr = if caller == UNKNOWN_KEY {
+                    0
+                } else {
+                    a.caller_address
+                };
+                *arcs[id]
+                    .entry((caller, addr, a.callee_address))
+                    .or_insert(0) += a.count;
+            }
+        }
+    }
+    for (id, m) in modules.iter_mut().enumerate() {
+        let (bits, _, ranges) = &sums[id];
+        if !ranges.is_empty() {
+            let max = ranges
+                .iter()
+                .flat_map(|r| r.3.values().copied())
+                .max()
+                .unwrap_or(0);
+            let bits = if max > 65535 { 32 } else { (*bits).max(16) };
+            m.histogram = Some(Histogram {
+                bucket_bits: bits,
+                ranges: ranges
+                    .iter()
+                    .map(|(start, end, len, map)| HistRange {
+                        start: *start,
+                        end: *end,
+                        buckets: Buckets::Sparse {
+                            len: *len,
+                            entries: map
+                                .iter()
+                                .map(|(&i, &c)| (i, c.min(u64::from(u32::MAX)) as u32))
+                                .collect(),
+                        },
+                    })
+                    .collect(),
+            });
+        }
+        let mut list: Vec<Arc> = arcs[id]
+            .iter()
+            .map(
+                |(&(caller_key, caller_address, callee_address), &count)| Arc {
+                    caller_key,
+                    caller_address,
+                    callee_address,
+                    count,
+                },
+            )
+            .collect();
+        list.sort_unstable();
+        m.arcs = list;
+    }
+    if inputs.len() > 1 {
+        header.flags |= header_flags::MERGED;
+    }
+    let format = inputs
+        .first()
+        .map(|i| i.profile.format)
+        .unwrap_or(SourceFormat::Mslprof { major: 1, minor: 0 });
+    Ok(Merged {
+        profile: Profile {
+            format,
+            header,
+            modules,
+        },
+        instances,
+    })
+}

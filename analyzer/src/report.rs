@@ -1,0 +1,921 @@
+//! The whole analysis, from decoded profiles and module files to the printed report: GNU input gives
+//! exactly GNU gprof's report, mslprof input the multi-module one (warnings and unprofiled modules at
+//! the top, a module-index column in the flat profile, the module table at the end).
+
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use mslprof_format::model::{
+    Buckets, HistRange, Histogram, IncompleteCause, Profile, SourceFormat, UNKNOWN_KEY,
+};
+
+use crate::arcs::{RawArc, TallyStats, tally};
+use crate::graph::{Graph, ModuleView, Sym};
+use crate::histogram::{self, SampleTotals};
+use crate::output::Out;
+use crate::symbols::{self, Demangle, FunctionSymbol, SelectOptions};
+use crate::symspec::{Filters, Table};
+
+/// Everything the command line decides about the report.
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub specs: Vec<(Table, String)>,
+    /// Flat profile / call graph requested or suppressed (gprof's output_style and user_specified).
+    pub flat: Option<bool>,
+    pub graph: Option<bool>,
+    pub brief: bool,
+    pub ignore_zeros: bool,
+    pub no_static: bool,
+    pub ignore_non_functions: bool,
+    pub bsd: bool,
+    pub width: usize,
+    pub print_path: bool,
+    pub inline_file_names: bool,
+    pub demangle: Demangle,
+    pub sum: bool,
+    pub file_info: bool,
+    pub external_symbols: Option<PathBuf>,
+    /// Show load instances of one file separately instead of merging them.
+    pub separate_instances: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            specs: Vec::new(),
+            flat: None,
+            graph: None,
+            brief: false,
+            ignore_zeros: true,
+            no_static: false,
+            ignore_non_functions: false,
+            bsd: false,
+            width: 80,
+            print_path: false,
+            inline_file_names: false,
+            demangle: Demangle::Auto,
+            sum: false,
+            file_info: false,
+            external_symbols: None,
+            separate_instances: false,
+        }
+    }
+}
+
+/// Printing parameters shared by the tables.
+#[derive(Debug)]
+pub struct Style {
+    pub bsd: bool,
+    pub descriptions: bool,
+    pub ignore_zeros: bool,
+    pub output_width: usize,
+    pub hz: f64,
+    pub granularity: i64,
+    pub dimension: String,
+    pub dimension_abbrev: char,
+    pub print_path: bool,
+    pub inline_file_names: bool,
+    pub multi_module: bool,
+    pub first_output: Cell<bool>,
+}
+
+impl Style {
+    /// Separate tables with a form feed, as gprof does.
+    pub fn begin_section(&self, out: &mut Out) {
+        if self.first_output.get() {
+            self.first_output.set(false);
+        } else {
+            out.push_str("\u{c}\n");
+        }
+    }
+}
+
+/// A failure that stops the report: the file it concerns and what is wrong.
+#[derive(Debug)]
+pub struct Failure {
+    pub file: String,
+    pub problem: String,
+}
+
+impl Failure {
+    fn new(file: impl AsRef<Path>, problem: impl Into<String>) -> Failure {
+        Failure {
+            file: file.as_ref().display().to_string(),
+            problem: problem.into(),
+        }
+    }
+}
+
+/// One input profile file.
+#[derive(Clone, Debug)]
+pub struct Input {
+    pub path: PathBuf,
+    pub profile: Profile,
+}
+
+/// Which output sections to print, by gprof's rule: sections the user did not mention are printed only
+/// when nothing at all was requested.
+fn sections(opts: &Options) -> (bool, bool) {
+    let requested =
+        opts.flat == Some(true) || opts.graph == Some(true) || opts.sum || opts.file_info;
+    if requested {
+        (opts.flat == Some(true), opts.graph == Some(true))
+    } else {
+        (opts.flat.is_none(), opts.graph.is_none())
+    }
+}
+
+/// Add histogram `h` into `ranges` as gprof does: records over the same range are summed, a record that
+/// overlaps another one differently is an error. The first record of a range is kept as it is (no copy).
+fn add_histogram(ranges: &mut Vec<HistRange>, h: Histogram) -> Result<(), String> {
+    for r in h.ranges {
+        let len = r.buckets.len();
+        match ranges
+            .iter()
+            .position(|x| x.start == r.start && x.end == r.end)
+        {
+            Some(i) => {
+                if ranges[i].buckets.len() != len {
+                    return Err("histogram records for one range differ in size".into());
+                }
+                let mut sum: Vec<u32> =
+                    match std::mem::replace(&mut ranges[i].buckets, Buckets::Dense32(Vec::new())) {
+                        Buckets::Dense32(v) => v,
+                        other => {
+                            let mut v = vec![0u32; len as usize];
+                            for (k, c) in other.nonzero() {
+                                v[k as usize] = c;
+                            }
+                            v
+                        }
+                    };
+                for (k, c) in r.buckets.nonzero() {
+                    sum[k as usize] = sum[k as usize].saturating_add(c);
+                }
+                ranges[i].buckets = Buckets::Dense32(sum);
+            }
+            None => {
+                if ranges.iter().any(|x| r.start < x.end && x.start < r.end) {
+                    return Err("overlapping histogram records".into());
+                }
+                ranges.push(r);
+            }
+        }
+    }
+    Ok(())
+}
+
+fn file_name(path: &str) -> String {
+    path.rsplit('/').next().unwrap_or(path).to_string()
+}
+
+fn read_external_symbols(path: &Path) -> Result<Vec<FunctionSymbol>, Failure> {
+    let text = std::fs::read_to_string(path).map_err(|e| Failure::new(path, e.to_string()))?;
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let mut it = line.split_whitespace();
+        let (Some(a), Some(t), Some(n)) = (it.next(), it.next(), it.next()) else {
+            continue;
+        };
+        if t != "t" && t != "T" {
+            continue;
+        }
+        let Ok(addr) = u64::from_str_radix(a.trim_start_matches("0x"), 16) else {
+            continue;
+        };
+        out.push(FunctionSymbol {
+            name: n.to_string(),
+            addr,
+            end_addr: 0,
+            is_func: true,
+            is_static: t == "t",
+            file: None,
+            line: 0,
+        });
+    }
+    if out.is_empty() {
+        return Err(Failure::new(path, "has no symbols"));
+    }
+    Ok(out)
+}
+
+fn push_module_syms(g: &mut Graph, module: usize, syms: Vec<FunctionSymbol>, demangle: Demangle) {
+    let start = g.syms.len();
+    for s in syms {
+        g.syms.push(Sym {
+            display: symbols::demangle(&s.name, demangle),
+            name: s.name,
+            module,
+            addr: s.addr,
+            end_addr: s.end_addr,
+            is_func: s.is_func,
+            is_static: s.is_static,
+            file: s.file,
+            line: s.line,
+            ..Sym::default()
+        });
+    }
+    g.modules[module].syms = start..g.syms.len();
+}
+
+/// The report for GNU (single-module) profiles, and the `gmon.sum` bytes when `-s` is given.
+pub struct Outcome {
+    pub warnings: Vec<String>,
+    pub summary: Option<Vec<u8>>,
+}
+
+/// Analyse GNU gmon.out inputs against `exe`.
+///
+/// `read_inputs` decodes the profile files; it runs after the executable's symbols are loaded, so the
+/// two big transient phases (symbol tables, histograms) do not add up.
+pub fn run_gnu(
+    opts: &Options,
+    exe: &Path,
+    read_inputs: impl FnOnce() -> Result<Vec<Input>, Failure>,
+    out: &mut Out,
+) -> Result<Outcome, Failure> {
+    let mut warnings = Vec::new();
+    let select = SelectOptions {
+        no_static: opts.no_static,
+        ignore_non_functions: opts.ignore_non_functions,
+        keep_split_parts: false,
+    };
+    let syms = if let Some(ext) = &opts.external_symbols {
+        symbols::finalize(read_external_symbols(ext)?, 0)
+    } else {
+        let ms = symbols::load(exe, select).map_err(|e| Failure::new(exe, e.to_string()))?;
+        if ms.dynamic_only {
+            warnings.push(format!(
+                "{}: symbol table is stripped; only exported functions are known",
+                exe.display()
+            ));
+        }
+        ms.symbols
+    };
+    let mut g = Graph::default();
+    g.modules.push(ModuleView {
+        name: file_name(&exe.to_string_lossy()),
+        path: exe.display().to_string(),
+        unit: 2,
+        gnu_last_symbol: true,
+        profiled: true,
+        ..ModuleView::default()
+    });
+    push_module_syms(&mut g, 0, syms, opts.demangle);
+    g.nsyms = g.syms.len();
+
+    let mut specs = opts.specs.clone();
+    for d in [
+        "_gprof_mcount",
+        "mcount",
+        "_mcount",
+        "__mcount",
+        "__mcount_internal",
+        "__mcleanup",
+    ] {
+        specs.push((Table::ExclTime, d.to_string()));
+        specs.push((Table::ExclGraph, d.to_string()));
+        specs.push((Table::ExclFlat, d.to_string()));
+    }
+    let filters = Filters::build(&g, &specs);
+
+    // Histograms summed over files, arcs tallied in file order.
+    let mut ranges = Vec::new();
+    let mut hz = 0u32;
+    let mut dimension = String::from("seconds");
+    let mut abbrev = 's';
+    let mut have_hist = false;
+    let mut have_arcs = false;
+    let mut stats = TallyStats::default();
+    let mut info = String::new();
+    let mut inputs = read_inputs()?;
+    for input in inputs.iter_mut() {
+        let hist_taken = input.profile.modules[0].histogram.take();
+        let m = &input.profile.modules[0];
+        if opts.file_info {
+            let version = match input.profile.format {
+                SourceFormat::Gnu { version } => version,
+                _ => 0,
+            };
+            let nh = hist_taken.as_ref().map_or(0, |h| h.ranges.len());
+            let na = m.arcs.len();
+            let nb = usize::from(!m.basic_blocks.is_empty());
+            let _ = writeln!(
+                info,
+                "File `{}' (version {}) contains:",
+                input.path.display(),
+                version
+            );
+            let _ = writeln!(
+                info,
+                "\t{} histogram record{}",
+                nh,
+                if nh == 1 { "" } else { "s" }
+            );
+            let _ = writeln!(
+                info,
+                "\t{} call-graph record{}",
+                na,
+                if na == 1 { "" } else { "s" }
+            );
+            let _ = writeln!(
+                info,
+                "\t{} basic-block count record{}",
+                nb,
+                if nb == 1 { "" } else { "s" }
+            );
+        }
+        if let Some(h) = hist_taken {
+            if !have_hist {
+                hz = input.profile.header.hz;
+                if hz == 0 && input.profile.format == SourceFormat::Bsd {
+                    // Old BSD files carry no rate; gprof then uses the system clock rate, 100 Hz on Linux.
+                    hz = 100;
+                }
+                dimension = String::from_utf8_lossy(&input.profile.header.dimension).into_owned();
+                abbrev = char::from(input.profile.header.dimension_abbrev);
+            }
+            have_hist |= !h.ranges.is_empty();
+            add_histogram(&mut ranges, h).map_err(|e| Failure::new(&input.path, e))?;
+        }
+        for a in &m.arcs {
+            have_arcs = true;
+            tally(
+                &mut g,
+                RawArc {
+                    caller_module: Some(0),
+                    caller_address: a.caller_address,
+                    callee_module: 0,
+                    callee_address: a.callee_address,
+                    count: a.count & 0xffff_ffff,
+                },
+                &filters,
+                true,
+                &mut stats,
+            );
+        }
+    }
+    if opts.file_info {
+        out.push_str(&info);
+        return Ok(Outcome {
+            warnings,
+            summary: None,
+        });
+    }
+    let hist = Histogram {
+        bucket_bits: 16,
+        ranges,
+    };
+    if have_hist && opts.external_symbols.is_none() {
+        check_belongs(&g, &hist, exe, &inputs)?;
+    }
+    let summary = if opts.sum {
+        Some(gnu_summary(&g, &hist, hz, &dimension, abbrev, &inputs))
+    } else {
+        None
+    };
+    let (want_flat, want_graph) = sections(opts);
+    let first_file = inputs.first().map(|i| i.path.clone()).unwrap_or_default();
+    if opts.flat == Some(true) && !have_hist && !opts.sum {
+        return Err(Failure::new(
+            &first_file,
+            "has no histogram, so there is no flat profile (-p)",
+        ));
+    }
+    if opts.graph == Some(true) && !have_arcs && !opts.sum {
+        return Err(Failure::new(
+            &first_file,
+            "has no call-graph records, so there is no call graph (-q)",
+        ));
+    }
+
+    if opts.sum {
+        return Ok(Outcome { warnings, summary });
+    }
+    histogram::scale_entries(&mut g);
+    let mut totals = SampleTotals::default();
+    if have_hist {
+        histogram::assign(&mut g, 0, &hist, &filters, &mut totals);
+    }
+    let scale = hist
+        .ranges
+        .first()
+        .map(|r| histogram::hist_scale(r.start, r.end, r.buckets.len(), 2))
+        .unwrap_or(0.0);
+    // Samples are credited and arcs tallied: the raw data is no longer needed.
+    drop(hist);
+    drop(inputs);
+    let style = Style {
+        bsd: opts.bsd,
+        descriptions: !opts.brief,
+        ignore_zeros: opts.ignore_zeros,
+        output_width: opts.width,
+        hz: f64::from(hz),
+        granularity: (scale as i64).wrapping_mul(2),
+        dimension,
+        dimension_abbrev: abbrev,
+        print_path: opts.print_path,
+        inline_file_names: opts.inline_file_names,
+        multi_module: false,
+        first_output: Cell::new(true),
+    };
+    render(
+        out,
+        &mut g,
+        &filters,
+        &style,
+        totals,
+        have_hist && want_flat,
+        have_arcs && want_graph,
+        have_arcs,
+    );
+    Ok(Outcome { warnings, summary })
+}
+
+fn check_belongs(g: &Graph, hist: &Histogram, exe: &Path, inputs: &[Input]) -> Result<(), Failure> {
+    let (Some(first), Some(last)) = (g.syms.first(), g.syms[..g.nsyms].last()) else {
+        return Ok(());
+    };
+    let lo = first.addr;
+    let hi = last.end_addr.max(last.addr);
+    let overlaps = hist.ranges.iter().any(|r| r.start <= hi && lo < r.end);
+    if !overlaps {
+        let prof = inputs
+            .first()
+            .map(|i| i.path.display().to_string())
+            .unwrap_or_default();
+        return Err(Failure::new(
+            exe,
+            format!("does not belong to {prof}: its code is not where the profile's samples are"),
+        ));
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn render(
+    out: &mut Out,
+    g: &mut Graph,
+    filters: &Filters,
+    style: &Style,
+    totals: SampleTotals,
+    want_flat: bool,
+    want_graph: bool,
+    have_arcs: bool,
+) {
+    let (time_sorted, print_time) = if have_arcs {
+        crate::callgraph::assemble(g, filters)
+    } else {
+        (Vec::new(), 0.0)
+    };
+    if style.bsd {
+        if want_graph {
+            crate::callgraph::print(out, g, &time_sorted, print_time, style);
+        }
+        if want_flat {
+            crate::flat::print(out, g, totals.total_time, filters, style);
+        }
+    } else {
+        if want_flat {
+            crate::flat::print(out, g, totals.total_time, filters, style);
+        }
+        if want_graph {
+            crate::callgraph::print(out, g, &time_sorted, print_time, style);
+        }
+    }
+    if want_graph {
+        crate::callgraph::print_index(out, g, style);
+    }
+}
+
+/// gprof's `gmon.sum`: GNU format, histograms then arcs (symbol addresses, per caller in table order).
+fn gnu_summary(
+    g: &Graph,
+    hist: &Histogram,
+    hz: u32,
+    dim: &str,
+    abbrev: char,
+    inputs: &[Input],
+) -> Vec<u8> {
+    let mut out = Vec::new();
+    out.extend_from_slice(b"gmon");
+    out.extend_from_slice(&1u32.to_le_bytes());
+    out.extend_from_slice(&[0u8; 12]);
+    for r in &hist.ranges {
+        out.push(0);
+        out.extend_from_slice(&r.start.to_le_bytes());
+        out.extend_from_slice(&r.end.to_le_bytes());
+        out.extend_from_slice(&(r.buckets.len() as u32).to_le_bytes());
+        out.extend_from_slice(&hz.to_le_bytes());
+        let mut d = [0u8; 15];
+        for (i, b) in dim.bytes().take(15).enumerate() {
+            d[i] = b;
+        }
+        out.extend_from_slice(&d);
+        out.push(abbrev as u8);
+        let mut dense = vec![0u16; r.buckets.len() as usize];
+        for (i, c) in r.buckets.nonzero() {
+            dense[i as usize] = c as u16;
+        }
+        for v in dense {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+    }
+    for s in 0..g.nsyms {
+        for &a in g.syms[s].children.iter().rev() {
+            let arc = &g.arcs[a];
+            out.push(1);
+            out.extend_from_slice(&g.syms[arc.parent].addr.to_le_bytes());
+            out.extend_from_slice(&g.syms[arc.child].addr.to_le_bytes());
+            out.extend_from_slice(&(arc.count as u32).to_le_bytes());
+        }
+    }
+    let bbs: Vec<_> = inputs
+        .iter()
+        .flat_map(|i| i.profile.modules[0].basic_blocks.iter().copied())
+        .collect();
+    if !bbs.is_empty() {
+        out.push(2);
+        out.extend_from_slice(&(bbs.len() as u32).to_le_bytes());
+        for b in bbs {
+            out.extend_from_slice(&b.address.to_le_bytes());
+            out.extend_from_slice(&b.count.to_le_bytes());
+        }
+    }
+    out
+}
+
+/// Analyse mslprof (multi-module) inputs. `exe` replaces the main program's recorded path.
+pub fn run_mslprof(
+    opts: &Options,
+    exe: Option<&Path>,
+    inputs: &[Input],
+    out: &mut Out,
+) -> Result<Outcome, Failure> {
+    let mut warnings: Vec<String> = Vec::new();
+    let mut info = String::new();
+    for input in inputs {
+        let p = &input.profile;
+        let h = &p.header;
+        if h.flags & mslprof_format::model::header_flags::INCOMPLETE != 0 {
+            let cause = match h.incomplete_cause {
+                IncompleteCause::Signal => format!("killed by signal {}", h.incomplete_signal),
+                IncompleteCause::UnderscoreExit => "_exit was called".into(),
+                IncompleteCause::ExitFromThread => "exit from a thread while others ran".into(),
+                IncompleteCause::Exec => "the program called execve".into(),
+                IncompleteCause::InternalFault => {
+                    "the runtime stopped profiling after a fault".into()
+                }
+                other => format!("cause {}", other.code()),
+            };
+            warnings.push(format!(
+                "{}: profile is incomplete ({cause})",
+                input.path.display()
+            ));
+        }
+        if opts.file_info {
+            let _ = writeln!(
+                info,
+                "File `{}' (mslprof {}) pid {} program {}: {} load instances, {} Hz, sample period {} ns, {} samples ({} outside any module), {} arcs dropped",
+                input.path.display(),
+                match p.format {
+                    SourceFormat::Mslprof { major, minor } => format!("{major}.{minor}"),
+                    _ => "?".into(),
+                },
+                h.pid,
+                String::from_utf8_lossy(&h.program_name),
+                p.modules.len(),
+                h.hz,
+                h.sample_period_ns,
+                h.total_samples,
+                h.unknown_samples,
+                h.dropped_arcs
+            );
+            for m in &p.modules {
+                let _ = writeln!(
+                    info,
+                    "\tkey {} {} ({}){}{}: {}-bit buckets of {} bytes, {} ranges, {} samples, {} arcs, build-id {}",
+                    m.key,
+                    String::from_utf8_lossy(&m.name),
+                    String::from_utf8_lossy(&m.path),
+                    if m.is_profiled() { "" } else { " not profiled" },
+                    if m.flags & mslprof_format::model::module_flags::UNLOADED != 0 {
+                        " unloaded"
+                    } else {
+                        ""
+                    },
+                    m.histogram.as_ref().map_or(0, |h| h.bucket_bits),
+                    m.histogram
+                        .as_ref()
+                        .and_then(|h| h.ranges.first())
+                        .map_or(0, |r| (r.end - r.start) / r.buckets.len().max(1)),
+                    m.histogram.as_ref().map_or(0, |h| h.ranges.len()),
+                    m.samples,
+                    m.arcs.len(),
+                    m.build_id
+                        .iter()
+                        .map(|b| format!("{b:02x}"))
+                        .collect::<String>()
+                );
+            }
+        }
+    }
+    if opts.file_info {
+        out.push_str(&info);
+        return Ok(Outcome {
+            warnings,
+            summary: None,
+        });
+    }
+    let merged = crate::merge::merge(inputs, opts.separate_instances)?;
+    if opts.sum {
+        let mut bytes = Vec::new();
+        mslprof_format::write(&merged.profile, &mut bytes)
+            .map_err(|e| Failure::new("gmon.sum", e.to_string()))?;
+        return Ok(Outcome {
+            warnings,
+            summary: Some(bytes),
+        });
+    }
+    let profile = &merged.profile;
+    let header = &profile.header;
+    if header.dropped_arcs != 0 {
+        warnings.push(format!(
+            "{} arcs were dropped because an arc table was full; call counts are too low",
+            header.dropped_arcs
+        ));
+    }
+
+    // Symbols of each profiled module.
+    let select = SelectOptions {
+        no_static: opts.no_static,
+        ignore_non_functions: opts.ignore_non_functions,
+        keep_split_parts: true,
+    };
+    let mut g = Graph::default();
+    for (i, m) in profile.modules.iter().enumerate() {
+        let name = if m.name.is_empty() {
+            file_name(&String::from_utf8_lossy(&m.path))
+        } else {
+            String::from_utf8_lossy(&m.name).into_owned()
+        };
+        let file: PathBuf = match (m.is_main_program(), exe) {
+            (true, Some(e)) => e.to_path_buf(),
+            _ => PathBuf::from(String::from_utf8_lossy(&m.path).into_owned()),
+        };
+        g.modules.push(ModuleView {
+            name: name.clone(),
+            path: file.display().to_string(),
+            unit: 1,
+            gnu_last_symbol: false,
+            samples: m.samples,
+            profiled: m.is_profiled(),
+            ..ModuleView::default()
+        });
+        let s = g.syms.len();
+        g.modules[i].syms = s..s;
+        if m.saturated_buckets != 0 {
+            warnings.push(format!(
+                "{name}: {} histogram buckets saturated at 65535; its times are too low (use LD_PROFILEBUCKET_SIZE=32)",
+                m.saturated_buckets
+            ));
+        }
+        if m.dropped_arcs != 0 {
+            warnings.push(format!(
+                "{name}: {} arcs dropped (its arc table was full)",
+                m.dropped_arcs
+            ));
+        }
+        let is_vdso = m.flags & mslprof_format::model::module_flags::VDSO != 0 || m.path.is_empty();
+        if !m.is_profiled() || is_vdso {
+            continue;
+        }
+        // A module with neither samples nor calls adds nothing to the report: no need to read it (or to
+        // warn about it).
+        let has_data = m
+            .histogram
+            .as_ref()
+            .is_some_and(|h| h.ranges.iter().any(|r| r.buckets.total() > 0))
+            || !m.arcs.is_empty()
+            || profile
+                .modules
+                .iter()
+                .any(|o| o.arcs.iter().any(|a| a.caller_key == m.key));
+        if !has_data {
+            continue;
+        }
+        match symbols::load(&file, select) {
+            Ok(ms) => {
+                if !m.build_id.is_empty()
+                    && ms
+                        .build_id
+                        .as_deref()
+                        .is_some_and(|b| b != m.build_id.as_slice())
+                {
+                    warnings.push(format!(
+                        "{}: build-id differs from the profiled one (rebuilt since the run?); its functions may be wrong",
+                        file.display()
+                    ));
+                }
+                if ms.dynamic_only {
+                    warnings.push(format!(
+                        "{}: symbol table is chopped (stripped); only exported functions are known and calls from inside it may be misattributed",
+                        file.display()
+                    ));
+                }
+                push_module_syms(&mut g, i, ms.symbols, opts.demangle);
+            }
+            Err(e) => {
+                warnings.push(format!(
+                    "{}: {}; its time is not attributed to functions",
+                    file.display(),
+                    e
+                ));
+            }
+        }
+    }
+    // Load instances shown separately share a file name: number them (`libplugin.so#2`).
+    let mut seen: HashMap<String, u32> = HashMap::new();
+    let total_of: HashMap<String, u32> = g.modules.iter().fold(HashMap::new(), |mut acc, m| {
+        *acc.entry(m.name.clone()).or_insert(0) += 1;
+        acc
+    });
+    for m in &mut g.modules {
+        if total_of.get(&m.name).copied().unwrap_or(0) > 1 {
+            let n = seen.entry(m.name.clone()).or_insert(0);
+            *n += 1;
+            m.name = format!("{}#{}", m.name, n);
+        }
+    }
+    g.nsyms = g.syms.len();
+    qualify_ambiguous(&mut g);
+
+    let mut specs = opts.specs.clone();
+    for d in [
+        "_gprof_mcount",
+        "mcount",
+        "_mcount",
+        "__mcount",
+        "__mcount_internal",
+        "__mcleanup",
+    ] {
+        specs.push((Table::ExclTime, d.to_string()));
+        specs.push((Table::ExclGraph, d.to_string()));
+        specs.push((Table::ExclFlat, d.to_string()));
+    }
+    let filters = Filters::build(&g, &specs);
+    let mut stats = TallyStats::default();
+    let mut have_arcs = false;
+    for (i, m) in profile.modules.iter().enumerate() {
+        for a in &m.arcs {
+            have_arcs = true;
+            let caller_module = if a.caller_key == UNKNOWN_KEY {
+                None
+            } else {
+                Some(a.caller_key as usize - 1)
+            };
+            tally(
+                &mut g,
+                RawArc {
+                    caller_module,
+                    caller_address: a.caller_address,
+                    callee_module: i,
+                    callee_address: a.callee_address,
+                    count: a.count,
+                },
+                &filters,
+                false,
+                &mut stats,
+            );
+        }
+    }
+    histogram::scale_entries(&mut g);
+    let mut totals = SampleTotals::default();
+    let mut have_hist = false;
+    let mut granularity = 0i64;
+    for (i, m) in profile.modules.iter().enumerate() {
+        let Some(h) = &m.histogram else { continue };
+        if g.modules[i].syms.is_empty() {
+            continue;
+        }
+        if !have_hist && let Some(r) = h.ranges.first() {
+            granularity = ((r.end - r.start) / r.buckets.len().max(1)) as i64;
+        }
+        have_hist = true;
+        histogram::assign(&mut g, i, h, &filters, &mut totals);
+    }
+    let hz = if header.sample_period_ns > 0 {
+        1e9 / header.sample_period_ns as f64
+    } else {
+        f64::from(header.hz.max(1))
+    };
+    let style = Style {
+        bsd: opts.bsd,
+        descriptions: !opts.brief,
+        ignore_zeros: opts.ignore_zeros,
+        output_width: opts.width,
+        hz,
+        granularity,
+        dimension: "seconds".into(),
+        dimension_abbrev: 's',
+        print_path: opts.print_path,
+        inline_file_names: opts.inline_file_names,
+        multi_module: true,
+        first_output: Cell::new(true),
+    };
+    let (want_flat, want_graph) = sections(opts);
+    for w in &warnings {
+        let _ = writeln!(out, "mslprof: warning: {w}");
+    }
+    let total = header.total_samples.max(1) as f64;
+    let unprofiled: Vec<_> = profile
+        .modules
+        .iter()
+        .filter(|m| !m.is_profiled())
+        .collect();
+    if !unprofiled.is_empty() || header.unknown_samples != 0 {
+        out.push_str("Modules loaded but not profiled, with their share of all samples:\n\n");
+        for m in &unprofiled {
+            let _ = writeln!(
+                out,
+                "{:>7.2}%  {:<26} {}",
+                100.0 * m.samples as f64 / total,
+                String::from_utf8_lossy(&m.name),
+                String::from_utf8_lossy(&m.path)
+            );
+        }
+        if header.unknown_samples != 0 {
+            let _ = writeln!(
+                out,
+                "{:>7.2}%  <outside any module>",
+                100.0 * header.unknown_samples as f64 / total
+            );
+        }
+        out.push('\n');
+    }
+    if !warnings.is_empty() || !unprofiled.is_empty() || header.unknown_samples != 0 {
+        style.first_output.set(false);
+    }
+    render(
+        out,
+        &mut g,
+        &filters,
+        &style,
+        totals,
+        have_hist && want_flat,
+        have_arcs && want_graph,
+        have_arcs,
+    );
+    out.push_str("\u{c}\nModules\n\n index  samples  module                     path\n");
+    for (i, m) in profile.modules.iter().enumerate() {
+        let mut name = g.modules[i].name.clone();
+        if !m.is_profiled() {
+            name.push_str(" (not profiled)");
+        }
+        let _ = writeln!(
+            out,
+            "{:>6} {:>7.2}%  {:<26} {}{}",
+            i,
+            100.0 * m.samples as f64 / total,
+            name,
+            g.modules[i].path,
+            if merged.instances[i] > 1 {
+                format!("  ({} load instances)", merged.instances[i])
+            } else {
+                String::new()
+            }
+        );
+    }
+    Ok(Outcome {
+        warnings: Vec::new(),
+        summary: None,
+    })
+}
+
+/// Give names that occur in more than one module a `@module` qualifier.
+fn qualify_ambiguous(g: &mut Graph) {
+    let mut seen: HashMap<&str, (usize, bool)> = HashMap::new();
+    for s in &g.syms[..g.nsyms] {
+        seen.entry(s.name.as_str())
+            .and_modify(|e| {
+                if e.0 != s.module {
+                    e.1 = true;
+                }
+            })
+            .or_insert((s.module, false));
+    }
+    let ambiguous: std::collections::HashSet<String> = seen
+        .into_iter()
+        .filter(|(_, v)| v.1)
+        .map(|(k, _)| k.to_string())
+        .collect();
+    for s in 0..g.nsyms {
+        if ambiguous.contains(&g.syms[s].name) {
+            let q = format!("@{}", g.modules[g.syms[s].module].name);
+            g.syms[s].display.push_str(&q);
+            g.syms[s].qualifier = q;
+        }
+    }
+}

@@ -1,0 +1,583 @@
+//! Function symbols of one ELF module, selected the way GNU gprof selects them, sorted by address and
+//! with duplicates at one address resolved as gprof does, so reports match gprof's line for line.
+//!
+//! Selection (gprof's `core_sym_class` over BFD's symbol classes): a defined symbol qualifies when it is
+//! a global or weak text symbol (weak symbols of any section that are not data objects count as text),
+//! or a local text symbol whose name is non-empty, has no `$`, and uses `.` only for numeric suffixes
+//! (`foo.123`, `foo.constprop.0`, `foo.clone.3`; so `foo.cold` and `foo.part.0` are not functions of
+//! their own: their addresses fall to the symbol before them, as in gprof). File and section symbols,
+//! undefined, common and absolute symbols, indirect functions and GNU-unique symbols do not qualify.
+
+use std::path::{Path, PathBuf};
+
+use object::{Object, ObjectSection, ObjectSymbol, SectionFlags, SymbolFlags, SymbolSection};
+
+/// One selected symbol before analysis.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FunctionSymbol {
+    pub name: String,
+    /// Link-time address (the ELF `st_value`).
+    pub addr: u64,
+    /// Last address covered (inclusive), filled in by [`finalize`].
+    pub end_addr: u64,
+    /// ELF `STT_FUNC`.
+    pub is_func: bool,
+    /// Local binding.
+    pub is_static: bool,
+    /// Source file (from DWARF), when known.
+    pub file: Option<String>,
+    pub line: u32,
+}
+
+/// What was read from one module's ELF file.
+#[derive(Clone, Debug, Default)]
+pub struct ModuleSymbols {
+    /// Sorted by address, one symbol per address, `end_addr` set.
+    pub symbols: Vec<FunctionSymbol>,
+    /// GNU build-id of the ELF file, if it has one.
+    pub build_id: Option<Vec<u8>>,
+    /// True when only `.dynsym` was available (the module's symbol table is stripped).
+    pub dynamic_only: bool,
+    pub big_endian: bool,
+    pub address_size: u8,
+    /// Where the symbols came from when a separate debug file was used.
+    pub debug_file: Option<PathBuf>,
+}
+
+/// Options that change which symbols are kept.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SelectOptions {
+    /// `-a`: drop local (static) symbols.
+    pub no_static: bool,
+    /// `-D`: drop static symbols that are not marked as functions.
+    pub ignore_non_functions: bool,
+    /// mslprof's own rule for multi-module reports: also keep compiler-split parts of functions
+    /// (`foo.cold`, `foo.part.0`, `foo.isra.0`, …) as functions of their own, so their samples are not
+    /// credited to whatever function happens to precede them, and let the last function of a module
+    /// reach the end of its executable sections (BOLT-processed libraries have several).
+    pub keep_split_parts: bool,
+}
+
+/// Failure to use a module's file.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SymbolError {
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("not in executable format: {0}")]
+    NotElf(String),
+    #[error("has no symbols")]
+    NoSymbols,
+}
+
+/// BFD's one-letter section type for a symbol's section: `t` for text, anything else is not text.
+fn section_is_text(name: &str, flags: SectionFlags) -> bool {
+    const TABLE: &[(&str, bool)] = &[
+        ("*DEBUG*", false),
+        (".bss", false),
+        ("zerovars", false),
+        (".data", false),
+        ("vars", false),
+        (".rdata", false),
+        (".rodata", false),
+        (".sbss", false),
+        (".scommon", false),
+        (".sdata", false),
+        (".text", true),
+        ("code", true),
+        (".drectve", false),
+        (".edata", false),
+        (".idata", false),
+        (".pdata", false),
+    ];
+    for (prefix, text) in TABLE {
+        if let Some(rest) = name.strip_prefix(prefix) {
+            let next = rest.bytes().next();
+            if next.is_none_or(|b| b == b'.' || b == b'$' || b.is_ascii_digit()) {
+                return *text;
+            }
+        }
+    }
+    match flags {
+        SectionFlags::Elf { sh_flags } => sh_flags & u64::from(object::elf::SHF_EXECINSTR) != 0,
+        _ => false,
+    }
+}
+
+/// gprof's filter on local symbol names, applied to the name as it sits in the string table: `strtab`
+/// starts at the name and runs to the end of the loaded data (bytes past it read as NUL).
+///
+/// gprof 2.40 steps one byte past the terminating NUL when a name ends in an accepted `.digits` suffix
+/// (`foo.constprop.0`), so it goes on to judge the *next* string of the string table as well: a name like
+/// `foo.constprop.0` followed in `.strtab` by `bar.isra.0` is rejected. This reproduces that walk.
+fn static_name_ok_in(strtab: &[u8]) -> bool {
+    let at = |i: usize| strtab.get(i).copied().unwrap_or(0);
+    let strlen = |i: usize| (i..).take_while(|&k| at(k) != 0).count();
+    if at(0) == 0 {
+        return false;
+    }
+    let mut i = 0usize;
+    // Bounded: every step advances `i`, and bytes past the end read as NUL, which stops the walk.
+    while at(i) != 0 {
+        if at(i) == b'$' {
+            return false;
+        }
+        while at(i) == b'.' {
+            let mut digit_seen = false;
+            let rest = &strtab[i.min(strtab.len())..];
+            if strlen(i) > 7 && rest.starts_with(b".clone.") {
+                i += 6;
+            } else if strlen(i) > 11 && rest.starts_with(b".constprop.") {
+                i += 10;
+            }
+            i += 1;
+            while at(i) != 0 {
+                let c = at(i);
+                if digit_seen && c == b'.' {
+                    break;
+                } else if c.is_ascii_digit() {
+                    digit_seen = true;
+                } else {
+                    return false;
+                }
+                i += 1;
+            }
+        }
+        i += 1;
+    }
+    !strtab.starts_with(b"__gnu_compiled") && !strtab.starts_with(b"___gnu_compiled")
+}
+
+/// The same filter for a lone name (no string table after it).
+#[cfg(test)]
+fn static_name_ok(name: &str) -> bool {
+    let mut v = name.as_bytes().to_vec();
+    v.push(0);
+    static_name_ok_in(&v)
+}
+
+/// Classify one symbol: `Some(is_static)` when gprof keeps it.
+fn classify<'d, S: ObjectSymbol<'d>>(
+    file: &object::File<'d>,
+    data: &'d [u8],
+    sym: &S,
+    opts: SelectOptions,
+) -> Option<bool> {
+    let (st_info, _) = match sym.flags() {
+        SymbolFlags::Elf { st_info, st_other } => (st_info, st_other),
+        _ => return None,
+    };
+    let st_type = st_info & 0xf;
+    let st_bind = st_info >> 4;
+    if st_type == object::elf::STT_FILE || st_type == object::elf::STT_SECTION {
+        return None;
+    }
+    let is_local = st_bind == object::elf::STB_LOCAL;
+    if opts.no_static && is_local {
+        return None;
+    }
+    let section_index = match sym.section() {
+        SymbolSection::Section(i) => Some(i),
+        SymbolSection::Absolute => None,
+        _ => return None,
+    };
+    if st_type == object::elf::STT_GNU_IFUNC {
+        return None;
+    }
+    if st_bind == object::elf::STB_WEAK {
+        return if st_type == object::elf::STT_OBJECT {
+            None
+        } else {
+            Some(false)
+        };
+    }
+    if st_bind == object::elf::STB_GNU_UNIQUE {
+        return None;
+    }
+    if st_bind != object::elf::STB_LOCAL && st_bind != object::elf::STB_GLOBAL {
+        return None;
+    }
+    let section = file.section_by_index(section_index?).ok()?;
+    let section_name = section.name().unwrap_or("");
+    if !section_is_text(section_name, section.flags()) {
+        return None;
+    }
+    if !is_local {
+        return Some(false);
+    }
+    let name = sym.name_bytes().ok()?;
+    // The string table bytes from this name on, when the name lies in the loaded file.
+    let base = data.as_ptr() as usize;
+    let p = name.as_ptr() as usize;
+    let ok = if p >= base && p + name.len() <= base + data.len() {
+        static_name_ok_in(&data[p - base..])
+    } else {
+        let mut v = name.to_vec();
+        v.push(0);
+        static_name_ok_in(&v)
+    };
+    let split_part = opts.keep_split_parts
+        && st_type == object::elf::STT_FUNC
+        && !name.is_empty()
+        && !name.contains(&b'$');
+    if !ok && !split_part {
+        return None;
+    }
+    if opts.ignore_non_functions && st_type != object::elf::STT_FUNC {
+        return None;
+    }
+    Some(true)
+}
+
+/// Sort by address and keep one symbol per address as gprof's `symtab_finalize` does; set `end_addr`.
+pub fn finalize(mut syms: Vec<FunctionSymbol>, text_end: u64) -> Vec<FunctionSymbol> {
+    syms.sort_by(|l, r| {
+        l.addr
+            .cmp(&r.addr)
+            .then_with(|| r.is_func.cmp(&l.is_func))
+            .then_with(|| l.is_static.cmp(&r.is_static))
+    });
+    let mut out: Vec<FunctionSymbol> = Vec::with_capacity(syms.len());
+    for src in syms {
+        if let Some(last) = out.last_mut()
+            && last.addr == src.addr
+        {
+            let s0 = src.name.as_bytes().first().copied().unwrap_or(0);
+            let d0 = last.name.as_bytes().first().copied().unwrap_or(0);
+            let s1 = src.name.as_bytes().get(1).copied().unwrap_or(0);
+            let d1 = last.name.as_bytes().get(1).copied().unwrap_or(0);
+            // Same address: prefer global over static, then function over non-function, then a name
+            // without a leading underscore (or with one underscore over two).
+            let fewer_underscores = d0 == b'_' && (s0 != b'_' || (s1 != b'_' && d1 == b'_'));
+            let better = if src.is_static != last.is_static {
+                !src.is_static
+            } else if src.is_func != last.is_func {
+                src.is_func
+            } else {
+                fewer_underscores
+            };
+            if better {
+                *last = src;
+            }
+            continue;
+        }
+        if let Some(last) = out.last_mut() {
+            last.end_addr = src.addr.wrapping_sub(1);
+        }
+        out.push(src);
+    }
+    if let Some(last) = out.last_mut() {
+        last.end_addr = text_end;
+    }
+    out
+}
+
+/// The GNU build-id of an ELF file.
+pub fn build_id_of(file: &object::File<'_>) -> Option<Vec<u8>> {
+    file.build_id().ok().flatten().map(|b| b.to_vec())
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Candidate separate debug files for a module: by build-id, then by `.gnu_debuglink`.
+pub fn debug_file_candidates(path: &Path, file: &object::File<'_>) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    if let Some(id) = build_id_of(file)
+        && id.len() > 1
+    {
+        out.push(PathBuf::from(format!(
+            "/usr/lib/debug/.build-id/{}/{}.debug",
+            hex(&id[..1]),
+            hex(&id[1..])
+        )));
+    }
+    if let Ok(Some((name, _crc))) = file.gnu_debuglink() {
+        let name = String::from_utf8_lossy(name).into_owned();
+        let dir = path.parent().unwrap_or(Path::new("."));
+        out.push(dir.join(&name));
+        out.push(dir.join(".debug").join(&name));
+        let abs = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+        let rel = abs.strip_prefix("/").unwrap_or(&abs);
+        out.push(Path::new("/usr/lib/debug").join(rel).join(&name));
+    }
+    out
+}
+
+fn collect<'d>(
+    file: &object::File<'d>,
+    data: &'d [u8],
+    dynamic: bool,
+    opts: SelectOptions,
+) -> Vec<FunctionSymbol> {
+    let mut out = Vec::new();
+    let iter: Box<dyn Iterator<Item = object::Symbol<'d, '_>>> = if dynamic {
+        Box::new(file.dynamic_symbols())
+    } else {
+        Box::new(file.symbols())
+    };
+    for sym in iter {
+        let Some(is_static) = classify(file, data, &sym, opts) else {
+            continue;
+        };
+        let name = sym.name().unwrap_or("");
+        let name = if dynamic {
+            name.split('@').next().unwrap_or(name)
+        } else {
+            name
+        };
+        let is_func = matches!(sym.flags(), SymbolFlags::Elf { st_info, .. } if st_info & 0xf == object::elf::STT_FUNC);
+        out.push(FunctionSymbol {
+            name: name.to_string(),
+            addr: sym.address(),
+            end_addr: 0,
+            is_func,
+            is_static,
+            file: None,
+            line: 0,
+        });
+    }
+    out
+}
+
+fn text_end_of(file: &object::File<'_>, opts: SelectOptions) -> u64 {
+    if opts.keep_split_parts {
+        return file
+            .sections()
+            .filter(|s| {
+                matches!(s.flags(), SectionFlags::Elf { sh_flags } if sh_flags & u64::from(object::elf::SHF_EXECINSTR) != 0)
+            })
+            .map(|s| (s.address() + s.size()).wrapping_sub(1))
+            .max()
+            .unwrap_or(0);
+    }
+    file.section_by_name(".text")
+        .map(|s| (s.address() + s.size()).wrapping_sub(1))
+        .unwrap_or(0)
+}
+
+/// Fill in source file and line of each symbol from DWARF line tables, as gprof's `get_src_info` does.
+fn attach_sources(file: &object::File<'_>, syms: &mut [FunctionSymbol]) {
+    if file.section_by_name(".debug_line").is_none() {
+        return;
+    }
+    use addr2line::gimli;
+    let endian = if file.is_little_endian() {
+        gimli::RunTimeEndian::Little
+    } else {
+        gimli::RunTimeEndian::Big
+    };
+    let load = |id: gimli::SectionId| -> Result<std::borrow::Cow<'_, [u8]>, gimli::Error> {
+        Ok(file
+            .section_by_name(id.name())
+            .and_then(|s| s.uncompressed_data().ok())
+            .unwrap_or(std::borrow::Cow::Borrowed(&[])))
+    };
+    let Ok(dwarf_cow) = gimli::DwarfSections::load(load) else {
+        return;
+    };
+    let dwarf = dwarf_cow.borrow(|s| gimli::EndianSlice::new(s, endian));
+    let Ok(ctx) = addr2line::Context::from_dwarf(dwarf) else {
+        return;
+    };
+    for s in syms.iter_mut() {
+        if let Ok(Some(loc)) = ctx.find_location(s.addr)
+            && let (Some(f), Some(l)) = (loc.file, loc.line)
+            && l != 0
+        {
+            s.file = Some(f.to_string());
+            s.line = l;
+        }
+    }
+}
+
+/// Read and select the function symbols of the ELF file at `path`.
+pub fn load(path: &Path, opts: SelectOptions) -> Result<ModuleSymbols, SymbolError> {
+    let data = crate::sys::map_file(path)?;
+    let data: &[u8] = &data;
+    let file = object::File::parse(data).map_err(|e| SymbolError::NotElf(e.to_string()))?;
+    if file.format() != object::BinaryFormat::Elf {
+        return Err(SymbolError::NotElf("not an ELF file".into()));
+    }
+    let build_id = build_id_of(&file);
+    let big_endian = !file.is_little_endian();
+    let address_size = if file.is_64() { 8 } else { 4 };
+    let text_end = text_end_of(&file, opts);
+    let has_symtab = file.symbols().next().is_some();
+    if has_symtab {
+        let mut syms = collect(&file, data, false, opts);
+        if syms.is_empty() {
+            return Err(SymbolError::NoSymbols);
+        }
+        attach_sources(&file, &mut syms);
+        return Ok(ModuleSymbols {
+            symbols: finalize(syms, text_end),
+            build_id,
+            dynamic_only: false,
+            big_endian,
+            address_size,
+            debug_file: None,
+        });
+    }
+    for cand in debug_file_candidates(path, &file) {
+        let Ok(dmap) = crate::sys::map_file(&cand) else {
+            continue;
+        };
+        let ddata: &[u8] = &dmap;
+        let Ok(dfile) = object::File::parse(ddata) else {
+            continue;
+        };
+        if build_id.is_some() && build_id_of(&dfile).is_some() && build_id_of(&dfile) != build_id {
+            continue;
+        }
+        let mut syms = collect(&dfile, ddata, false, opts);
+        if syms.is_empty() {
+            continue;
+        }
+        attach_sources(&dfile, &mut syms);
+        return Ok(ModuleSymbols {
+            symbols: finalize(syms, text_end),
+            build_id,
+            dynamic_only: false,
+            big_endian,
+            address_size,
+            debug_file: Some(cand),
+        });
+    }
+    let syms = collect(&file, data, true, opts);
+    if syms.is_empty() {
+        return Err(SymbolError::NoSymbols);
+    }
+    Ok(ModuleSymbols {
+        symbols: finalize(syms, text_end),
+        build_id,
+        dynamic_only: true,
+        big_endian,
+        address_size,
+        debug_file: None,
+    })
+}
+
+/// How names are demangled for printing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Demangle {
+    #[default]
+    Auto,
+    Gnu,
+    Rust,
+    None,
+}
+
+impl Demangle {
+    pub fn from_style(style: &str) -> Option<Demangle> {
+        match style {
+            "auto" | "gnu-v3" | "gnu" | "java" | "gnat" | "dlang" => Some(Demangle::Gnu),
+            "rust" => Some(Demangle::Rust),
+            "none" => Some(Demangle::None),
+            _ => None,
+        }
+    }
+}
+
+/// The printable form of a symbol name.
+pub fn demangle(name: &str, style: Demangle) -> String {
+    if style == Demangle::None {
+        return name.to_string();
+    }
+    // GNU binutils' own demangler, when installed, gives gprof's names exactly (including its quirks).
+    if style == Demangle::Auto && crate::sys::have_bfd_demangler() {
+        return crate::sys::bfd_demangle(name).unwrap_or_else(|| name.to_string());
+    }
+    if (name.starts_with("_R") || (name.starts_with("_ZN") && style != Demangle::Gnu))
+        && let Ok(d) = rustc_demangle::try_demangle(name)
+    {
+        let legacy_rust = name.starts_with("_R") || {
+            let s = format!("{d}");
+            s.rsplit("::").next().is_some_and(|h| {
+                h.len() == 17 && h.starts_with('h') && h[1..].bytes().all(|b| b.is_ascii_hexdigit())
+            })
+        };
+        if legacy_rust {
+            return format!("{d:#}");
+        }
+    }
+    if style == Demangle::Rust {
+        return name.to_string();
+    }
+    if name.starts_with("_Z")
+        && let Some(d) = crate::sys::cxa_demangle(name)
+    {
+        return d;
+    }
+    if name.starts_with("_Z")
+        && let Ok(sym) = cpp_demangle::Symbol::new(name)
+        && let Ok(s) = sym.demangle(&cpp_demangle::DemangleOptions::default())
+    {
+        return s;
+    }
+    name.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn static_names_follow_gprof_rules() {
+        assert!(static_name_ok("leaf"));
+        assert!(static_name_ok("foo.123"));
+        assert!(static_name_ok("foo.constprop.0"));
+        assert!(static_name_ok("foo.clone.3"));
+        assert!(!static_name_ok("foo.cold"));
+        assert!(!static_name_ok("foo.part.0"));
+        assert!(!static_name_ok("foo.isra.0"));
+        assert!(!static_name_ok("a$b"));
+        assert!(!static_name_ok(""));
+        assert!(!static_name_ok("__gnu_compiled_c"));
+        // gprof reads on into the next string-table entry after an accepted `.digits` suffix.
+        assert!(!static_name_ok_in(b"sweep.constprop.0\0gen.isra.0\0"));
+        assert!(static_name_ok_in(b"sweep.constprop.0\0dothecall\0"));
+        assert!(static_name_ok_in(b"plain\0gen.isra.0\0"));
+    }
+
+    #[test]
+    fn demangles_cpp_and_rust() {
+        assert_eq!(demangle("_Z3fooi", Demangle::Auto), "foo(int)");
+        assert_eq!(
+            demangle("_ZN4core3fmt5write17h0123456789abcdefE", Demangle::Auto),
+            "core::fmt::write"
+        );
+        assert_eq!(demangle("_Z3fooi", Demangle::None), "_Z3fooi");
+        assert_eq!(demangle("main", Demangle::Auto), "main");
+    }
+
+    fn sym(name: &str, addr: u64, is_func: bool, is_static: bool) -> FunctionSymbol {
+        FunctionSymbol {
+            name: name.into(),
+            addr,
+            end_addr: 0,
+            is_func,
+            is_static,
+            file: None,
+            line: 0,
+        }
+    }
+
+    #[test]
+    fn finalize_prefers_global_function_without_underscore() {
+        let out = finalize(
+            vec![
+                sym("_alias", 0x10, true, false),
+                sym("local", 0x10, true, true),
+                sym("real", 0x10, true, false),
+                sym("next", 0x20, true, false),
+            ],
+            0x2f,
+        );
+        assert_eq!(out.len(), 2);
+        assert_eq!(out[0].name, "real");
+        assert_eq!(out[0].end_addr, 0x1f);
+        assert_eq!(out[1].end_addr, 0x2f);
+    }
+}

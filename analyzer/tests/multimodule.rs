@@ -1,0 +1,391 @@
+//! Multi-module reports from mslprof profiles written with the format crate's writer: real ELF modules
+//! (a program and two shared libraries, built here with `cc -pg`), histograms and arcs placed on their
+//! functions, and the report checked line by line: module-qualified names, the module-index column,
+//! cross-module arcs, spontaneous callers, the module table, unprofiled modules and every warning.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use mslprof_analyzer::symbols::{self, SelectOptions};
+use mslprof_format::model::*;
+
+const APP: &str = r#"
+int work_in_foo(int); int cb(int v) { return v * 3; }
+int main(void) { return work_in_foo(1) > 1000; }
+"#;
+const FOO: &str = r#"
+int work(int); int bar_work(int);
+int work(int v) { int s = 0; for (int i = 0; i < v; i++) s += i; return s + bar_work(v); }
+int work_in_foo(int v) { return work(v); }
+"#;
+const BAR: &str = r#"
+int cb(int);
+int work(int v) { return v + cb(v); }
+int bar_work(int v) { return work(v); }
+"#;
+
+struct Built {
+    dir: PathBuf,
+    app: PathBuf,
+    foo: PathBuf,
+    bar: PathBuf,
+}
+
+fn cc(dir: &Path, args: &[&str]) -> bool {
+    Command::new("cc")
+        .args(args)
+        .current_dir(dir)
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+fn build(name: &str) -> Option<Built> {
+    let dir = std::env::temp_dir().join(format!("mslprof-mm-{}-{}", name, std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("app.c"), APP).unwrap();
+    std::fs::write(dir.join("foo.c"), FOO).unwrap();
+    std::fs::write(dir.join("bar.c"), BAR).unwrap();
+    let ok = cc(
+        &dir,
+        &["-pg", "-O0", "-fPIC", "-shared", "-o", "libfoo.so", "foo.c"],
+    ) && cc(
+        &dir,
+        &["-pg", "-O0", "-fPIC", "-shared", "-o", "libbar.so", "bar.c"],
+    ) && cc(
+        &dir,
+        &["-pg", "-O0", "-o", "app", "app.c", "-L.", "-lfoo", "-lbar"],
+    );
+    if !ok {
+        eprintln!("SKIPPED: no working `cc`");
+        return None;
+    }
+    Some(Built {
+        app: dir.join("app"),
+        foo: dir.join("libfoo.so"),
+        bar: dir.join("libbar.so"),
+        dir,
+    })
+}
+
+fn addr_of(module: &Path, name: &str) -> u64 {
+    let ms = symbols::load(module, SelectOptions::default()).unwrap();
+    ms.symbols
+        .iter()
+        .find(|s| s.name == name)
+        .unwrap_or_else(|| panic!("{name} not in {}", module.display()))
+        .addr
+}
+
+fn build_id(module: &Path) -> Vec<u8> {
+    symbols::load(module, SelectOptions::default())
+        .unwrap()
+        .build_id
+        .unwrap_or_default()
+}
+
+/// A histogram over `[lo, hi)` with 4-byte buckets and `samples` at the given addresses.
+fn histogram(lo: u64, hi: u64, samples: &[(u64, u16)]) -> Histogram {
+    let lo = lo & !3;
+    let hi = (hi + 3) & !3;
+    let mut b = vec![0u16; ((hi - lo) / 4) as usize];
+    for &(a, n) in samples {
+        b[((a - lo) / 4) as usize] += n;
+    }
+    Histogram {
+        bucket_bits: 16,
+        ranges: vec![HistRange {
+            start: lo,
+            end: hi,
+            buckets: Buckets::Dense16(b),
+        }],
+    }
+}
+
+fn module(key: u32, path: &Path, flags: u32, samples: u64) -> Module {
+    Module {
+        key,
+        path: path.display().to_string().into_bytes(),
+        name: path
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned()
+            .into_bytes(),
+        build_id: build_id(path),
+        flags: flags | module_flags::HAS_BUILD_ID,
+        load_order: key,
+        samples,
+        ..Module::default()
+    }
+}
+
+/// The profile of one imaginary run: 20 samples in main, 30 in work@libfoo, 10 in work@libbar,
+/// 10 in an unprofiled libc, 5 outside any module; arcs main→work_in_foo 7, work_in_foo→work@foo 7,
+/// work@foo→bar_work 3, unknown→bar_work 2, bar_work→work@bar 5, work@bar→cb 5.
+fn profile(b: &Built, bias: u64, key_base: u32) -> Profile {
+    let (k_app, k_foo, k_bar, k_libc) = (key_base, key_base + 1, key_base + 2, key_base + 3);
+    let main = addr_of(&b.app, "main");
+    let cb = addr_of(&b.app, "cb");
+    let w_foo = addr_of(&b.foo, "work");
+    let wif = addr_of(&b.foo, "work_in_foo");
+    let w_bar = addr_of(&b.bar, "work");
+    let bw = addr_of(&b.bar, "bar_work");
+    let pro = module_flags::PROFILED;
+    let mut app = module(k_app, &b.app, pro | module_flags::MAIN_PROGRAM, 20);
+    app.load_bias = bias;
+    app.histogram = Some(histogram(
+        main.min(cb),
+        main.max(cb) + 64,
+        &[(main + 8, 20)],
+    ));
+    app.arcs = vec![Arc {
+        caller_key: k_bar,
+        caller_address: w_bar + 12,
+        callee_address: cb + 4,
+        count: 5,
+    }];
+    let mut libfoo = module(k_foo, &b.foo, pro, 30);
+    libfoo.load_bias = bias + 0x10000;
+    libfoo.histogram = Some(histogram(
+        w_foo.min(wif),
+        w_foo.max(wif) + 64,
+        &[(w_foo + 12, 30)],
+    ));
+    libfoo.arcs = vec![
+        Arc {
+            caller_key: k_app,
+            caller_address: main + 10,
+            callee_address: wif + 4,
+            count: 7,
+        },
+        Arc {
+            caller_key: k_foo,
+            caller_address: wif + 12,
+            callee_address: w_foo + 4,
+            count: 7,
+        },
+    ];
+    let mut bar = module(k_bar, &b.bar, pro, 10);
+    bar.load_bias = bias + 0x20000;
+    bar.histogram = Some(histogram(
+        w_bar.min(bw),
+        w_bar.max(bw) + 64,
+        &[(w_bar + 8, 10)],
+    ));
+    bar.arcs = vec![
+        Arc {
+            caller_key: k_foo,
+            caller_address: w_foo + 30,
+            callee_address: bw + 4,
+            count: 3,
+        },
+        Arc {
+            caller_key: UNKNOWN_KEY,
+            caller_address: 0,
+            callee_address: bw + 4,
+            count: 2,
+        },
+        Arc {
+            caller_key: k_bar,
+            caller_address: bw + 12,
+            callee_address: w_bar + 4,
+            count: 5,
+        },
+    ];
+    let libc = Module {
+        key: k_libc,
+        path: b"/lib/x86_64-linux-gnu/libc.so.6".to_vec(),
+        name: b"libc.so.6".to_vec(),
+        samples: 10,
+        load_order: k_libc,
+        ..Module::default()
+    };
+    Profile {
+        format: SourceFormat::Mslprof { major: 1, minor: 0 },
+        header: Header {
+            pid: 4242,
+            hz: 100,
+            sample_period_ns: 10_000_000,
+            dimension: b"seconds".to_vec(),
+            dimension_abbrev: b's',
+            total_samples: 75,
+            unknown_samples: 5,
+            program_name: b"app".to_vec(),
+            program_path: b.app.display().to_string().into_bytes(),
+            ..Header::default()
+        },
+        modules: vec![app, libfoo, bar, libc],
+    }
+}
+
+fn write(dir: &Path, name: &str, p: &Profile) -> PathBuf {
+    let path = dir.join(name);
+    let mut bytes = Vec::new();
+    mslprof_format::write(p, &mut bytes).expect("profile is valid");
+    std::fs::write(&path, bytes).unwrap();
+    path
+}
+
+fn mslprof(dir: &Path, args: &[&str]) -> (String, String, i32) {
+    let out = Command::new(env!("CARGO_BIN_EXE_mslprof"))
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        out.status.code().unwrap_or(-1),
+    )
+}
+
+fn line_with<'a>(report: &'a str, needle: &str) -> &'a str {
+    report
+        .lines()
+        .find(|l| l.contains(needle))
+        .unwrap_or_else(|| panic!("no line with {needle:?} in:\n{report}"))
+}
+
+#[test]
+fn report_over_three_modules() {
+    let Some(b) = build("report") else { return };
+    write(&b.dir, "gmon.out", &profile(&b, 0x5555_0000_0000, 1));
+    let (out, err, code) = mslprof(&b.dir, &["-b"]);
+    assert_eq!(code, 0, "{err}");
+
+    // Flat profile: per-call columns, then the module index, then the name; `work` is in two modules.
+    assert_eq!(
+        line_with(&out, "work@libfoo.so"),
+        " 50.00      0.30     0.30        7    42.86    51.43       1  work@libfoo.so"
+    );
+    assert_eq!(
+        line_with(&out, "  work@libbar.so"),
+        " 16.67      0.60     0.10        5    20.00    20.00       2  work@libbar.so"
+    );
+    assert!(out.contains("   2  bar_work\n"), "{out}");
+    let cb = out
+        .lines()
+        .find(|l| l.ends_with("  cb"))
+        .expect("cb in the flat profile");
+    assert!(cb.contains("       5 "), "cb is called 5 times: {cb}");
+    // Call graph: the cross-module arcs with exact counts, the unknown caller is not an arc.
+    assert!(
+        line_with(&out, "3/5           work@libfoo.so [")
+            .starts_with("                0.00    0.06       3/5 ")
+    );
+    assert!(out.contains("       5/5           bar_work ["), "{out}");
+    // Module table and the unprofiled module with its share of all samples (10 of 75).
+    assert!(out.contains("\u{c}\nModules\n"), "{out}");
+    assert!(line_with(&out, "libc.so.6 (not profiled)").contains(" 13.33%"));
+    assert!(line_with(&out, "13.33%  libc.so.6").starts_with("  13.33%"));
+    assert!(line_with(&out, "<outside any module>").contains("6.67%"));
+    assert!(
+        line_with(&out, &b.foo.display().to_string()).starts_with("     1   40.00%  libfoo.so")
+    );
+    // Symspecs can name a module.
+    let (only_foo, _, _) = mslprof(&b.dir, &["-b", "-pwork@libfoo.so"]);
+    assert!(only_foo.contains("work@libfoo.so") && !only_foo.contains("  work@libbar.so\n"));
+    let (libbar, _, _) = mslprof(&b.dir, &["-b", "-plibbar.so:"]);
+    assert!(
+        libbar.contains("work@libbar.so") && !libbar.contains("  work@libfoo.so\n"),
+        "{libbar}"
+    );
+}
+
+#[test]
+fn runs_merge_across_aslr_and_keys_and_sum_round_trips() {
+    let Some(b) = build("merge") else { return };
+    let one = write(&b.dir, "run1", &profile(&b, 0x5555_0000_0000, 1));
+    write(&b.dir, "run2", &profile(&b, 0x7f00_1234_0000, 10));
+    let (out, err, code) = mslprof(
+        &b.dir,
+        &["-b", "-p", b.app.to_str().unwrap(), "run1", "run2"],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        line_with(&out, "work@libfoo.so"),
+        " 50.00      0.60     0.60       14    42.86    51.43       1  work@libfoo.so"
+    );
+    // -s writes a merged mslprof profile with the summed counts.
+    let (_, err, code) = mslprof(&b.dir, &["-s", b.app.to_str().unwrap(), "run1", "run2"]);
+    assert_eq!(code, 0, "{err}");
+    let sum = mslprof_format::read(
+        &std::fs::read(b.dir.join("gmon.sum")).unwrap(),
+        Default::default(),
+    )
+    .unwrap();
+    assert_eq!(sum.modules.len(), 4, "one module per file, not per run");
+    assert_eq!(sum.header.total_samples, 150);
+    assert_ne!(sum.header.flags & header_flags::MERGED, 0);
+    let libfoo = sum.modules.iter().find(|m| m.name == b"libfoo.so").unwrap();
+    assert_eq!(
+        libfoo.histogram.as_ref().unwrap().ranges[0].buckets.total(),
+        60
+    );
+    assert_eq!(libfoo.arcs.iter().map(|a| a.count).sum::<u64>(), 28);
+    let (again, _, _) = mslprof(&b.dir, &["-b", "-p", b.app.to_str().unwrap(), "gmon.sum"]);
+    let tables = |r: &str| r.split("\u{c}\nModules\n").next().unwrap_or("").to_string();
+    assert_eq!(
+        tables(&again),
+        tables(&out),
+        "report of gmon.sum equals the report of the two runs"
+    );
+    let _ = one;
+}
+
+#[test]
+fn warnings_go_on_top_and_the_report_still_prints() {
+    let Some(b) = build("warn") else { return };
+    let mut p = profile(&b, 0x5555_0000_0000, 1);
+    p.header.flags |= header_flags::INCOMPLETE;
+    p.header.incomplete_cause = IncompleteCause::Signal;
+    p.header.incomplete_signal = 11;
+    p.header.dropped_arcs = 4;
+    p.modules[2].saturated_buckets = 2;
+    p.modules[1].build_id = vec![0xde, 0xad, 0xbe, 0xef];
+    let missing = b.dir.join("libgone.so");
+    let mut gone = module(9, &b.bar, module_flags::PROFILED, 0);
+    gone.path = missing.display().to_string().into_bytes();
+    gone.name = b"libgone.so".to_vec();
+    gone.samples = 3;
+    gone.histogram = Some(histogram(0x1000, 0x1100, &[(0x1010, 3)]));
+    p.modules.push(gone);
+    write(&b.dir, "gmon.out", &p);
+    let (out, err, code) = mslprof(&b.dir, &["-b"]);
+    assert_eq!(code, 0, "{err}");
+    let head: Vec<&str> = out
+        .lines()
+        .take_while(|l| l.starts_with("mslprof: warning:"))
+        .collect();
+    let all = head.join("\n");
+    assert!(
+        all.contains("profile is incomplete (killed by signal 11)"),
+        "{all}"
+    );
+    assert!(all.contains("4 arcs were dropped"), "{all}");
+    assert!(
+        all.contains("libbar.so: 2 histogram buckets saturated"),
+        "{all}"
+    );
+    assert!(all.contains("libfoo.so: build-id differs"), "{all}");
+    assert!(all.contains("libgone.so: No such file"), "{all}");
+    assert!(
+        out.contains("Flat profile:") && out.contains("Call graph"),
+        "rest of the report printed"
+    );
+}
+
+#[test]
+fn damaged_mslprof_files_fail_with_one_line() {
+    let Some(b) = build("damage") else { return };
+    let path = write(&b.dir, "gmon.out", &profile(&b, 0x5555_0000_0000, 1));
+    let bytes = std::fs::read(&path).unwrap();
+    for cut in (0..bytes.len()).step_by(13) {
+        std::fs::write(b.dir.join("cut"), &bytes[..cut]).unwrap();
+        let (_, err, code) = mslprof(&b.dir, &["-b", b.app.to_str().unwrap(), "cut"]);
+        assert_eq!(code, 1, "cut at {cut} accepted");
+        assert_eq!(err.lines().count(), 1, "cut at {cut}: {err}");
+        assert!(err.starts_with("mslprof: cut: "), "{err}");
+    }
+}

@@ -1,0 +1,109 @@
+//! Symbol selection on real ELF files built here: separate debug files found through
+//! `.gnu_debuglink` for stripped programs, compiler-split parts (`foo.cold`) kept for multi-module
+//! reports but dropped the gprof way for GNU input, and the `.dynsym` fallback for stripped libraries.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use mslprof_analyzer::symbols::{self, SelectOptions};
+
+fn run(dir: &Path, prog: &str, args: &[&str]) -> bool {
+    Command::new(prog)
+        .args(args)
+        .current_dir(dir)
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("mslprof-syms-{}-{}", name, std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+const SRC: &str = r#"
+static int helper(int x) { return x * 7; }
+int exported(int x) { return helper(x) + 1; }
+__asm__(".text\n.type work.cold, @function\nwork.cold:\n ret\n.size work.cold, 1\n");
+int main(void) { return exported(3) == 0; }
+"#;
+
+fn names(path: &Path, opts: SelectOptions) -> (Vec<String>, bool) {
+    let ms = symbols::load(path, opts).expect("symbols");
+    (
+        ms.symbols.iter().map(|s| s.name.clone()).collect(),
+        ms.dynamic_only,
+    )
+}
+
+#[test]
+fn stripped_program_uses_its_debuglink_file() {
+    let dir = scratch("debuglink");
+    std::fs::write(dir.join("p.c"), SRC).unwrap();
+    if !run(&dir, "cc", &["-O0", "-o", "p", "p.c"]) {
+        eprintln!("SKIPPED: no `cc`");
+        return;
+    }
+    let (before, _) = names(&dir.join("p"), SelectOptions::default());
+    assert!(before.contains(&"helper".to_string()), "{before:?}");
+    if !run(&dir, "objcopy", &["--only-keep-debug", "p", "p.debug"])
+        || !run(&dir, "strip", &["p"])
+        || !run(&dir, "objcopy", &["--add-gnu-debuglink=p.debug", "p"])
+    {
+        eprintln!("SKIPPED: no `objcopy`/`strip`");
+        return;
+    }
+    let (after, dynamic_only) = names(&dir.join("p"), SelectOptions::default());
+    assert!(!dynamic_only, "the debug file's .symtab is used");
+    assert_eq!(after, before, "same functions as before stripping");
+}
+
+#[test]
+fn split_parts_are_kept_only_for_multi_module_reports() {
+    let dir = scratch("cold");
+    std::fs::write(dir.join("p.c"), SRC).unwrap();
+    if !run(&dir, "cc", &["-O0", "-o", "p", "p.c"]) {
+        eprintln!("SKIPPED: no `cc`");
+        return;
+    }
+    let (gnu, _) = names(&dir.join("p"), SelectOptions::default());
+    assert!(
+        !gnu.iter().any(|n| n == "work.cold"),
+        "gprof drops foo.cold: {gnu:?}"
+    );
+    let (ours, _) = names(
+        &dir.join("p"),
+        SelectOptions {
+            keep_split_parts: true,
+            ..SelectOptions::default()
+        },
+    );
+    assert!(ours.iter().any(|n| n == "work.cold"), "{ours:?}");
+}
+
+#[test]
+fn stripped_library_falls_back_to_dynamic_symbols() {
+    let dir = scratch("dynsym");
+    std::fs::write(
+        dir.join("l.c"),
+        SRC.replace("int main(void) { return exported(3) == 0; }", ""),
+    )
+    .unwrap();
+    if !run(
+        &dir,
+        "cc",
+        &["-O0", "-fPIC", "-shared", "-o", "libl.so", "l.c"],
+    ) || !run(&dir, "strip", &["libl.so"])
+    {
+        eprintln!("SKIPPED: no `cc`/`strip`");
+        return;
+    }
+    let (syms, dynamic_only) = names(&dir.join("libl.so"), SelectOptions::default());
+    assert!(dynamic_only);
+    assert!(syms.contains(&"exported".to_string()), "{syms:?}");
+    assert!(
+        !syms.contains(&"helper".to_string()),
+        "statics are gone with .symtab"
+    );
+}

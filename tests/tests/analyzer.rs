@@ -1,0 +1,621 @@
+//! The analyzer against GNU gprof 2.40, live: C and C++ fixtures are built with `-pg`, run to produce a
+//! GNU gmon.out, and `mslprof` must print byte for byte what `gprof` prints for the same files and
+//! options. Also bad input (one line, exit 1, no panic) and a closed stdout (quiet, exit 0).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/analyzer")
+}
+
+/// `target/<profile>/mslprof`, next to this test's `deps/` directory.
+fn mslprof() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    let dir = exe.parent().and_then(Path::parent).expect("target dir");
+    let bin = dir.join("mslprof");
+    assert!(
+        bin.exists(),
+        "{} is missing: run `cargo build --workspace --all-targets` first",
+        bin.display()
+    );
+    bin
+}
+
+fn have(tool: &str) -> bool {
+    Command::new(tool)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Skip (with a message) when gprof or the compilers are missing.
+fn tools_present() -> bool {
+    for t in ["gprof", "gcc", "g++"] {
+        if !have(t) {
+            eprintln!("SKIPPED: `{t}` is not installed");
+            return false;
+        }
+    }
+    true
+}
+
+/// A fresh scratch directory for one test.
+fn scratch(name: &str) -> PathBuf {
+    let dir =
+        std::env::temp_dir().join(format!("mslprof-analyzer-{}-{}", name, std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create scratch dir");
+    dir
+}
+
+/// Compile `sources` (fixture file names) with `flags` into `dir/prog`, run it there, return the
+/// gmon.out path (renamed to `gmon_name`).
+fn build_and_run(
+    dir: &Path,
+    compiler: &str,
+    flags: &[&str],
+    sources: &[&str],
+    prog: &str,
+    gmon_name: &str,
+) -> PathBuf {
+    let mut cmd = Command::new(compiler);
+    cmd.args(flags).arg("-o").arg(dir.join(prog));
+    for s in sources {
+        cmd.arg(fixtures().join(s));
+    }
+    let out = cmd.output().expect("run compiler");
+    assert!(
+        out.status.success(),
+        "compile failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run = Command::new(dir.join(prog))
+        .current_dir(dir)
+        .stdout(Stdio::null())
+        .status()
+        .expect("run fixture");
+    assert!(run.success(), "{prog} failed");
+    let gmon = dir.join(gmon_name);
+    std::fs::rename(dir.join("gmon.out"), &gmon).expect("fixture wrote gmon.out");
+    gmon
+}
+
+fn run_in(dir: &Path, program: &Path, args: &[String]) -> Output {
+    Command::new(program)
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .expect("run")
+}
+
+fn split(opts: &str) -> Vec<String> {
+    opts.split_whitespace().map(String::from).collect()
+}
+
+/// Assert mslprof and gprof print the same bytes and exit the same way for each option set.
+fn assert_same(dir: &Path, option_sets: &[&str], files: &[&str]) {
+    let m = mslprof();
+    for opts in option_sets {
+        let mut args = split(opts);
+        args.extend(files.iter().map(|s| s.to_string()));
+        let ours = run_in(dir, &m, &args);
+        let theirs = run_in(dir, Path::new("gprof"), &args);
+        let (a, b) = (
+            String::from_utf8_lossy(&ours.stdout),
+            String::from_utf8_lossy(&theirs.stdout),
+        );
+        if a != b {
+            let first = a
+                .lines()
+                .zip(b.lines())
+                .position(|(x, y)| x != y)
+                .unwrap_or(0);
+            panic!(
+                "`mslprof {}` differs from gprof at line {}:\n  mslprof: {:?}\n  gprof:   {:?}\nstderr: {}",
+                args.join(" "),
+                first + 1,
+                a.lines().nth(first).unwrap_or("<end>"),
+                b.lines().nth(first).unwrap_or("<end>"),
+                String::from_utf8_lossy(&ours.stderr)
+            );
+        }
+        assert!(
+            !a.is_empty() || theirs.stdout.is_empty(),
+            "empty report for {opts}"
+        );
+        assert_eq!(
+            ours.status.code(),
+            theirs.status.code(),
+            "exit status for {opts}"
+        );
+    }
+}
+
+const TABLE_OPTIONS: &[&str] = &[
+    "-b", "-b -p -z", "-b -q", "-b -p -a", "-b -T", "-b -z", "-b -P", "-b -Q",
+];
+
+#[test]
+fn recursion_and_cycles_match_gprof() {
+    if !tools_present() {
+        return;
+    }
+    let dir = scratch("recursion");
+    build_and_run(
+        &dir,
+        "gcc",
+        &["-pg", "-O0"],
+        &["recursion.c"],
+        "rec",
+        "gmon.out.rec",
+    );
+    let files = ["rec", "gmon.out.rec"];
+    assert_same(&dir, TABLE_OPTIONS, &files);
+    // No file arguments: a.out and gmon.out in the working directory, as gprof.
+    std::fs::copy(dir.join("rec"), dir.join("a.out")).unwrap();
+    std::fs::copy(dir.join("gmon.out.rec"), dir.join("gmon.out")).unwrap();
+    assert_same(&dir, &["-b", "-b -z"], &[]);
+    assert_same(
+        &dir,
+        &[
+            "-b -q -n mid -N leaf",
+            "-b -q -nrec -Nmid",
+            "-b -e mid -f main",
+            "-b -E leaf",
+            "-b -F mid",
+            "-b -k mid/leaf",
+            "-b -m 2",
+            "-b -pleaf",
+            "-b -Pleaf",
+            "-b -qa",
+            "-b -Qb",
+            "-b -Qmain/mid",
+            "-b -w 50",
+            "-b -T -z",
+        ],
+        &files,
+    );
+}
+
+#[test]
+fn three_function_cycle_pointers_and_statics_match_gprof() {
+    if !tools_present() {
+        return;
+    }
+    let dir = scratch("cycles");
+    let srcs = ["cycles_main.c", "cycles_other.c"];
+    build_and_run(&dir, "gcc", &["-pg", "-O0"], &srcs, "o0", "gmon.o0");
+    build_and_run(&dir, "gcc", &["-pg", "-O2"], &srcs, "o2", "gmon.o2");
+    build_and_run(&dir, "gcc", &["-pg", "-O1", "-g"], &srcs, "g", "gmon.g");
+    build_and_run(
+        &dir,
+        "gcc",
+        &["-pg", "-O0", "-no-pie"],
+        &srcs,
+        "nopie",
+        "gmon.nopie",
+    );
+    for (p, g) in [
+        ("o0", "gmon.o0"),
+        ("o2", "gmon.o2"),
+        ("g", "gmon.g"),
+        ("nopie", "gmon.nopie"),
+    ] {
+        assert_same(&dir, TABLE_OPTIONS, &[p, g]);
+        assert_same(
+            &dir,
+            &["-b -q -nfa -Nhelper", "-b -k fa/fb", "-b -D -z", "-i"],
+            &[p, g],
+        );
+    }
+    // Source-file symspecs and the `(file)` suffix of static functions need DWARF.
+    assert_same(
+        &dir,
+        &[
+            "-b -pcycles_main.c:helper",
+            "-b -Pcycles_other.c",
+            "-b -qcycles_other.c:helper",
+            "-b -L",
+            "-b -w120 -z",
+        ],
+        &["g", "gmon.g"],
+    );
+}
+
+#[test]
+fn cxx_names_are_demangled_like_gprof() {
+    if !tools_present() {
+        return;
+    }
+    let dir = scratch("cxx");
+    build_and_run(
+        &dir,
+        "g++",
+        &["-pg", "-O0"],
+        &["templates.cc"],
+        "cxx",
+        "gmon.cxx",
+    );
+    build_and_run(
+        &dir,
+        "g++",
+        &["-pg", "-O0", "-g"],
+        &["globals.cc"],
+        "glob",
+        "gmon.glob",
+    );
+    assert_same(
+        &dir,
+        &["-b -z", "-b -z -T", "-b -z --no-demangle"],
+        &["glob", "gmon.glob"],
+    );
+    assert_same(
+        &dir,
+        &[
+            "-b",
+            "-b -z",
+            "-b --no-demangle",
+            "-b -T",
+            "-b --demangle=gnu-v3",
+        ],
+        &["cxx", "gmon.cxx"],
+    );
+}
+
+#[test]
+fn several_profiles_are_summed_and_sum_file_matches() {
+    if !tools_present() {
+        return;
+    }
+    let dir = scratch("sum");
+    build_and_run(
+        &dir,
+        "gcc",
+        &["-pg", "-O0"],
+        &["recursion.c"],
+        "rec",
+        "run1",
+    );
+    let again = Command::new(dir.join("rec"))
+        .current_dir(&dir)
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(again.success());
+    std::fs::rename(dir.join("gmon.out"), dir.join("run2")).unwrap();
+    assert_same(&dir, &["-b", "-b -q -z"], &["rec", "run1", "run2"]);
+
+    // -s: gmon.sum byte for byte, and the report of the sum.
+    let theirs_dir = dir.join("theirs");
+    let ours_dir = dir.join("ours");
+    for d in [&theirs_dir, &ours_dir] {
+        std::fs::create_dir_all(d).unwrap();
+        for f in ["rec", "run1", "run2"] {
+            std::fs::copy(dir.join(f), d.join(f)).unwrap();
+        }
+    }
+    let args = split("-s rec run1 run2");
+    let a = run_in(&ours_dir, &mslprof(), &args);
+    let b = run_in(&theirs_dir, Path::new("gprof"), &args);
+    assert_eq!(a.status.code(), b.status.code());
+    assert_eq!(a.stdout, b.stdout);
+    let ours = std::fs::read(ours_dir.join("gmon.sum")).expect("mslprof wrote gmon.sum");
+    let theirs = std::fs::read(theirs_dir.join("gmon.sum")).expect("gprof wrote gmon.sum");
+    // gprof leaves the header's 12 spare bytes (offset 8..20) uninitialised; everything else must match.
+    assert_eq!(ours.len(), theirs.len(), "gmon.sum size");
+    assert!(
+        ours[..8] == theirs[..8] && ours[20..] == theirs[20..],
+        "gmon.sum differs from gprof's"
+    );
+    assert_eq!(&ours[8..20], &[0u8; 12], "spare header bytes are zero");
+    assert_same(&ours_dir, &["-b", "-i"], &["rec", "gmon.sum"]);
+}
+
+#[test]
+fn bad_input_gives_one_line_and_exit_1() {
+    if !tools_present() {
+        return;
+    }
+    let dir = scratch("damage");
+    let gmon = build_and_run(
+        &dir,
+        "gcc",
+        &["-pg", "-O0"],
+        &["recursion.c"],
+        "rec",
+        "gmon.out",
+    );
+    let bytes = std::fs::read(&gmon).unwrap();
+    let m = mslprof();
+    let check = |args: &[&str], what: &str| {
+        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        let out = run_in(&dir, &m, &args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "{what}: exit status; stderr {err}"
+        );
+        assert_eq!(err.lines().count(), 1, "{what}: want one line, got {err:?}");
+        assert!(err.starts_with("mslprof: "), "{what}: {err:?}");
+        assert!(!err.contains("panicked"), "{what}: {err:?}");
+    };
+    // Every truncation point of the header and a sample of later ones.
+    let mut cuts: Vec<usize> = (0..40.min(bytes.len())).collect();
+    cuts.extend((40..bytes.len()).step_by(97));
+    for cut in cuts {
+        std::fs::write(dir.join("cut"), &bytes[..cut]).unwrap();
+        let out = run_in(&dir, &m, &split("-b rec cut"));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked"), "cut at {cut}: {err}");
+        if cut < 20 {
+            assert_eq!(out.status.code(), Some(1), "cut at {cut} accepted");
+        }
+        if out.status.code() != Some(0) {
+            assert_eq!(err.lines().count(), 1, "cut at {cut}: {err:?}");
+            assert!(err.starts_with("mslprof: cut: "), "cut at {cut}: {err:?}");
+        }
+    }
+    std::fs::write(
+        dir.join("foreign"),
+        b"this is not a profile at all, just some text\n",
+    )
+    .unwrap();
+    check(&["rec", "foreign"], "foreign file");
+    check(&["rec", "missing.out"], "missing profile");
+    check(&["missing-exe", "gmon.out"], "missing executable");
+    std::fs::copy(fixtures().join("recursion.c"), dir.join("notelf")).unwrap();
+    check(&["notelf", "gmon.out"], "executable that is not ELF");
+}
+
+#[test]
+fn closed_stdout_is_quiet() {
+    if !tools_present() {
+        return;
+    }
+    let dir = scratch("pipe");
+    build_and_run(
+        &dir,
+        "gcc",
+        &["-pg", "-O0"],
+        &["recursion.c"],
+        "rec",
+        "gmon.out",
+    );
+    let mut child = Command::new(mslprof())
+        .current_dir(&dir)
+        .args(["-z", "rec", "gmon.out"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(
+        out.stderr.is_empty(),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// xorshift64*, so the random graphs are the same on every run.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) % n.max(1)
+    }
+}
+
+/// Dense random call graphs (many overlapping cycles, repeated arcs, self-calls) over the functions of
+/// the golden Lua binary: cycle numbering, cycle membership, propagation and every tie-break must come
+/// out as in gprof.
+#[test]
+fn random_call_graphs_match_gprof() {
+    if !tools_present() {
+        return;
+    }
+    let dir = scratch("random");
+    let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join("golden/analyzer/lua/lua");
+    std::fs::copy(&golden, dir.join("lua")).unwrap();
+    let nm = Command::new("nm")
+        .args(["--defined-only", golden.to_str().unwrap()])
+        .output();
+    let Ok(nm) = nm else {
+        eprintln!("SKIPPED: no `nm`");
+        return;
+    };
+    let mut funcs: Vec<u64> = String::from_utf8_lossy(&nm.stdout)
+        .lines()
+        .filter_map(|l| {
+            let mut it = l.split_whitespace();
+            let (a, t) = (it.next()?, it.next()?);
+            (t == "t" || t == "T")
+                .then(|| u64::from_str_radix(a, 16).ok())
+                .flatten()
+        })
+        .collect();
+    funcs.sort_unstable();
+    funcs.dedup();
+    let low = funcs[0] & !3;
+    let high = (funcs[funcs.len() - 1] + 0x400) & !3;
+    for seed in 1..=6u64 {
+        // Odd seeds: an odd span and a bucket count that does not divide it (fractional scale, which
+        // gprof computes in integers first).
+        let high = if seed % 2 == 1 { high + 1 } else { high };
+        let nbins = if seed % 2 == 1 {
+            (high - low) / 3
+        } else {
+            (high - low) / 4
+        };
+        let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ seed);
+        let mut f = Vec::new();
+        f.extend_from_slice(b"gmon");
+        f.extend_from_slice(&1u32.to_le_bytes());
+        f.extend_from_slice(&[0; 12]);
+        f.push(0);
+        f.extend_from_slice(&low.to_le_bytes());
+        f.extend_from_slice(&high.to_le_bytes());
+        f.extend_from_slice(&(nbins as u32).to_le_bytes());
+        f.extend_from_slice(&100u32.to_le_bytes());
+        f.extend_from_slice(b"seconds\0\0\0\0\0\0\0\0s");
+        let mut bins = vec![0u16; nbins as usize];
+        for _ in 0..3000 {
+            bins[rng.below(nbins) as usize] += 1 + rng.below(8) as u16;
+        }
+        for b in bins {
+            f.extend_from_slice(&b.to_le_bytes());
+        }
+        let chosen: Vec<u64> = (0..60)
+            .map(|_| funcs[rng.below(funcs.len() as u64) as usize])
+            .collect();
+        for _ in 0..150 {
+            f.push(1);
+            let from = chosen[rng.below(60) as usize] + 4 + rng.below(40);
+            let to = chosen[rng.below(60) as usize];
+            f.extend_from_slice(&from.to_le_bytes());
+            f.extend_from_slice(&to.to_le_bytes());
+            f.extend_from_slice(&(1 + rng.below(49) as u32).to_le_bytes());
+        }
+        let name = format!("r{seed}.gmon");
+        std::fs::write(dir.join(&name), f).unwrap();
+        assert_same(&dir, &["-b", "-b -T -z"], &["lua", &name]);
+    }
+}
+
+/// Split a GNU gmon.out into (header, histogram records, arc records).
+fn split_records(bytes: &[u8]) -> (Vec<u8>, Vec<u8>, Vec<u8>) {
+    let (mut hist, mut arcs) = (Vec::new(), Vec::new());
+    let mut i = 20;
+    while i < bytes.len() {
+        match bytes[i] {
+            0 => {
+                let nbins = u32::from_le_bytes(bytes[i + 17..i + 21].try_into().unwrap()) as usize;
+                let len = 1 + 8 + 8 + 4 + 4 + 15 + 1 + 2 * nbins;
+                hist.extend_from_slice(&bytes[i..i + len]);
+                i += len;
+            }
+            1 => {
+                arcs.extend_from_slice(&bytes[i..i + 21]);
+                i += 21;
+            }
+            t => panic!("unexpected record tag {t}"),
+        }
+    }
+    (bytes[..20].to_vec(), hist, arcs)
+}
+
+/// Profiles with only a histogram, only arcs (gprof then divides by a zero rate and prints `-nan`), or
+/// nothing at all; and `-p`/`-q` asked for a table the profile cannot give (exit status 1).
+#[test]
+fn partial_profiles_match_gprof() {
+    if !tools_present() {
+        return;
+    }
+    let dir = scratch("partial");
+    let gmon = build_and_run(
+        &dir,
+        "gcc",
+        &["-pg", "-O0"],
+        &["recursion.c"],
+        "rec",
+        "gmon.out",
+    );
+    let (header, hist, arcs) = split_records(&std::fs::read(gmon).unwrap());
+    std::fs::write(dir.join("hist"), [header.clone(), hist].concat()).unwrap();
+    std::fs::write(dir.join("arcs"), [header.clone(), arcs].concat()).unwrap();
+    std::fs::write(dir.join("empty"), &header).unwrap();
+    let m = mslprof();
+    for (file, opts) in [
+        ("hist", "-b"),
+        ("hist", "-b -z"),
+        ("arcs", "-b"),
+        ("arcs", "-b -z"),
+        ("arcs", "-b -T"),
+        ("empty", "-b"),
+    ] {
+        assert_same(&dir, &[opts], &["rec", file]);
+    }
+    for (file, opts) in [("hist", "-b -q"), ("arcs", "-b -p"), ("empty", "-b -p")] {
+        let mut args = split(opts);
+        args.extend(["rec".to_string(), file.to_string()]);
+        let ours = run_in(&dir, &m, &args);
+        let theirs = run_in(&dir, Path::new("gprof"), &args);
+        assert_eq!(ours.status.code(), theirs.status.code(), "{opts} {file}");
+        assert_eq!(ours.status.code(), Some(1));
+        assert_eq!(String::from_utf8_lossy(&ours.stderr).lines().count(), 1);
+    }
+}
+
+/// A statically linked -pg program: thousands of libc symbols (IFUNCs, weak aliases, local labels).
+#[test]
+fn static_program_matches_gprof() {
+    if !tools_present() {
+        return;
+    }
+    let dir = scratch("static");
+    let srcs = ["cycles_main.c", "cycles_other.c"];
+    let mut cmd = Command::new("gcc");
+    cmd.args(["-pg", "-O1", "-static", "-o"])
+        .arg(dir.join("st"));
+    for s in srcs {
+        cmd.arg(fixtures().join(s));
+    }
+    if !cmd.output().is_ok_and(|o| o.status.success()) {
+        eprintln!("SKIPPED: no static libc to link against");
+        return;
+    }
+    let run = Command::new(dir.join("st"))
+        .current_dir(&dir)
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(run.success());
+    assert_same(
+        &dir,
+        &["-b", "-b -p -z", "-b -q -z", "-b -T -z", "-b -p -a -z"],
+        &["st", "gmon.out"],
+    );
+}
+
+/// The same profile in the old BSD layout (no magic, no rate: gprof assumes 100 Hz).
+#[test]
+fn old_bsd_layout_matches_gprof() {
+    if !tools_present() {
+        return;
+    }
+    let dir = scratch("bsd");
+    let gmon = build_and_run(
+        &dir,
+        "gcc",
+        &["-pg", "-O0"],
+        &["recursion.c"],
+        "rec",
+        "gmon.out",
+    );
+    let (_, hist, arcs) = split_records(&std::fs::read(gmon).unwrap());
+    let low = u64::from_le_bytes(hist[1..9].try_into().unwrap());
+    let high = u64::from_le_bytes(hist[9..17].try_into().unwrap());
+    let samples = &hist[41..];
+    let mut bsd = Vec::new();
+    bsd.extend_from_slice(&low.to_le_bytes());
+    bsd.extend_from_slice(&high.to_le_bytes());
+    bsd.extend_from_slice(&(24 + samples.len() as u32).to_le_bytes());
+    bsd.extend_from_slice(&[0; 4]);
+    bsd.extend_from_slice(samples);
+    for a in arcs.chunks(21) {
+        bsd.extend_from_slice(&a[1..17]);
+        bsd.extend_from_slice(
+            &u64::from(u32::from_le_bytes(a[17..21].try_into().unwrap())).to_le_bytes(),
+        );
+    }
+    std::fs::write(dir.join("bsd.out"), bsd).unwrap();
+    assert_same(&dir, &["-b", "-b -z", "-b -T", "-i"], &["rec", "bsd.out"]);
+}
