@@ -25,18 +25,18 @@ pub fn cc(dir: &Path, args: &[&str]) -> Result<(), String> {
     Ok(())
 }
 
-/// The call-heavy fib program: a plain build and a `-pg` build, both -O2.
-pub struct FibBuilds {
+/// A benchmark program built twice: plain and with `-pg`, both -O2.
+pub struct Builds {
     pub plain: PathBuf,
     pub pg: PathBuf,
 }
 
-pub fn build_fib(dir: &Path) -> Result<FibBuilds, String> {
+pub fn build_fib(dir: &Path) -> Result<Builds, String> {
     let src = source_dir().join("fib_fp.c");
     let src = src.to_string_lossy();
     cc(dir, &["-O2", "-pthread", "-o", "fib_plain", &src])?;
     cc(dir, &["-O2", "-pg", "-pthread", "-o", "fib_pg", &src])?;
-    Ok(FibBuilds {
+    Ok(Builds {
         plain: dir.join("fib_plain"),
         pg: dir.join("fib_pg"),
     })
@@ -84,4 +84,76 @@ pub fn build_spin(dir: &Path) -> Result<PathBuf, String> {
         ],
     )?;
     Ok(dir.join("spin"))
+}
+
+/// The Lua 5.4 sources of the `lua-src` crate (a dev-dependency of this crate, so cargo has fetched it),
+/// found through `cargo metadata`.
+pub fn lua_sources(workspace: &Path) -> Result<PathBuf, String> {
+    let out = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args(["metadata", "--format-version", "1"])
+        .current_dir(workspace)
+        .output()
+        .map_err(|e| format!("cannot run cargo metadata: {e}"))?;
+    let meta: serde_json::Value =
+        serde_json::from_slice(&out.stdout).map_err(|e| format!("cargo metadata: {e}"))?;
+    let manifest = meta["packages"]
+        .as_array()
+        .and_then(|ps| ps.iter().find(|p| p["name"] == "lua-src"))
+        .and_then(|p| p["manifest_path"].as_str())
+        .ok_or("cargo metadata does not list lua-src")?;
+    let dir = Path::new(manifest)
+        .parent()
+        .ok_or("lua-src has no folder")?;
+    std::fs::read_dir(dir)
+        .map_err(|e| format!("{}: {e}", dir.display()))?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("lua-5.4"))
+        })
+        .max()
+        .ok_or_else(|| format!("no lua-5.4 sources in {}", dir.display()))
+}
+
+/// A real workload: the Lua 5.4 interpreter as a shared library `liblua.so` and a driver program running a
+/// fixed script (the one the analyzer's golden files use), built plain and with `-pg` into `dir/plain` and
+/// `dir/pg`. Returns the two driver programs.
+pub fn build_lua(workspace: &Path, dir: &Path) -> Result<Builds, String> {
+    let lua = lua_sources(workspace)?;
+    let mut sources: Vec<String> = std::fs::read_dir(&lua)
+        .map_err(|e| format!("{}: {e}", lua.display()))?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "c"))
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect();
+    sources.sort();
+    let driver = workspace.join("tests/golden/analyzer/lua/driver.c");
+    let include = format!("-I{}", lua.display());
+    for (sub, extra) in [("plain", None), ("pg", Some("-pg"))] {
+        let out = dir.join(sub);
+        std::fs::create_dir_all(&out).map_err(|e| e.to_string())?;
+        let mut lib: Vec<&str> = vec![
+            "-O2",
+            "-DLUA_USE_LINUX",
+            "-fPIC",
+            "-shared",
+            "-o",
+            "liblua.so",
+        ];
+        lib.extend(extra);
+        lib.extend(sources.iter().map(String::as_str));
+        lib.push("-lm");
+        cc(&out, &lib)?;
+        let mut app: Vec<&str> = vec!["-O2", &include, "-o", "lua_app"];
+        app.extend(extra);
+        let driver = driver.to_string_lossy();
+        app.extend([driver.as_ref(), "-L.", "-llua", "-Wl,-rpath,$ORIGIN", "-lm"]);
+        cc(&out, &app)?;
+    }
+    Ok(Builds {
+        plain: dir.join("plain/lua_app"),
+        pg: dir.join("pg/lua_app"),
+    })
 }

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 /// The real rustc binary (not the rustup proxy), found through `rustc --print sysroot`.
-fn real_rustc() -> Option<PathBuf> {
+pub fn real_rustc() -> Option<PathBuf> {
     let out = Command::new("rustc")
         .args(["--print", "sysroot"])
         .output()
