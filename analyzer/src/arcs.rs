@@ -40,7 +40,7 @@ pub fn tally(graph: &mut Graph, arc: RawArc, filters: &Filters, gnu: bool, stats
         .caller_module
         .and_then(|m| graph.lookup(m, arc.caller_address));
     let first = graph.modules[arc.callee_module].syms.start;
-    while !graph.syms[child].is_func {
+    while !graph.syms[child].symbol.is_func {
         if child == first {
             return;
         }

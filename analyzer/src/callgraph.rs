@@ -56,42 +56,22 @@ pub fn assemble(g: &mut Graph, filters: &Filters) -> (Vec<usize>, f64) {
     (time_sorted, print_time)
 }
 
+/// The print flag and propagation fraction a function (or a whole cycle) inherits from its callers
+/// (gprof's `inherit_flags`): any printed caller makes it printed, and each caller passes on its own
+/// fraction in proportion to the calls it makes. Self-calls and calls inside the cycle do not count.
 fn inherit_flags(g: &mut Graph, child: usize) {
     let head = g.syms[child].cyc_head;
+    let ncalls = g.syms[head].ncalls;
+    let (mut flag, mut fract) = (false, 0.0);
     if child == head {
-        let mut flag = false;
-        let mut fract = 0.0;
-        let ncalls = g.syms[child].ncalls;
-        for &a in g.syms[child].parents.iter().rev() {
-            let arc = &g.arcs[a];
-            let parent = &g.syms[arc.parent];
-            if arc.parent == child {
-                continue;
-            }
-            flag |= parent.print_flag;
-            if ncalls != 0 {
-                fract += parent.prop_fract * (arc.count as f64 / ncalls as f64);
-            }
-        }
+        inherit_from_callers(g, child, ncalls, |p| p == child, &mut flag, &mut fract);
         g.syms[child].print_flag = flag;
         g.syms[child].prop_fract = fract;
     } else {
-        let mut flag = false;
-        let mut fract = 0.0;
-        let ncalls = g.syms[head].ncalls;
         let mut m = g.syms[head].cyc_next;
         while m != NONE {
-            for &a in g.syms[m].parents.iter().rev() {
-                let arc = &g.arcs[a];
-                let parent = &g.syms[arc.parent];
-                if parent.cyc_head == head {
-                    continue;
-                }
-                flag |= parent.print_flag;
-                if ncalls != 0 {
-                    fract += parent.prop_fract * (arc.count as f64 / ncalls as f64);
-                }
-            }
+            let in_cycle = |p: usize| g.syms[p].cyc_head == head;
+            inherit_from_callers(g, m, ncalls, in_cycle, &mut flag, &mut fract);
             m = g.syms[m].cyc_next;
         }
         let mut m = head;
@@ -99,6 +79,29 @@ fn inherit_flags(g: &mut Graph, child: usize) {
             g.syms[m].print_flag = flag;
             g.syms[m].prop_fract = fract;
             m = g.syms[m].cyc_next;
+        }
+    }
+}
+
+/// Adds to `flag` and `fract` what the callers of `callee` pass on, skipping those `skip` names; `ncalls`
+/// are the calls of the function or cycle that inherits.
+fn inherit_from_callers(
+    g: &Graph,
+    callee: usize,
+    ncalls: u64,
+    skip: impl Fn(usize) -> bool,
+    flag: &mut bool,
+    fract: &mut f64,
+) {
+    for &a in g.syms[callee].parents.iter().rev() {
+        let arc = &g.arcs[a];
+        if skip(arc.parent) {
+            continue;
+        }
+        let parent = &g.syms[arc.parent];
+        *flag |= parent.print_flag;
+        if ncalls != 0 {
+            *fract += parent.prop_fract * (arc.count as f64 / ncalls as f64);
         }
     }
 }
@@ -203,8 +206,8 @@ fn cmp_total(l: &Sym, r: &Sym) -> Ordering {
         (false, true) => return Ordering::Greater,
         _ => {}
     }
-    let l0 = l.name.as_bytes().first() == Some(&b'_');
-    let r0 = r.name.as_bytes().first() == Some(&b'_');
+    let l0 = l.symbol.name.as_bytes().first() == Some(&b'_');
+    let r0 = r.symbol.name.as_bytes().first() == Some(&b'_');
     if !l0 && r0 {
         return Ordering::Less;
     }
@@ -213,7 +216,7 @@ fn cmp_total(l: &Sym, r: &Sym) -> Ordering {
     }
     r.ncalls
         .cmp(&l.ncalls)
-        .then_with(|| l.name.as_bytes().cmp(r.name.as_bytes()))
+        .then_with(|| l.symbol.name.as_bytes().cmp(r.symbol.name.as_bytes()))
 }
 
 /// gprof's `print_name_only`: the printed name (demangled unless BSD style).
@@ -224,14 +227,14 @@ pub fn name_only(s: &Sym, style: &Style) -> String {
         s.display.clone()
     };
     if style.inline_file_names
-        && let Some(f) = &s.file
+        && let Some(f) = &s.symbol.file
     {
         let f = if style.print_path {
             f.as_str()
         } else {
             f.rsplit('/').next().unwrap_or(f)
         };
-        let _ = write!(out, " ({}:{})", f, s.line);
+        let _ = write!(out, " ({}:{})", f, s.symbol.line);
     }
     out
 }
@@ -296,19 +299,7 @@ pub fn print(out: &mut Out, g: &mut Graph, time_sorted: &[usize], print_time: f6
             out.push_str("\t\t\tCall graph\n\n");
         }
     }
-    let _ = write!(
-        out,
-        "\ngranularity: each sample hit covers {} byte(s)",
-        style.granularity
-    );
-    if print_time > 0.0 {
-        let _ = write!(
-            out,
-            " for {:.2}% of {:.2} seconds\n\n",
-            CFloat(100.0 / print_time),
-            CFloat(print_time / style.hz)
-        );
-    } else {
+    if !style.write_granularity(out, print_time, "seconds") {
         out.push_str(" no time propagated\n\n");
         print_time = 1.0;
     }
@@ -443,7 +434,6 @@ fn print_cycle(out: &mut Out, g: &mut Graph, cyc: usize, print_time: f64, style:
 }
 
 fn print_parents(out: &mut Out, g: &Graph, child: usize, style: &Style) {
-    let hz = style.hz;
     let kids_w = if style.bsd { 11 } else { 7 };
     let c = &g.syms[child];
     let head = c.cyc_head;
@@ -461,32 +451,12 @@ fn print_parents(out: &mut Out, g: &Graph, child: usize, style: &Style) {
     for a in arcs {
         let arc = &g.arcs[a];
         let parent = &g.syms[arc.parent];
-        if arc.parent == child || (c.cyc_num != 0 && parent.cyc_num == c.cyc_num) {
-            let _ = write!(
-                out,
-                "{:>6.6} {:>5.5} {:>7.7} {:>kids_w$.kids_w$} {:>7} {:>7.7}     ",
-                "", "", "", "", arc.count, ""
-            );
-        } else {
-            let _ = write!(
-                out,
-                "{:>6.6} {:>5.5} {:>7.2} {:>kids_w$.2} {:>7}/{:<7}     ",
-                "",
-                "",
-                CFloat(arc.time / hz),
-                CFloat(arc.child_time / hz),
-                arc.count,
-                g.syms[head].ncalls
-            );
-        }
-        out.push_str(&name_full(parent, style));
-        out.push('\n');
+        let in_cycle = arc.parent == child || (c.cyc_num != 0 && parent.cyc_num == c.cyc_num);
+        print_arc_line(out, g, a, arc.parent, in_cycle, g.syms[head].ncalls, style);
     }
 }
 
 fn print_children(out: &mut Out, g: &Graph, parent: usize, style: &Style) {
-    let hz = style.hz;
-    let kids_w = if style.bsd { 11 } else { 7 };
     let p = &g.syms[parent];
     // Descending; among equals, the arc seen first comes first.
     let mut arcs = p.children.clone();
@@ -494,27 +464,54 @@ fn print_children(out: &mut Out, g: &Graph, parent: usize, style: &Style) {
     for a in arcs {
         let arc = &g.arcs[a];
         let child = &g.syms[arc.child];
-        if arc.child == parent || (child.cyc_num != 0 && child.cyc_num == p.cyc_num) {
-            let _ = write!(
-                out,
-                "{:>6.6} {:>5.5} {:>7.7} {:>kids_w$.kids_w$} {:>7} {:>7.7}     ",
-                "", "", "", "", arc.count, ""
-            );
-        } else {
-            let _ = write!(
-                out,
-                "{:>6.6} {:>5.5} {:>7.2} {:>kids_w$.2} {:>7}/{:<7}     ",
-                "",
-                "",
-                CFloat(arc.time / hz),
-                CFloat(arc.child_time / hz),
-                arc.count,
-                g.syms[child.cyc_head].ncalls
-            );
-        }
-        out.push_str(&name_full(child, style));
-        out.push('\n');
+        let in_cycle = arc.child == parent || (child.cyc_num != 0 && child.cyc_num == p.cyc_num);
+        print_arc_line(
+            out,
+            g,
+            a,
+            arc.child,
+            in_cycle,
+            g.syms[child.cyc_head].ncalls,
+            style,
+        );
     }
+}
+
+/// One parent or child line of a call-graph entry, naming `other` (the arc's far end). An arc inside a
+/// cycle (or a self-call) shows only its count; any other shows the time and child time it carries and
+/// `count/calls`, `calls` being those of the callee (or of its cycle).
+fn print_arc_line(
+    out: &mut Out,
+    g: &Graph,
+    a: usize,
+    other: usize,
+    in_cycle: bool,
+    calls: u64,
+    style: &Style,
+) {
+    let hz = style.hz;
+    let kids_w = if style.bsd { 11 } else { 7 };
+    let arc = &g.arcs[a];
+    if in_cycle {
+        let _ = write!(
+            out,
+            "{:>6.6} {:>5.5} {:>7.7} {:>kids_w$.kids_w$} {:>7} {:>7.7}     ",
+            "", "", "", "", arc.count, ""
+        );
+    } else {
+        let _ = write!(
+            out,
+            "{:>6.6} {:>5.5} {:>7.2} {:>kids_w$.2} {:>7}/{:<7}     ",
+            "",
+            "",
+            CFloat(arc.time / hz),
+            CFloat(arc.child_time / hz),
+            arc.count,
+            calls
+        );
+    }
+    out.push_str(&name_full(&g.syms[other], style));
+    out.push('\n');
 }
 
 /// Print the index by function name (gprof's `cg_print_index`).
@@ -522,7 +519,13 @@ pub fn print_index(out: &mut Out, g: &Graph, style: &Style) {
     let mut names: Vec<usize> = (0..g.nsyms)
         .filter(|&s| !(style.ignore_zeros && g.syms[s].ncalls == 0 && g.syms[s].hist_time == 0.0))
         .collect();
-    names.sort_by(|&l, &r| g.syms[l].name.as_bytes().cmp(g.syms[r].name.as_bytes()));
+    names.sort_by(|&l, &r| {
+        g.syms[l]
+            .symbol
+            .name
+            .as_bytes()
+            .cmp(g.syms[r].symbol.name.as_bytes())
+    });
     let nnames = names.len();
     for num in 1..=g.num_cycles {
         names.push(g.cycle(num));
@@ -565,8 +568,8 @@ pub fn print_index(out: &mut Out, g: &Graph, style: &Style) {
                     let name = name_only(s, style);
                     col += name.len() as i64;
                     out.push_str(&name);
-                    if s.is_static
-                        && let Some(f) = &s.file
+                    if s.symbol.is_static
+                        && let Some(f) = &s.symbol.file
                     {
                         let f = if style.print_path {
                             f.as_str()

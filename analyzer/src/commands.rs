@@ -6,14 +6,14 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::SystemTime;
 
-use mslprof_analyzer::input::Target;
+use mslprof_format::GnuTarget;
 
 const DEMO_MAIN: &str = include_str!("../demo/demo.c");
 const DEMO_SHAPES: &str = include_str!("../demo/shapes.c");
 const DEMO_TEXT: &str = include_str!("../demo/text.c");
 
 /// Byte order and address width of an ELF file (for GNU gmon.out decoding).
-pub fn elf_target(path: &Path) -> Option<Target> {
+pub fn elf_target(path: &Path) -> Option<GnuTarget> {
     use std::io::Read;
     let mut ident = [0u8; 16];
     std::fs::File::open(path)
@@ -23,7 +23,7 @@ pub fn elf_target(path: &Path) -> Option<Target> {
     if &ident[..4] != b"\x7fELF" {
         return None;
     }
-    Some(Target {
+    Some(GnuTarget {
         big_endian: ident[5] == 2,
         address_size: if ident[4] == 1 { 4 } else { 8 },
     })
@@ -206,31 +206,14 @@ fn demo_inner(args: &[String]) -> Result<ExitCode, String> {
     ] {
         std::fs::write(d.join(name), text).map_err(|e| format!("{name}: {e}"))?;
     }
-    compile(
-        d,
-        &[
-            "-pg",
-            "-O1",
-            "-fPIC",
-            "-shared",
-            "-o",
-            "libshapes.so",
-            "shapes.c",
-            "-lm",
-        ],
-    )?;
-    compile(
-        d,
-        &[
-            "-pg",
-            "-O1",
-            "-fPIC",
-            "-shared",
-            "-o",
-            "libtext.so",
-            "text.c",
-        ],
-    )?;
+    for (library, source, libs) in [
+        ("libshapes.so", "shapes.c", &["-lm"][..]),
+        ("libtext.so", "text.c", &[]),
+    ] {
+        let mut args = vec!["-pg", "-O1", "-fPIC", "-shared", "-o", library, source];
+        args.extend_from_slice(libs);
+        compile(d, &args)?;
+    }
     compile(
         d,
         &[
@@ -284,10 +267,10 @@ pub fn export(args: &[String]) -> ExitCode {
 fn export_inner(input: &Path, outdir: &Path) -> Result<(), String> {
     use mslprof_format::model::{Profile, module_flags};
     let bytes = std::fs::read(input).map_err(|e| format!("{}: {e}", input.display()))?;
-    if !mslprof_analyzer::input::is_mslprof(&bytes) {
+    if !crate::is_mslprof(&bytes) {
         return Err(format!("{}: not an mslprof profile", input.display()));
     }
-    let profile = mslprof_format::read(&bytes, mslprof_format::GnuTarget::default())
+    let profile = mslprof_format::read(&bytes, GnuTarget::default())
         .map_err(|e| format!("{}: {}", input.display(), e.kind))?;
     let merged = mslprof_analyzer::merge::merge(
         &[mslprof_analyzer::report::Input {
@@ -322,7 +305,7 @@ fn export_inner(input: &Path, outdir: &Path) -> Result<(), String> {
         let name = String::from_utf8_lossy(&m.name).into_owned();
         let out = outdir.join(format!("gmon.{name}.out"));
         let mut buf = Vec::new();
-        mslprof_format::write_gnu(&single, mslprof_format::GnuTarget::default(), &mut buf)
+        mslprof_format::write_gnu(&single, GnuTarget::default(), &mut buf)
             .map_err(|e| format!("{}: {e}", out.display()))?;
         std::fs::write(&out, buf).map_err(|e| format!("{}: {e}", out.display()))?;
         println!(

@@ -35,7 +35,7 @@ fn cmp_time(g: &Graph, l: usize, r: usize) -> std::cmp::Ordering {
     }
     b.ncalls
         .cmp(&a.ncalls)
-        .then_with(|| a.name.as_bytes().cmp(b.name.as_bytes()))
+        .then_with(|| a.symbol.name.as_bytes().cmp(b.symbol.name.as_bytes()))
 }
 
 /// Print the flat profile.
@@ -87,20 +87,7 @@ pub fn print(out: &mut Out, g: &Graph, total_time: f64, filters: &Filters, style
     // Header.
     let unit = format!("{}{}/call", prefix, style.dimension_abbrev);
     if style.bsd {
-        let _ = write!(
-            out,
-            "\ngranularity: each sample hit covers {} byte(s)",
-            style.granularity
-        );
-        if total_time > 0.0 {
-            let _ = write!(
-                out,
-                " for {:.2}% of {:.2} {}\n\n",
-                CFloat(100.0 / total_time),
-                CFloat(total_time / hz),
-                style.dimension
-            );
-        }
+        style.write_granularity(out, total_time, &style.dimension);
     } else {
         let _ = write!(
             out,
@@ -148,23 +135,15 @@ pub fn print(out: &mut Out, g: &Graph, total_time: f64, filters: &Filters, style
         } else {
             0.0
         };
-        if style.bsd {
-            let _ = write!(
-                out,
-                "{:>5.1} {:>10.2} {:>8.2}",
-                CFloat(pct),
-                CFloat(accum / hz),
-                CFloat(sym.hist_time / hz)
-            );
-        } else {
-            let _ = write!(
-                out,
-                "{:>6.2} {:>9.2} {:>8.2}",
-                CFloat(pct),
-                CFloat(accum / hz),
-                CFloat(sym.hist_time / hz)
-            );
-        }
+        // gprof's `%5.1f %10.2f %8.2f` for -T, `%6.2f %9.2f %8.2f` otherwise.
+        let (pct_w, pct_p, cum_w) = if style.bsd { (5, 1, 10) } else { (6, 2, 9) };
+        let _ = write!(
+            out,
+            "{:>pct_w$.pct_p$} {:>cum_w$.2} {:>8.2}",
+            CFloat(pct),
+            CFloat(accum / hz),
+            CFloat(sym.hist_time / hz)
+        );
         if sym.ncalls != 0 {
             let n = sym.ncalls as f64;
             let _ = write!(

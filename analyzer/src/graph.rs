@@ -5,6 +5,8 @@
 use std::collections::HashMap;
 use std::ops::Range;
 
+use crate::symbols::FunctionSymbol;
+
 /// "No symbol" in the linked lists below.
 pub const NONE: usize = usize::MAX;
 /// Topological order of a symbol not yet visited.
@@ -15,19 +17,13 @@ pub const DFN_BUSY: i64 = -1;
 /// One function (or, with `is_cycle`, one cycle as a whole).
 #[derive(Clone, Debug, Default)]
 pub struct Sym {
-    /// Name as in the symbol table (mangled); empty for a cycle.
-    pub name: String,
+    /// The function as the symbol table gives it (name mangled, link-time address); empty for a cycle.
+    pub symbol: FunctionSymbol,
     /// Name as printed (demangled, module-qualified where ambiguous).
     pub display: String,
     /// `@module` suffix when the name alone is ambiguous across modules (empty otherwise).
     pub qualifier: String,
     pub module: usize,
-    pub addr: u64,
-    pub end_addr: u64,
-    pub is_func: bool,
-    pub is_static: bool,
-    pub file: Option<String>,
-    pub line: u32,
     pub is_cycle: bool,
 
     pub scaled_addr: u64,
@@ -56,7 +52,7 @@ pub struct Sym {
 impl Sym {
     /// The symbol-table name with its module qualifier (what BSD-style output prints).
     pub fn raw_display(&self) -> String {
-        format!("{}{}", self.name, self.qualifier)
+        format!("{}{}", self.symbol.name, self.qualifier)
     }
 }
 
@@ -105,12 +101,12 @@ impl Graph {
     pub fn lookup(&self, module: usize, addr: u64) -> Option<usize> {
         let range = self.modules.get(module)?.syms.clone();
         let table = &self.syms[range.clone()];
-        let pos = table.partition_point(|s| s.addr <= addr);
+        let pos = table.partition_point(|s| s.symbol.addr <= addr);
         if pos == 0 {
             return None;
         }
         let s = &table[pos - 1];
-        if addr > s.end_addr {
+        if addr > s.symbol.end_addr {
             return None;
         }
         Some(range.start + pos - 1)

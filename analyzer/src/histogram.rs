@@ -30,7 +30,7 @@ pub fn scale_entries(graph: &mut Graph) {
     for m in 0..graph.modules.len() {
         let unit = graph.modules[m].unit.max(1);
         for s in graph.modules[m].syms.clone() {
-            graph.syms[s].scaled_addr = graph.syms[s].addr / unit;
+            graph.syms[s].scaled_addr = graph.syms[s].symbol.addr / unit;
         }
     }
 }
@@ -68,7 +68,7 @@ pub fn assign(
                 } else if view.gnu_last_symbol {
                     0
                 } else {
-                    graph.syms[base + j].end_addr.wrapping_add(1) / unit
+                    graph.syms[base + j].symbol.end_addr.wrapping_add(1) / unit
                 };
                 if bin_high < sym_low {
                     break;

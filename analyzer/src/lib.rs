@@ -9,7 +9,6 @@ pub mod cycles;
 pub mod flat;
 pub mod graph;
 pub mod histogram;
-pub mod input;
 pub mod merge;
 pub mod output;
 pub mod report;

@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Parser;
+use mslprof_format::{FileFormat, GnuTarget};
 
-use mslprof_analyzer::input::{self, Target};
 use mslprof_analyzer::output::Out;
 use mslprof_analyzer::report::{self, Failure, Input, Options};
 use mslprof_analyzer::symbols::Demangle;
@@ -371,7 +371,13 @@ fn is_mslprof_file(p: &Path) -> bool {
     std::fs::File::open(p)
         .and_then(|mut f| f.read_exact(&mut magic))
         .is_ok()
-        && input::is_mslprof(&magic)
+        && is_mslprof(&magic)
+}
+
+/// Whether `bytes` start with the whole mslprof magic (a shorter prefix of it is read as GNU/BSD input and
+/// refused by the reader).
+pub(crate) fn is_mslprof(bytes: &[u8]) -> bool {
+    bytes.len() >= 8 && mslprof_format::detect(bytes) == Some(FileFormat::Mslprof)
 }
 
 /// Map a profile file read-only.
@@ -393,26 +399,26 @@ pub fn analyse(
     for p in profiles {
         maps.push((p.clone(), map_file(p)?));
     }
-    let any_mslprof = maps.iter().any(|(_, b)| input::is_mslprof(b));
+    let any_mslprof = maps.iter().any(|(_, b)| is_mslprof(b));
     let exe_for_gnu = exe.unwrap_or(Path::new("a.out"));
     let target = if any_mslprof {
-        Target::default()
+        GnuTarget::default()
     } else {
         commands::elf_target(exe_for_gnu).unwrap_or_default()
     };
     let read_all = move || -> Result<Vec<Input>, Failure> {
         let mut inputs = Vec::new();
         for (p, b) in maps {
-            if any_mslprof && !input::is_mslprof(&b) {
+            if any_mslprof && !is_mslprof(&b) {
                 return Err(Failure {
                     file: p.display().to_string(),
                     problem: "not an mslprof profile (GNU and mslprof profiles cannot be mixed)"
                         .into(),
                 });
             }
-            let release = |upto: usize| mslprof_analyzer::sys::release_prefix(&b, upto);
+            let mut release = |upto: usize| mslprof_analyzer::sys::release_prefix(&b, upto);
             let profile =
-                input::read_profile_releasing(&b, target, &release).map_err(|e| Failure {
+                mslprof_format::read_releasing(&b, target, &mut release).map_err(|e| Failure {
                     file: p.display().to_string(),
                     problem: e.to_string(),
                 })?;

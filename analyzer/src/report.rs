@@ -90,6 +90,26 @@ impl Style {
             out.push_str("\u{c}\n");
         }
     }
+
+    /// gprof's `granularity: each sample hit covers N byte(s)` line, completed when `time` (in samples) is
+    /// positive by ` for P% of T <dimension>` and a blank line. Returns whether `time` was positive.
+    pub fn write_granularity(&self, out: &mut Out, time: f64, dimension: &str) -> bool {
+        let _ = write!(
+            out,
+            "\ngranularity: each sample hit covers {} byte(s)",
+            self.granularity
+        );
+        if time > 0.0 {
+            let _ = write!(
+                out,
+                " for {:.2}% of {:.2} {}\n\n",
+                crate::cformat::CFloat(100.0 / time),
+                crate::cformat::CFloat(time / self.hz),
+                dimension
+            );
+        }
+        time > 0.0
+    }
 }
 
 /// A failure that stops the report: the file it concerns and what is wrong.
@@ -167,6 +187,25 @@ fn add_histogram(ranges: &mut Vec<HistRange>, h: Histogram) -> Result<(), String
     Ok(())
 }
 
+/// The user's symspec filters plus gprof's own: the profiling routines (`mcount` and kin) are left out of
+/// the flat profile, the call graph and time propagation.
+fn filters_with_gprof_defaults(g: &Graph, user: &[(Table, String)]) -> Filters {
+    let mut specs = user.to_vec();
+    for d in [
+        "_gprof_mcount",
+        "mcount",
+        "_mcount",
+        "__mcount",
+        "__mcount_internal",
+        "__mcleanup",
+    ] {
+        specs.push((Table::ExclTime, d.to_string()));
+        specs.push((Table::ExclGraph, d.to_string()));
+        specs.push((Table::ExclFlat, d.to_string()));
+    }
+    Filters::build(g, &specs)
+}
+
 fn file_name(path: &str) -> String {
     path.rsplit('/').next().unwrap_or(path).to_string()
 }
@@ -206,14 +245,8 @@ fn push_module_syms(g: &mut Graph, module: usize, syms: Vec<FunctionSymbol>, dem
     for s in syms {
         g.syms.push(Sym {
             display: symbols::demangle(&s.name, demangle),
-            name: s.name,
+            symbol: s,
             module,
-            addr: s.addr,
-            end_addr: s.end_addr,
-            is_func: s.is_func,
-            is_static: s.is_static,
-            file: s.file,
-            line: s.line,
             ..Sym::default()
         });
     }
@@ -266,20 +299,7 @@ pub fn run_gnu(
     push_module_syms(&mut g, 0, syms, opts.demangle);
     g.nsyms = g.syms.len();
 
-    let mut specs = opts.specs.clone();
-    for d in [
-        "_gprof_mcount",
-        "mcount",
-        "_mcount",
-        "__mcount",
-        "__mcount_internal",
-        "__mcleanup",
-    ] {
-        specs.push((Table::ExclTime, d.to_string()));
-        specs.push((Table::ExclGraph, d.to_string()));
-        specs.push((Table::ExclFlat, d.to_string()));
-    }
-    let filters = Filters::build(&g, &specs);
+    let filters = filters_with_gprof_defaults(&g, &opts.specs);
 
     // Histograms summed over files, arcs tallied in file order.
     let mut ranges = Vec::new();
@@ -438,8 +458,8 @@ fn check_belongs(g: &Graph, hist: &Histogram, exe: &Path, inputs: &[Input]) -> R
     let (Some(first), Some(last)) = (g.syms.first(), g.syms[..g.nsyms].last()) else {
         return Ok(());
     };
-    let lo = first.addr;
-    let hi = last.end_addr.max(last.addr);
+    let lo = first.symbol.addr;
+    let hi = last.symbol.end_addr.max(last.symbol.addr);
     let overlaps = hist.ranges.iter().any(|r| r.start <= hi && lo < r.end);
     if !overlaps {
         let prof = inputs
@@ -527,8 +547,8 @@ fn gnu_summary(
         for &a in g.syms[s].children.iter().rev() {
             let arc = &g.arcs[a];
             out.push(1);
-            out.extend_from_slice(&g.syms[arc.parent].addr.to_le_bytes());
-            out.extend_from_slice(&g.syms[arc.child].addr.to_le_bytes());
+            out.extend_from_slice(&g.syms[arc.parent].symbol.addr.to_le_bytes());
+            out.extend_from_slice(&g.syms[arc.child].symbol.addr.to_le_bytes());
             out.extend_from_slice(&(arc.count as u32).to_le_bytes());
         }
     }
@@ -752,20 +772,7 @@ pub fn run_mslprof(
     g.nsyms = g.syms.len();
     qualify_ambiguous(&mut g);
 
-    let mut specs = opts.specs.clone();
-    for d in [
-        "_gprof_mcount",
-        "mcount",
-        "_mcount",
-        "__mcount",
-        "__mcount_internal",
-        "__mcleanup",
-    ] {
-        specs.push((Table::ExclTime, d.to_string()));
-        specs.push((Table::ExclGraph, d.to_string()));
-        specs.push((Table::ExclFlat, d.to_string()));
-    }
-    let filters = Filters::build(&g, &specs);
+    let filters = filters_with_gprof_defaults(&g, &opts.specs);
     let mut stats = TallyStats::default();
     let mut have_arcs = false;
     for (i, m) in profile.modules.iter().enumerate() {
@@ -898,7 +905,7 @@ pub fn run_mslprof(
 fn qualify_ambiguous(g: &mut Graph) {
     let mut seen: HashMap<&str, (usize, bool)> = HashMap::new();
     for s in &g.syms[..g.nsyms] {
-        seen.entry(s.name.as_str())
+        seen.entry(s.symbol.name.as_str())
             .and_modify(|e| {
                 if e.0 != s.module {
                     e.1 = true;
@@ -912,7 +919,7 @@ fn qualify_ambiguous(g: &mut Graph) {
         .map(|(k, _)| k.to_string())
         .collect();
     for s in 0..g.nsyms {
-        if ambiguous.contains(&g.syms[s].name) {
+        if ambiguous.contains(&g.syms[s].symbol.name) {
             let q = format!("@{}", g.modules[g.syms[s].module].name);
             g.syms[s].display.push_str(&q);
             g.syms[s].qualifier = q;

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use object::{Object, ObjectSection, ObjectSymbol, SectionFlags, SymbolFlags, SymbolSection};
 
 /// One selected symbol before analysis.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct FunctionSymbol {
     pub name: String,
     /// Link-time address (the ELF `st_value`).
@@ -405,20 +405,23 @@ pub fn load(path: &Path, opts: SelectOptions) -> Result<ModuleSymbols, SymbolErr
     let address_size = if file.is_64() { 8 } else { 4 };
     let text_end = text_end_of(&file, opts);
     let has_symtab = file.symbols().next().is_some();
+    let found = |syms: Vec<FunctionSymbol>, dynamic_only: bool, debug_file: Option<PathBuf>| {
+        ModuleSymbols {
+            symbols: finalize(syms, text_end),
+            build_id: build_id.clone(),
+            dynamic_only,
+            big_endian,
+            address_size,
+            debug_file,
+        }
+    };
     if has_symtab {
         let mut syms = collect(&file, data, false, opts);
         if syms.is_empty() {
             return Err(SymbolError::NoSymbols);
         }
         attach_sources(&file, &mut syms);
-        return Ok(ModuleSymbols {
-            symbols: finalize(syms, text_end),
-            build_id,
-            dynamic_only: false,
-            big_endian,
-            address_size,
-            debug_file: None,
-        });
+        return Ok(found(syms, false, None));
     }
     for cand in debug_file_candidates(path, &file) {
         let Ok(dmap) = crate::sys::map_file(&cand) else {
@@ -436,27 +439,13 @@ pub fn load(path: &Path, opts: SelectOptions) -> Result<ModuleSymbols, SymbolErr
             continue;
         }
         attach_sources(&dfile, &mut syms);
-        return Ok(ModuleSymbols {
-            symbols: finalize(syms, text_end),
-            build_id,
-            dynamic_only: false,
-            big_endian,
-            address_size,
-            debug_file: Some(cand),
-        });
+        return Ok(found(syms, false, Some(cand)));
     }
     let syms = collect(&file, data, true, opts);
     if syms.is_empty() {
         return Err(SymbolError::NoSymbols);
     }
-    Ok(ModuleSymbols {
-        symbols: finalize(syms, text_end),
-        build_id,
-        dynamic_only: true,
-        big_endian,
-        address_size,
-        debug_file: None,
-    })
+    Ok(found(syms, true, None))
 }
 
 /// How names are demangled for printing.
@@ -489,6 +478,12 @@ pub fn demangle(name: &str, style: Demangle) -> String {
     if style == Demangle::Auto && crate::sys::have_bfd_demangler() {
         return crate::sys::bfd_demangle(name).unwrap_or_else(|| name.to_string());
     }
+    demangle_without_bfd(name, style)
+}
+
+/// The demanglers used when libbfd is absent (or a style other than gprof's default is asked for):
+/// rustc-demangle for Rust names, then libstdc++'s `__cxa_demangle` (if installed), then cpp_demangle.
+fn demangle_without_bfd(name: &str, style: Demangle) -> String {
     if (name.starts_with("_R") || (name.starts_with("_ZN") && style != Demangle::Gnu))
         && let Ok(d) = rustc_demangle::try_demangle(name)
     {
@@ -522,6 +517,24 @@ pub fn demangle(name: &str, style: Demangle) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_are_demangled_without_libbfd() {
+        let cases = [
+            ("_ZN3foo3barEv", Demangle::Auto, "foo::bar()"),
+            ("_Z5greetPKc", Demangle::Gnu, "greet(char const*)"),
+            (
+                "_ZN4core3fmt5write17h0123456789abcdefE",
+                Demangle::Auto,
+                "core::fmt::write",
+            ),
+            ("_ZN3foo3barEv", Demangle::Rust, "_ZN3foo3barEv"),
+            ("main", Demangle::Auto, "main"),
+        ];
+        for (name, style, want) in cases {
+            assert_eq!(demangle_without_bfd(name, style), want, "{name} {style:?}");
+        }
+    }
 
     #[test]
     fn static_names_follow_gprof_rules() {

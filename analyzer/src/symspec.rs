@@ -102,7 +102,7 @@ pub fn matching(graph: &Graph, spec: &Spec) -> Vec<usize> {
             .any(|(i, m)| module_matches(&m.name, i == 0, f))
         && !graph.syms[..graph.nsyms]
             .iter()
-            .any(|s| s.file.as_deref().map(basename) == Some(f))
+            .any(|s| s.symbol.file.as_deref().map(basename) == Some(f))
     {
         module = Some(f);
         file = None;
@@ -116,15 +116,15 @@ pub fn matching(graph: &Graph, spec: &Spec) -> Vec<usize> {
             }
         }
         if let Some(f) = file
-            && s.file.as_deref().map(basename) != Some(f)
+            && s.symbol.file.as_deref().map(basename) != Some(f)
         {
             continue;
         }
-        if spec.line != 0 && spec.line != s.line {
+        if spec.line != 0 && spec.line != s.symbol.line {
             continue;
         }
         if let Some(n) = &spec.name
-            && n != &s.name
+            && n != &s.symbol.name
         {
             continue;
         }

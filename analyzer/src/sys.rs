@@ -8,20 +8,40 @@ use std::sync::OnceLock;
 type CxaDemangle =
     unsafe extern "C" fn(*const c_char, *mut c_char, *mut usize, *mut c_int) -> *mut c_char;
 
+/// The address of `symbol` in the shared library `library` (a file name or path), loaded with `dlopen` and
+/// never closed; `None` when either is missing.
+fn dlopen_symbol(library: &CStr, symbol: &CStr) -> Option<usize> {
+    // SAFETY: `library` is a valid NUL-terminated string; dlopen has no other preconditions, and the libraries
+    // loaded here (libstdc++, libbfd) have no constructors that touch our state.
+    let handle = unsafe { libc::dlopen(library.as_ptr(), libc::RTLD_LAZY | libc::RTLD_LOCAL) };
+    if handle.is_null() {
+        return None;
+    }
+    // SAFETY: `handle` is a live handle from dlopen (never closed), `symbol` a valid C string.
+    let f = unsafe { libc::dlsym(handle, symbol.as_ptr()) };
+    if f.is_null() { None } else { Some(f as usize) }
+}
+
+/// Copies a NUL-terminated string that a C demangler allocated with malloc, and frees it; `None` for null.
+///
+/// # Safety
+/// `out` is null or a NUL-terminated string allocated with malloc that nothing else uses or frees.
+unsafe fn take_malloced_string(out: *mut c_char) -> Option<String> {
+    if out.is_null() {
+        return None;
+    }
+    // SAFETY: the caller guarantees `out` is a live NUL-terminated string.
+    let s = unsafe { CStr::from_ptr(out) }
+        .to_string_lossy()
+        .into_owned();
+    // SAFETY: `out` came from malloc and is freed exactly once, here (the caller's contract).
+    unsafe { libc::free(out.cast::<c_void>()) };
+    Some(s)
+}
+
 fn cxa_demangle_fn() -> Option<CxaDemangle> {
     static FN: OnceLock<Option<usize>> = OnceLock::new();
-    let addr = FN.get_or_init(|| {
-        let lib = CString::new("libstdc++.so.6").ok()?;
-        let sym = CString::new("__cxa_demangle").ok()?;
-        // SAFETY: both arguments are valid NUL-terminated strings; dlopen has no other preconditions.
-        let handle = unsafe { libc::dlopen(lib.as_ptr(), libc::RTLD_LAZY | libc::RTLD_LOCAL) };
-        if handle.is_null() {
-            return None;
-        }
-        // SAFETY: `handle` is a live handle from dlopen (never closed), `sym` a valid C string.
-        let f = unsafe { libc::dlsym(handle, sym.as_ptr()) };
-        if f.is_null() { None } else { Some(f as usize) }
-    });
+    let addr = FN.get_or_init(|| dlopen_symbol(c"libstdc++.so.6", c"__cxa_demangle"));
     // SAFETY: the address is `__cxa_demangle` from libstdc++, whose C ABI signature is `CxaDemangle`.
     addr.map(|a| unsafe { std::mem::transmute::<usize, CxaDemangle>(a) })
 }
@@ -41,15 +61,8 @@ pub fn cxa_demangle(name: &str) -> Option<String> {
             &mut status,
         )
     };
-    if out.is_null() {
-        return None;
-    }
-    // SAFETY: on success the demangler returned a NUL-terminated string it allocated with malloc.
-    let s = unsafe { CStr::from_ptr(out) }
-        .to_string_lossy()
-        .into_owned();
-    // SAFETY: `out` came from malloc inside the demangler and is freed exactly once.
-    unsafe { libc::free(out.cast::<c_void>()) };
+    // SAFETY: the demangler returns null or a NUL-terminated string it allocated with malloc, now ours.
+    let s = unsafe { take_malloced_string(out) }?;
     if status == 0 { Some(s) } else { None }
 }
 
@@ -111,23 +124,10 @@ fn libbfd_candidates() -> Vec<std::path::PathBuf> {
 fn bfd_demangle_fn() -> Option<BfdDemangle> {
     static FN: OnceLock<Option<usize>> = OnceLock::new();
     let addr = FN.get_or_init(|| {
-        let sym = CString::new("bfd_demangle").ok()?;
-        for lib in libbfd_candidates() {
-            let Ok(path) = CString::new(lib.as_os_str().as_encoded_bytes()) else {
-                continue;
-            };
-            // SAFETY: valid NUL-terminated path; loading libbfd runs no code of ours.
-            let handle = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_LAZY | libc::RTLD_LOCAL) };
-            if handle.is_null() {
-                continue;
-            }
-            // SAFETY: `handle` is a live handle from dlopen (never closed), `sym` a valid C string.
-            let f = unsafe { libc::dlsym(handle, sym.as_ptr()) };
-            if !f.is_null() {
-                return Some(f as usize);
-            }
-        }
-        None
+        libbfd_candidates().into_iter().find_map(|lib| {
+            let path = CString::new(lib.into_os_string().into_encoded_bytes()).ok()?;
+            dlopen_symbol(&path, c"bfd_demangle")
+        })
     });
     // SAFETY: the address is libbfd's `bfd_demangle`, whose C signature is `BfdDemangle`.
     addr.map(|a| unsafe { std::mem::transmute::<usize, BfdDemangle>(a) })
@@ -147,14 +147,6 @@ pub fn bfd_demangle(name: &str) -> Option<String> {
     let c = CString::new(name).ok()?;
     // SAFETY: a null bfd is allowed (no leading-character handling); `c` is a valid C string.
     let out = unsafe { f(std::ptr::null_mut(), c.as_ptr(), DMGL_ANSI | DMGL_PARAMS) };
-    if out.is_null() {
-        return None;
-    }
-    // SAFETY: libbfd returns a NUL-terminated string allocated with malloc.
-    let s = unsafe { CStr::from_ptr(out) }
-        .to_string_lossy()
-        .into_owned();
-    // SAFETY: `out` came from malloc inside libbfd and is freed exactly once.
-    unsafe { libc::free(out.cast::<c_void>()) };
-    Some(s)
+    // SAFETY: libbfd returns null or a NUL-terminated string allocated with malloc, now ours.
+    unsafe { take_malloced_string(out) }
 }

@@ -120,6 +120,32 @@ fn module(key: u32, path: &Path, flags: u32, samples: u64) -> Module {
     }
 }
 
+/// An arc from `caller_address` in module `caller_key` to `callee_address` in the module holding it.
+fn arc(caller_key: u32, caller_address: u64, callee_address: u64, count: u64) -> Arc {
+    Arc {
+        caller_key,
+        caller_address,
+        callee_address,
+        count,
+    }
+}
+
+/// `m` loaded at `bias`, with a histogram over its two functions `functions` holding one hit
+/// (address, samples), and `arcs`.
+fn profiled_module(
+    mut m: Module,
+    bias: u64,
+    functions: (u64, u64),
+    hit: (u64, u16),
+    arcs: Vec<Arc>,
+) -> Module {
+    let (a, b) = functions;
+    m.load_bias = bias;
+    m.histogram = Some(histogram(a.min(b), a.max(b) + 64, &[hit]));
+    m.arcs = arcs;
+    m
+}
+
 /// The profile of one imaginary run: 20 samples in main, 30 in work@libfoo, 10 in work@libbar,
 /// 10 in an unprofiled libc, 5 outside any module; arcs main→work_in_foo 7, work_in_foo→work@foo 7,
 /// work@foo→bar_work 3, unknown→bar_work 2, bar_work→work@bar 5, work@bar→cb 5.
@@ -132,67 +158,34 @@ fn profile(b: &Built, bias: u64, key_base: u32) -> Profile {
     let w_bar = addr_of(&b.bar, "work");
     let bw = addr_of(&b.bar, "bar_work");
     let pro = module_flags::PROFILED;
-    let mut app = module(k_app, &b.app, pro | module_flags::MAIN_PROGRAM, 20);
-    app.load_bias = bias;
-    app.histogram = Some(histogram(
-        main.min(cb),
-        main.max(cb) + 64,
-        &[(main + 8, 20)],
-    ));
-    app.arcs = vec![Arc {
-        caller_key: k_bar,
-        caller_address: w_bar + 12,
-        callee_address: cb + 4,
-        count: 5,
-    }];
-    let mut libfoo = module(k_foo, &b.foo, pro, 30);
-    libfoo.load_bias = bias + 0x10000;
-    libfoo.histogram = Some(histogram(
-        w_foo.min(wif),
-        w_foo.max(wif) + 64,
-        &[(w_foo + 12, 30)],
-    ));
-    libfoo.arcs = vec![
-        Arc {
-            caller_key: k_app,
-            caller_address: main + 10,
-            callee_address: wif + 4,
-            count: 7,
-        },
-        Arc {
-            caller_key: k_foo,
-            caller_address: wif + 12,
-            callee_address: w_foo + 4,
-            count: 7,
-        },
-    ];
-    let mut bar = module(k_bar, &b.bar, pro, 10);
-    bar.load_bias = bias + 0x20000;
-    bar.histogram = Some(histogram(
-        w_bar.min(bw),
-        w_bar.max(bw) + 64,
-        &[(w_bar + 8, 10)],
-    ));
-    bar.arcs = vec![
-        Arc {
-            caller_key: k_foo,
-            caller_address: w_foo + 30,
-            callee_address: bw + 4,
-            count: 3,
-        },
-        Arc {
-            caller_key: UNKNOWN_KEY,
-            caller_address: 0,
-            callee_address: bw + 4,
-            count: 2,
-        },
-        Arc {
-            caller_key: k_bar,
-            caller_address: bw + 12,
-            callee_address: w_bar + 4,
-            count: 5,
-        },
-    ];
+    let app = profiled_module(
+        module(k_app, &b.app, pro | module_flags::MAIN_PROGRAM, 20),
+        bias,
+        (main, cb),
+        (main + 8, 20),
+        vec![arc(k_bar, w_bar + 12, cb + 4, 5)],
+    );
+    let libfoo = profiled_module(
+        module(k_foo, &b.foo, pro, 30),
+        bias + 0x10000,
+        (w_foo, wif),
+        (w_foo + 12, 30),
+        vec![
+            arc(k_app, main + 10, wif + 4, 7),
+            arc(k_foo, wif + 12, w_foo + 4, 7),
+        ],
+    );
+    let bar = profiled_module(
+        module(k_bar, &b.bar, pro, 10),
+        bias + 0x20000,
+        (w_bar, bw),
+        (w_bar + 8, 10),
+        vec![
+            arc(k_foo, w_foo + 30, bw + 4, 3),
+            arc(UNKNOWN_KEY, 0, bw + 4, 2),
+            arc(k_bar, bw + 12, w_bar + 4, 5),
+        ],
+    );
     let libc = Module {
         key: k_libc,
         path: b"/lib/x86_64-linux-gnu/libc.so.6".to_vec(),

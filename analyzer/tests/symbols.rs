@@ -29,6 +29,18 @@ __asm__(".text\n.type work.cold, @function\nwork.cold:\n ret\n.size work.cold, 1
 int main(void) { return exported(3) == 0; }
 "#;
 
+/// `SRC` built as the program `p` in a new scratch directory `name`; `None` (after a SKIPPED line) without
+/// a C compiler.
+fn built_program(name: &str) -> Option<PathBuf> {
+    let dir = scratch(name);
+    std::fs::write(dir.join("p.c"), SRC).unwrap();
+    if !run(&dir, "cc", &["-O0", "-o", "p", "p.c"]) {
+        eprintln!("SKIPPED: no `cc`");
+        return None;
+    }
+    Some(dir)
+}
+
 fn names(path: &Path, opts: SelectOptions) -> (Vec<String>, bool) {
     let ms = symbols::load(path, opts).expect("symbols");
     (
@@ -39,12 +51,9 @@ fn names(path: &Path, opts: SelectOptions) -> (Vec<String>, bool) {
 
 #[test]
 fn stripped_program_uses_its_debuglink_file() {
-    let dir = scratch("debuglink");
-    std::fs::write(dir.join("p.c"), SRC).unwrap();
-    if !run(&dir, "cc", &["-O0", "-o", "p", "p.c"]) {
-        eprintln!("SKIPPED: no `cc`");
+    let Some(dir) = built_program("debuglink") else {
         return;
-    }
+    };
     let (before, _) = names(&dir.join("p"), SelectOptions::default());
     assert!(before.contains(&"helper".to_string()), "{before:?}");
     if !run(&dir, "objcopy", &["--only-keep-debug", "p", "p.debug"])
@@ -61,12 +70,9 @@ fn stripped_program_uses_its_debuglink_file() {
 
 #[test]
 fn split_parts_are_kept_only_for_multi_module_reports() {
-    let dir = scratch("cold");
-    std::fs::write(dir.join("p.c"), SRC).unwrap();
-    if !run(&dir, "cc", &["-O0", "-o", "p", "p.c"]) {
-        eprintln!("SKIPPED: no `cc`");
+    let Some(dir) = built_program("cold") else {
         return;
-    }
+    };
     let (gnu, _) = names(&dir.join("p"), SelectOptions::default());
     assert!(
         !gnu.iter().any(|n| n == "work.cold"),

@@ -2,7 +2,8 @@
 //!
 //! The reader follows GNU gprof 2.40 (`gmon_io.c`, `hist.c`, `call_graph.c`, `basic_blocks.c`): records are a
 //! tag byte then a body; histogram records for the same `[low_pc, high_pc)` are summed, records that overlap
-//! another one, or change the dimension or the scale, are refused; arcs are kept in file order and not merged
+//! another one, or change the dimension or the scale, are refused; ranges stay in the order of their first record
+//! (gprof credits samples and writes `gmon.sum` in that order); arcs are kept in file order and not merged
 //! (gprof adds duplicates up per function pair, and its call-graph order and tie-breaks follow the file order).
 //! The result is a profile with a single module (see [`single_module_profile`]).
 
@@ -20,6 +21,8 @@ const TAG_TIME_HIST: u8 = 0;
 const TAG_CG_ARC: u8 = 1;
 const TAG_BB_COUNT: u8 = 2;
 const GNU_DIMENSION_SIZE: usize = 15;
+/// How many histogram samples the reader decodes between two calls of its `release` callback.
+const RELEASE_EVERY: usize = 1 << 20;
 
 /// How many records of each kind a GNU or BSD gmon.out holds, counted as GNU gprof's `-i` counts them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -101,7 +104,12 @@ struct Histograms {
 }
 
 impl Histograms {
-    fn read_record(&mut self, d: &mut Decoder<'_>, address_size: u8) -> Result<(), ReadError> {
+    fn read_record(
+        &mut self,
+        d: &mut Decoder<'_>,
+        address_size: u8,
+        release: &mut dyn FnMut(usize),
+    ) -> Result<(), ReadError> {
         const WHAT: &str = "histogram record";
         let at = d.pos();
         let low = d.address(address_size, WHAT)?;
@@ -146,9 +154,19 @@ impl Histograms {
         if n.saturating_mul(2) > d.remaining() {
             return Err(d.error(ErrorKind::Truncated("histogram samples")));
         }
+        let start = d.pos();
+        let raw = d.take(2 * n, "histogram samples")?;
         let mut samples = Vec::with_capacity(n);
-        for _ in 0..n {
-            samples.push(d.u16("histogram samples")?);
+        for (k, chunk) in raw.chunks(2 * RELEASE_EVERY).enumerate() {
+            release(start + k * 2 * RELEASE_EVERY);
+            samples.extend(chunk.chunks_exact(2).map(|b| {
+                let b = [b[0], b[1]];
+                if d.big_endian {
+                    u16::from_be_bytes(b)
+                } else {
+                    u16::from_le_bytes(b)
+                }
+            }));
         }
         if let Some(&index) = self.exact.get(&(low, high)) {
             let existing = &mut self.ranges[index];
@@ -205,8 +223,13 @@ pub(crate) fn add_samples(buckets: &mut Buckets, samples: &[u16]) {
     }
 }
 
-/// Reads a GNU gmon.out (the caller checked the `gmon` magic).
-pub(crate) fn read(bytes: &[u8], target: GnuTarget) -> Result<(Profile, RecordCounts), ReadError> {
+/// Reads a GNU gmon.out (the caller checked the `gmon` magic). `release(n)` is called now and then with the
+/// number of leading bytes already decoded (see [`crate::read_releasing`]).
+pub(crate) fn read(
+    bytes: &[u8],
+    target: GnuTarget,
+    release: &mut dyn FnMut(usize),
+) -> Result<(Profile, RecordCounts), ReadError> {
     let size = target.address_size;
     let mut d = Decoder::new(bytes, 0, bytes.len(), target.big_endian);
     d.skip(4, "gmon.out header")?;
@@ -232,7 +255,7 @@ pub(crate) fn read(bytes: &[u8], target: GnuTarget) -> Result<(Profile, RecordCo
         match d.u8("record tag")? {
             TAG_TIME_HIST => {
                 counts.histogram_records += 1;
-                hist.read_record(&mut d, size)?;
+                hist.read_record(&mut d, size, release)?;
             }
             TAG_CG_ARC => {
                 counts.call_graph_records += 1;
@@ -278,14 +301,12 @@ pub(crate) fn read(bytes: &[u8], target: GnuTarget) -> Result<(Profile, RecordCo
         Some((rate, dim, abbrev, _)) => (rate, dimension_str(&dim).to_vec(), abbrev),
         None => (0, b"seconds".to_vec(), b's'),
     };
-    let mut ranges = hist.ranges;
-    ranges.sort_by_key(|r| (r.start, r.end));
     let raw = SingleModule {
         format: SourceFormat::Gnu { version },
         hz,
         dimension,
         dimension_abbrev,
-        ranges,
+        ranges: hist.ranges,
         arcs,
         basic_blocks,
     };

@@ -83,11 +83,22 @@ fn check_target(target: GnuTarget) -> Result<(), ReadError> {
 /// records (count 0) dropped. Arcs of a GNU or BSD file keep the file's order and duplicates, as gprof sees
 /// them (its call-graph order and tie-breaks depend on that order).
 pub fn read(bytes: &[u8], target: GnuTarget) -> Result<Profile, ReadError> {
+    read_releasing(bytes, target, &mut |_| {})
+}
+
+/// Like [`read`], calling `release(n)` now and then while it decodes a GNU gmon.out histogram, with the number
+/// of leading bytes of `bytes` it will not look at again. A caller reading from a file mapping can let those
+/// pages go, so that a large histogram does not sit in memory twice (once mapped, once decoded).
+pub fn read_releasing(
+    bytes: &[u8],
+    target: GnuTarget,
+    release: &mut dyn FnMut(usize),
+) -> Result<Profile, ReadError> {
     match detect(bytes) {
         Some(FileFormat::Mslprof) => mslprof::read(bytes),
         Some(FileFormat::Gnu) => {
             check_target(target)?;
-            gnu::read(bytes, target).map(|(p, _)| p)
+            gnu::read(bytes, target, release).map(|(p, _)| p)
         }
         Some(FileFormat::Bsd) => {
             check_target(target)?;
@@ -105,7 +116,7 @@ pub fn record_counts(bytes: &[u8], target: GnuTarget) -> Result<Option<RecordCou
         Some(FileFormat::Mslprof) => Ok(None),
         Some(FileFormat::Gnu) => {
             check_target(target)?;
-            gnu::read(bytes, target).map(|(_, c)| Some(c))
+            gnu::read(bytes, target, &mut |_| {}).map(|(_, c)| Some(c))
         }
         Some(FileFormat::Bsd) => {
             check_target(target)?;

@@ -5,6 +5,7 @@
 //! C fixtures are compiled with the system `cc` into a fresh temporary directory per test, never into the
 //! source tree.
 
+pub mod analyzer;
 pub mod callcounts;
 
 use std::ffi::OsStr;

@@ -2,137 +2,14 @@
 //! GNU gmon.out, and `mslprof` must print byte for byte what `gprof` prints for the same files and
 //! options. Also bad input (one line, exit 1, no panic) and a closed stdout (quiet, exit 0).
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 
-fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/analyzer")
-}
-
-/// `target/<profile>/mslprof`, next to this test's `deps/` directory.
-fn mslprof() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    let dir = exe.parent().and_then(Path::parent).expect("target dir");
-    let bin = dir.join("mslprof");
-    assert!(
-        bin.exists(),
-        "{} is missing: run `cargo build --workspace --all-targets` first",
-        bin.display()
-    );
-    bin
-}
-
-fn have(tool: &str) -> bool {
-    Command::new(tool)
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-/// Skip (with a message) when gprof or the compilers are missing.
-fn tools_present() -> bool {
-    for t in ["gprof", "gcc", "g++"] {
-        if !have(t) {
-            eprintln!("SKIPPED: `{t}` is not installed");
-            return false;
-        }
-    }
-    true
-}
-
-/// A fresh scratch directory for one test.
-fn scratch(name: &str) -> PathBuf {
-    let dir =
-        std::env::temp_dir().join(format!("mslprof-analyzer-{}-{}", name, std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("create scratch dir");
-    dir
-}
-
-/// Compile `sources` (fixture file names) with `flags` into `dir/prog`, run it there, return the
-/// gmon.out path (renamed to `gmon_name`).
-fn build_and_run(
-    dir: &Path,
-    compiler: &str,
-    flags: &[&str],
-    sources: &[&str],
-    prog: &str,
-    gmon_name: &str,
-) -> PathBuf {
-    let mut cmd = Command::new(compiler);
-    cmd.args(flags).arg("-o").arg(dir.join(prog));
-    for s in sources {
-        cmd.arg(fixtures().join(s));
-    }
-    let out = cmd.output().expect("run compiler");
-    assert!(
-        out.status.success(),
-        "compile failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let run = Command::new(dir.join(prog))
-        .current_dir(dir)
-        .stdout(Stdio::null())
-        .status()
-        .expect("run fixture");
-    assert!(run.success(), "{prog} failed");
-    let gmon = dir.join(gmon_name);
-    std::fs::rename(dir.join("gmon.out"), &gmon).expect("fixture wrote gmon.out");
-    gmon
-}
-
-fn run_in(dir: &Path, program: &Path, args: &[String]) -> Output {
-    Command::new(program)
-        .current_dir(dir)
-        .args(args)
-        .output()
-        .expect("run")
-}
-
-fn split(opts: &str) -> Vec<String> {
-    opts.split_whitespace().map(String::from).collect()
-}
-
-/// Assert mslprof and gprof print the same bytes and exit the same way for each option set.
-fn assert_same(dir: &Path, option_sets: &[&str], files: &[&str]) {
-    let m = mslprof();
-    for opts in option_sets {
-        let mut args = split(opts);
-        args.extend(files.iter().map(|s| s.to_string()));
-        let ours = run_in(dir, &m, &args);
-        let theirs = run_in(dir, Path::new("gprof"), &args);
-        let (a, b) = (
-            String::from_utf8_lossy(&ours.stdout),
-            String::from_utf8_lossy(&theirs.stdout),
-        );
-        if a != b {
-            let first = a
-                .lines()
-                .zip(b.lines())
-                .position(|(x, y)| x != y)
-                .unwrap_or(0);
-            panic!(
-                "`mslprof {}` differs from gprof at line {}:\n  mslprof: {:?}\n  gprof:   {:?}\nstderr: {}",
-                args.join(" "),
-                first + 1,
-                a.lines().nth(first).unwrap_or("<end>"),
-                b.lines().nth(first).unwrap_or("<end>"),
-                String::from_utf8_lossy(&ours.stderr)
-            );
-        }
-        assert!(
-            !a.is_empty() || theirs.stdout.is_empty(),
-            "empty report for {opts}"
-        );
-        assert_eq!(
-            ours.status.code(),
-            theirs.status.code(),
-            "exit status for {opts}"
-        );
-    }
-}
+use mslprof_tests::analyzer::{
+    assert_same, build_and_run, build_and_run_recursion, fixtures, lua_golden_dir, run_in, scratch,
+    split, tools_present,
+};
+use mslprof_tests::analyzer_binary as mslprof;
 
 const TABLE_OPTIONS: &[&str] = &[
     "-b", "-b -p -z", "-b -q", "-b -p -a", "-b -T", "-b -z", "-b -P", "-b -Q",
@@ -144,14 +21,7 @@ fn recursion_and_cycles_match_gprof() {
         return;
     }
     let dir = scratch("recursion");
-    build_and_run(
-        &dir,
-        "gcc",
-        &["-pg", "-O0"],
-        &["recursion.c"],
-        "rec",
-        "gmon.out.rec",
-    );
+    build_and_run_recursion(&dir, "gmon.out.rec");
     let files = ["rec", "gmon.out.rec"];
     assert_same(&dir, TABLE_OPTIONS, &files);
     // No file arguments: a.out and gmon.out in the working directory, as gprof.
@@ -271,14 +141,7 @@ fn several_profiles_are_summed_and_sum_file_matches() {
         return;
     }
     let dir = scratch("sum");
-    build_and_run(
-        &dir,
-        "gcc",
-        &["-pg", "-O0"],
-        &["recursion.c"],
-        "rec",
-        "run1",
-    );
+    build_and_run_recursion(&dir, "run1");
     let again = Command::new(dir.join("rec"))
         .current_dir(&dir)
         .stdout(Stdio::null())
@@ -288,16 +151,23 @@ fn several_profiles_are_summed_and_sum_file_matches() {
     std::fs::rename(dir.join("gmon.out"), dir.join("run2")).unwrap();
     assert_same(&dir, &["-b", "-b -q -z"], &["rec", "run1", "run2"]);
 
-    // -s: gmon.sum byte for byte, and the report of the sum.
+    let ours_dir = assert_same_sum(&dir, &["rec", "run1", "run2"]);
+    assert_same(&ours_dir, &["-b", "-i"], &["rec", "gmon.sum"]);
+}
+
+/// `-s` run by mslprof and by gprof over copies of `files` (the executable first): same stdout and exit
+/// status, and the same `gmon.sum` bytes. Returns the directory holding mslprof's `gmon.sum`.
+fn assert_same_sum(dir: &Path, files: &[&str]) -> std::path::PathBuf {
     let theirs_dir = dir.join("theirs");
     let ours_dir = dir.join("ours");
     for d in [&theirs_dir, &ours_dir] {
         std::fs::create_dir_all(d).unwrap();
-        for f in ["rec", "run1", "run2"] {
+        for f in files {
             std::fs::copy(dir.join(f), d.join(f)).unwrap();
         }
     }
-    let args = split("-s rec run1 run2");
+    let mut args = split("-s");
+    args.extend(files.iter().map(|f| f.to_string()));
     let a = run_in(&ours_dir, &mslprof(), &args);
     let b = run_in(&theirs_dir, Path::new("gprof"), &args);
     assert_eq!(a.status.code(), b.status.code());
@@ -311,7 +181,7 @@ fn several_profiles_are_summed_and_sum_file_matches() {
         "gmon.sum differs from gprof's"
     );
     assert_eq!(&ours[8..20], &[0u8; 12], "spare header bytes are zero");
-    assert_same(&ours_dir, &["-b", "-i"], &["rec", "gmon.sum"]);
+    ours_dir
 }
 
 #[test]
@@ -320,14 +190,7 @@ fn bad_input_gives_one_line_and_exit_1() {
         return;
     }
     let dir = scratch("damage");
-    let gmon = build_and_run(
-        &dir,
-        "gcc",
-        &["-pg", "-O0"],
-        &["recursion.c"],
-        "rec",
-        "gmon.out",
-    );
+    let gmon = build_and_run_recursion(&dir, "gmon.out");
     let bytes = std::fs::read(&gmon).unwrap();
     let m = mslprof();
     let check = |args: &[&str], what: &str| {
@@ -377,14 +240,7 @@ fn closed_stdout_is_quiet() {
         return;
     }
     let dir = scratch("pipe");
-    build_and_run(
-        &dir,
-        "gcc",
-        &["-pg", "-O0"],
-        &["recursion.c"],
-        "rec",
-        "gmon.out",
-    );
+    build_and_run_recursion(&dir, "gmon.out");
     let mut child = Command::new(mslprof())
         .current_dir(&dir)
         .args(["-z", "rec", "gmon.out"])
@@ -423,7 +279,7 @@ fn random_call_graphs_match_gprof() {
         return;
     }
     let dir = scratch("random");
-    let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join("golden/analyzer/lua/lua");
+    let golden = lua_golden_dir().join("lua");
     std::fs::copy(&golden, dir.join("lua")).unwrap();
     let nm = Command::new("nm")
         .args(["--defined-only", golden.to_str().unwrap()])
@@ -520,14 +376,7 @@ fn partial_profiles_match_gprof() {
         return;
     }
     let dir = scratch("partial");
-    let gmon = build_and_run(
-        &dir,
-        "gcc",
-        &["-pg", "-O0"],
-        &["recursion.c"],
-        "rec",
-        "gmon.out",
-    );
+    let gmon = build_and_run_recursion(&dir, "gmon.out");
     let (header, hist, arcs) = split_records(&std::fs::read(gmon).unwrap());
     std::fs::write(dir.join("hist"), [header.clone(), hist].concat()).unwrap();
     std::fs::write(dir.join("arcs"), [header.clone(), arcs].concat()).unwrap();
@@ -552,6 +401,33 @@ fn partial_profiles_match_gprof() {
         assert_eq!(ours.status.code(), Some(1));
         assert_eq!(String::from_utf8_lossy(&ours.stderr).lines().count(), 1);
     }
+}
+
+/// Histogram records in an order that is not by address: an empty range above the program's text first,
+/// then the real one twice (gprof sums it). gprof keeps ranges in the order of their first record and
+/// writes `gmon.sum` in that order, so the reader must not sort them.
+#[test]
+fn histogram_records_keep_their_file_order_like_gprof() {
+    if !tools_present() {
+        return;
+    }
+    let dir = scratch("hist-order");
+    let gmon = build_and_run_recursion(&dir, "gmon.out");
+    let (header, hist, arcs) = split_records(&std::fs::read(gmon).unwrap());
+    let low = u64::from_le_bytes(hist[1..9].try_into().unwrap());
+    let high = u64::from_le_bytes(hist[9..17].try_into().unwrap());
+    let nbins = u32::from_le_bytes(hist[17..21].try_into().unwrap()) as usize;
+    assert_eq!(hist.len(), 41 + 2 * nbins, "one histogram record");
+    // Same span and bin count, hence the same scale, as gprof requires.
+    let mut above = vec![0u8];
+    above.extend_from_slice(&high.to_le_bytes());
+    above.extend_from_slice(&(2 * high - low).to_le_bytes());
+    above.extend_from_slice(&hist[17..41]);
+    above.extend(std::iter::repeat_n(0u8, 2 * nbins));
+    let file = [header, above, hist.clone(), arcs, hist].concat();
+    std::fs::write(dir.join("two"), file).unwrap();
+    assert_same(&dir, &["-b", "-b -p -z", "-b -q"], &["rec", "two"]);
+    assert_same_sum(&dir, &["rec", "two"]);
 }
 
 /// A statically linked -pg program: thousands of libc symbols (IFUNCs, weak aliases, local labels).
@@ -592,14 +468,7 @@ fn old_bsd_layout_matches_gprof() {
         return;
     }
     let dir = scratch("bsd");
-    let gmon = build_and_run(
-        &dir,
-        "gcc",
-        &["-pg", "-O0"],
-        &["recursion.c"],
-        "rec",
-        "gmon.out",
-    );
+    let gmon = build_and_run_recursion(&dir, "gmon.out");
     let (_, hist, arcs) = split_records(&std::fs::read(gmon).unwrap());
     let low = u64::from_le_bytes(hist[1..9].try_into().unwrap());
     let high = u64::from_le_bytes(hist[9..17].try_into().unwrap());

@@ -2,24 +2,10 @@
 //! tests/golden/analyzer/lua/README.md). `mslprof` must print exactly the same bytes. With
 //! `MSLPROF_REGENERATE_GOLDEN=1` the files are rewritten from `gprof` instead.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
-fn golden_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("golden/analyzer/lua")
-}
-
-fn mslprof() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    let dir = exe.parent().and_then(Path::parent).expect("target dir");
-    let bin = dir.join("mslprof");
-    assert!(
-        bin.exists(),
-        "{} is missing: run `cargo build --workspace --all-targets` first",
-        bin.display()
-    );
-    bin
-}
+use mslprof_tests::analyzer::{first_difference, lua_golden_dir};
 
 const CASES: &[(&str, &str)] = &[
     ("b.txt", "-b"),
@@ -35,12 +21,12 @@ const CASES: &[(&str, &str)] = &[
 
 #[test]
 fn lua_reports_match_gprof_golden_files() {
-    let dir = golden_dir();
+    let dir = lua_golden_dir();
     let regenerate = std::env::var_os("MSLPROF_REGENERATE_GOLDEN").is_some();
     let tool = if regenerate {
         PathBuf::from("gprof")
     } else {
-        mslprof()
+        mslprof_tests::analyzer_binary()
     };
     for (file, opts) in CASES {
         let out = Command::new(&tool)
@@ -59,21 +45,9 @@ fn lua_reports_match_gprof_golden_files() {
             continue;
         }
         let want = std::fs::read(dir.join(file)).unwrap();
-        if out.stdout != want {
-            let (a, b) = (
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&want),
-            );
-            let line = a
-                .lines()
-                .zip(b.lines())
-                .position(|(x, y)| x != y)
-                .unwrap_or(0);
+        if let Some((line, got, want)) = first_difference(&out.stdout, &want) {
             panic!(
-                "mslprof {opts} differs from {file} at line {}:\n  got:  {:?}\n  want: {:?}",
-                line + 1,
-                a.lines().nth(line).unwrap_or("<end>"),
-                b.lines().nth(line).unwrap_or("<end>")
+                "mslprof {opts} differs from {file} at line {line}:\n  got:  {got:?}\n  want: {want:?}"
             );
         }
     }

@@ -2,31 +2,15 @@
 //! libmslprof.so) reports exact call counts in every module, `mslprof run` profiles a program, and
 //! `mslprof export` writes per-module GNU gmon.out files that GNU gprof reads.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
-fn target_file(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    let dir = exe.parent().and_then(Path::parent).expect("target dir");
-    let path = dir.join(name);
-    assert!(
-        path.exists(),
-        "{} is missing: run `cargo build --workspace --all-targets` first",
-        path.display()
-    );
-    path
-}
-
-fn have(tool: &str) -> bool {
-    Command::new(tool)
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
+use mslprof_tests::Workspace;
+use mslprof_tests::analyzer::have;
 
 fn mslprof(dir: &Path, args: &[&str]) -> Output {
-    target_file("libmslprof.so");
-    Command::new(target_file("mslprof"))
+    mslprof_tests::runtime_library();
+    Command::new(mslprof_tests::analyzer_binary())
         .current_dir(dir)
         .args(args)
         .output()
@@ -87,52 +71,18 @@ fn run_and_export_feed_gnu_gprof() {
         eprintln!("SKIPPED: no `cc` or `gprof`");
         return;
     }
-    let dir = std::env::temp_dir().join(format!("mslprof-an-rt-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let ws = Workspace::new();
+    let dir = ws.path();
     let demo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../analyzer/demo");
-    let cc = |args: &[&str]| {
-        let st = Command::new("cc")
-            .args(args)
-            .current_dir(&dir)
-            .status()
-            .unwrap();
-        assert!(st.success(), "cc {args:?}");
-    };
-    let text = demo.join("text.c");
-    let shapes = demo.join("shapes.c");
-    let main = demo.join("demo.c");
-    cc(&[
-        "-pg",
-        "-O1",
-        "-fPIC",
-        "-shared",
-        "-o",
-        "libtext.so",
-        text.to_str().unwrap(),
-    ]);
-    cc(&[
-        "-pg",
-        "-O1",
-        "-fPIC",
-        "-shared",
-        "-o",
-        "libshapes.so",
-        shapes.to_str().unwrap(),
-        "-lm",
-    ]);
-    cc(&[
-        "-pg",
-        "-O1",
-        "-o",
+    ws.shared_library("libtext.so", &[demo.join("text.c")], &["-pg"]);
+    ws.shared_library("libshapes.so", &[demo.join("shapes.c")], &["-pg"]);
+    // libshapes.so needs libm; shared_library() puts flags before the sources, so link it here.
+    ws.program(
         "demo",
-        main.to_str().unwrap(),
-        "-L.",
-        "-lshapes",
-        "-ltext",
-        "-Wl,-rpath,$ORIGIN",
-    ]);
-    let out = mslprof(&dir, &["run", "-b", "-p", "./demo"]);
+        &[demo.join("demo.c")],
+        &["-pg", "-L.", "-lshapes", "-ltext", "-lm"],
+    );
+    let out = mslprof(dir, &["run", "-b", "-p", "./demo"]);
     assert!(
         out.status.success(),
         "{}",
@@ -145,7 +95,7 @@ fn run_and_export_feed_gnu_gprof() {
         "run leaves the profile in the working directory"
     );
 
-    let out = mslprof(&dir, &["export", "gmon.out", "gnu"]);
+    let out = mslprof(dir, &["export", "gmon.out", "gnu"]);
     assert!(
         out.status.success(),
         "{}",
@@ -154,7 +104,7 @@ fn run_and_export_feed_gnu_gprof() {
     let gnu = dir.join("gnu/gmon.libtext.so.out");
     assert!(gnu.exists(), "{}", String::from_utf8_lossy(&out.stdout));
     let g = Command::new("gprof")
-        .current_dir(&dir)
+        .current_dir(dir)
         .args(["-b", "-p", "libtext.so", gnu.to_str().unwrap()])
         .output()
         .unwrap();

@@ -1,0 +1,146 @@
+//! Helpers of the analyzer tests (`tests/tests/analyzer*.rs`): building the `-pg` fixtures, running
+//! `mslprof` and GNU gprof side by side, and saying where two reports first differ.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+/// `tests/fixtures/analyzer/`.
+pub fn fixtures() -> PathBuf {
+    crate::fixtures_dir("analyzer")
+}
+
+/// `tests/golden/analyzer/lua/`: the Lua binary, its gmon.out and gprof's reports of it.
+pub fn lua_golden_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("golden/analyzer/lua")
+}
+
+/// Whether `tool --version` runs and succeeds.
+pub fn have(tool: &str) -> bool {
+    Command::new(tool)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Whether gprof and the compilers are there; prints `SKIPPED: ...` naming the first one missing.
+pub fn tools_present() -> bool {
+    for t in ["gprof", "gcc", "g++"] {
+        if !have(t) {
+            eprintln!("SKIPPED: `{t}` is not installed");
+            return false;
+        }
+    }
+    true
+}
+
+/// A fresh scratch directory for one test (left in place afterwards, for a look at a failure).
+pub fn scratch(name: &str) -> PathBuf {
+    let dir =
+        std::env::temp_dir().join(format!("mslprof-analyzer-{}-{}", name, std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create scratch dir");
+    dir
+}
+
+/// Compile `sources` (fixture file names) with `flags` into `dir/prog`, run it there, return the
+/// gmon.out path (renamed to `gmon_name`).
+pub fn build_and_run(
+    dir: &Path,
+    compiler: &str,
+    flags: &[&str],
+    sources: &[&str],
+    prog: &str,
+    gmon_name: &str,
+) -> PathBuf {
+    let mut cmd = Command::new(compiler);
+    cmd.args(flags).arg("-o").arg(dir.join(prog));
+    for s in sources {
+        cmd.arg(fixtures().join(s));
+    }
+    let out = cmd.output().expect("run compiler");
+    assert!(
+        out.status.success(),
+        "compile failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run = Command::new(dir.join(prog))
+        .current_dir(dir)
+        .stdout(Stdio::null())
+        .status()
+        .expect("run fixture");
+    assert!(run.success(), "{prog} failed");
+    let gmon = dir.join(gmon_name);
+    std::fs::rename(dir.join("gmon.out"), &gmon).expect("fixture wrote gmon.out");
+    gmon
+}
+
+/// `recursion.c` built with `gcc -pg -O0` as `dir/rec` and run once; its profile is `dir/<gmon_name>`.
+pub fn build_and_run_recursion(dir: &Path, gmon_name: &str) -> PathBuf {
+    build_and_run(
+        dir,
+        "gcc",
+        &["-pg", "-O0"],
+        &["recursion.c"],
+        "rec",
+        gmon_name,
+    )
+}
+
+/// Run `program args` in `dir`.
+pub fn run_in(dir: &Path, program: &Path, args: &[String]) -> Output {
+    Command::new(program)
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .expect("run")
+}
+
+/// Command-line options written as one string.
+pub fn split(opts: &str) -> Vec<String> {
+    opts.split_whitespace().map(String::from).collect()
+}
+
+/// Where `ours` first differs from `want`, line by line: (1-based line number, our line, wanted line),
+/// `<end>` standing for a missing line; `None` when they are equal.
+pub fn first_difference(ours: &[u8], want: &[u8]) -> Option<(usize, String, String)> {
+    if ours == want {
+        return None;
+    }
+    let (a, b) = (String::from_utf8_lossy(ours), String::from_utf8_lossy(want));
+    let line = a
+        .lines()
+        .zip(b.lines())
+        .position(|(x, y)| x != y)
+        .unwrap_or(0);
+    let nth = |text: &str| text.lines().nth(line).unwrap_or("<end>").to_string();
+    Some((line + 1, nth(&a), nth(&b)))
+}
+
+/// Assert mslprof and gprof print the same bytes and exit the same way for each option set.
+pub fn assert_same(dir: &Path, option_sets: &[&str], files: &[&str]) {
+    let m = crate::analyzer_binary();
+    for opts in option_sets {
+        let mut args = split(opts);
+        args.extend(files.iter().map(|s| s.to_string()));
+        let ours = run_in(dir, &m, &args);
+        let theirs = run_in(dir, Path::new("gprof"), &args);
+        if let Some((line, got, want)) = first_difference(&ours.stdout, &theirs.stdout) {
+            panic!(
+                "`mslprof {}` differs from gprof at line {line}:\n  mslprof: {got:?}\n  gprof:   {want:?}\nstderr: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&ours.stderr)
+            );
+        }
+        assert!(
+            !ours.stdout.is_empty() || theirs.stdout.is_empty(),
+            "empty report for {opts}"
+        );
+        assert_eq!(
+            ours.status.code(),
+            theirs.status.code(),
+            "exit status for {opts}"
+        );
+    }
+}
