@@ -276,6 +276,7 @@ fn export_inner(input: &Path, outdir: &Path) -> Result<(), String> {
         &[mslprof_analyzer::report::Input {
             path: input.to_path_buf(),
             profile,
+            records: None,
         }],
         false,
     )

@@ -406,6 +406,7 @@ pub fn analyse(
     } else {
         commands::elf_target(exe_for_gnu).unwrap_or_default()
     };
+    let file_info = opts.file_info;
     let read_all = move || -> Result<Vec<Input>, Failure> {
         let mut inputs = Vec::new();
         for (p, b) in maps {
@@ -416,6 +417,15 @@ pub fn analyse(
                         .into(),
                 });
             }
+            // gprof's `-i` counts the records as the file holds them (before same-range records are summed).
+            let records = if file_info {
+                mslprof_format::record_counts(&b, target).map_err(|e| Failure {
+                    file: p.display().to_string(),
+                    problem: e.to_string(),
+                })?
+            } else {
+                None
+            };
             let mut release = |upto: usize| mslprof_analyzer::sys::release_prefix(&b, upto);
             let profile =
                 mslprof_format::read_releasing(&b, target, &mut release).map_err(|e| Failure {
@@ -423,7 +433,11 @@ pub fn analyse(
                     problem: e.to_string(),
                 })?;
             drop(b);
-            inputs.push(Input { path: p, profile });
+            inputs.push(Input {
+                path: p,
+                profile,
+                records,
+            });
         }
         Ok(inputs)
     };

@@ -133,6 +133,8 @@ impl Failure {
 pub struct Input {
     pub path: PathBuf,
     pub profile: Profile,
+    /// How many records of each kind a GNU or BSD file holds (read only for `-i`).
+    pub records: Option<mslprof_format::RecordCounts>,
 }
 
 /// Which output sections to print, by gprof's rule: sections the user did not mention are printed only
@@ -315,13 +317,13 @@ pub fn run_gnu(
         let hist_taken = input.profile.modules[0].histogram.take();
         let m = &input.profile.modules[0];
         if opts.file_info {
-            let version = match input.profile.format {
-                SourceFormat::Gnu { version } => version,
-                _ => 0,
-            };
-            let nh = hist_taken.as_ref().map_or(0, |h| h.ranges.len());
-            let na = m.arcs.len();
-            let nb = usize::from(!m.basic_blocks.is_empty());
+            let counts = input.records.unwrap_or_default();
+            let (version, nh, na, nb) = (
+                counts.version,
+                counts.histogram_records,
+                counts.call_graph_records,
+                counts.basic_block_records,
+            );
             let _ = writeln!(
                 info,
                 "File `{}' (version {}) contains:",

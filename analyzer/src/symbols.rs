@@ -474,11 +474,25 @@ pub fn demangle(name: &str, style: Demangle) -> String {
     if style == Demangle::None {
         return name.to_string();
     }
-    // GNU binutils' own demangler, when installed, gives gprof's names exactly (including its quirks).
+    // GNU binutils' own demangler, when installed, gives gprof's names exactly (including its quirks). Loading
+    // it costs a few milliseconds, so it is loaded only once a name could be mangled at all: bfd_demangle
+    // (libiberty's auto style) leaves every other name as it is.
+    if style == Demangle::Auto && !may_be_mangled(name) {
+        return name.to_string();
+    }
     if style == Demangle::Auto && crate::sys::have_bfd_demangler() {
         return crate::sys::bfd_demangle(name).unwrap_or_else(|| name.to_string());
     }
     demangle_without_bfd(name, style)
+}
+
+/// Whether libiberty's auto style could demangle `name`: Rust (`_R`, `__R`, legacy `_ZN`), the C++ v3 ABI
+/// (`_Z`) and its `_GLOBAL_` constructor/destructor names, after the one leading `.` that bfd_demangle skips.
+fn may_be_mangled(name: &str) -> bool {
+    let n = name.strip_prefix('.').unwrap_or(name);
+    ["_Z", "_R", "__R", "_GLOBAL_"]
+        .iter()
+        .any(|p| n.starts_with(p))
 }
 
 /// The demanglers used when libbfd is absent (or a style other than gprof's default is asked for):

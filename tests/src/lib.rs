@@ -14,6 +14,8 @@ use std::process::{Command, Output};
 
 use mslprof_format::model::{Module, Profile};
 
+mod sys;
+
 /// `target/<profile>/`, found from the running test executable (`target/<profile>/deps/<test>-<hash>`).
 pub fn target_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");
@@ -170,6 +172,44 @@ pub fn run(command: &mut Command) -> Output {
     command
         .output()
         .unwrap_or_else(|e| panic!("cannot run {command:?}: {e}"))
+}
+
+/// Like [`run`], and also returns the CPU time (user + system) the process used, from `wait4`.
+#[expect(
+    clippy::zombie_processes,
+    reason = "the child is reaped by wait4, which std's Child cannot do"
+)]
+pub fn run_measuring_cpu(command: &mut Command) -> (Output, std::time::Duration) {
+    use std::io::Read;
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::Stdio;
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {command:?}: {e}"));
+    let mut stderr_pipe = child.stderr.take().unwrap();
+    let stderr = std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        stderr_pipe.read_to_end(&mut bytes).map(|_| bytes)
+    });
+    let mut stdout = Vec::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_end(&mut stdout)
+        .unwrap();
+    let stderr = stderr.join().unwrap().unwrap();
+    // Reaped here, not by `child`, which is dropped without waiting.
+    let (status, cpu) = sys::wait_with_cpu_time(child.id())
+        .unwrap_or_else(|e| panic!("cannot wait for {command:?}: {e}"));
+    let output = Output {
+        status: std::process::ExitStatus::from_raw(status),
+        stdout,
+        stderr,
+    };
+    (output, cpu)
 }
 
 /// Decodes a profile file with the format-spec reader; panics with the reader's error.

@@ -428,6 +428,9 @@ fn histogram_records_keep_their_file_order_like_gprof() {
     std::fs::write(dir.join("two"), file).unwrap();
     assert_same(&dir, &["-b", "-b -p -z", "-b -q"], &["rec", "two"]);
     assert_same_sum(&dir, &["rec", "two"]);
+    // `-i` counts the records as the file holds them: three histogram records, though two are summed
+    // (gprof describes the last file only).
+    assert_same(&dir, &["-i"], &["rec", "two"]);
 }
 
 /// A statically linked -pg program: thousands of libc symbols (IFUNCs, weak aliases, local labels).
