@@ -52,12 +52,15 @@ const TAG_EMPTY: u64 = 0;
 const TAG_BUSY: u64 = 1;
 
 /// One slot's key. `tag` is EMPTY, BUSY or `caller_key + 2` once the key words are published.
+/// `counter` is the index of the arc's counters in the level's stripe arrays: counters are handed
+/// out densely in order of insertion, so arcs first used together (a loop's, a phase's) have their
+/// counters side by side instead of spread over the whole array like the slots.
 #[repr(C, align(32))]
 struct KeySlot {
     tag: AtomicU64,
     caller_addr: AtomicU64,
     callee_addr: AtomicU64,
-    _reserved: u64,
+    counter: AtomicU64,
 }
 
 const KEY_SLOT_BYTES: usize = core::mem::size_of::<KeySlot>();
@@ -123,16 +126,26 @@ impl<'table> Level<'table> {
         unsafe { &*(self.base as *const KeySlot).add(index) }
     }
 
-    fn count(&self, stripe: usize, index: usize) -> &'table AtomicU64 {
+    /// Counter `index` (a slot's `counter`, below `slots`) of stripe `stripe`.
+    fn counter(&self, stripe: usize, index: usize) -> &'table AtomicU64 {
+        let index = index & (self.slots - 1);
         let offset = self.slots * KEY_SLOT_BYTES + (stripe * self.slots + index) * 8;
-        // SAFETY: as in `key`; `offset` is inside the mapping and 8-byte aligned, and zeroed
-        // memory is a valid AtomicU64.
+        // SAFETY: as in `key`; `offset` is inside the mapping (the index is masked below `slots`)
+        // and 8-byte aligned, and zeroed memory is a valid AtomicU64.
         unsafe { &*(self.base.add(offset) as *const AtomicU64) }
     }
 
-    fn total(&self, index: usize) -> u64 {
+    /// The counter of the arc in published slot `slot`, stripe `stripe`.
+    fn count(&self, stripe: usize, slot: usize) -> &'table AtomicU64 {
+        self.counter(
+            stripe,
+            self.key(slot).counter.load(Ordering::Relaxed) as usize,
+        )
+    }
+
+    fn total(&self, slot: usize) -> u64 {
         (0..STRIPES)
-            .map(|stripe| self.count(stripe, index).load(Ordering::Relaxed))
+            .map(|stripe| self.count(stripe, slot).load(Ordering::Relaxed))
             .fold(0u64, u64::wrapping_add)
     }
 }
@@ -241,18 +254,24 @@ impl ArcTable {
         let stripe = stripe % STRIPES;
         let tag = u64::from(caller_key) + 2;
         let hash = hash(caller_key, caller_addr, callee_addr);
-        let mut last_vacant = None;
-        for index in 0..MAX_LEVELS {
+        // Newest (largest) level first: it holds the most arcs, so a lookup that finds its arc
+        // probes fewer levels. Any occurrence of the key will do (`for_each` merges duplicates).
+        // Only the newest level takes new arcs: its vacant slot is the candidate.
+        let Some(newest) = self.newest_level_index() else {
+            return self.insert(stripe, hash, tag, caller_addr, callee_addr, None);
+        };
+        let mut candidate = None;
+        for index in (0..=newest).rev() {
             let Some(level) = self.level(index) else {
-                break;
+                continue;
             };
             match probe(&level, hash, tag, caller_addr, callee_addr) {
                 Probe::Found(slot) => return Some(level.count(stripe, slot)),
-                Probe::Vacant(slot) => last_vacant = Some((index, level, slot)),
-                Probe::Exhausted => last_vacant = None,
+                Probe::Vacant(slot) if index == newest => candidate = Some((index, level, slot)),
+                Probe::Vacant(_) | Probe::Exhausted => {}
             }
         }
-        self.insert(stripe, hash, tag, caller_addr, callee_addr, last_vacant)
+        self.insert(stripe, hash, tag, caller_addr, callee_addr, candidate)
     }
 
     /// Slow path: the arc is in no level. Claims a slot in the newest level, or maps the next one.
@@ -289,12 +308,10 @@ impl ArcTable {
                 },
             };
             // A level takes new arcs until half full, so probe sequences stay short.
-            if self.used[level_index].load(Ordering::Relaxed) < level.slots / 2
-                && let Some((slot, fresh)) = claim(&level, hash, tag, caller_addr, callee_addr)
+            let used = &self.used[level_index];
+            if used.load(Ordering::Relaxed) < level.slots / 2
+                && let Some(slot) = claim(&level, used, hash, tag, caller_addr, callee_addr)
             {
-                if fresh {
-                    self.used[level_index].fetch_add(1, Ordering::Relaxed);
-                }
                 return Some(level.count(stripe, slot));
             }
             level_index += 1;
@@ -463,15 +480,17 @@ fn probe(level: &Level, hash: u64, tag: u64, caller_addr: u64, callee_addr: u64)
     Probe::Exhausted
 }
 
-/// Finds the key or claims an EMPTY slot for it in one level: `(slot, newly claimed)`, or `None`
-/// when the probe limit is hit.
+/// Finds the key or claims an EMPTY slot for it in one level, or `None` when the probe limit is
+/// hit. A claimed slot gets the next counter index of the level (`used`, the number of claimed
+/// slots: below `slots`, as every claim takes a distinct EMPTY slot).
 fn claim(
     level: &Level,
+    used: &AtomicUsize,
     hash: u64,
     tag: u64,
     caller_addr: u64,
     callee_addr: u64,
-) -> Option<(usize, bool)> {
+) -> Option<usize> {
     let mask = level.slots - 1;
     let mut slot = hash as usize & mask;
     for _ in 0..MAX_PROBE {
@@ -481,17 +500,19 @@ fn claim(
             .compare_exchange(TAG_EMPTY, TAG_BUSY, Ordering::Acquire, Ordering::Acquire)
         {
             Ok(_) => {
+                let counter = used.fetch_add(1, Ordering::Relaxed);
                 key.caller_addr.store(caller_addr, Ordering::Relaxed);
                 key.callee_addr.store(callee_addr, Ordering::Relaxed);
+                key.counter.store(counter as u64, Ordering::Relaxed);
                 key.tag.store(tag, Ordering::Release);
-                return Some((slot, true));
+                return Some(slot);
             }
             Err(found) => {
                 if found == tag
                     && key.caller_addr.load(Ordering::Relaxed) == caller_addr
                     && key.callee_addr.load(Ordering::Relaxed) == callee_addr
                 {
-                    return Some((slot, false));
+                    return Some(slot);
                 }
             }
         }
@@ -645,6 +666,8 @@ mod tests {
         let key = level.key(duplicate);
         key.caller_addr.store(0x10, Ordering::Relaxed);
         key.callee_addr.store(0x20, Ordering::Relaxed);
+        let counter = table.used[0].fetch_add(1, Ordering::Relaxed);
+        key.counter.store(counter as u64, Ordering::Relaxed);
         key.tag.store(1 + 2, Ordering::Release);
         level.count(2, duplicate).fetch_add(5, Ordering::Relaxed);
         let arcs = snapshot(&table);

@@ -4,26 +4,30 @@
 //! registers and call [`record_call`]), and `__cyg_profile_func_enter` / `__cyg_profile_func_exit`
 //! (`-finstrument-functions`, ordinary C calls, defined here).
 //!
-//! **Fast path.** Each thread has a two-way set-associative cache of [`CACHE_ENTRIES`] entries
-//! (header in static TLS, `sys::thread_cache_block`; entries in a private mapping of 256 KiB whose
+//! **Fast path.** Each thread has a two-way set-associative cache, [`FIRST_CACHE_SETS`] sets at
+//! first (header in static TLS, `sys::thread_cache_block`; entries in a private mapping whose
 //! pages are touched as used, unmapped at thread exit), mapping the raw pair (frompc, selfpc) to
-//! the arc's counter in the
-//! thread's own stripe of the callee module's [`ArcTable`](crate::arcs::ArcTable). A hit costs a
-//! few loads and one add; nothing shared is written. A thread that owns its stripe adds with one
-//! non-locked instruction, later threads (sharing the last stripe) with an atomic add. The cache is
-//! emptied when the module table changes (load/unload: `modules::generation`) or the arcs are
-//! reset (fork).
+//! the arc's counter in the thread's own stripe of the callee module's
+//! [`ArcTable`]. A hit is handled by the assembly stub alone: a few loads
+//! and one add, the only write; nothing shared is written. A thread that owns its stripe adds with
+//! one non-locked instruction, later threads (sharing the last stripe) with an atomic add. The
+//! cache is emptied when the module table changes (load/unload: `modules::CURRENT`), the arcs are
+//! reset (fork) or counting is paused: all three change `CURRENT ^ CACHE_STATE`, the generation
+//! the cache was filled under. A cache that keeps displacing entries (a working set larger than
+//! itself) grows, up to [`MAX_CACHE_SETS`] sets.
 //!
 //! **Slow path** (cache miss): map selfpc to its module load instance; a callee in a module that
 //! LD_PROFILE did not select returns at once (remembered in the cache with a null counter, so the
 //! next call is cheap too). The caller may be in any module (key and link-time address), or in none
 //! (`UNKNOWN_KEY`, address 0). The arc is recorded in the table and the counter cached.
 //!
-//! **Reentrancy.** The cache header holds a nesting depth. A signal handler that interrupts
-//! `record_call` and calls instrumented code takes the slow path without touching the cache (so it
-//! cannot tear an entry the interrupted call is reading) and still counts exactly: the table is
-//! lock-free and reentrant. Nesting deeper than [`MAX_DEPTH`] (runaway recursion, e.g. when code
-//! the runtime calls is itself instrumented) is counted as dropped in the callee's table.
+//! **Reentrancy.** The cache header holds a nesting depth and a write sequence (odd while this
+//! Rust side may change the entries; the stub checks it before and after reading an entry, see
+//! `ThreadCache`). A signal handler that interrupts `record_call` and calls instrumented code
+//! takes the slow path without touching the cache (so it cannot tear an entry the interrupted call
+//! is reading) and still counts exactly: the table is lock-free and reentrant. Nesting deeper than
+//! [`MAX_DEPTH`] (runaway recursion, e.g. when code the runtime calls is itself instrumented) is
+//! counted as dropped in the callee's table.
 
 use core::ffi::c_void;
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, compiler_fence};
@@ -39,34 +43,59 @@ pub const UNKNOWN_KEY: u32 = 0xFFFF_FFFF;
 /// handlers interrupting it.
 pub const MAX_DEPTH: u32 = 3;
 
-/// Entries of each thread's call cache: two-way set-associative, [`CACHE_SET_BITS`] bits of set
-/// index (the top bits of the hash; the assembly fast path in `sys` computes the same).
-pub const CACHE_ENTRIES: usize = 2 << CACHE_SET_BITS;
-/// See [`CACHE_ENTRIES`].
-pub const CACHE_SET_BITS: u32 = 12;
-/// Bytes of one thread's cache entries (mapped on the thread's first call, pages touched as used).
-const CACHE_BYTES: usize = CACHE_ENTRIES * core::mem::size_of::<CacheEntry>();
+/// Sets of a thread's call cache when it is first mapped (two ways each: 8192 entries, 256 KiB).
+pub const FIRST_CACHE_SETS: usize = 1 << 12;
+/// Each growth of a thread's cache multiplies its sets by this.
+const CACHE_GROWTH: usize = 4;
+/// Times a thread's cache can grow: at most `FIRST_CACHE_SETS * 64` sets (524 288 entries, 16 MiB
+/// of address space, of which only the pages used become resident). A cache grows only after
+/// displacing as many entries as it holds, so only a thread with that many hot arcs gets there.
+const CACHE_GROWTHS: usize = 3;
+/// Most sets a thread's cache can have.
+pub const MAX_CACHE_SETS: usize = FIRST_CACHE_SETS * CACHE_GROWTH.pow(CACHE_GROWTHS as u32);
+/// A pair's set is `(hash(selfpc) >> (64 - CACHE_INDEX_BITS)) + (frompc >> 2)`, masked with the
+/// thread's `set_mask` (the assembly fast path in `sys` computes the same): call sites of one
+/// callee that are close in the code use neighbouring sets.
+const CACHE_INDEX_BITS: u32 = 20;
 
-/// Set by `moncontrol(0)`, cleared by `moncontrol(1)`.
-pub(crate) static PAUSED: AtomicBool = AtomicBool::new(false);
+const _: () = assert!(MAX_CACHE_SETS <= 1 << CACHE_INDEX_BITS);
 
-/// Bumped by [`reset_after_fork`] so every thread cache is emptied.
-pub(crate) static RESET_EPOCH: AtomicUsize = AtomicUsize::new(0);
+/// Bytes of a cache of `sets` sets.
+const fn cache_bytes(sets: usize) -> usize {
+    sets * 2 * core::mem::size_of::<CacheEntry>()
+}
+
+/// Counting state that every call checks, in one word so the fast path reads it with one load:
+/// bit 0 is set by `moncontrol(0)` (paused), bit 1 is always set (so a cache generation is never
+/// 0), bits 2.. count fork-time resets. A thread's cache is valid while its generation equals
+/// `modules::CURRENT ^ CACHE_STATE`: a new module table, a reset or a pause all change it.
+pub(crate) static CACHE_STATE: AtomicUsize = AtomicUsize::new(STATE_FIXED);
+
+/// Bit of [`CACHE_STATE`] set while counting is paused.
+const STATE_PAUSED: usize = 1;
+/// Bit of [`CACHE_STATE`] that is always set.
+const STATE_FIXED: usize = 2;
+/// One fork-time reset in [`CACHE_STATE`].
+const STATE_EPOCH: usize = 4;
 
 /// Pauses (`true`) or resumes call counting.
 pub fn set_paused(paused: bool) {
-    PAUSED.store(paused, Ordering::Relaxed);
+    if paused {
+        CACHE_STATE.fetch_or(STATE_PAUSED, Ordering::Relaxed);
+    } else {
+        CACHE_STATE.fetch_and(!STATE_PAUSED, Ordering::Relaxed);
+    }
 }
 
 /// True while `moncontrol(0)` is in effect.
 pub fn is_paused() -> bool {
-    PAUSED.load(Ordering::Relaxed)
+    CACHE_STATE.load(Ordering::Relaxed) & STATE_PAUSED != 0
 }
 
 /// Forgets every arc of every module (in a forked child, which must profile only itself). Only
 /// valid while no other thread records: after `fork` there is one thread.
 pub fn reset_after_fork() {
-    RESET_EPOCH.fetch_add(1, Ordering::Relaxed);
+    CACHE_STATE.fetch_add(STATE_EPOCH, Ordering::Relaxed);
     for module in modules::all() {
         module.arcs.reset();
     }
@@ -100,31 +129,48 @@ struct CacheEntry {
 }
 
 /// The per-thread cache header, overlaid on `sys::thread_cache_block` (static TLS); the entries
-/// are a private mapping of [`CACHE_BYTES`], unmapped when the thread exits.
+/// are a private mapping of [`cache_bytes`]`(sets)`, unmapped when the thread exits.
+///
+/// The assembly fast path only reads it. It must not use an entry that a signal handler rewrote
+/// while it was reading it, nor one that the interrupted Rust code was writing, hence `writes`:
+/// odd while `record_call` (top level) runs, so it is bumped twice by every call that may change
+/// the entries. The fast path reads it before the entry and checks it is unchanged after loading
+/// the counter pointer, and takes the slow path otherwise.
 #[repr(C)]
 struct ThreadCache {
-    /// `modules::generation() ^ epoch` the entries were made under; 0 = never used.
+    /// `modules::CURRENT ^ CACHE_STATE` the entries were made under; 0 = never used.
     generation: usize,
+    /// Odd while the Rust side may be changing the entries; see above.
+    writes: u32,
     /// Nesting depth of `record_call` on this thread.
     depth: u32,
-    /// Stripe + 1 (0 = unassigned).
-    stripe: u32,
+    /// `2 * (set_mask + 1)` entries, or null (not mapped yet, or mapping failed: no caching).
+    entries: *mut CacheEntry,
+    /// Sets − 1 (a power of two − 1).
+    set_mask: u32,
     /// True when this thread shares its stripe (atomic adds needed).
     shared_stripe: bool,
     /// True once the thread's cache was released at thread exit: never map another.
     released: bool,
-    _reserved: [u8; 6],
-    /// [`CACHE_ENTRIES`] entries, or null (not mapped yet, or mapping failed: no caching).
-    entries: *mut CacheEntry,
+    _reserved: [u8; 2],
+    /// Stripe + 1 (0 = unassigned).
+    stripe: u32,
+    /// Valid entries displaced since the cache was mapped or last grew.
+    evictions: u32,
+    /// The smaller mappings this cache had before it grew (their pages discarded), unmapped at
+    /// thread exit: a signal handler may grow the cache while the interrupted fast path is
+    /// reading the old entries, which must stay mapped.
+    retired: [*mut CacheEntry; CACHE_GROWTHS],
 }
 
 // The assembly fast path in `sys` depends on this layout.
 const _: () = {
     assert!(core::mem::size_of::<ThreadCache>() <= sys::THREAD_CACHE_BYTES);
     assert!(core::mem::offset_of!(ThreadCache, generation) == 0);
-    assert!(core::mem::offset_of!(ThreadCache, depth) == 8);
-    assert!(core::mem::offset_of!(ThreadCache, shared_stripe) == 16);
-    assert!(core::mem::offset_of!(ThreadCache, entries) == 24);
+    assert!(core::mem::offset_of!(ThreadCache, writes) == 8);
+    assert!(core::mem::offset_of!(ThreadCache, entries) == 16);
+    assert!(core::mem::offset_of!(ThreadCache, set_mask) == 24);
+    assert!(core::mem::offset_of!(ThreadCache, shared_stripe) == 28);
     assert!(core::mem::size_of::<CacheEntry>() == 32);
 };
 
@@ -132,8 +178,9 @@ impl ThreadCache {
     /// The entries, mapping them on first use. Empty when they cannot be had.
     fn entries(&mut self) -> &mut [CacheEntry] {
         if self.entries.is_null() && !self.released {
-            if let Some(base) = sys::map_zeroed(CACHE_BYTES) {
+            if let Some(base) = sys::map_zeroed(cache_bytes(FIRST_CACHE_SETS)) {
                 self.entries = base.cast();
+                self.set_mask = (FIRST_CACHE_SETS - 1) as u32;
                 register_thread_exit(base);
             } else {
                 self.released = true;
@@ -142,17 +189,49 @@ impl ThreadCache {
         if self.entries.is_null() {
             return &mut [];
         }
-        // SAFETY: `entries` is this thread's private mapping of CACHE_ENTRIES zero-initialised
-        // entries (all-zero is a valid CacheEntry), unmapped only by the thread-exit destructor
-        // after it cleared the pointer.
-        unsafe { core::slice::from_raw_parts_mut(self.entries, CACHE_ENTRIES) }
+        // SAFETY: `entries` is this thread's private mapping of `sets()` zero-initialised sets
+        // (all-zero is a valid CacheEntry), unmapped only by the thread-exit destructor after it
+        // cleared the pointer.
+        unsafe { core::slice::from_raw_parts_mut(self.entries, self.sets() * 2) }
+    }
+
+    fn sets(&self) -> usize {
+        self.set_mask as usize + 1
     }
 
     /// Forgets every entry (the pages go back to the kernel and read as zero).
     fn clear(&mut self) {
         if !self.entries.is_null() {
-            sys::discard(self.entries.cast(), CACHE_BYTES);
+            sys::discard(self.entries.cast(), cache_bytes(self.sets()));
         }
+    }
+
+    /// Counts a displaced entry; once a cache has displaced as many entries as it holds, the
+    /// thread's working set does not fit: replaces it with one [`CACHE_GROWTH`] times larger
+    /// (empty; it fills on the next misses). The old mapping's pages are discarded at once, the
+    /// mapping itself is kept until thread exit (see `retired`).
+    fn count_eviction(&mut self) {
+        self.evictions = self.evictions.saturating_add(1);
+        let sets = self.sets();
+        if (self.evictions as usize) < sets * 2 || sets >= MAX_CACHE_SETS || self.entries.is_null()
+        {
+            return;
+        }
+        self.evictions = 0;
+        let growth = (sets / FIRST_CACHE_SETS).ilog2() as usize / CACHE_GROWTH.ilog2() as usize;
+        let larger = sets * CACHE_GROWTH;
+        let (Some(slot), Some(base)) = (
+            self.retired.get(growth),
+            sys::map_zeroed(cache_bytes(larger)),
+        ) else {
+            return;
+        };
+        debug_assert!(slot.is_null());
+        let old = self.entries;
+        sys::discard(old.cast(), cache_bytes(sets));
+        self.retired[growth] = old;
+        self.entries = base.cast();
+        self.set_mask = (larger - 1) as u32;
     }
 }
 
@@ -169,39 +248,59 @@ fn register_thread_exit(base: *mut u8) {
 }
 
 /// Thread-exit destructor: clears this thread's pointer first (instrumented code may still run
-/// in later destructors on this thread), then unmaps the entries.
-unsafe extern "C" fn release_thread_cache(base: *mut libc::c_void) {
+/// in later destructors on this thread), then unmaps the entries and the retired mappings.
+unsafe extern "C" fn release_thread_cache(_first_mapping: *mut libc::c_void) {
     let cache = sys::thread_cache_block().cast::<ThreadCache>();
     // SAFETY: the exiting thread's own header; a signal handler running now sees `depth` as usual
     // and, once the pointer is null, never touches the entries.
     let cache = unsafe { &mut *cache };
-    if cache.entries.cast() == base {
-        cache.entries = core::ptr::null_mut();
-        cache.released = true;
-        compiler_fence(Ordering::SeqCst);
-        // SAFETY: `base` is the mapping of CACHE_BYTES made for this thread; the only pointer to
+    let entries = cache.entries;
+    let sets = cache.sets();
+    cache.entries = core::ptr::null_mut();
+    cache.released = true;
+    compiler_fence(Ordering::SeqCst);
+    if !entries.is_null() {
+        // SAFETY: `entries` is this thread's current mapping of `sets` sets; the only pointer to
         // it was just cleared.
-        unsafe { sys::unmap(base.cast(), CACHE_BYTES) };
+        unsafe { sys::unmap(entries.cast(), cache_bytes(sets)) };
+    }
+    let mut retired_sets = FIRST_CACHE_SETS;
+    for retired in &mut cache.retired {
+        let base = core::mem::replace(retired, core::ptr::null_mut());
+        if !base.is_null() {
+            // SAFETY: retired mapping number i had FIRST_CACHE_SETS * CACHE_GROWTH^i sets; nothing
+            // reads it any more (it was replaced before, and the fast path of this thread no
+            // longer runs on a released cache).
+            unsafe { sys::unmap(base.cast(), cache_bytes(retired_sets)) };
+        }
+        retired_sets *= CACHE_GROWTH;
+    }
+}
+
+/// Sets of the calling thread's call cache (0 before its first counted call or after its release).
+pub fn thread_cache_sets() -> usize {
+    // SAFETY: as in `record_call`; only reads this thread's own header.
+    let cache = unsafe { &*sys::thread_cache_block().cast::<ThreadCache>() };
+    if cache.entries.is_null() {
+        0
+    } else {
+        cache.sets()
     }
 }
 
 #[inline(always)]
 /// Index of the first way of the pair's set.
-fn cache_index(frompc: usize, selfpc: usize) -> usize {
-    let mixed = (selfpc ^ frompc.rotate_left(17)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    (mixed >> (usize::BITS - CACHE_SET_BITS)) * 2
-}
-
-#[inline(always)]
-fn current_generation() -> usize {
-    // Never 0, so a zeroed cache is always stale.
-    (modules::generation() ^ RESET_EPOCH.load(Ordering::Relaxed).rotate_right(1)) | 1
+fn cache_index(frompc: usize, selfpc: usize, set_mask: u32) -> usize {
+    let callee_part =
+        selfpc.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (usize::BITS - CACHE_INDEX_BITS);
+    (callee_part.wrapping_add(frompc >> 2) as u32 & set_mask) as usize * 2
 }
 
 /// Records the arc `frompc` → `selfpc` (runtime PCs). Called by the assembly stubs with the stack
 /// aligned and every argument register saved; async-signal-safe, never panics, never allocates.
 pub extern "C" fn record_call(frompc: usize, selfpc: usize) {
-    if PAUSED.load(Ordering::Relaxed) {
+    let state = CACHE_STATE.load(Ordering::Relaxed);
+    if state & STATE_PAUSED != 0 {
         return;
     }
     let cache = sys::thread_cache_block().cast::<ThreadCache>();
@@ -215,13 +314,17 @@ pub extern "C" fn record_call(frompc: usize, selfpc: usize) {
         return;
     }
     cache.depth = 1;
+    cache.writes = cache.writes.wrapping_add(1);
     compiler_fence(Ordering::SeqCst);
-    let generation = current_generation();
+    // Never 0 (STATE_FIXED; the table pointer is aligned), so a zeroed cache is always stale.
+    let generation = modules::generation() ^ state;
     if cache.generation != generation {
         cache.clear();
         cache.generation = generation;
     }
-    let index = cache_index(frompc, selfpc);
+    // Maps the entries on first use, which sets the mask.
+    cache.entries();
+    let index = cache_index(frompc, selfpc, cache.set_mask);
     let shared = cache.shared_stripe;
     let cached = cache
         .entries()
@@ -251,16 +354,21 @@ pub extern "C" fn record_call(frompc: usize, selfpc: usize) {
                 (counter, cache.entries().get_mut(index..index + 2))
             {
                 // The newest arc takes the first way, the one it displaces the second.
+                let displaced = second.selfpc != 0;
                 second.frompc = first.frompc;
                 second.selfpc = first.selfpc;
                 second.counter = first.counter;
                 first.frompc = frompc;
                 first.selfpc = selfpc;
                 first.counter = counter;
+                if displaced {
+                    cache.count_eviction();
+                }
             }
         }
     }
     compiler_fence(Ordering::SeqCst);
+    cache.writes = cache.writes.wrapping_add(1);
     cache.depth = 0;
 }
 
@@ -338,7 +446,13 @@ fn record_uncached(
     if !callee.profiled {
         return Some(core::ptr::null());
     }
-    let (caller_key, caller_addr) = match modules::find(frompc) {
+    // Most calls come from the callee's own module: no table search for those.
+    let caller = if callee.contains(frompc) {
+        Some(callee)
+    } else {
+        modules::find(frompc)
+    };
+    let (caller_key, caller_addr) = match caller {
         Some(caller) => (caller.key, frompc.wrapping_sub(caller.bias) as u64),
         None => (UNKNOWN_KEY, 0),
     };

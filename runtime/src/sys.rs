@@ -509,92 +509,92 @@ macro_rules! mcount_stub {
     };
 }
 
-/// The fast path shared by the exported stubs: with only rax, rcx, rdx, rsi, rdi saved (pushed),
-/// look the (frompc, selfpc) pair up in this thread's call cache and add 1 to the cached counter.
-/// Anything else (cache miss, stale generation, nested call, paused) restores the five registers
-/// and jumps to the full stub, which saves everything and calls Rust.
+/// The fast path shared by the exported stubs: with only rax, rcx, rdx and rsi saved (pushed), look
+/// the (frompc, selfpc) pair up in this thread's call cache and add 1 to the cached counter. It
+/// writes nothing but the counter. Anything else (cache miss, stale generation, paused, a call
+/// nested in the Rust side, the cache rewritten by a signal handler meanwhile) restores the four
+/// registers and jumps to the full stub, which saves everything and calls Rust.
 ///
-/// Cache layout (`mcount::ThreadCache`): generation at 0, depth (u32) at 8, shared-stripe flag
-/// (u8) at 16, pointer to the entries at 24 (null: miss); 4096 sets of two 32-byte entries
-/// (frompc, selfpc, counter), the set chosen by the top 12 bits of
-/// `(selfpc ^ rotl(frompc, 17)) * 0x9E3779B97F4A7C15`.
-/// The depth is set while the entry is read, so a signal handler that interrupts this path leaves
-/// the cache alone.
+/// Cache layout (`mcount::ThreadCache`): generation at 0, write sequence (u32) at 8, pointer to the
+/// entries at 16 (null: miss), set mask (u32) at 24, shared-stripe flag (u8) at 28; sets of two
+/// 32-byte entries (frompc, selfpc, counter), the set being
+/// `((selfpc * 0x9E3779B97F4A7C15) >> 44) + (frompc >> 2)` masked with the set mask (4095 at
+/// first; the Rust side makes the cache larger when the thread's working set does not fit): call
+/// sites near each other fill neighbouring sets. The cache is current when its generation equals `modules::CURRENT ^ mcount::CACHE_STATE` (the pause bit makes every lookup miss). The
+/// write sequence is odd while Rust code of this thread may be changing the entries, and is
+/// checked again after the counter pointer is loaded: a signal handler that ran in between and
+/// went through the Rust side sends this call to the slow path too, uncounted so far.
 macro_rules! mcount_fast_path {
-    ($load:literal, $slow:path) => {
+    ($frompc:literal, $selfpc:literal, $slow:path) => {
         core::arch::naked_asm!(
-            "push rdi",
-            "push rsi",
             "push rax",
             "push rcx",
             "push rdx",
-            $load,
-            "cmp byte ptr [rip + {paused}], 0",
-            "jne 3f",
+            "push rsi",
             "mov rdx, qword ptr fs:[0]",
             "add rdx, qword ptr [rip + mslprof_thread_cache@GOTTPOFF]",
-            "cmp dword ptr [rdx + 8], 0",
-            "jne 3f",
-            "mov dword ptr [rdx + 8], 1",
-            "mov rax, qword ptr [rip + {epoch}]",
-            "ror rax, 1",
-            "xor rax, qword ptr [rip + {table}]",
-            "or rax, 1",
+            "mov rax, qword ptr [rip + {table}]",
+            "xor rax, qword ptr [rip + {state}]",
             "cmp qword ptr [rdx], rax",
             "jne 2f",
-            "mov rax, rdi",
-            "rol rax, 17",
-            "xor rax, rsi",
+            concat!("mov rax, ", $selfpc),
             "movabs rcx, 0x9E3779B97F4A7C15",
             "imul rax, rcx",
-            "shr rax, 52",
-            "mov rcx, qword ptr [rdx + 24]",
-            "test rcx, rcx",
-            "jz 2f",
-            "shl rax, 6",
+            "shr rax, 44",
+            concat!("mov rcx, ", $frompc),
+            "shr rcx, 2",
             "add rax, rcx",
-            "cmp qword ptr [rax], rdi",
+            "and eax, dword ptr [rdx + 24]",
+            "shl rax, 6",
+            "mov ecx, dword ptr [rdx + 8]",
+            "test ecx, 1",
+            "jnz 2f",
+            "mov rsi, qword ptr [rdx + 16]",
+            "test rsi, rsi",
+            "jz 2f",
+            "add rax, rsi",
+            concat!("mov rsi, ", $frompc),
+            "cmp qword ptr [rax], rsi",
             "jne 5f",
+            concat!("mov rsi, ", $selfpc),
             "cmp qword ptr [rax + 8], rsi",
             "jne 5f",
             "mov rax, qword ptr [rax + 16]",
             "6:",
+            "cmp dword ptr [rdx + 8], ecx",
+            "jne 2f",
             "test rax, rax",
             "jz 1f",
-            "cmp byte ptr [rdx + 16], 0",
+            "cmp byte ptr [rdx + 28], 0",
             "jne 4f",
             "add qword ptr [rax], 1",
             "1:",
-            "mov dword ptr [rdx + 8], 0",
+            "pop rsi",
             "pop rdx",
             "pop rcx",
             "pop rax",
-            "pop rsi",
-            "pop rdi",
             "ret",
             "4:",
             "lock add qword ptr [rax], 1",
             "jmp 1b",
             // Second way of the set.
             "5:",
-            "cmp qword ptr [rax + 32], rdi",
+            concat!("mov rsi, ", $frompc),
+            "cmp qword ptr [rax + 32], rsi",
             "jne 2f",
+            concat!("mov rsi, ", $selfpc),
             "cmp qword ptr [rax + 40], rsi",
             "jne 2f",
             "mov rax, qword ptr [rax + 48]",
             "jmp 6b",
             // Miss: leave the cache to the Rust side.
             "2:",
-            "mov dword ptr [rdx + 8], 0",
-            "3:",
+            "pop rsi",
             "pop rdx",
             "pop rcx",
             "pop rax",
-            "pop rsi",
-            "pop rdi",
             "jmp {slow}",
-            paused = sym crate::mcount::PAUSED,
-            epoch = sym crate::mcount::RESET_EPOCH,
+            state = sym crate::mcount::CACHE_STATE,
             table = sym crate::modules::CURRENT,
             slow = sym $slow,
         )
@@ -612,8 +612,8 @@ macro_rules! mcount_fast_path {
 #[unsafe(naked)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mcount() {
-    // After the five pushes: [rsp + 40] = selfpc; [rbp + 8] = frompc.
-    mcount_fast_path!("mov rsi, [rsp + 40]\nmov rdi, [rbp + 8]", mcount_slow)
+    // After the four pushes: [rsp + 32] = selfpc; [rbp + 8] = frompc.
+    mcount_fast_path!("qword ptr [rbp + 8]", "qword ptr [rsp + 32]", mcount_slow)
 }
 
 /// The other name of [`mcount`] (glibc exports both; some compilers call `_mcount`).
@@ -624,7 +624,7 @@ pub unsafe extern "C" fn mcount() {
 #[unsafe(naked)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn _mcount() {
-    mcount_fast_path!("mov rsi, [rsp + 40]\nmov rdi, [rbp + 8]", mcount_slow)
+    mcount_fast_path!("qword ptr [rbp + 8]", "qword ptr [rsp + 32]", mcount_slow)
 }
 
 /// `-pg -mfentry` calls this as the first instruction of the instrumented function, before its
@@ -637,8 +637,8 @@ pub unsafe extern "C" fn _mcount() {
 #[unsafe(naked)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn __fentry__() {
-    // After the five pushes: [rsp + 40] = selfpc, [rsp + 48] = frompc.
-    mcount_fast_path!("mov rsi, [rsp + 40]\nmov rdi, [rsp + 48]", fentry_slow)
+    // After the four pushes: [rsp + 32] = selfpc, [rsp + 40] = frompc.
+    mcount_fast_path!("qword ptr [rsp + 40]", "qword ptr [rsp + 32]", fentry_slow)
 }
 
 /// Slow path of [`mcount`]: entered by a jump with the original registers and stack.

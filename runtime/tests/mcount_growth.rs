@@ -1,0 +1,90 @@
+//! A thread whose working set is far larger than a first call cache: the cache grows (3 times) while
+//! counting, across a module-table change and a pause, and every count stays exact; the thread
+//! then exits (its grown and retired cache mappings are unmapped) and another thread counts on.
+
+use std::collections::BTreeMap;
+
+use mslprof::histogram::BucketBits;
+use mslprof::mcount;
+use mslprof::modules::{self, ModulePolicy};
+use mslprof::selection::Selection;
+use mslprof_loader_hooks::{LinkRange, ModuleInfo};
+
+const BIAS: usize = 0x7000_0000_0000;
+/// More distinct arcs than the largest cache has sets, so every growth step is taken.
+const SITES: usize = 300_000;
+const ROUNDS: u64 = 6;
+
+fn fake_module(name: &str, bias: usize) -> ModuleInfo {
+    ModuleInfo {
+        bias,
+        path: format!("/fake/{name}").into_bytes(),
+        file_name: name.as_bytes().to_vec(),
+        exec_ranges: vec![LinkRange {
+            start: 0x1000,
+            end: 0x20_0000,
+        }],
+        ..ModuleInfo::default()
+    }
+}
+
+fn arcs() -> BTreeMap<(u64, u64), u64> {
+    let mut arcs = BTreeMap::new();
+    modules::find(BIAS + 0x1000)
+        .expect("module")
+        .arcs
+        .for_each(|arc| {
+            arcs.insert((arc.caller_addr, arc.callee_addr), arc.count);
+        });
+    arcs
+}
+
+fn sweep() {
+    for site in 0..SITES {
+        // Two callees, so sites share sets with different callees too.
+        let callee = BIAS + 0x8_0000 + (site % 2) * 0x100;
+        mcount::record_call(BIAS + 0x1000 + site * 5, callee);
+    }
+}
+
+#[test]
+fn a_large_working_set_grows_the_cache_and_counts_exactly() {
+    let selection: &'static Selection = Box::leak(Box::new(Selection::parse(None)));
+    let policy = ModulePolicy {
+        selection,
+        bucket_bits: BucketBits::Sixteen,
+    };
+    modules::update(&policy, |table| table.add(fake_module("liba.so", BIAS)));
+    std::thread::spawn(move || {
+        for round in 0..ROUNDS {
+            if round == ROUNDS / 2 {
+                // A new module table empties the (grown) cache.
+                modules::update(&policy, |table| {
+                    table.add(fake_module("libb.so", 0x7100_0000_0000))
+                });
+            }
+            if round == ROUNDS / 3 {
+                mcount::set_paused(true);
+                sweep();
+                mcount::set_paused(false);
+            }
+            sweep();
+            if round == 0 {
+                assert!(mcount::thread_cache_sets() > mcount::FIRST_CACHE_SETS);
+            }
+        }
+        assert_eq!(mcount::thread_cache_sets(), mcount::MAX_CACHE_SETS);
+    })
+    .join()
+    .unwrap();
+    let counted = arcs();
+    assert_eq!(counted.len(), SITES);
+    assert!(counted.values().all(|&count| count == ROUNDS));
+
+    // A new thread starts with a small cache again and counts on.
+    std::thread::spawn(sweep).join().unwrap();
+    let counted = arcs();
+    assert_eq!(counted.len(), SITES);
+    assert!(counted.values().all(|&count| count == ROUNDS + 1));
+    assert_eq!(modules::find(BIAS + 0x1000).unwrap().arcs.dropped(), 0);
+}

@@ -1,0 +1,50 @@
+//! Exact call counts through the real mcount stub when a thread's working set (50 000 arcs) is far
+//! larger than its first call cache, so the cache grows while a signal handler keeps calling
+//! instrumented code.
+
+use mslprof_tests::Workspace;
+use mslprof_tests::callcounts::{
+    build_library, build_program, common_flags, profile_call_graph, run_ok,
+};
+use mslprof_tests::read_profile;
+
+#[test]
+fn fifty_thousand_call_sites_with_signals_count_exactly() {
+    let workspace = Workspace::new();
+    let mut flags = common_flags("-O1");
+    flags.push("-pg".into());
+    build_library(&workspace, "ccs", &["ccs.c"], &flags);
+    let exe = build_program(&workspace, "large", &["large.c"], &["ccs"], &flags);
+    let stdout = run_ok(&mut workspace.command_with_runtime(&exe));
+    let handled: u64 = stdout
+        .split_whitespace()
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("unexpected output {stdout:?}"));
+    assert!(handled > 0);
+    let profile = read_profile(&workspace.join("gmon.out"));
+    let graph = profile_call_graph(&profile, &|name| {
+        name.starts_with("group") || ["on_alarm", "m_work", "h_work"].contains(&name)
+    });
+    let from_groups: Vec<u64> = graph
+        .iter()
+        .filter(|((caller, callee), _)| caller.starts_with("group") && callee == "m_work")
+        .map(|(_, &count)| count)
+        .collect();
+    assert_eq!(from_groups.len(), 50, "{graph:?}");
+    // 1 000 call sites per group, 40 rounds.
+    assert!(
+        from_groups.iter().all(|&count| count == 40_000),
+        "{from_groups:?}"
+    );
+    assert_eq!(graph[&("on_alarm".into(), "h_work".into())], 10 * handled);
+    assert_eq!(profile.header.dropped_arcs, 0);
+    // One arc per call site of m_work, plus main's one indirect call site into each group.
+    let called_once_per_round = profile
+        .modules
+        .iter()
+        .flat_map(|module| &module.arcs)
+        .filter(|arc| arc.count == 40)
+        .count();
+    assert_eq!(called_once_per_round, 50_000 + 50);
+}
