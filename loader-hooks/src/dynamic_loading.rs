@@ -297,31 +297,45 @@ pub fn open_in_progress() -> bool {
     LOADER_LOCK.is_held()
 }
 
-/// Whether the forking thread held the loader lock before the fork, and whether prepare took it.
-static FORK_HELD_BEFORE: AtomicU32 = AtomicU32::new(0);
-static FORK_TOOK: AtomicU32 = AtomicU32::new(0);
+/// What the fork prepare handler did with the loader lock (kept per forking thread by the caller).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ForkLock {
+    /// The forking thread held the lock before the fork (it forked from inside a `dlopen`).
+    held_before: bool,
+    /// Prepare took one level of the lock.
+    took: bool,
+}
+
+impl ForkLock {
+    pub(crate) const NOT_TAKEN: ForkLock = ForkLock {
+        held_before: false,
+        took: false,
+    };
+}
 
 /// `pthread_atfork` prepare: take the loader lock if that costs no waiting, so that the parent's table is not
 /// changed during the fork. It never waits: a thread inside `dlopen` may be waiting (in a constructor) for the
 /// forking thread, and the module table is consistent at any instant anyway (one pointer swap).
-pub(crate) fn lock_for_fork() {
+pub(crate) fn lock_for_fork() -> ForkLock {
     let held_before = LOADER_LOCK.held_by_this_thread();
-    FORK_HELD_BEFORE.store(u32::from(held_before), Ordering::Relaxed);
-    FORK_TOOK.store(u32::from(LOADER_LOCK.try_lock()), Ordering::Relaxed);
+    ForkLock {
+        held_before,
+        took: LOADER_LOCK.try_lock(),
+    }
 }
 
-pub(crate) fn unlock_after_fork_in_parent() {
-    if FORK_TOOK.load(Ordering::Relaxed) == 1 {
+pub(crate) fn unlock_after_fork_in_parent(lock: ForkLock) {
+    if lock.took {
         LOADER_LOCK.unlock();
     }
 }
 
 /// In the child only the forking thread exists: it keeps the lock if it held it before the fork (a fork from a
 /// constructor run by `dlopen`), otherwise the lock and the rescan flag start free.
-pub(crate) fn unlock_after_fork_in_child() {
-    if FORK_HELD_BEFORE.load(Ordering::Relaxed) == 1 {
+pub(crate) fn unlock_after_fork_in_child(lock: ForkLock) {
+    if lock.held_before {
         LOADER_LOCK.adopt_in_child();
-        if FORK_TOOK.load(Ordering::Relaxed) == 1 {
+        if lock.took {
             LOADER_LOCK.unlock();
         }
     } else {

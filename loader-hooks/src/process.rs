@@ -18,13 +18,12 @@ pub(crate) static ABNORMAL_DUMP: AtomicBool = AtomicBool::new(true);
 /// Whether the image is being replaced or the process is ending through one of our hooks: the first event
 /// dumps, later ones (e.g. `_exit` from a signal handler after a crash dump) do not.
 pub(crate) static ENDING: AtomicBool = AtomicBool::new(false);
-/// SIGPROF mask saved by the fork prepare handler, restored in parent and child.
-static MASK_BEFORE_FORK: std::sync::Mutex<Option<MaskBox>> = std::sync::Mutex::new(None);
-
-/// A saved signal mask (sigset_t is plain data).
-struct MaskBox(libc::sigset_t);
-// SAFETY: sigset_t is plain bits, no pointers.
-unsafe impl Send for MaskBox {}
+thread_local! {
+    /// Set by the fork prepare handler on the forking thread (several threads may fork at once): whether
+    /// SIGPROF was already blocked on it, and what prepare did with the loader lock.
+    static FORK_STATE: std::cell::Cell<(bool, dynamic_loading::ForkLock)> =
+        const { std::cell::Cell::new((false, dynamic_loading::ForkLock::NOT_TAKEN)) };
+}
 
 /// The pid whose data the runtime holds, 0 before install.
 pub fn profiled_pid() -> i32 {
@@ -56,43 +55,35 @@ pub(crate) fn install() {
 }
 
 unsafe extern "C" fn fork_prepare() {
-    let mask = sys::block_signal(libc::SIGPROF);
-    if let Ok(mut slot) = MASK_BEFORE_FORK.lock() {
-        *slot = Some(MaskBox(mask));
-    }
-    dynamic_loading::lock_for_fork();
+    let sigprof_was_blocked = sys::block_signal(libc::SIGPROF);
+    let lock = dynamic_loading::lock_for_fork();
+    FORK_STATE.with(|state| state.set((sigprof_was_blocked, lock)));
     if let Some(events) = crate::events_handler() {
         let _ = std::panic::catch_unwind(|| events.before_fork());
     }
 }
 
 unsafe extern "C" fn fork_parent() {
+    let (sigprof_was_blocked, lock) = FORK_STATE.with(|state| state.get());
     if let Some(events) = crate::events_handler() {
         let _ = std::panic::catch_unwind(|| events.after_fork_in_parent());
     }
-    dynamic_loading::unlock_after_fork_in_parent();
-    restore_mask_after_fork();
+    dynamic_loading::unlock_after_fork_in_parent(lock);
+    if !sigprof_was_blocked {
+        sys::unblock_signal(libc::SIGPROF);
+    }
 }
 
 unsafe extern "C" fn fork_child() {
+    let (sigprof_was_blocked, lock) = FORK_STATE.with(|state| state.get());
     PROFILED_PID.store(sys::process_id(), Ordering::Relaxed);
     ENDING.store(false, Ordering::Relaxed);
-    dynamic_loading::unlock_after_fork_in_child();
+    dynamic_loading::unlock_after_fork_in_child(lock);
     if let Some(events) = crate::events_handler() {
         let _ = std::panic::catch_unwind(|| events.after_fork_in_child());
     }
-    restore_mask_after_fork();
-}
-
-fn restore_mask_after_fork() {
-    let saved = match MASK_BEFORE_FORK.lock() {
-        Ok(mut slot) => slot.take(),
-        // A poisoned mutex in the child of a panicking parent: just unblock SIGPROF.
-        Err(_) => None,
-    };
-    match saved {
-        Some(MaskBox(mask)) => sys::restore_signal_mask(&mask),
-        None => sys::unblock_signal(libc::SIGPROF),
+    if !sigprof_was_blocked {
+        sys::unblock_signal(libc::SIGPROF);
     }
 }
 

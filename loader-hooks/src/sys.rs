@@ -179,24 +179,16 @@ pub fn register_fork_handlers(
     unsafe { libc::pthread_atfork(Some(prepare), Some(parent), Some(child)) == 0 }
 }
 
-/// Blocks `signal` in the calling thread; returns the previous mask to restore.
-pub fn block_signal(signal: c_int) -> libc::sigset_t {
-    // SAFETY: both sets are valid local values; pthread_sigmask only reads/writes them.
+/// Blocks `signal` in the calling thread; returns whether it was blocked already.
+pub fn block_signal(signal: c_int) -> bool {
+    // SAFETY: both sets are valid local values; pthread_sigmask and sigismember only read/write them.
     unsafe {
         let mut block: libc::sigset_t = std::mem::zeroed();
         let mut old: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut block);
         libc::sigaddset(&mut block, signal);
         libc::pthread_sigmask(libc::SIG_BLOCK, &block, &mut old);
-        old
-    }
-}
-
-/// Restores a signal mask saved by [`block_signal`].
-pub fn restore_signal_mask(mask: &libc::sigset_t) {
-    // SAFETY: `mask` is a valid sigset_t.
-    unsafe {
-        libc::pthread_sigmask(libc::SIG_SETMASK, mask, std::ptr::null_mut());
+        libc::sigismember(&old, signal) == 1
     }
 }
 

@@ -19,7 +19,7 @@ use mslprof_format::stream::{
 
 use crate::config::Settings;
 use crate::histogram::{BYTES_PER_BUCKET, BucketBits, Histogram};
-use crate::modules::{self, LiveModule};
+use crate::modules::LiveModule;
 use crate::{program_sigprof, sampler, sys};
 
 static DUMPED: AtomicBool = AtomicBool::new(false);
@@ -133,7 +133,7 @@ pub unsafe fn write_profile<S: Sink>(
     settings: &Settings,
     sink: &mut S,
 ) -> Result<(), StreamError<S::Error>> {
-    let all = modules::all();
+    let all = crate::lifecycle::modules_to_dump();
     let pid = sys::getpid();
     let mut flags = 0;
     if program_sigprof::SHARED.load(Ordering::Relaxed) {

@@ -94,9 +94,37 @@ pub fn note_normal_exit() {
     // Threads that still run while the process exits stop counting calls: the dump is the state at exit.
     mcount::set_paused(true);
     attribute_parked_samples();
-    if END_CAUSE.load(Ordering::Relaxed) == 0 && !mslprof_loader_hooks::on_main_thread() {
+    if END_CAUSE.load(Ordering::Relaxed) == 0
+        && !mslprof_loader_hooks::on_main_thread()
+        && other_threads_still_run()
+    {
         END_CAUSE.store(IncompleteCause::ExitFromThread.code(), Ordering::Relaxed);
     }
+}
+
+/// Whether a thread other than the caller is still alive (not a zombie). After the main thread called
+/// `pthread_exit`, the last thread to end runs the exit handlers while the main thread is a zombie: that is a
+/// complete run, not an `exit` from a side thread. Unknown (no /proc) counts as still running.
+fn other_threads_still_run() -> bool {
+    let me = sys::gettid().to_string();
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return true;
+    };
+    tasks.flatten().any(|task| {
+        if task.file_name().as_encoded_bytes() == me.as_bytes() {
+            return false;
+        }
+        let Ok(stat) = std::fs::read(task.path().join("stat")) else {
+            // Gone meanwhile: not running.
+            return false;
+        };
+        // The state follows the last ')' of "pid (comm) S ...".
+        let state = stat
+            .iter()
+            .rposition(|&b| b == b')')
+            .and_then(|close| stat.get(close + 2));
+        !matches!(state, Some(b'Z' | b'X'))
+    })
 }
 
 /// Same load instance? Key facts the loader gives: where, which file, which segments.
@@ -224,6 +252,100 @@ impl LoaderEvents for Lifecycle {
             sampler::resume();
         }
     }
+}
+
+/// The format's limit on load instances in one file (SPEC.md §8).
+const MAX_MODULES_IN_FILE: usize = 65_536;
+
+/// Whether a load instance holds any data.
+fn recorded(module: &LiveModule) -> bool {
+    module.samples.load(Ordering::Relaxed) != 0 || !module.arcs.is_empty()
+}
+
+/// Visits, in load order, the load instances to write when at most `limit` fit: every loaded module (up to
+/// the limit), then as many unloaded ones as fit, those that recorded something before empty ones, newer before
+/// older. Returns how many were left out. Allocates nothing (the signal-time dump uses it too).
+fn select_for_dump<T: Copy>(
+    all: &[T],
+    limit: usize,
+    is_unloaded: impl Fn(T) -> bool,
+    has_data: impl Fn(T) -> bool,
+    mut visit: impl FnMut(T),
+) -> usize {
+    let loaded = all.iter().filter(|&&m| !is_unloaded(m)).count();
+    let with_data = all
+        .iter()
+        .filter(|&&m| is_unloaded(m) && has_data(m))
+        .count();
+    let empty = all.len() - loaded - with_data;
+    let kept_loaded = loaded.min(limit);
+    let kept_with_data = with_data.min(limit - kept_loaded);
+    let kept_empty = empty.min(limit - kept_loaded - kept_with_data);
+    // Within each kind the oldest are left out first.
+    let (mut skip_loaded, mut skip_with_data, mut skip_empty) = (
+        loaded - kept_loaded,
+        with_data - kept_with_data,
+        empty - kept_empty,
+    );
+    for &module in all {
+        let skip = match (is_unloaded(module), has_data(module)) {
+            (false, _) => &mut skip_loaded,
+            (true, true) => &mut skip_with_data,
+            (true, false) => &mut skip_empty,
+        };
+        if *skip > 0 {
+            *skip -= 1;
+        } else {
+            visit(module);
+        }
+    }
+    all.len() - (kept_loaded + kept_with_data + kept_empty)
+}
+
+/// [`select_for_dump`] over the module table's load instances.
+fn select_instances(
+    all: &[&'static LiveModule],
+    limit: usize,
+    visit: impl FnMut(&'static LiveModule),
+) -> usize {
+    select_for_dump(all, limit, |m| m.is_unloaded(), recorded, visit)
+}
+
+/// Says once on stderr how many load instances did not fit in the file. Async-signal-safe.
+fn warn_left_out(left_out: usize) {
+    if left_out == 0 {
+        return;
+    }
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    let mut value = left_out;
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (value % 10) as u8;
+        value /= 10;
+        if value == 0 {
+            break;
+        }
+    }
+    sys::stderr_line(&[
+        b"mslprof: ",
+        &digits[at..],
+        b" load instances of unloaded modules left out of the profile (a file holds at most 65536)\n",
+    ]);
+}
+
+/// The load instances the normal dump writes: all of them, unless there are more than a file can hold (a
+/// process that loaded and unloaded libraries more than 65536 times); then every loaded module and as many
+/// unloaded ones as fit, those that recorded something first, newest first.
+pub fn modules_to_dump() -> std::borrow::Cow<'static, [&'static LiveModule]> {
+    let all = modules::all();
+    if all.len() <= MAX_MODULES_IN_FILE {
+        return std::borrow::Cow::Borrowed(all);
+    }
+    let mut selected = Vec::with_capacity(MAX_MODULES_IN_FILE);
+    let left_out = select_instances(all, MAX_MODULES_IN_FILE, |m| selected.push(m));
+    warn_left_out(left_out);
+    std::borrow::Cow::Owned(selected)
 }
 
 /// Whether this image has counted a sample or a call since it started (or forked).
@@ -476,11 +598,14 @@ fn write_without_heap() -> bool {
         )
     };
 
-    let modules = modules::all();
-    let Some(&first_module) = modules.first() else {
+    let all = modules::all();
+    let Some(&first_module) = all.first() else {
         return false;
     };
-    let range_total: usize = modules
+    let mut selected_count = 0;
+    select_instances(all, MAX_MODULES_IN_FILE, |_| selected_count += 1);
+    // An upper bound when some instances are left out.
+    let range_total: usize = all
         .iter()
         .map(|m| m.histogram.as_ref().map_or(0, |h| h.ranges().len()))
         .sum();
@@ -501,12 +626,23 @@ fn write_without_heap() -> bool {
         }
     };
     let bytes = 4096
-        + modules.len() * (std::mem::size_of::<ModuleDesc<'static>>() + 64)
-        + modules.len() * std::mem::size_of_val(&feed_for(first_module))
+        + selected_count * std::mem::size_of::<&LiveModule>()
+        + selected_count * (std::mem::size_of::<ModuleDesc<'static>>() + 64)
+        + selected_count * std::mem::size_of_val(&feed_for(first_module))
         + range_total * std::mem::size_of::<RangeDesc<'static>>();
     let Some(mut arena) = Arena::new(bytes) else {
         return false;
     };
+    let Some(modules) = arena.slice(selected_count, |_| first_module) else {
+        return false;
+    };
+    let mut next = 0;
+    let left_out = select_instances(all, MAX_MODULES_IN_FILE, |m| {
+        modules[next] = m;
+        next += 1;
+    });
+    warn_left_out(left_out);
+    let modules: &'static [&'static LiveModule] = modules;
     let Some(feeds) = arena.slice(modules.len(), |i| feed_for(modules[i])) else {
         return false;
     };
@@ -618,4 +754,45 @@ fn write_without_heap() -> bool {
 fn trim_nul(bytes: &[u8]) -> &[u8] {
     let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
     &bytes[..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// (load order, unloaded, recorded something)
+    type Instance = (u32, bool, bool);
+
+    fn selected(all: &[Instance], limit: usize) -> (Vec<u32>, usize) {
+        let mut kept = Vec::new();
+        let left_out = select_for_dump(all, limit, |m| m.1, |m| m.2, |m| kept.push(m.0));
+        (kept, left_out)
+    }
+
+    #[test]
+    fn everything_is_written_when_it_fits() {
+        let all = [(1, false, true), (2, true, false), (3, true, true)];
+        assert_eq!(selected(&all, 3), (vec![1, 2, 3], 0));
+    }
+
+    #[test]
+    fn loaded_first_then_unloaded_with_data_newest_first_then_empty_ones() {
+        let all = [
+            (1, false, false),
+            (2, true, true),
+            (3, true, false),
+            (4, true, true),
+            (5, true, false),
+            (6, false, true),
+            (7, true, true),
+        ];
+        // Loaded 1 and 6 always; data 2, 4, 7: the newest two fit.
+        assert_eq!(selected(&all, 4), (vec![1, 4, 6, 7], 3));
+        // All loaded and data ones, and the newest empty one.
+        assert_eq!(selected(&all, 6), (vec![1, 2, 4, 5, 6, 7], 1));
+        // Only loaded ones fit.
+        assert_eq!(selected(&all, 2), (vec![1, 6], 5));
+        // Not even every loaded one: the oldest loaded is left out.
+        assert_eq!(selected(&all, 1), (vec![6], 6));
+    }
 }

@@ -552,6 +552,20 @@ fn vfork_and_posix_spawn_children_leave_the_parent_profile_alone() {
 }
 
 #[test]
+fn the_last_thread_ending_after_main_pthread_exit_is_a_complete_run() {
+    let workspace = Workspace::new();
+    let app = build_units_program(&workspace, "endings", "endings.c");
+    let output = run(workspace
+        .command_with_runtime(&app)
+        .arg("main-pthread-exit"));
+    assert_success(&output);
+    let profile = workspace.profile("gmon.out");
+    assert_eq!(profile.header.flags & header_flags::INCOMPLETE, 0);
+    assert_eq!(profile.header.incomplete_cause, IncompleteCause::None);
+    assert_eq!(unit_calls(&workspace, &profile), 20);
+}
+
+#[test]
 fn threads_still_calling_at_exit_do_not_corrupt_the_profile() {
     let workspace = Workspace::new();
     let app = build_units_program(&workspace, "endings", "endings.c");
@@ -677,4 +691,123 @@ fn fork_while_another_thread_is_inside_dlopen_does_not_wait_for_it() {
     assert_eq!(instances(&parent, "libwaiter.so").len(), 1);
     let forked = workspace.profile(&format!("gmon.out.{pid}"));
     assert_eq!(unit_calls(&workspace, &forked), 5);
+}
+
+#[test]
+fn threads_forking_at_once_each_get_their_mask_back_and_every_child_its_file() {
+    let workspace = Workspace::new();
+    let app = build_units_program(&workspace, "forkstorm", "forkstorm.c");
+    let output = run(&mut workspace.command_with_runtime(&app));
+    assert_success(&output);
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout),
+        "blocked 0\nchildren 40\n"
+    );
+    let files = profile_files(&workspace);
+    assert_eq!(files.len(), 41, "{files:?}");
+    for name in files.iter().filter(|n| *n != "gmon.out") {
+        let child = workspace.profile(name);
+        assert_eq!(unit_calls(&workspace, &child), 1, "{name}");
+        assert_ne!(child.header.flags & header_flags::FORKED_CHILD, 0);
+    }
+}
+
+#[test]
+fn time_spent_in_a_constructor_during_dlopen_is_the_new_modules() {
+    let workspace = Workspace::new();
+    let spinner = workspace.shared_library("libspinner.so", &[source("spinner.c")], &["-O0"]);
+    let app = workspace.program("openone", &[source("openone.c")], &["-ldl"]);
+    let output = run(workspace.command_with_runtime(&app).arg(&spinner));
+    assert_success(&output);
+    let profile = workspace.profile("gmon.out");
+    let loads = instances(&profile, "libspinner.so");
+    assert_eq!(loads.len(), 1);
+    let total = profile.header.total_samples;
+    // About 30 samples at 100 Hz; all of them taken before the rescan that follows dlopen could register it.
+    assert!(
+        loads[0].samples * 10 >= total * 8 && loads[0].samples >= 10,
+        "libspinner.so has {} of {total} samples ({} unknown)",
+        loads[0].samples,
+        profile.header.unknown_samples
+    );
+    assert_eq!(mslprof_tests::histogram_total(loads[0]), loads[0].samples);
+}
+
+#[test]
+fn gprofdir_names_carry_the_pid_for_forked_children_and_pre_exec_images() {
+    let workspace = Workspace::new();
+    let app = build_units_program(&workspace, "forkexec", "forkexec.c");
+    let directory = workspace.join("profiles");
+    std::fs::create_dir(&directory).unwrap();
+    let output = run(workspace
+        .command_with_runtime(&app)
+        .env("GPROFDIR", &directory));
+    assert_success(&output);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let child: u32 = stdout
+        .trim()
+        .strip_prefix("child ")
+        .and_then(|p| p.parse().ok())
+        .expect("child pid");
+    let mut names: Vec<String> = std::fs::read_dir(&directory)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    let parent_pid = parent_pid_among(&directory, &names, child);
+    let mut expected = vec![
+        format!("{parent_pid}.forkexec"),
+        format!("{child}.forkexec"),
+        format!("{child}.forkexec.pre-exec"),
+    ];
+    expected.sort();
+    assert_eq!(names, expected);
+    let pre_exec =
+        mslprof_tests::read_profile(&directory.join(format!("{child}.forkexec.pre-exec")));
+    assert_ne!(pre_exec.header.flags & header_flags::PRE_EXEC, 0);
+    assert_eq!(unit_calls(&workspace, &pre_exec), 5);
+    let image = mslprof_tests::read_profile(&directory.join(format!("{child}.forkexec")));
+    assert_eq!(unit_calls(&workspace, &image), 11);
+    assert!(
+        profile_files(&workspace).is_empty(),
+        "nothing written outside GPROFDIR"
+    );
+}
+
+/// The pid of the one file in `names` that is neither the child's nor its pre-exec image.
+fn parent_pid_among(directory: &std::path::Path, names: &[String], child: u32) -> u32 {
+    let parent = names
+        .iter()
+        .find(|n| !n.starts_with(&format!("{child}.")))
+        .unwrap_or_else(|| panic!("no parent file in {}: {names:?}", directory.display()));
+    parent.split('.').next().unwrap().parse().unwrap()
+}
+
+#[test]
+fn a_dlclose_that_only_drops_a_reference_is_not_an_unload() {
+    let workspace = Workspace::new();
+    let (alpha, _) = build_plugins(&workspace);
+    let app = workspace.program("refcount", &[source("refcount.c")], &["-ldl"]);
+    let output = run(workspace.command_with_runtime(&app).arg(&alpha));
+    assert_success(&output);
+    let profile = workspace.profile("gmon.out");
+    let loads = instances(&profile, "libalpha.so");
+    assert_eq!(
+        loads.len(),
+        2,
+        "one instance until the last dlclose, then a new one"
+    );
+    let leaf = function(&alpha, "alpha_leaf");
+    assert!(is_unloaded(loads[0]));
+    assert_eq!(
+        calls_into(loads[0], &leaf),
+        4,
+        "calls after the first dlclose still count in the first instance"
+    );
+    assert!(
+        !is_unloaded(loads[1]),
+        "the third dlopen's instance is still loaded at exit"
+    );
+    assert_eq!(loads[1].unload_order, 0);
+    assert_eq!(calls_into(loads[1], &leaf), 6);
 }
