@@ -54,6 +54,7 @@ fn run() -> Result<(), String> {
             "--quick" => scale = Scale::Quick,
             "--full" => scale = Scale::Full,
             "--only" => only = args.next(),
+            "--synthetic-gmon" => return analysis::synthetic_gmon_main(&args.collect::<Vec<_>>()),
             "-h" | "--help" => {
                 println!("usage: bench [--quick|--full] [--only calls|sampling|analysis]");
                 return Ok(());

@@ -47,6 +47,7 @@ pub fn render(env: &Env, sections: &[Section]) -> String {
     s.push_str("Written by `cargo run --release -p mslprof-tests --bin bench` (the one benchmark command; see README.md). ");
     s.push_str("Every figure is a median over interleaved runs. Do not edit by hand.\n\n");
     s.push_str(&format!("- Machine: {}\n", machine()));
+    s.push_str("- Peak RSS is the child's `ru_maxrss`, which includes the harness's own few MB at spawn time (a child inherits its parent's high-water mark through fork and exec): small figures are a floor, not the program's own.\n");
     s.push_str(&format!(
         "- Scale: {:?}, {} runs per configuration unless a table says otherwise\n\n",
         env.scale, env.runs

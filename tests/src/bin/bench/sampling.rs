@@ -67,7 +67,6 @@ pub fn run(env: &Env) -> Result<Section, String> {
         .map(|(inv, m)| row(inv, m, &med[0]))
         .collect();
     let mut notes = vec![
-        "Peak RSS of the small spin program is dominated by what the harness process had when it forked; it is meaningful for the rustc rows.".to_string(),
         "Targets: ≤ 1 % overhead at 100 Hz, ≤ 3 % at the maximum rate (MSLPROF_HZ=1000 asks for more than the kernel tick gives).".to_string(),
     ];
     if let Some(rustc) = real_rustc() {
