@@ -323,8 +323,6 @@ pub fn print(out: &mut Out, g: &mut Graph, time_sorted: &[usize], print_time: f6
     } else {
         out.push_str("index % time    self  children    called     name\n");
     }
-    let hz = style.hz;
-    let kids_w = if style.bsd { 11 } else { 7 };
     for &p in time_sorted {
         let s = &g.syms[p];
         if (style.ignore_zeros
@@ -341,15 +339,7 @@ pub fn print(out: &mut Out, g: &mut Graph, time_sorted: &[usize], print_time: f6
         } else {
             print_parents(out, g, p, style);
             let s = &g.syms[p];
-            let buf = format!("[{}]", s.index);
-            let _ = write!(
-                out,
-                "{:<6.6} {:>5.1} {:>7.2} {:>kids_w$.2}",
-                buf,
-                CFloat(100.0 * (s.prop_self + s.prop_child) / print_time),
-                CFloat(s.prop_self / hz),
-                CFloat(s.prop_child / hz)
-            );
+            write_primary_times(out, s, print_time, style);
             if s.ncalls.wrapping_add(s.self_calls) != 0 {
                 let _ = write!(out, " {:>7}", s.ncalls);
                 if s.self_calls != 0 {
@@ -377,20 +367,27 @@ pub fn print(out: &mut Out, g: &mut Graph, time_sorted: &[usize], print_time: f6
     }
 }
 
+/// The first columns of a primary line (a function's or a whole cycle's): `[index]`, % time, self and
+/// children seconds.
+fn write_primary_times(out: &mut Out, s: &Sym, print_time: f64, style: &Style) {
+    let kids_w = if style.bsd { 11 } else { 7 };
+    let buf = format!("[{}]", s.index);
+    let _ = write!(
+        out,
+        "{:<6.6} {:>5.1} {:>7.2} {:>kids_w$.2}",
+        buf,
+        CFloat(100.0 * (s.prop_self + s.prop_child) / print_time),
+        CFloat(s.prop_self / style.hz),
+        CFloat(s.prop_child / style.hz)
+    );
+}
+
 fn print_cycle(out: &mut Out, g: &mut Graph, cyc: usize, print_time: f64, style: &Style) {
     let hz = style.hz;
     let kids_w = if style.bsd { 11 } else { 7 };
     let c = &g.syms[cyc];
-    let buf = format!("[{}]", c.index);
-    let _ = write!(
-        out,
-        "{:<6.6} {:>5.1} {:>7.2} {:>kids_w$.2} {:>7}",
-        buf,
-        CFloat(100.0 * (c.prop_self + c.prop_child) / print_time),
-        CFloat(c.prop_self / hz),
-        CFloat(c.prop_child / hz),
-        c.ncalls
-    );
+    write_primary_times(out, c, print_time, style);
+    let _ = write!(out, " {:>7}", c.ncalls);
     if c.self_calls != 0 {
         let _ = write!(out, "+{:<7}", c.self_calls);
     } else {

@@ -27,6 +27,8 @@ use crate::events::ProcessEnd;
 use crate::process;
 use crate::sys::{self, SignalAction};
 
+pub use crate::sys::call_program_handler;
+
 /// The watched signals, with whether a kernel-generated instance re-faults when the handler returns.
 const WATCHED_SIGNALS: [(libc::c_int, bool); 8] = [
     (libc::SIGSEGV, true),

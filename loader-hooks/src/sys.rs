@@ -259,8 +259,9 @@ pub fn handler_action(
     action
 }
 
-/// Calls a program's handler the way the kernel would have (the kernel already applied its mask, since our
-/// real action carries the program's mask and flags).
+/// Calls a program's handler the way the kernel would have. The program's mask must already be in force (here
+/// the kernel applied it, since our real action carries the program's mask and flags; the runtime's SIGPROF
+/// handler blocks it itself).
 ///
 /// # Safety
 /// `handler` must be a real handler (not SIG_DFL/SIG_IGN) that the program installed for `signal`, with

@@ -13,8 +13,8 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, Ordering};
 
 use mslprof_format::model::{Arc, IncompleteCause, header_flags, module_flags};
 use mslprof_format::stream::{
-    self, Counts, Encoding, HeaderDesc, HistogramDesc, IoSink, ModuleDesc, RangeDesc, Sink,
-    StreamError,
+    self, ArcFeed, Counts, Encoding, HeaderDesc, HistogramDesc, IoSink, ModuleDesc, RangeDesc,
+    Sink, StreamError,
 };
 
 use crate::config::Settings;
@@ -125,6 +125,78 @@ fn arc_count(module: &LiveModule) -> u64 {
     count
 }
 
+/// The file header of a dump of `modules`. `flags` gets the shared-SIGPROF flag and the ending's flags,
+/// cause and signal ([`crate::lifecycle::ending_header`]) added. Allocates nothing: the signal-time dump uses
+/// it too.
+pub fn header_desc<'a>(
+    settings: &'a Settings,
+    modules: &[&'a LiveModule],
+    mut flags: u32,
+    start_time_ns: i64,
+) -> HeaderDesc<'a> {
+    if program_sigprof::SHARED.load(Ordering::Relaxed) {
+        flags |= header_flags::SAMPLING_SHARED_TIMER;
+    }
+    let mut incomplete_cause = IncompleteCause::None;
+    let mut incomplete_signal = 0;
+    crate::lifecycle::ending_header(&mut flags, &mut incomplete_cause, &mut incomplete_signal);
+    let program_path = modules
+        .iter()
+        .find(|m| m.info.is_main)
+        .map_or(&[][..], |m| m.info.path.as_slice());
+    HeaderDesc {
+        flags,
+        incomplete_cause: incomplete_cause.code(),
+        incomplete_signal,
+        pid: sys::getpid(),
+        ppid: sys::getppid(),
+        start_time_ns,
+        end_time_ns: sys::clock_ns(sys::CLOCK_REALTIME),
+        hz: settings.hz,
+        sample_period_ns: sampler::measured_period_ns(),
+        dimension: b"seconds",
+        dimension_abbrev: b's',
+        total_samples: sampler::TOTAL_SAMPLES.load(Ordering::Relaxed),
+        unknown_samples: sampler::UNKNOWN_SAMPLES.load(Ordering::Relaxed),
+        dropped_arcs: modules.iter().map(|m| m.arcs.dropped()).sum(),
+        program_name: &settings.program_name,
+        program_path,
+        ..HeaderDesc::default()
+    }
+}
+
+/// The descriptor of one load instance: its identity and counters, with the given histogram and arcs.
+/// Allocates nothing: the signal-time dump uses it too.
+pub fn module_desc<'a>(
+    module: &'a LiveModule,
+    histogram: Option<HistogramDesc<'a>>,
+    arc_count: u64,
+    arcs: Option<ArcFeed<'a>>,
+) -> ModuleDesc<'a> {
+    let info = &module.info;
+    ModuleDesc {
+        key: module.key,
+        path: &info.path,
+        name: &info.file_name,
+        soname: &info.soname,
+        build_id: &info.build_id,
+        flags: module_flag_bits(module),
+        load_order: module.load_order,
+        unload_order: module.unload_order(),
+        load_bias: module.bias as u64,
+        samples: module.samples.load(Ordering::Relaxed),
+        saturated_buckets: module
+            .histogram
+            .as_ref()
+            .map_or(0, Histogram::saturated_buckets),
+        dropped_arcs: module.arcs.dropped(),
+        histogram,
+        arc_count,
+        arcs,
+        ..ModuleDesc::default()
+    }
+}
+
 /// Streams the whole process's profile into `sink`.
 ///
 /// # Safety
@@ -134,40 +206,11 @@ pub unsafe fn write_profile<S: Sink>(
     sink: &mut S,
 ) -> Result<(), StreamError<S::Error>> {
     let all = crate::lifecycle::modules_to_dump();
-    let pid = sys::getpid();
     let mut flags = 0;
-    if program_sigprof::SHARED.load(Ordering::Relaxed) {
-        flags |= header_flags::SAMPLING_SHARED_TIMER;
-    }
-    if pid != START_PID.load(Ordering::Relaxed) {
+    if sys::getpid() != START_PID.load(Ordering::Relaxed) {
         flags |= header_flags::FORKED_CHILD;
     }
-    let mut incomplete_cause = IncompleteCause::None;
-    let mut incomplete_signal = 0;
-    crate::lifecycle::ending_header(&mut flags, &mut incomplete_cause, &mut incomplete_signal);
-    let program_path = all
-        .iter()
-        .find(|m| m.info.is_main)
-        .map_or(&[][..], |m| m.info.path.as_slice());
-    let header = HeaderDesc {
-        flags,
-        incomplete_cause: incomplete_cause.code(),
-        incomplete_signal,
-        pid,
-        ppid: sys::getppid(),
-        start_time_ns: START_TIME_NS.load(Ordering::Relaxed),
-        end_time_ns: sys::clock_ns(sys::CLOCK_REALTIME),
-        hz: settings.hz,
-        sample_period_ns: sampler::measured_period_ns(),
-        dimension: b"seconds",
-        dimension_abbrev: b's',
-        total_samples: sampler::TOTAL_SAMPLES.load(Ordering::Relaxed),
-        unknown_samples: sampler::UNKNOWN_SAMPLES.load(Ordering::Relaxed),
-        dropped_arcs: all.iter().map(|m| m.arcs.dropped()).sum(),
-        program_name: &settings.program_name,
-        program_path,
-        ..HeaderDesc::default()
-    };
+    let header = header_desc(settings, &all, flags, START_TIME_NS.load(Ordering::Relaxed));
     // Arc feeds: each visits the module's arc table without allocating; the count announced is the number of
     // distinct arcs now (arcs recorded by threads still running are cut or padded by the writer).
     let feeds: Vec<_> = all
@@ -202,31 +245,14 @@ pub unsafe fn write_profile<S: Sink>(
         .iter()
         .zip(&ranges)
         .zip(&feeds)
-        .map(|((module, ranges), feed)| ModuleDesc {
-            key: module.key,
-            path: &module.info.path,
-            name: &module.info.file_name,
-            soname: &module.info.soname,
-            build_id: &module.info.build_id,
-            flags: module_flag_bits(module),
-            load_order: module.load_order,
-            unload_order: module.unload_order(),
-            load_bias: module.bias as u64,
-            samples: module.samples.load(Ordering::Relaxed),
-            saturated_buckets: module
-                .histogram
-                .as_ref()
-                .map_or(0, Histogram::saturated_buckets),
-            histogram: module.histogram.as_ref().map(|h| HistogramDesc {
+        .map(|((module, ranges), feed)| {
+            let histogram = module.histogram.as_ref().map(|h| HistogramDesc {
                 bucket_bits: h.bucket_bits().bits(),
                 bytes_per_bucket: BYTES_PER_BUCKET,
                 ranges,
                 encoding: Encoding::Auto,
-            }),
-            dropped_arcs: module.arcs.dropped(),
-            arc_count: arc_count(module),
-            arcs: Some(feed),
-            ..ModuleDesc::default()
+            });
+            module_desc(module, histogram, arc_count(module), Some(feed))
         })
         .collect();
     stream::write_profile(sink, &header, &descriptors).map(|_| ())

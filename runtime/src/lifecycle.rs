@@ -411,10 +411,8 @@ pub fn attribute_parked_samples() {
 
 use std::cell::UnsafeCell;
 
-use mslprof_format::model::{Arc as ArcRecordOut, module_flags};
-use mslprof_format::stream::{
-    self, Counts, HeaderDesc, HistogramDesc, ModuleDesc, RangeDesc, Sink,
-};
+use mslprof_format::model::Arc as ArcRecordOut;
+use mslprof_format::stream::{self, Counts, HistogramDesc, ModuleDesc, RangeDesc, Sink};
 
 use crate::histogram::{BYTES_PER_BUCKET, BucketBits};
 
@@ -530,21 +528,6 @@ impl Arena {
         // SAFETY: `count` initialised values of T at `first`, in memory nobody else uses or frees.
         Some(unsafe { std::slice::from_raw_parts_mut(first, count) })
     }
-}
-
-fn module_flag_bits(module: &LiveModule) -> u32 {
-    let info = &module.info;
-    [
-        (module.histogram.is_some(), module_flags::PROFILED),
-        (module.is_unloaded(), module_flags::UNLOADED),
-        (info.is_main, module_flags::MAIN_PROGRAM),
-        (info.is_vdso, module_flags::VDSO),
-        (info.is_dynamic_linker, module_flags::DYNAMIC_LINKER),
-        (!info.build_id.is_empty(), module_flags::HAS_BUILD_ID),
-    ]
-    .iter()
-    .filter(|(set, _)| *set)
-    .fold(0, |flags, (_, bit)| flags | bit)
 }
 
 /// The range descriptors of one histogram, borrowing its buckets.
@@ -664,7 +647,6 @@ fn write_without_heap() -> bool {
     let mut offset = 0;
     let Some(descriptors) = arena.slice(modules.len(), |i| {
         let module = modules[i];
-        let info = &module.info;
         let histogram = module.histogram.as_ref().map(|h| {
             let count = h.ranges().len();
             let ranges = &range_store[offset..offset + count];
@@ -677,66 +659,17 @@ fn write_without_heap() -> bool {
             }
         });
         let feed: &'static Feed = &feeds[i];
-        ModuleDesc {
-            key: module.key,
-            path: &info.path,
-            name: &info.file_name,
-            soname: &info.soname,
-            build_id: &info.build_id,
-            flags: module_flag_bits(module),
-            load_order: module.load_order,
-            unload_order: module.unload_order(),
-            load_bias: module.bias as u64,
-            samples: module.samples.load(Ordering::Relaxed),
-            saturated_buckets: module
-                .histogram
-                .as_ref()
-                .map_or(0, |h| h.saturated_buckets()),
-            dropped_arcs: module.arcs.dropped(),
-            histogram,
-            arc_count: if module.profiled {
-                module.arcs.len() as u64
-            } else {
-                0
-            },
-            arcs: module.profiled.then_some(feed),
-            plan: Default::default(),
-            plan_slot: None,
-        }
+        let (arc_count, arcs) = if module.profiled {
+            (module.arcs.len() as u64, Some(feed))
+        } else {
+            (0, None)
+        };
+        dump::module_desc(module, histogram, arc_count, arcs)
     }) else {
         return false;
     };
 
-    let mut flags = 0;
-    if crate::program_sigprof::SHARED.load(Ordering::Relaxed) {
-        flags |= header_flags::SAMPLING_SHARED_TIMER;
-    }
-    let mut cause = IncompleteCause::None;
-    let mut signal = 0;
-    ending_header(&mut flags, &mut cause, &mut signal);
-    let program_path = modules
-        .iter()
-        .find(|m| m.info.is_main)
-        .map_or(&[][..], |m| &m.info.path[..]);
-    let header = HeaderDesc {
-        flags,
-        incomplete_cause: cause.code(),
-        incomplete_signal: signal,
-        pid: sys::getpid(),
-        ppid: sys::getppid(),
-        start_time_ns: START_NS.load(Ordering::Relaxed),
-        end_time_ns: sys::clock_ns(libc::CLOCK_REALTIME),
-        hz: settings.hz,
-        sample_period_ns: sampler::measured_period_ns(),
-        dimension: b"seconds",
-        dimension_abbrev: b's',
-        total_samples: sampler::TOTAL_SAMPLES.load(Ordering::Relaxed),
-        unknown_samples: sampler::UNKNOWN_SAMPLES.load(Ordering::Relaxed),
-        dropped_arcs: modules.iter().map(|m| m.arcs.dropped()).sum(),
-        dropped_samples: 0,
-        program_name: &settings.program_name,
-        program_path,
-    };
+    let header = dump::header_desc(settings, modules, 0, START_NS.load(Ordering::Relaxed));
     let Some(fd) = sys::create_new_file(temporary) else {
         sys::stderr_line(&[b"mslprof: cannot create ", trim_nul(temporary), b"\n"]);
         return false;

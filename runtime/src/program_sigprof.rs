@@ -219,7 +219,7 @@ pub unsafe fn forward(signal: i32, info: *mut libc::siginfo_t, context: *mut c_v
     let _mask = sys::MaskGuard::block(&mask);
     // SAFETY: the program installed `handler` with these flags for SIGPROF.
     unsafe {
-        sys::call_program_handler(
+        mslprof_loader_hooks::signals::call_program_handler(
             handler,
             flags & libc::SA_SIGINFO != 0,
             signal,

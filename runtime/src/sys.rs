@@ -334,31 +334,6 @@ pub fn unblock_and_raise(signal: i32) {
     }
 }
 
-/// Calls a program's signal handler as the kernel would have.
-///
-/// # Safety
-/// `handler` must be the address of a handler the program installed, with the SA_SIGINFO calling convention
-/// when `siginfo` is true; `info` and `context` are the ones our handler received.
-pub unsafe fn call_program_handler(
-    handler: usize,
-    siginfo: bool,
-    signal: i32,
-    info: *mut libc::siginfo_t,
-    context: *mut c_void,
-) {
-    if siginfo {
-        // SAFETY: the program registered it with SA_SIGINFO, so it has this signature.
-        let handler: SignalHandler =
-            unsafe { std::mem::transmute::<usize, SignalHandler>(handler) };
-        handler(signal, info, context);
-    } else {
-        // SAFETY: a plain handler takes only the signal number.
-        let handler: extern "C" fn(i32) =
-            unsafe { std::mem::transmute::<usize, extern "C" fn(i32)>(handler) };
-        handler(signal);
-    }
-}
-
 /// Registers `function` to run at `exit()` (in this library's `__cxa_atexit` list).
 pub fn at_exit(function: extern "C" fn()) -> bool {
     // SAFETY: the function lives as long as the library, which is never unloaded while the process runs.

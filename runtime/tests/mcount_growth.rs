@@ -2,31 +2,23 @@
 //! counting, across a module-table change and a pause, and every count stays exact; the thread
 //! then exits (its grown and retired cache mappings are unmapped) and another thread counts on.
 
+mod fake_modules;
+
 use std::collections::BTreeMap;
 
+use fake_modules::fake_module;
 use mslprof::histogram::BucketBits;
 use mslprof::mcount;
 use mslprof::modules::{self, ModulePolicy};
 use mslprof::selection::Selection;
-use mslprof_loader_hooks::{LinkRange, ModuleInfo};
 
 const BIAS: usize = 0x7000_0000_0000;
 /// More distinct arcs than the largest cache has sets, so every growth step is taken.
 const SITES: usize = 300_000;
 const ROUNDS: u64 = 6;
 
-fn fake_module(name: &str, bias: usize) -> ModuleInfo {
-    ModuleInfo {
-        bias,
-        path: format!("/fake/{name}").into_bytes(),
-        file_name: name.as_bytes().to_vec(),
-        exec_ranges: vec![LinkRange {
-            start: 0x1000,
-            end: 0x20_0000,
-        }],
-        ..ModuleInfo::default()
-    }
-}
+/// End of the fake modules' code (link-time).
+const TEXT_END: u64 = 0x20_0000;
 
 fn arcs() -> BTreeMap<(u64, u64), u64> {
     let mut arcs = BTreeMap::new();
@@ -54,13 +46,15 @@ fn a_large_working_set_grows_the_cache_and_counts_exactly() {
         selection,
         bucket_bits: BucketBits::Sixteen,
     };
-    modules::update(&policy, |table| table.add(fake_module("liba.so", BIAS)));
+    modules::update(&policy, |table| {
+        table.add(fake_module("liba.so", BIAS, TEXT_END))
+    });
     std::thread::spawn(move || {
         for round in 0..ROUNDS {
             if round == ROUNDS / 2 {
                 // A new module table empties the (grown) cache.
                 modules::update(&policy, |table| {
-                    table.add(fake_module("libb.so", 0x7100_0000_0000))
+                    table.add(fake_module("libb.so", 0x7100_0000_0000, TEXT_END))
                 });
             }
             if round == ROUNDS / 3 {

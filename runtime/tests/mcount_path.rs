@@ -2,16 +2,18 @@
 //! the counting path (a counting global allocator), and correct counts across a module-table change
 //! (which must empty the per-thread call caches) and a fork-time reset.
 
+mod fake_modules;
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::BTreeMap;
 use std::sync::Barrier;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+use fake_modules::fake_module;
 use mslprof::histogram::BucketBits;
 use mslprof::mcount::{self, UNKNOWN_KEY};
 use mslprof::modules::{self, ModulePolicy};
 use mslprof::selection::Selection;
-use mslprof_loader_hooks::{LinkRange, ModuleInfo};
 
 struct CountingAllocator;
 
@@ -57,18 +59,8 @@ static ALLOCATOR: CountingAllocator = CountingAllocator;
 const BIAS_A: usize = 0x7000_0000_0000;
 const BIAS_B: usize = 0x7100_0000_0000;
 
-fn fake_module(name: &str, bias: usize) -> ModuleInfo {
-    ModuleInfo {
-        bias,
-        path: format!("/fake/{name}").into_bytes(),
-        file_name: name.as_bytes().to_vec(),
-        exec_ranges: vec![LinkRange {
-            start: 0x1000,
-            end: 0x9000,
-        }],
-        ..ModuleInfo::default()
-    }
-}
+/// End of the fake modules' code (link-time).
+const TEXT_END: u64 = 0x9000;
 
 /// (caller key, caller address, callee address) → count, for the module containing `pc`.
 fn arcs_at(pc: usize) -> BTreeMap<(u32, u64, u64), u64> {
@@ -91,8 +83,8 @@ fn counting_path_is_exact_allocation_free_and_survives_table_changes() {
     };
     let (a, b) = modules::update(&policy, |table| {
         (
-            table.add(fake_module("liba.so", BIAS_A)),
-            table.add(fake_module("libb.so", BIAS_B)),
+            table.add(fake_module("liba.so", BIAS_A, TEXT_END)),
+            table.add(fake_module("libb.so", BIAS_B, TEXT_END)),
         )
     });
     assert!(a.profiled && !b.profiled);
@@ -172,7 +164,7 @@ fn counting_path_is_exact_allocation_free_and_survives_table_changes() {
 
     // A table change (a module loaded) empties the call caches; counting carries on exactly.
     let c = modules::update(&policy, |table| {
-        table.add(fake_module("libc_fake.so", 0x7200_0000_0000))
+        table.add(fake_module("libc_fake.so", 0x7200_0000_0000, TEXT_END))
     });
     for _ in 0..10 {
         mcount::record_call(BIAS_A + 0x1234, BIAS_A + 0x7000);

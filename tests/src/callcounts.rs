@@ -69,6 +69,13 @@ pub fn common_flags(optimization: &str) -> Vec<String> {
     ]
 }
 
+/// [`common_flags`] plus `-pg`.
+pub fn pg_flags(optimization: &str) -> Vec<String> {
+    let mut flags = common_flags(optimization);
+    flags.push("-pg".into());
+    flags
+}
+
 /// Builds `lib<name>.so` in the workspace from fixture sources with `flags`.
 pub fn build_library(workspace: &Workspace, name: &str, sources: &[&str], flags: &[String]) {
     let mut args: Vec<String> = flags.to_vec();
@@ -110,6 +117,44 @@ pub fn run_ok(command: &mut Command) -> String {
         String::from_utf8_lossy(&output.stderr)
     );
     String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// Builds `program` from `<program>.c` (a SIGALRM handler calling into libccs.so while the main loop does)
+/// against libccs.so, both with `flags`, runs it under the runtime, and returns how many signals it says it
+/// handled (the second word of its output) with the profile it left.
+pub fn run_signal_fixture(
+    workspace: &Workspace,
+    program: &str,
+    flags: &[String],
+) -> (u64, Profile) {
+    build_library(workspace, "ccs", &["ccs.c"], flags);
+    let exe = build_program(
+        workspace,
+        program,
+        &[&format!("{program}.c")],
+        &["ccs"],
+        flags,
+    );
+    let stdout = run_ok(&mut workspace.command_with_runtime(&exe));
+    let handled: u64 = stdout
+        .split_whitespace()
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("unexpected output {stdout:?}"));
+    (handled, crate::read_profile(&workspace.join("gmon.out")))
+}
+
+/// Builds the threads fixture (threads.c against `-pg -O2` libcct.so), runs it under the runtime with `args`
+/// (none: its defaults) and returns the profile with its call graph between `thread_body` and `t_work`.
+pub fn run_threads_fixture(args: &[&str]) -> (Profile, CallGraph) {
+    let workspace = Workspace::new();
+    let flags = pg_flags("-O2");
+    build_library(&workspace, "cct", &["cct.c"], &flags);
+    let exe = build_program(&workspace, "threads", &["threads.c"], &["cct"], &flags);
+    run_ok(workspace.command_with_runtime(&exe).args(args));
+    let profile = crate::read_profile(&workspace.join("gmon.out"));
+    let graph = profile_call_graph(&profile, &|name| name == "thread_body" || name == "t_work");
+    (profile, graph)
 }
 
 /// Function symbols of one ELF file: address-sorted (start, end, name).

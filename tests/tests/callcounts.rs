@@ -5,7 +5,8 @@
 use mslprof_format::model::Profile;
 use mslprof_tests::callcounts::{
     CallGraph, Instrumentation, build_library, build_program, calls_per_function, common_flags,
-    cpu_has_avx, gnu_call_graph, profile_call_graph, run_ok,
+    cpu_has_avx, gnu_call_graph, pg_flags, profile_call_graph, run_ok, run_signal_fixture,
+    run_threads_fixture,
 };
 use mslprof_tests::{Workspace, read_profile};
 
@@ -102,8 +103,7 @@ fn arcs_are_module_relative_and_keyed_by_load_instance() {
 #[test]
 fn only_selected_modules_record_arcs() {
     let workspace = Workspace::new();
-    let mut flags = common_flags("-O2");
-    flags.push("-pg".into());
+    let flags = pg_flags("-O2");
     build_library(&workspace, "ccc", &["ccc.c"], &flags);
     build_library(&workspace, "ccb", &["ccb.c"], &flags);
     build_library(&workspace, "cca", &["cca.c"], &flags);
@@ -136,14 +136,7 @@ fn only_selected_modules_record_arcs() {
 
 #[test]
 fn four_threads_times_half_a_million_calls_are_exactly_two_million() {
-    let workspace = Workspace::new();
-    let mut flags = common_flags("-O2");
-    flags.push("-pg".into());
-    build_library(&workspace, "cct", &["cct.c"], &flags);
-    let exe = build_program(&workspace, "threads", &["threads.c"], &["cct"], &flags);
-    run_ok(&mut workspace.command_with_runtime(&exe));
-    let profile = read_profile(&workspace.join("gmon.out"));
-    let graph = profile_call_graph(&profile, &|name| name == "thread_body" || name == "t_work");
+    let (profile, graph) = run_threads_fixture(&[]);
     assert_eq!(
         graph[&("thread_body".into(), "t_work".into())],
         2_000_000,
@@ -156,18 +149,7 @@ fn four_threads_times_half_a_million_calls_are_exactly_two_million() {
 fn many_threads_coming_and_going_count_exactly() {
     // 10 waves of 24 threads: most threads share the last counter stripe (atomic adds), and each
     // exiting thread releases its call cache.
-    let workspace = Workspace::new();
-    let mut flags = common_flags("-O2");
-    flags.push("-pg".into());
-    build_library(&workspace, "cct", &["cct.c"], &flags);
-    let exe = build_program(&workspace, "threads", &["threads.c"], &["cct"], &flags);
-    run_ok(
-        workspace
-            .command_with_runtime(&exe)
-            .args(["24", "5000", "10"]),
-    );
-    let profile = read_profile(&workspace.join("gmon.out"));
-    let graph = profile_call_graph(&profile, &|name| name == "thread_body" || name == "t_work");
+    let (_profile, graph) = run_threads_fixture(&["24", "5000", "10"]);
     assert_eq!(
         graph[&("thread_body".into(), "t_work".into())],
         24 * 5000 * 10,
@@ -178,18 +160,8 @@ fn many_threads_coming_and_going_count_exactly() {
 #[test]
 fn signal_handler_calling_instrumented_code_during_mcount_counts_exactly() {
     let workspace = Workspace::new();
-    let mut flags = common_flags("-O2");
-    flags.push("-pg".into());
-    build_library(&workspace, "ccs", &["ccs.c"], &flags);
-    let exe = build_program(&workspace, "signal", &["signal.c"], &["ccs"], &flags);
-    let stdout = run_ok(&mut workspace.command_with_runtime(&exe));
-    let handled: u64 = stdout
-        .split_whitespace()
-        .nth(1)
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("unexpected output {stdout:?}"));
+    let (handled, profile) = run_signal_fixture(&workspace, "signal", &pg_flags("-O2"));
     assert!(handled > 0);
-    let profile = read_profile(&workspace.join("gmon.out"));
     let graph = profile_call_graph(&profile, &|name| {
         ["main", "on_alarm", "m_work", "h_work"].contains(&name)
     });
@@ -234,8 +206,7 @@ fn registers_reach_instrumented_functions_intact() {
 #[test]
 fn a_pg_program_leaves_only_the_runtime_profile() {
     let workspace = Workspace::new();
-    let mut flags = common_flags("-O2");
-    flags.push("-pg".into());
+    let flags = pg_flags("-O2");
     let exe = build_program(&workspace, "pause", &["pause.c"], &[], &flags);
     // Without the runtime, glibc writes its own gmon.out (the fixture really is a -pg program).
     run_ok(&mut workspace.command(&exe));
@@ -266,8 +237,7 @@ fn a_pg_program_leaves_only_the_runtime_profile() {
 #[test]
 fn calls_from_library_constructors_before_the_runtime_starts_are_counted() {
     let workspace = Workspace::new();
-    let mut flags = common_flags("-O2");
-    flags.push("-pg".into());
+    let mut flags = pg_flags("-O2");
     if cpu_has_avx() {
         flags.push("-mavx".into());
     }

@@ -3,26 +3,13 @@
 //! instrumented code.
 
 use mslprof_tests::Workspace;
-use mslprof_tests::callcounts::{
-    build_library, build_program, common_flags, profile_call_graph, run_ok,
-};
-use mslprof_tests::read_profile;
+use mslprof_tests::callcounts::{pg_flags, profile_call_graph, run_signal_fixture};
 
 #[test]
 fn fifty_thousand_call_sites_with_signals_count_exactly() {
     let workspace = Workspace::new();
-    let mut flags = common_flags("-O1");
-    flags.push("-pg".into());
-    build_library(&workspace, "ccs", &["ccs.c"], &flags);
-    let exe = build_program(&workspace, "large", &["large.c"], &["ccs"], &flags);
-    let stdout = run_ok(&mut workspace.command_with_runtime(&exe));
-    let handled: u64 = stdout
-        .split_whitespace()
-        .nth(1)
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("unexpected output {stdout:?}"));
+    let (handled, profile) = run_signal_fixture(&workspace, "large", &pg_flags("-O1"));
     assert!(handled > 0);
-    let profile = read_profile(&workspace.join("gmon.out"));
     let graph = profile_call_graph(&profile, &|name| {
         name.starts_with("group") || ["on_alarm", "m_work", "h_work"].contains(&name)
     });

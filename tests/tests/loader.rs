@@ -8,7 +8,7 @@ use std::process::ExitStatus;
 use mslprof_format::model::{IncompleteCause, Profile, header_flags};
 use mslprof_tests::loader::{
     build_plugins, build_units_program, calls_into, calls_over_instances, function, instances,
-    is_unloaded, profile_files, source,
+    is_unloaded, profile_files, source, wait_at_most_20s,
 };
 use mslprof_tests::{Workspace, run};
 
@@ -488,18 +488,10 @@ fn a_signal_that_interrupts_malloc_still_gets_its_profile_written() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .expect("start endings");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            break status;
-        }
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("the process hung: the signal-time dump must not need malloc's lock");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    };
+    let status = wait_at_most_20s(
+        &mut child,
+        "the process hung: the signal-time dump must not need malloc's lock",
+    );
     assert_eq!(status.signal(), Some(libc_signal::SIGTERM));
     let profile = workspace.profile("gmon.out");
     assert_eq!(profile.header.incomplete_cause, IncompleteCause::Signal);
@@ -666,18 +658,10 @@ fn fork_while_another_thread_is_inside_dlopen_does_not_wait_for_it() {
         .stdout(std::process::Stdio::piped())
         .spawn()
         .expect("start forkduringopen");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            break status;
-        }
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("deadlock: fork waited for a dlopen whose constructor waited for the fork");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    };
+    let status = wait_at_most_20s(
+        &mut child,
+        "deadlock: fork waited for a dlopen whose constructor waited for the fork",
+    );
     assert!(status.success(), "{status:?}");
     let mut stdout = String::new();
     std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut stdout).unwrap();
