@@ -29,7 +29,18 @@ static START_TIME_NS: AtomicI64 = AtomicI64::new(0);
 /// Remembers who started profiling and when (called once at start-up).
 pub fn note_start() {
     START_PID.store(sys::getpid(), Ordering::Relaxed);
+    restart_clock();
+}
+
+/// Profiling starts now, for the header's start time: at start-up, and again in a forked child, whose
+/// profile covers only the child.
+pub fn restart_clock() {
     START_TIME_NS.store(sys::clock_ns(sys::CLOCK_REALTIME), Ordering::Relaxed);
+}
+
+/// When profiling started (wall clock, ns), for the header of either dump path.
+pub fn start_time_ns() -> i64 {
+    START_TIME_NS.load(Ordering::Relaxed)
 }
 
 /// Module flags of the format (SPEC.md §6) for one load instance.
@@ -210,7 +221,7 @@ pub unsafe fn write_profile<S: Sink>(
     if sys::getpid() != START_PID.load(Ordering::Relaxed) {
         flags |= header_flags::FORKED_CHILD;
     }
-    let header = header_desc(settings, &all, flags, START_TIME_NS.load(Ordering::Relaxed));
+    let header = header_desc(settings, &all, flags, start_time_ns());
     // Arc feeds: each visits the module's arc table without allocating; the count announced is the number of
     // distinct arcs now (arcs recorded by threads still running are cut or padded by the writer).
     let feeds: Vec<_> = all

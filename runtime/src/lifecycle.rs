@@ -53,7 +53,6 @@ pub fn install() {
         }
         None => sys::set_environment_variable(ROOT_MARKER, &pid),
     }
-    START_NS.store(sys::clock_ns(libc::CLOCK_REALTIME), Ordering::Relaxed);
     prepare_output_path();
     mslprof_loader_hooks::install(&LIFECYCLE);
 }
@@ -205,7 +204,7 @@ impl LoaderEvents for Lifecycle {
             slot.store(0, Ordering::Relaxed);
         }
         dump::allow_another_dump();
-        START_NS.store(sys::clock_ns(libc::CLOCK_REALTIME), Ordering::Relaxed);
+        dump::restart_clock();
         prepare_output_path();
         // Timers are not inherited: the child's one thread gets its own.
         sampler::arm_current_thread();
@@ -440,9 +439,6 @@ static PREPARED_PATH: PreparedPath = PreparedPath {
     temporary_len: AtomicUsize::new(0),
 };
 
-/// Start of profiling (wall clock, ns) for the header of the signal-time dump; reset in a forked child.
-static START_NS: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
-
 /// Computes this process's output path now, while allocating is still fine.
 fn prepare_output_path() {
     PREPARED_PATH.len.store(0, Ordering::Release);
@@ -669,7 +665,7 @@ fn write_without_heap() -> bool {
         return false;
     };
 
-    let header = dump::header_desc(settings, modules, 0, START_NS.load(Ordering::Relaxed));
+    let header = dump::header_desc(settings, modules, 0, dump::start_time_ns());
     let Some(fd) = sys::create_new_file(temporary) else {
         sys::stderr_line(&[b"mslprof: cannot create ", trim_nul(temporary), b"\n"]);
         return false;

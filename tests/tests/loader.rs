@@ -274,6 +274,15 @@ fn three_forked_children_write_their_own_files() {
         assert_eq!(child.header.pid, *pid);
         assert_ne!(child.header.flags & header_flags::FORKED_CHILD, 0);
         assert_eq!(child.header.flags & header_flags::INCOMPLETE, 0);
+        // The child's profile covers only the child: it starts at the fork, after the parent's start-up and
+        // its 7 calls.
+        assert!(
+            child.header.start_time_ns > parent.header.start_time_ns
+                && child.header.start_time_ns <= child.header.end_time_ns,
+            "child {index}: starts at {} (parent {})",
+            child.header.start_time_ns,
+            parent.header.start_time_ns
+        );
         assert_eq!(
             unit_calls(&workspace, &child),
             (index as u64 + 1) * 100,
