@@ -148,7 +148,7 @@ static EXEC_ENTRIES: [ExecEntry; 9] = [
 /// Called by the exec stubs: write the image's profile (PRE_EXEC), then return the real function to jump to.
 /// If the exec then fails, the program goes on and its exit writes the full profile again under the normal
 /// name; the pre-exec file stays as the snapshot taken at that moment.
-extern "C" fn before_exec(entry: u32) -> usize {
+pub(crate) extern "C" fn before_exec(entry: u32) -> usize {
     let _errno = sys::SavedErrno::save();
     let Some(exec) = EXEC_ENTRIES.get(entry as usize) else {
         return 0;
@@ -164,79 +164,9 @@ extern "C" fn before_exec(entry: u32) -> usize {
     exec.resolve()
 }
 
-/// Generates a stub for one exec function. All argument registers and `al` (the vector-register count of a
-/// variadic call) are preserved and the stack is left exactly as the caller built it (variadic `execl` passes
-/// arguments beyond the sixth on the stack), then it jumps to the real function, which never returns here.
-macro_rules! exec_stub {
-    ($name:ident, $index:expr, fn($($arg:ident: $ty:ty),*)) => {
-        /// Interposed exec function: the profile of the current image is written first (flag PRE_EXEC).
-        ///
-        /// # Safety
-        /// The same contract as the libc function of the same name.
-        #[unsafe(naked)]
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name($($arg: $ty),*) -> libc::c_int {
-            core::arch::naked_asm!(
-                "endbr64",
-                "push rdi",
-                "push rsi",
-                "push rdx",
-                "push rcx",
-                "push r8",
-                "push r9",
-                "push rax",
-                "mov edi, {index}",
-                "call {before}",
-                "mov r11, rax",
-                "pop rax",
-                "pop r9",
-                "pop r8",
-                "pop rcx",
-                "pop rdx",
-                "pop rsi",
-                "pop rdi",
-                "test r11, r11",
-                "jz 3f",
-                "jmp r11",
-                "3:",
-                "mov eax, -1",
-                "ret",
-                index = const $index as u32,
-                before = sym before_exec,
-            )
-        }
-    };
-}
-
-type CStrPtr = *const libc::c_char;
-type CStrArray = *const *const libc::c_char;
-
-exec_stub!(
-    execve,
-    0,
-    fn(path: CStrPtr, argv: CStrArray, envp: CStrArray)
-);
-exec_stub!(execv, 1, fn(path: CStrPtr, argv: CStrArray));
-exec_stub!(execvp, 2, fn(file: CStrPtr, argv: CStrArray));
-exec_stub!(
-    execvpe,
-    3,
-    fn(file: CStrPtr, argv: CStrArray, envp: CStrArray)
-);
-// The variadic ones are declared with their fixed arguments only; the stub forwards everything untouched.
-exec_stub!(execl, 4, fn(path: CStrPtr, arg0: CStrPtr));
-exec_stub!(execlp, 5, fn(file: CStrPtr, arg0: CStrPtr));
-exec_stub!(execle, 6, fn(path: CStrPtr, arg0: CStrPtr));
-exec_stub!(
-    fexecve,
-    7,
-    fn(fd: libc::c_int, argv: CStrArray, envp: CStrArray)
-);
-exec_stub!(
-    execveat,
-    8,
-    fn(dirfd: libc::c_int, path: CStrPtr, argv: CStrArray, envp: CStrArray, flags: libc::c_int)
-);
+// The exec-family stubs themselves (assembly that calls `before_exec` and jumps to the real function)
+// live in sys.rs, section "Assembly: exec-family stubs"; the symbols stay exported under the libc names.
+pub use crate::sys::{execl, execle, execlp, execv, execve, execveat, execvp, execvpe, fexecve};
 
 /// libc's `_exit`, resolved at install (0: use the system call directly).
 static REAL_EXIT: AtomicUsize = AtomicUsize::new(0);

@@ -1,4 +1,6 @@
-//! The one place where loader-hooks calls libc: dl_iterate_phdr, getauxval and raw reads of mapped ELF memory.
+//! The one place where loader-hooks calls libc or uses assembly: dl_iterate_phdr, getauxval, raw reads of mapped
+//! ELF memory, the loader-event calls (dlsym, futex, signals, exit_group) and the naked-assembly stubs that
+//! interpose the exec family (dlopen/dlmopen/dlclose: see dynamic_loading.rs).
 
 use std::ffi::CStr;
 use std::os::raw::{c_int, c_void};
@@ -347,3 +349,82 @@ pub fn sleep_10ms() {
         libc::nanosleep(&pause, std::ptr::null_mut());
     }
 }
+
+// ---------------------------------------------------------------------------------------------------------
+// Assembly: exec-family stubs. The Rust side (`before_exec`, which writes the PRE_EXEC profile and returns the
+// real function) is in process.rs.
+// ---------------------------------------------------------------------------------------------------------
+
+/// Generates a stub for one exec function. All argument registers and `al` (the vector-register count of a
+/// variadic call) are preserved and the stack is left exactly as the caller built it (variadic `execl` passes
+/// arguments beyond the sixth on the stack), then it jumps to the real function, which never returns here.
+macro_rules! exec_stub {
+    ($name:ident, $index:expr, fn($($arg:ident: $ty:ty),*)) => {
+        /// Interposed exec function: the profile of the current image is written first (flag PRE_EXEC).
+        ///
+        /// # Safety
+        /// The same contract as the libc function of the same name.
+        #[unsafe(naked)]
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> libc::c_int {
+            core::arch::naked_asm!(
+                "endbr64",
+                "push rdi",
+                "push rsi",
+                "push rdx",
+                "push rcx",
+                "push r8",
+                "push r9",
+                "push rax",
+                "mov edi, {index}",
+                "call {before}",
+                "mov r11, rax",
+                "pop rax",
+                "pop r9",
+                "pop r8",
+                "pop rcx",
+                "pop rdx",
+                "pop rsi",
+                "pop rdi",
+                "test r11, r11",
+                "jz 3f",
+                "jmp r11",
+                "3:",
+                "mov eax, -1",
+                "ret",
+                index = const $index as u32,
+                before = sym crate::process::before_exec,
+            )
+        }
+    };
+}
+
+type CStrPtr = *const libc::c_char;
+type CStrArray = *const *const libc::c_char;
+
+exec_stub!(
+    execve,
+    0,
+    fn(path: CStrPtr, argv: CStrArray, envp: CStrArray)
+);
+exec_stub!(execv, 1, fn(path: CStrPtr, argv: CStrArray));
+exec_stub!(execvp, 2, fn(file: CStrPtr, argv: CStrArray));
+exec_stub!(
+    execvpe,
+    3,
+    fn(file: CStrPtr, argv: CStrArray, envp: CStrArray)
+);
+// The variadic ones are declared with their fixed arguments only; the stub forwards everything untouched.
+exec_stub!(execl, 4, fn(path: CStrPtr, arg0: CStrPtr));
+exec_stub!(execlp, 5, fn(file: CStrPtr, arg0: CStrPtr));
+exec_stub!(execle, 6, fn(path: CStrPtr, arg0: CStrPtr));
+exec_stub!(
+    fexecve,
+    7,
+    fn(fd: libc::c_int, argv: CStrArray, envp: CStrArray)
+);
+exec_stub!(
+    execveat,
+    8,
+    fn(dirfd: libc::c_int, path: CStrPtr, argv: CStrArray, envp: CStrArray, flags: libc::c_int)
+);
