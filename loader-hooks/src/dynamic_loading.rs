@@ -2,7 +2,7 @@
 //!
 //! # Mechanism (see also loader-hooks/README.md)
 //!
-//! libmslprof.so defines `dlopen`, `dlmopen` and `dlclose`. Each is a small assembly stub that
+//! libmslprof.so defines `dlopen`, `dlmopen` and `dlclose`. Each is a small assembly stub (in sys.rs) that
 //!
 //! 1. takes the *loader lock* (a re-entrant lock of ours, see [`LoaderLock`]) so that our table and the
 //!    loader's list of objects change together: no other thread can map a new object over a range that was just
@@ -155,7 +155,7 @@ static REAL_DLCLOSE: AtomicUsize = AtomicUsize::new(0);
 /// Which interposed function a stub stands for.
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Entry {
+pub(crate) enum Entry {
     Open = 0,
     OpenInNamespace = 1,
     Close = 2,
@@ -196,7 +196,7 @@ pub(crate) fn resolve_real_functions() {
 
 /// Where the stub must jump and which return address the real function must see.
 #[repr(C)]
-struct Dispatch {
+pub(crate) struct Dispatch {
     /// Address of a `ret` instruction in the caller's module (or in our stub if none can be found).
     caller_ret: usize,
     /// The real function.
@@ -204,7 +204,7 @@ struct Dispatch {
 }
 
 /// Called by the stubs before the real function: take the loader lock, find the `ret` to return through.
-extern "C" fn before_loader_call(return_address: usize, entry: u32) -> Dispatch {
+pub(crate) extern "C" fn before_loader_call(return_address: usize, entry: u32) -> Dispatch {
     let _errno = sys::SavedErrno::save();
     LOADER_LOCK.lock();
     let entry = Entry::from_raw(entry);
@@ -222,7 +222,7 @@ extern "C" fn before_loader_call(return_address: usize, entry: u32) -> Dispatch 
 
 /// Called by the stubs after the real function returned `result`: rescan if the loader's counters moved,
 /// release the lock.
-extern "C" fn after_loader_call(entry: u32) {
+pub(crate) extern "C" fn after_loader_call(entry: u32) {
     let _errno = sys::SavedErrno::save();
     let cause = match Entry::from_raw(entry) {
         Entry::Open | Entry::OpenInNamespace => LoadCause::AfterOpen,
@@ -400,86 +400,14 @@ fn return_instruction_in_module_of(address: usize) -> usize {
 /// The address of the `ret` inside our own stub: used only if no `ret` can be found in the caller's module, in
 /// which case the call behaves like an ordinary interposer's (libmslprof.so is the caller).
 fn fallback_ret_address() -> usize {
-    mslprof_loader_ret as *const () as usize
+    sys::stub_ret_address()
 }
 
-unsafe extern "C" {
-    /// A lone `ret` in our text (defined by the assembly below).
-    fn mslprof_loader_ret();
-}
-
-core::arch::global_asm!(
-    ".text",
-    ".p2align 4",
-    ".hidden mslprof_loader_ret",
-    ".type mslprof_loader_ret,@function",
-    "mslprof_loader_ret:",
-    "ret",
-    ".size mslprof_loader_ret, .-mslprof_loader_ret",
-);
-
-/// Generates one interposing stub. On entry the stack holds the caller's return address R (rsp ≡ 8 mod 16).
-/// The argument registers are saved, `before_loader_call(R, entry)` returns the `ret` address G and the real
-/// function F, the arguments are restored, and the stack becomes `[G][continuation][R]` before jumping to F,
-/// so F sees G (in the caller's module) as its return address and runs with the ABI's alignment. F returns to
-/// G, whose `ret` pops the continuation, which calls `after_loader_call(entry)` and returns F's result to R.
-macro_rules! interposer {
-    ($(#[$doc:meta])* $name:ident, $entry:expr, fn($($arg:ident: $ty:ty),*) -> $ret:ty) => {
-        $(#[$doc])*
-        ///
-        /// # Safety
-        /// The same contract as the libc function of the same name.
-        #[unsafe(naked)]
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
-            core::arch::naked_asm!(
-                "endbr64",
-                "push rdi",
-                "push rsi",
-                "push rdx",
-                "push rcx",
-                "sub rsp, 8",
-                "mov rdi, [rsp + 40]",
-                "mov esi, {entry}",
-                "call {before}",
-                "mov r10, rax",
-                "mov r11, rdx",
-                "add rsp, 8",
-                "pop rcx",
-                "pop rdx",
-                "pop rsi",
-                "pop rdi",
-                "lea rax, [rip + 2f]",
-                "push rax",
-                "push r10",
-                "jmp r11",
-                "2:",
-                "push rax",
-                "mov edi, {entry}",
-                "call {after}",
-                "pop rax",
-                "ret",
-                entry = const $entry as u32,
-                before = sym before_loader_call,
-                after = sym after_loader_call,
-            )
-        }
-    };
-}
-
-interposer!(
-    /// `dlopen`, interposed: loads exactly what libc's would (same calling object), then reports the new modules.
-    dlopen, Entry::Open, fn(file: *const libc::c_char, mode: libc::c_int) -> *mut libc::c_void
-);
-interposer!(
-    /// `dlmopen`, interposed like [`dlopen`].
-    dlmopen, Entry::OpenInNamespace,
-    fn(namespace: libc::Lmid_t, file: *const libc::c_char, mode: libc::c_int) -> *mut libc::c_void
-);
-interposer!(
-    /// `dlclose`, interposed: reports the modules it really unloaded (none if it only dropped a reference).
-    dlclose, Entry::Close, fn(handle: *mut libc::c_void) -> libc::c_int
-);
+// The dlopen/dlmopen/dlclose stubs themselves (assembly that calls `before_loader_call`, jumps to the
+// real function through the caller's `ret`, then calls `after_loader_call`) and the fallback `ret`
+// (`mslprof_loader_ret`) live in sys.rs, section "Assembly: loader stubs"; the symbols stay exported under the
+// libc names.
+pub use crate::sys::{dlclose, dlmopen, dlopen};
 
 #[cfg(test)]
 mod tests {
@@ -567,16 +495,17 @@ mod tests {
         let handle = unsafe { dlopen(name.as_ptr(), libc::RTLD_NOW) };
         assert!(!handle.is_null());
         // SAFETY: `handle` came from dlopen.
-        let cos = unsafe { libc::dlsym(handle, c"cos".as_ptr()) };
-        assert!(!cos.is_null());
+        let cos = unsafe { sys::symbol_address(handle, c"cos") };
+        assert_ne!(cos, 0);
         // SAFETY: as above.
         assert_eq!(unsafe { dlclose(handle) }, 0);
         // SAFETY: a name that does not exist: NULL, with dlerror set.
         let missing = unsafe { dlopen(c"libdoes-not-exist.so".as_ptr(), libc::RTLD_NOW) };
         assert!(missing.is_null());
-        // SAFETY: dlerror has no preconditions.
-        let error = unsafe { libc::dlerror() };
-        assert!(!error.is_null(), "dlerror still reports the failure");
+        assert!(
+            sys::loader_error_pending(),
+            "dlerror still reports the failure"
+        );
         assert!(!LOADER_LOCK.is_held(), "the stubs release the lock");
     }
 }

@@ -1,6 +1,6 @@
 //! The one place where loader-hooks calls libc or uses assembly: dl_iterate_phdr, getauxval, raw reads of mapped
 //! ELF memory, the loader-event calls (dlsym, futex, signals, exit_group) and the naked-assembly stubs that
-//! interpose the exec family (dlopen/dlmopen/dlclose: see dynamic_loading.rs).
+//! interpose the exec family and dlopen/dlmopen/dlclose.
 
 use std::ffi::CStr;
 use std::os::raw::{c_int, c_void};
@@ -351,6 +351,27 @@ pub fn sleep_10ms() {
 }
 
 // ---------------------------------------------------------------------------------------------------------
+// Test-only look-ups for the dynamic_loading unit tests (dlsym on a handle, dlerror).
+// ---------------------------------------------------------------------------------------------------------
+
+/// `dlsym(handle, name)`: the address of `name` in the object behind `handle`, 0 if absent.
+///
+/// # Safety
+/// `handle` must be a live handle returned by `dlopen` (not yet closed).
+#[cfg(test)]
+pub unsafe fn symbol_address(handle: *mut c_void, name: &CStr) -> usize {
+    // SAFETY: `handle` is live (guaranteed by the caller) and `name` is NUL-terminated.
+    unsafe { libc::dlsym(handle, name.as_ptr()) as usize }
+}
+
+/// Whether `dlerror` reports a failure of the last dl* call on this thread (reading it clears it).
+#[cfg(test)]
+pub fn loader_error_pending() -> bool {
+    // SAFETY: dlerror has no preconditions.
+    !unsafe { libc::dlerror() }.is_null()
+}
+
+// ---------------------------------------------------------------------------------------------------------
 // Assembly: exec-family stubs. The Rust side (`before_exec`, which writes the PRE_EXEC profile and returns the
 // real function) is in process.rs.
 // ---------------------------------------------------------------------------------------------------------
@@ -427,4 +448,95 @@ exec_stub!(
     execveat,
     8,
     fn(dirfd: libc::c_int, path: CStrPtr, argv: CStrArray, envp: CStrArray, flags: libc::c_int)
+);
+
+// ---------------------------------------------------------------------------------------------------------
+// Assembly: loader stubs (dlopen, dlmopen, dlclose) that keep the caller's return address. The Rust side
+// (`before_loader_call`/`after_loader_call`: loader lock, finding the caller's `ret`, rescans) and the
+// mechanism's description are in dynamic_loading.rs.
+// ---------------------------------------------------------------------------------------------------------
+
+unsafe extern "C" {
+    /// A lone `ret` in our text (defined by the assembly below).
+    fn mslprof_loader_ret();
+}
+
+/// The address of the lone `ret` in our own text (`mslprof_loader_ret`): the fallback return address the loader
+/// stubs hand to the real function when no `ret` is found in the caller's module.
+pub fn stub_ret_address() -> usize {
+    mslprof_loader_ret as *const () as usize
+}
+
+core::arch::global_asm!(
+    ".text",
+    ".p2align 4",
+    ".hidden mslprof_loader_ret",
+    ".type mslprof_loader_ret,@function",
+    "mslprof_loader_ret:",
+    "ret",
+    ".size mslprof_loader_ret, .-mslprof_loader_ret",
+);
+
+/// Generates one interposing stub. On entry the stack holds the caller's return address R (rsp ≡ 8 mod 16).
+/// The argument registers are saved, `before_loader_call(R, entry)` returns the `ret` address G and the real
+/// function F, the arguments are restored, and the stack becomes `[G][continuation][R]` before jumping to F,
+/// so F sees G (in the caller's module) as its return address and runs with the ABI's alignment. F returns to
+/// G, whose `ret` pops the continuation, which calls `after_loader_call(entry)` and returns F's result to R.
+macro_rules! interposer {
+    ($(#[$doc:meta])* $name:ident, $entry:expr, fn($($arg:ident: $ty:ty),*) -> $ret:ty) => {
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// The same contract as the libc function of the same name.
+        #[unsafe(naked)]
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+            core::arch::naked_asm!(
+                "endbr64",
+                "push rdi",
+                "push rsi",
+                "push rdx",
+                "push rcx",
+                "sub rsp, 8",
+                "mov rdi, [rsp + 40]",
+                "mov esi, {entry}",
+                "call {before}",
+                "mov r10, rax",
+                "mov r11, rdx",
+                "add rsp, 8",
+                "pop rcx",
+                "pop rdx",
+                "pop rsi",
+                "pop rdi",
+                "lea rax, [rip + 2f]",
+                "push rax",
+                "push r10",
+                "jmp r11",
+                "2:",
+                "push rax",
+                "mov edi, {entry}",
+                "call {after}",
+                "pop rax",
+                "ret",
+                entry = const $entry as u32,
+                before = sym crate::dynamic_loading::before_loader_call,
+                after = sym crate::dynamic_loading::after_loader_call,
+            )
+        }
+    };
+}
+
+interposer!(
+    /// `dlopen`, interposed: loads exactly what libc's would (same calling object), then reports the new modules.
+    dlopen, crate::dynamic_loading::Entry::Open,
+    fn(file: *const libc::c_char, mode: libc::c_int) -> *mut libc::c_void
+);
+interposer!(
+    /// `dlmopen`, interposed like [`dlopen`].
+    dlmopen, crate::dynamic_loading::Entry::OpenInNamespace,
+    fn(namespace: libc::Lmid_t, file: *const libc::c_char, mode: libc::c_int) -> *mut libc::c_void
+);
+interposer!(
+    /// `dlclose`, interposed: reports the modules it really unloaded (none if it only dropped a reference).
+    dlclose, crate::dynamic_loading::Entry::Close, fn(handle: *mut libc::c_void) -> libc::c_int
 );
