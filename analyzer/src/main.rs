@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Parser;
-use mslprof_format::{FileFormat, GnuTarget};
+use mslprof_format::{FileFormat, GnuTarget, InputFormat};
 
 use mslprof_analyzer::output::Out;
 use mslprof_analyzer::report::{self, Failure, Input, Options};
@@ -24,7 +24,7 @@ mod commands;
     args_override_self = true,
     about = "gprof-compatible reports over multi-module profiles",
     after_help = "Short options are GNU gprof's: -a -b -D -i -L -s -T -v -z, -p/-P/-q/-Q[symspec] (argument attached), \
--e/-E/-f/-F name, -k from/to, -m num, -n/-N symspec, -w width, -S file.\n\
+-e/-E/-f/-F name, -O format, -k from/to, -m num, -n/-N symspec, -w width, -S file.\n\
 Symspecs: func, file.c, file.c:func, file.c:line; func@module names one module's function and \
 module: (e.g. libfoo.so:) all functions of a module.\n\
 Subcommands: mslprof run PROGRAM [ARGS] | mslprof demo | mslprof export PROFILE [OUTDIR]"
@@ -163,8 +163,9 @@ fn normalize(args: &[String]) -> Vec<String> {
                     optional("no-graph", &mut out);
                     break;
                 }
-                'e' | 'E' | 'f' | 'F' | 'k' | 'm' | 'n' | 'N' | 'w' | 'S' => {
+                'e' | 'E' | 'f' | 'F' | 'k' | 'm' | 'n' | 'N' | 'w' | 'S' | 'O' => {
                     let long = match c {
+                        'O' => "file-format",
                         'e' => "exclude-graph",
                         'E' => "exclude-graph-and-time",
                         'f' => "only-graph",
@@ -287,10 +288,15 @@ fn options_from(cli: &Cli) -> Result<Options, String> {
     for s in &cli.no_time {
         o.specs.push((Table::ExclTime, s.clone()));
     }
-    if let Some(f) = &cli.file_format
-        && !matches!(f.as_str(), "auto" | "bsd" | "4.4bsd" | "magic" | "prof")
-    {
-        return Err(format!("don't know how to handle file format `{f}'"));
+    if let Some(f) = &cli.file_format {
+        o.file_format = match f.as_str() {
+            "auto" => InputFormat::Auto,
+            "magic" => InputFormat::Magic,
+            "bsd" => InputFormat::Bsd,
+            "4.4bsd" => InputFormat::Bsd44,
+            "prof" => return Err("sorry, file format `prof' is not yet supported".into()),
+            other => return Err(format!("unknown file format `{other}'")),
+        };
     }
     Ok(o)
 }
@@ -407,6 +413,16 @@ pub fn analyse(
         commands::elf_target(exe_for_gnu).unwrap_or_default()
     };
     let file_info = opts.file_info;
+    let file_format = opts.file_format;
+    if any_mslprof && file_format != InputFormat::Auto {
+        return Err(Failure {
+            file: profiles
+                .first()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default(),
+            problem: "--file-format applies to GNU/BSD gmon.out, not to mslprof profiles".into(),
+        });
+    }
     let read_all = move || -> Result<Vec<Input>, Failure> {
         let mut inputs = Vec::new();
         for (p, b) in maps {
@@ -419,7 +435,7 @@ pub fn analyse(
             }
             // gprof's `-i` counts the records as the file holds them (before same-range records are summed).
             let records = if file_info {
-                mslprof_format::record_counts(&b, target).map_err(|e| Failure {
+                mslprof_format::record_counts_as(&b, target, file_format).map_err(|e| Failure {
                     file: p.display().to_string(),
                     problem: e.to_string(),
                 })?
@@ -428,9 +444,11 @@ pub fn analyse(
             };
             let mut release = |upto: usize| mslprof_analyzer::sys::release_prefix(&b, upto);
             let profile =
-                mslprof_format::read_releasing(&b, target, &mut release).map_err(|e| Failure {
-                    file: p.display().to_string(),
-                    problem: e.to_string(),
+                mslprof_format::read_as(&b, target, file_format, &mut release).map_err(|e| {
+                    Failure {
+                        file: p.display().to_string(),
+                        problem: e.to_string(),
+                    }
                 })?;
             drop(b);
             inputs.push(Input {

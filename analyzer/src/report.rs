@@ -39,6 +39,8 @@ pub struct Options {
     pub external_symbols: Option<PathBuf>,
     /// Show load instances of one file separately instead of merging them.
     pub separate_instances: bool,
+    /// gprof's `--file-format`: the layout GNU/BSD input is read in and `gmon.sum` is written in.
+    pub file_format: mslprof_format::InputFormat,
 }
 
 impl Default for Options {
@@ -60,6 +62,7 @@ impl Default for Options {
             file_info: false,
             external_symbols: None,
             separate_instances: false,
+            file_format: mslprof_format::InputFormat::Auto,
         }
     }
 }
@@ -394,7 +397,12 @@ pub fn run_gnu(
         check_belongs(&g, &hist, exe, &inputs)?;
     }
     let summary = if opts.sum {
-        Some(gnu_summary(&g, &hist, hz, &dimension, abbrev, &inputs))
+        Some(match opts.file_format {
+            mslprof_format::InputFormat::Bsd | mslprof_format::InputFormat::Bsd44 => {
+                bsd_summary(&g, &hist, hz, opts.file_format)
+            }
+            _ => gnu_summary(&g, &hist, hz, &dimension, abbrev, &inputs),
+        })
     } else {
         None
     };
@@ -510,6 +518,51 @@ fn render(
     if want_graph {
         crate::callgraph::print_index(out, g, style);
     }
+}
+
+/// gprof's `gmon.sum` for `--file-format=bsd|4.4bsd`: the 4.4BSD header when asked for or when the rate is
+/// not the host's clock tick (100 Hz on Linux), else the old one; the summed samples of the (single) range and
+/// one arc per pair of functions (symbol addresses, in the order of the GNU summary), little-endian 8-byte.
+fn bsd_summary(
+    g: &Graph,
+    hist: &Histogram,
+    hz: u32,
+    format: mslprof_format::InputFormat,
+) -> Vec<u8> {
+    use mslprof_format::{BsdLayout, GnuTarget, Header, Module, Profile, SourceFormat};
+    let layout = if format == mslprof_format::InputFormat::Bsd44 || hz != 100 {
+        BsdLayout::Bsd44
+    } else {
+        BsdLayout::Old
+    };
+    let mut arcs = Vec::new();
+    for s in 0..g.nsyms {
+        for &a in g.syms[s].children.iter().rev() {
+            let arc = &g.arcs[a];
+            arcs.push(mslprof_format::Arc {
+                caller_key: 0,
+                caller_address: g.syms[arc.parent].symbol.addr,
+                callee_address: g.syms[arc.child].symbol.addr,
+                count: arc.count,
+            });
+        }
+    }
+    let profile = Profile {
+        format: SourceFormat::Bsd,
+        header: Header {
+            hz,
+            ..Header::default()
+        },
+        modules: vec![Module {
+            histogram: Some(hist.clone()),
+            arcs,
+            ..Module::default()
+        }],
+    };
+    let mut out = Vec::new();
+    // Only fails on a profile the BSD layout cannot hold; BSD input has at most one histogram range.
+    let _ = mslprof_format::write_bsd(&profile, GnuTarget::default(), layout, &mut out);
+    out
 }
 
 /// gprof's `gmon.sum`: GNU format, histograms then arcs (symbol addresses, per caller in table order).

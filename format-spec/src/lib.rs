@@ -17,6 +17,7 @@ mod write;
 
 use std::io;
 
+pub use bsd::BsdLayout;
 pub use error::{ErrorKind, ReadError};
 pub use gnu::RecordCounts;
 pub use model::*;
@@ -94,7 +95,50 @@ pub fn read_releasing(
     target: GnuTarget,
     release: &mut dyn FnMut(usize),
 ) -> Result<Profile, ReadError> {
-    match detect(bytes) {
+    read_as(bytes, target, InputFormat::Auto, release)
+}
+
+/// The layout GNU/BSD input is read in: gprof's `--file-format` (`auto`, `magic`, `bsd`, `4.4bsd`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum InputFormat {
+    /// By the file's magic (see [`detect`]).
+    #[default]
+    Auto,
+    /// GNU gmon.out only: anything without the `gmon` magic is refused as [`ErrorKind::BadMagic`].
+    Magic,
+    /// BSD gmon.out (either header), even when the file starts with `gmon`.
+    Bsd,
+    /// 4.4BSD gmon.out only: an old 4.2BSD header is refused as [`ErrorKind::BadMagic`].
+    Bsd44,
+}
+
+/// Like [`read_releasing`], reading GNU/BSD input in the layout `format` names (mslprof files, told by their
+/// magic, are read as such whatever `format` says; the caller decides whether that combination makes sense).
+pub fn read_as(
+    bytes: &[u8],
+    target: GnuTarget,
+    format: InputFormat,
+    release: &mut dyn FnMut(usize),
+) -> Result<Profile, ReadError> {
+    let detected = detect(bytes);
+    if detected != Some(FileFormat::Mslprof) {
+        match format {
+            InputFormat::Auto => {}
+            InputFormat::Magic if detected == Some(FileFormat::Gnu) => {}
+            InputFormat::Magic if bytes.len() < 20 => {
+                return Err(ReadError::new(
+                    ErrorKind::Truncated("GNU gmon.out header"),
+                    bytes.len() as u64,
+                ));
+            }
+            InputFormat::Magic => return Err(ReadError::new(ErrorKind::BadMagic, 0)),
+            InputFormat::Bsd | InputFormat::Bsd44 => {
+                check_target(target)?;
+                return bsd::read(bytes, target, format == InputFormat::Bsd44).map(|(p, _)| p);
+            }
+        }
+    }
+    match detected {
         Some(FileFormat::Mslprof) => mslprof::read(bytes),
         Some(FileFormat::Gnu) => {
             check_target(target)?;
@@ -102,7 +146,7 @@ pub fn read_releasing(
         }
         Some(FileFormat::Bsd) => {
             check_target(target)?;
-            bsd::read(bytes, target).map(|(p, _)| p)
+            bsd::read(bytes, target, false).map(|(p, _)| p)
         }
         None if bytes.is_empty() => Err(ReadError::new(ErrorKind::Truncated("profile"), 0)),
         None => Err(ReadError::new(ErrorKind::BadMagic, 0)),
@@ -112,6 +156,28 @@ pub fn read_releasing(
 /// For a GNU or BSD gmon.out: how many records of each kind it holds, as `gprof -i` reports them.
 /// `None` for an mslprof file.
 pub fn record_counts(bytes: &[u8], target: GnuTarget) -> Result<Option<RecordCounts>, ReadError> {
+    record_counts_as(bytes, target, InputFormat::Auto)
+}
+
+/// Like [`record_counts`], reading GNU/BSD input in the layout `format` names (see [`read_as`]).
+pub fn record_counts_as(
+    bytes: &[u8],
+    target: GnuTarget,
+    format: InputFormat,
+) -> Result<Option<RecordCounts>, ReadError> {
+    if detect(bytes) != Some(FileFormat::Mslprof) {
+        match format {
+            InputFormat::Bsd | InputFormat::Bsd44 => {
+                check_target(target)?;
+                return bsd::read(bytes, target, format == InputFormat::Bsd44)
+                    .map(|(_, c)| Some(c));
+            }
+            InputFormat::Magic if detect(bytes) != Some(FileFormat::Gnu) => {
+                return read_as(bytes, target, format, &mut |_| {}).map(|_| None);
+            }
+            _ => {}
+        }
+    }
     match detect(bytes) {
         Some(FileFormat::Mslprof) => Ok(None),
         Some(FileFormat::Gnu) => {
@@ -120,7 +186,7 @@ pub fn record_counts(bytes: &[u8], target: GnuTarget) -> Result<Option<RecordCou
         }
         Some(FileFormat::Bsd) => {
             check_target(target)?;
-            bsd::read(bytes, target).map(|(_, c)| Some(c))
+            bsd::read(bytes, target, false).map(|(_, c)| Some(c))
         }
         None => read(bytes, target).map(|_| None),
     }
@@ -169,4 +235,17 @@ pub fn write_with(profile: &Profile, options: WriteOptions, w: impl io::Write) -
 /// 0 (gprof shows them as spontaneous). `hz` is the header's `hz` (or 1e9 / `sample_period_ns` if `hz` is 0).
 pub fn write_gnu(profile: &Profile, target: GnuTarget, w: impl io::Write) -> io::Result<()> {
     gnu::write(profile, target, w)
+}
+
+/// Writes a profile with exactly one module and at most one histogram range as a BSD gmon.out in `layout`
+/// (what gprof 2.40 writes for `-s --file-format=bsd|4.4bsd`; see SPEC.md §"BSD gmon.out"). Samples are
+/// 16-bit (a larger count keeps its low 16 bits); arc fields are of the target's address width; the 4.4BSD
+/// layout carries `header.hz`.
+pub fn write_bsd(
+    profile: &Profile,
+    target: GnuTarget,
+    layout: BsdLayout,
+    w: impl io::Write,
+) -> io::Result<()> {
+    bsd::write(profile, target, layout, w)
 }

@@ -151,13 +151,13 @@ fn several_profiles_are_summed_and_sum_file_matches() {
     std::fs::rename(dir.join("gmon.out"), dir.join("run2")).unwrap();
     assert_same(&dir, &["-b", "-b -q -z"], &["rec", "run1", "run2"]);
 
-    let ours_dir = assert_same_sum(&dir, &["rec", "run1", "run2"]);
+    let ours_dir = assert_same_sum(&dir, "-s", &["rec", "run1", "run2"]);
     assert_same(&ours_dir, &["-b", "-i"], &["rec", "gmon.sum"]);
 }
 
-/// `-s` run by mslprof and by gprof over copies of `files` (the executable first): same stdout and exit
-/// status, and the same `gmon.sum` bytes. Returns the directory holding mslprof's `gmon.sum`.
-fn assert_same_sum(dir: &Path, files: &[&str]) -> std::path::PathBuf {
+/// `opts` (with `-s`) run by mslprof and by gprof over copies of `files` (the executable first): same stdout
+/// and exit status, and the same GNU `gmon.sum` bytes. Returns the directory holding mslprof's `gmon.sum`.
+fn assert_same_sum(dir: &Path, opts: &str, files: &[&str]) -> std::path::PathBuf {
     let theirs_dir = dir.join("theirs");
     let ours_dir = dir.join("ours");
     for d in [&theirs_dir, &ours_dir] {
@@ -166,7 +166,7 @@ fn assert_same_sum(dir: &Path, files: &[&str]) -> std::path::PathBuf {
             std::fs::copy(dir.join(f), d.join(f)).unwrap();
         }
     }
-    let mut args = split("-s");
+    let mut args = split(opts);
     args.extend(files.iter().map(|f| f.to_string()));
     let a = run_in(&ours_dir, &mslprof(), &args);
     let b = run_in(&theirs_dir, Path::new("gprof"), &args);
@@ -427,7 +427,7 @@ fn histogram_records_keep_their_file_order_like_gprof() {
     let file = [header, above, hist.clone(), arcs, hist].concat();
     std::fs::write(dir.join("two"), file).unwrap();
     assert_same(&dir, &["-b", "-b -p -z", "-b -q"], &["rec", "two"]);
-    assert_same_sum(&dir, &["rec", "two"]);
+    assert_same_sum(&dir, "-s", &["rec", "two"]);
     // `-i` counts the records as the file holds them: three histogram records, though two are summed
     // (gprof describes the last file only).
     assert_same(&dir, &["-i"], &["rec", "two"]);
@@ -472,15 +472,34 @@ fn old_bsd_layout_matches_gprof() {
     }
     let dir = scratch("bsd");
     let gmon = build_and_run_recursion(&dir, "gmon.out");
-    let (_, hist, arcs) = split_records(&std::fs::read(gmon).unwrap());
+    let bsd = bsd_from_gnu(&std::fs::read(gmon).unwrap(), None);
+    std::fs::write(dir.join("bsd.out"), bsd).unwrap();
+    assert_same(&dir, &["-b", "-b -z", "-b -T", "-i"], &["rec", "bsd.out"]);
+}
+
+/// A GNU gmon.out (one histogram record, little-endian, 8-byte addresses) rewritten as a BSD one: the old
+/// header when `rate` is `None` (its 4 bytes of padding are read as two more samples), else the 4.4BSD header
+/// with that profiling rate.
+fn bsd_from_gnu(gmon: &[u8], rate: Option<u32>) -> Vec<u8> {
+    let (_, hist, arcs) = split_records(gmon);
     let low = u64::from_le_bytes(hist[1..9].try_into().unwrap());
     let high = u64::from_le_bytes(hist[9..17].try_into().unwrap());
     let samples = &hist[41..];
     let mut bsd = Vec::new();
     bsd.extend_from_slice(&low.to_le_bytes());
     bsd.extend_from_slice(&high.to_le_bytes());
-    bsd.extend_from_slice(&(24 + samples.len() as u32).to_le_bytes());
-    bsd.extend_from_slice(&[0; 4]);
+    match rate {
+        None => {
+            bsd.extend_from_slice(&(24 + samples.len() as u32).to_le_bytes());
+            bsd.extend_from_slice(&[0; 4]);
+        }
+        Some(hz) => {
+            bsd.extend_from_slice(&(40 + samples.len() as u32).to_le_bytes());
+            bsd.extend_from_slice(&0x0005_1879u32.to_le_bytes());
+            bsd.extend_from_slice(&hz.to_le_bytes());
+            bsd.extend_from_slice(&[0; 12]);
+        }
+    }
     bsd.extend_from_slice(samples);
     for a in arcs.chunks(21) {
         bsd.extend_from_slice(&a[1..17]);
@@ -488,6 +507,125 @@ fn old_bsd_layout_matches_gprof() {
             &u64::from(u32::from_le_bytes(a[17..21].try_into().unwrap())).to_le_bytes(),
         );
     }
-    std::fs::write(dir.join("bsd.out"), bsd).unwrap();
-    assert_same(&dir, &["-b", "-b -z", "-b -T", "-i"], &["rec", "bsd.out"]);
+    bsd
+}
+
+/// `--file-format`/`-O`: input read in the forced layout, `-s` writing `gmon.sum` as BSD (old header at
+/// 100 Hz, 4.4BSD when asked for or at another rate) or GNU, byte for byte as gprof 2.40; the combinations
+/// gprof refuses are refused with exit status 1, one stderr line and no `gmon.sum`.
+#[test]
+fn file_format_reads_and_writes_like_gprof() {
+    if !tools_present() {
+        return;
+    }
+    let dir = scratch("file-format");
+    let gmon = std::fs::read(build_and_run_recursion(&dir, "gmon.out")).unwrap();
+    std::fs::write(dir.join("old.out"), bsd_from_gnu(&gmon, None)).unwrap();
+    std::fs::write(dir.join("new.out"), bsd_from_gnu(&gmon, Some(100))).unwrap();
+    std::fs::write(dir.join("new2.out"), bsd_from_gnu(&gmon, Some(100))).unwrap();
+    std::fs::write(dir.join("fast.out"), bsd_from_gnu(&gmon, Some(1000))).unwrap();
+
+    assert_same(
+        &dir,
+        &[
+            "-b -O bsd",
+            "-b --file-format=4.4bsd",
+            "-i -Obsd",
+            "-b -O auto",
+        ],
+        &["rec", "new.out"],
+    );
+    assert_same(&dir, &["-b -O bsd", "-b -z -O auto"], &["rec", "old.out"]);
+    assert_same(
+        &dir,
+        &["-b -O magic", "-i --file-format=magic"],
+        &["rec", "gmon.out"],
+    );
+    assert_same_sum(&dir, "-s -O magic", &["rec", "gmon.out"]);
+
+    let bsd_sums = [
+        ("-s -O bsd", "old.out", 20),
+        ("-s --file-format=bsd", "new.out", 20),
+        ("-s --file-format=4.4bsd", "new.out", 40),
+        ("-s -Obsd", "fast.out", 40),
+        ("-s -O 4.4bsd", "fast.out", 40),
+        ("-s -O bsd", "new.out new2.out", 20),
+    ];
+    for (i, (opts, files, header)) in bsd_sums.into_iter().enumerate() {
+        let sub = dir.join(format!("sum{i}"));
+        let mut names = vec!["rec"];
+        names.extend(files.split_whitespace());
+        let ours_dir = assert_same_bsd_sum(&dir, &sub, opts, &names, header);
+        // The summary reads back to the same report.
+        assert_same(&ours_dir, &["-b", "-b -O bsd"], &["rec", "gmon.sum"]);
+    }
+
+    let refused = [
+        ("-b -O magic", "old.out"),
+        ("-b -O bsd", "gmon.out"),
+        ("-b -O 4.4bsd", "old.out"),
+        ("-b -O 4.4bsd", "gmon.out"),
+        ("-b -O prof", "gmon.out"),
+        ("-b -O nosuch", "gmon.out"),
+        ("-s -O bsd", "gmon.out"),
+        ("-s --file-format=magic", "new.out"),
+    ];
+    for (opts, file) in refused {
+        for program in [mslprof(), Path::new("gprof").to_path_buf()] {
+            let _ = std::fs::remove_file(dir.join("gmon.sum"));
+            let mut args = split(opts);
+            args.extend(["rec".to_string(), file.to_string()]);
+            let out = run_in(&dir, &program, &args);
+            let err = String::from_utf8_lossy(&out.stderr);
+            let who = format!("{} {}", program.display(), args.join(" "));
+            assert_eq!(out.status.code(), Some(1), "{who}: {err}");
+            assert!(out.stdout.is_empty(), "{who}: printed a report");
+            assert!(!dir.join("gmon.sum").exists(), "{who}: wrote gmon.sum");
+            if program == mslprof() {
+                assert_eq!(err.lines().count(), 1, "{who}: {err:?}");
+                assert!(err.starts_with("mslprof: "), "{who}: {err:?}");
+            }
+        }
+    }
+}
+
+/// Like [`assert_same_sum`] for a BSD `gmon.sum` (which has no uninitialised bytes): the files must be equal,
+/// with a header of `header` bytes. Works in `sub`, a fresh directory below `dir`.
+fn assert_same_bsd_sum(
+    dir: &Path,
+    sub: &Path,
+    opts: &str,
+    files: &[&str],
+    header: usize,
+) -> std::path::PathBuf {
+    let theirs_dir = sub.join("theirs");
+    let ours_dir = sub.join("ours");
+    for d in [&theirs_dir, &ours_dir] {
+        std::fs::create_dir_all(d).unwrap();
+        for f in files {
+            std::fs::copy(dir.join(f), d.join(f)).unwrap();
+        }
+    }
+    let mut args = split(opts);
+    args.extend(files.iter().map(|f| f.to_string()));
+    let a = run_in(&ours_dir, &mslprof(), &args);
+    let b = run_in(&theirs_dir, Path::new("gprof"), &args);
+    assert_eq!(a.status.code(), Some(0), "{opts} {files:?}: {a:?}");
+    assert_eq!(b.status.code(), Some(0), "gprof {opts} {files:?}: {b:?}");
+    assert_eq!(a.stdout, b.stdout);
+    let ours = std::fs::read(ours_dir.join("gmon.sum")).expect("mslprof wrote gmon.sum");
+    let theirs = std::fs::read(theirs_dir.join("gmon.sum")).expect("gprof wrote gmon.sum");
+    assert_eq!(
+        ours, theirs,
+        "{opts} {files:?}: gmon.sum differs from gprof's"
+    );
+    let ncnt = u32::from_le_bytes(ours[16..20].try_into().unwrap()) as usize;
+    assert!(ncnt >= header && ours.len() >= ncnt, "{opts}: ncnt {ncnt}");
+    assert_eq!((ours.len() - ncnt) % 24, 0, "{opts}: whole arc records");
+    if header == 40 {
+        assert_eq!(&ours[20..24], &0x0005_1879u32.to_le_bytes());
+    } else {
+        assert_ne!(&ours[20..24], &0x0005_1879u32.to_le_bytes());
+    }
+    ours_dir
 }
