@@ -25,6 +25,8 @@ int bar_work(int v) { return work(v); }
 "#;
 
 struct Built {
+    /// Removes the folder when the test is done with it.
+    _tmp: tempfile::TempDir,
     dir: PathBuf,
     app: PathBuf,
     foo: PathBuf,
@@ -40,9 +42,11 @@ fn cc(dir: &Path, args: &[&str]) -> bool {
 }
 
 fn build(name: &str) -> Option<Built> {
-    let dir = std::env::temp_dir().join(format!("mslprof-mm-{}-{}", name, std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = tempfile::Builder::new()
+        .prefix(&format!("mslprof-mm-{name}-"))
+        .tempdir()
+        .unwrap();
+    let dir = tmp.path().to_path_buf();
     std::fs::write(dir.join("app.c"), APP).unwrap();
     std::fs::write(dir.join("foo.c"), FOO).unwrap();
     std::fs::write(dir.join("bar.c"), BAR).unwrap();
@@ -65,6 +69,7 @@ fn build(name: &str) -> Option<Built> {
         foo: dir.join("libfoo.so"),
         bar: dir.join("libbar.so"),
         dir,
+        _tmp: tmp,
     })
 }
 

@@ -2,7 +2,7 @@
 //! `.gnu_debuglink` for stripped programs, compiler-split parts (`foo.cold`) kept for multi-module
 //! reports but dropped the gprof way for GNU input, and the `.dynsym` fallback for stripped libraries.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use mslprof_analyzer::symbols::{self, SelectOptions};
@@ -15,11 +15,12 @@ fn run(dir: &Path, prog: &str, args: &[&str]) -> bool {
         .is_ok_and(|s| s.success())
 }
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("mslprof-syms-{}-{}", name, std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A test's own temporary folder, removed when the test ends.
+fn scratch(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("mslprof-syms-{name}-"))
+        .tempdir()
+        .unwrap()
 }
 
 const SRC: &str = r#"
@@ -31,14 +32,15 @@ int main(void) { return exported(3) == 0; }
 
 /// `SRC` built as the program `p` in a new scratch directory `name`; `None` (after a SKIPPED line) without
 /// a C compiler.
-fn built_program(name: &str) -> Option<PathBuf> {
-    let dir = scratch(name);
+fn built_program(name: &str) -> Option<tempfile::TempDir> {
+    let tmp = scratch(name);
+    let dir = tmp.path();
     std::fs::write(dir.join("p.c"), SRC).unwrap();
-    if !run(&dir, "cc", &["-O0", "-o", "p", "p.c"]) {
+    if !run(dir, "cc", &["-O0", "-o", "p", "p.c"]) {
         eprintln!("SKIPPED: no `cc`");
         return None;
     }
-    Some(dir)
+    Some(tmp)
 }
 
 fn names(path: &Path, opts: SelectOptions) -> (Vec<String>, bool) {
@@ -51,14 +53,15 @@ fn names(path: &Path, opts: SelectOptions) -> (Vec<String>, bool) {
 
 #[test]
 fn stripped_program_uses_its_debuglink_file() {
-    let Some(dir) = built_program("debuglink") else {
+    let Some(tmp) = built_program("debuglink") else {
         return;
     };
+    let dir = tmp.path();
     let (before, _) = names(&dir.join("p"), SelectOptions::default());
     assert!(before.contains(&"helper".to_string()), "{before:?}");
-    if !run(&dir, "objcopy", &["--only-keep-debug", "p", "p.debug"])
-        || !run(&dir, "strip", &["p"])
-        || !run(&dir, "objcopy", &["--add-gnu-debuglink=p.debug", "p"])
+    if !run(dir, "objcopy", &["--only-keep-debug", "p", "p.debug"])
+        || !run(dir, "strip", &["p"])
+        || !run(dir, "objcopy", &["--add-gnu-debuglink=p.debug", "p"])
     {
         eprintln!("SKIPPED: no `objcopy`/`strip`");
         return;
@@ -70,9 +73,10 @@ fn stripped_program_uses_its_debuglink_file() {
 
 #[test]
 fn split_parts_are_kept_only_for_multi_module_reports() {
-    let Some(dir) = built_program("cold") else {
+    let Some(tmp) = built_program("cold") else {
         return;
     };
+    let dir = tmp.path();
     let (gnu, _) = names(&dir.join("p"), SelectOptions::default());
     assert!(
         !gnu.iter().any(|n| n == "work.cold"),
@@ -90,17 +94,18 @@ fn split_parts_are_kept_only_for_multi_module_reports() {
 
 #[test]
 fn stripped_library_falls_back_to_dynamic_symbols() {
-    let dir = scratch("dynsym");
+    let tmp = scratch("dynsym");
+    let dir = tmp.path();
     std::fs::write(
         dir.join("l.c"),
         SRC.replace("int main(void) { return exported(3) == 0; }", ""),
     )
     .unwrap();
     if !run(
-        &dir,
+        dir,
         "cc",
         &["-O0", "-fPIC", "-shared", "-o", "libl.so", "l.c"],
-    ) || !run(&dir, "strip", &["libl.so"])
+    ) || !run(dir, "strip", &["libl.so"])
     {
         eprintln!("SKIPPED: no `cc`/`strip`");
         return;

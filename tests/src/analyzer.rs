@@ -36,12 +36,39 @@ pub fn tools_present() -> bool {
 }
 
 /// A fresh scratch directory for one test (left in place afterwards, for a look at a failure).
-pub fn scratch(name: &str) -> PathBuf {
+pub fn scratch(name: &str) -> Scratch {
     let dir =
         std::env::temp_dir().join(format!("mslprof-analyzer-{}-{}", name, std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("create scratch dir");
-    dir
+    Scratch(dir)
+}
+
+/// A test's own folder under the system temp dir: removed when the test passes, kept (and named in the
+/// failure output) when it fails, so the files gprof and mslprof disagreed on can be looked at.
+pub struct Scratch(PathBuf);
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for Scratch {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("kept {} for inspection", self.0.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
 }
 
 /// Compile `sources` (fixture file names) with `flags` into `dir/prog`, run it there, return the
