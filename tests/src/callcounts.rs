@@ -106,6 +106,15 @@ pub fn build_program(
     workspace.join(exe)
 }
 
+/// The oracle sources split across modules: `libccc.so`, `libccb.so`, `libcca.so` and the executable `app`
+/// linked with all three, each built with `flags`. Returns the executable.
+pub fn build_oracle_app(workspace: &Workspace, flags: &[String]) -> PathBuf {
+    for name in ["ccc", "ccb", "cca"] {
+        build_library(workspace, name, &[&format!("{name}.c")], flags);
+    }
+    build_program(workspace, "app", &["main.c"], &["cca", "ccb", "ccc"], flags)
+}
+
 /// Runs `command` and panics unless it exits 0; returns its standard output.
 pub fn run_ok(command: &mut Command) -> String {
     let output = crate::run(command);

@@ -4,9 +4,9 @@
 
 use mslprof_format::model::Profile;
 use mslprof_tests::callcounts::{
-    CallGraph, Instrumentation, build_library, build_program, calls_per_function, common_flags,
-    cpu_has_avx, gnu_call_graph, pg_flags, profile_call_graph, run_ok, run_signal_fixture,
-    run_threads_fixture,
+    CallGraph, Instrumentation, build_library, build_oracle_app, build_program, calls_per_function,
+    common_flags, cpu_has_avx, gnu_call_graph, pg_flags, profile_call_graph, run_ok,
+    run_signal_fixture, run_threads_fixture,
 };
 use mslprof_tests::{Workspace, read_profile};
 
@@ -47,16 +47,7 @@ fn mslprof_run(instrumentation: Instrumentation, optimization: &str) -> (Workspa
     let workspace = Workspace::new();
     let mut flags = common_flags(optimization);
     flags.extend(instrumentation.flags().iter().map(|f| f.to_string()));
-    build_library(&workspace, "ccc", &["ccc.c"], &flags);
-    build_library(&workspace, "ccb", &["ccb.c"], &flags);
-    build_library(&workspace, "cca", &["cca.c"], &flags);
-    let exe = build_program(
-        &workspace,
-        "app",
-        &["main.c"],
-        &["cca", "ccb", "ccc"],
-        &flags,
-    );
+    let exe = build_oracle_app(&workspace, &flags);
     let stdout = run_ok(&mut workspace.command_with_runtime(&exe));
     assert_eq!(stdout, "total 3082015\n", "the program's output changed");
     let profile = read_profile(&workspace.join("gmon.out"));
@@ -104,16 +95,7 @@ fn arcs_are_module_relative_and_keyed_by_load_instance() {
 fn only_selected_modules_record_arcs() {
     let workspace = Workspace::new();
     let flags = pg_flags("-O2");
-    build_library(&workspace, "ccc", &["ccc.c"], &flags);
-    build_library(&workspace, "ccb", &["ccb.c"], &flags);
-    build_library(&workspace, "cca", &["cca.c"], &flags);
-    let exe = build_program(
-        &workspace,
-        "app",
-        &["main.c"],
-        &["cca", "ccb", "ccc"],
-        &flags,
-    );
+    let exe = build_oracle_app(&workspace, &flags);
     run_ok(
         workspace
             .command_with_runtime(&exe)
