@@ -18,6 +18,7 @@ pub use dynamic_loading::{open_in_progress, refresh, refresh_during_open};
 pub use events::{LoadCause, LoaderEvents, ProcessEnd};
 pub use process::{is_profiled_process, on_main_thread, profiled_pid};
 pub use scan::{LinkRange, LoaderScan, ModuleInfo, scan, scan_loaded_modules};
+pub use sys::SavedErrno;
 
 static EVENTS: OnceLock<&'static dyn LoaderEvents> = OnceLock::new();
 

@@ -224,7 +224,7 @@ pub fn record_pc(pc: usize) {
 }
 
 extern "C" fn on_sigprof(signal: i32, info: *mut libc::siginfo_t, context: *mut c_void) {
-    let _errno = sys::ErrnoGuard::save();
+    let _errno = sys::SavedErrno::save();
     // SAFETY: the kernel passed `info` to this SA_SIGINFO handler.
     let origin = unsafe { sys::signal_origin(info) };
     if origin.code != sys::SI_TIMER || origin.value != cookie() {

@@ -23,7 +23,7 @@ pub fn reserve_zeroed(len: usize) -> Option<usize> {
 /// Writes the concatenation of `parts` to stderr with one write(2) call when it fits 1 KiB (so lines from
 /// several processes do not interleave). No allocation; safe in a signal handler. errno is preserved.
 pub fn stderr_line(parts: &[&[u8]]) {
-    let saved = ErrnoGuard::save();
+    let saved = SavedErrno::save();
     let mut buffer = [0u8; 1024];
     let mut used = 0;
     for part in parts {
@@ -38,26 +38,12 @@ pub fn stderr_line(parts: &[&[u8]]) {
     drop(saved);
 }
 
-/// Restores errno when dropped.
-pub struct ErrnoGuard(i32);
-
-impl ErrnoGuard {
-    pub fn save() -> ErrnoGuard {
-        // SAFETY: __errno_location returns this thread's errno slot, valid for the thread's life.
-        ErrnoGuard(unsafe { *libc::__errno_location() })
-    }
-}
-
-impl Drop for ErrnoGuard {
-    fn drop(&mut self) {
-        // SAFETY: as in save.
-        unsafe { *libc::__errno_location() = self.0 };
-    }
-}
+/// Restores errno when dropped: loader-hooks' guard, the one both crates use.
+pub use mslprof_loader_hooks::SavedErrno;
 
 /// This thread's errno.
 pub fn errno() -> i32 {
-    // SAFETY: as in ErrnoGuard::save.
+    // SAFETY: __errno_location returns this thread's errno slot, valid for the thread's life.
     unsafe { *libc::__errno_location() }
 }
 
