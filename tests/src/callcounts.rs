@@ -118,13 +118,7 @@ pub fn build_oracle_app(workspace: &Workspace, flags: &[String]) -> PathBuf {
 /// Runs `command` and panics unless it exits 0; returns its standard output.
 pub fn run_ok(command: &mut Command) -> String {
     let output = crate::run(command);
-    assert!(
-        output.status.success(),
-        "{command:?} failed: {:?}\nstdout: {}\nstderr: {}",
-        output.status,
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
+    crate::assert_success(&output, &format!("{command:?}"));
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 

@@ -174,6 +174,17 @@ pub fn run(command: &mut Command) -> Output {
         .unwrap_or_else(|e| panic!("cannot run {command:?}: {e}"))
 }
 
+/// Panics unless `output` is a successful exit, showing `what` ran, its status and both output streams.
+pub fn assert_success(output: &Output, what: &str) {
+    assert!(
+        output.status.success(),
+        "{what} failed: {:?}\nstdout:\n{}\nstderr:\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
 /// Like [`run`], and also returns the CPU time (user + system) the process used, from `wait4`.
 #[expect(
     clippy::zombie_processes,

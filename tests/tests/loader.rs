@@ -19,13 +19,7 @@ fn unit_calls(workspace: &Workspace, profile: &Profile) -> u64 {
 }
 
 fn assert_success(output: &std::process::Output) {
-    assert!(
-        output.status.success(),
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
+    mslprof_tests::assert_success(output, "the fixture");
 }
 
 #[test]
