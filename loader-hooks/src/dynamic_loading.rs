@@ -405,7 +405,7 @@ fn fallback_ret_address() -> usize {
 
 // The dlopen/dlmopen/dlclose stubs themselves (assembly that calls `before_loader_call`, jumps to the
 // real function through the caller's `ret`, then calls `after_loader_call`) and the fallback `ret`
-// (`mslprof_loader_ret`) live in sys.rs, section "Assembly: loader stubs"; the symbols stay exported under the
+// (`loader_ret`) live in sys.rs, section "Assembly: loader stubs"; the symbols stay exported under the
 // libc names.
 pub use crate::sys::{dlclose, dlmopen, dlopen};
 

@@ -456,26 +456,21 @@ exec_stub!(
 // mechanism's description are in dynamic_loading.rs.
 // ---------------------------------------------------------------------------------------------------------
 
-unsafe extern "C" {
-    /// A lone `ret` in our text (defined by the assembly below).
-    fn mslprof_loader_ret();
+/// A lone `ret` in our own text: the fallback return address the loader stubs hand to the real function.
+///
+/// A naked Rust function rather than a label in `global_asm!`: a label there is local to the codegen unit
+/// that holds the assembly, so a release build (several codegen units) left the reference undefined and
+/// every program that preloaded the runtime died with "undefined symbol: mslprof_loader_ret".
+#[unsafe(naked)]
+extern "C" fn loader_ret() {
+    core::arch::naked_asm!("ret")
 }
 
-/// The address of the lone `ret` in our own text (`mslprof_loader_ret`): the fallback return address the loader
+/// The address of the lone `ret` in our own text ([`loader_ret`]): the fallback return address the loader
 /// stubs hand to the real function when no `ret` is found in the caller's module.
 pub fn stub_ret_address() -> usize {
-    mslprof_loader_ret as *const () as usize
+    loader_ret as *const () as usize
 }
-
-core::arch::global_asm!(
-    ".text",
-    ".p2align 4",
-    ".hidden mslprof_loader_ret",
-    ".type mslprof_loader_ret,@function",
-    "mslprof_loader_ret:",
-    "ret",
-    ".size mslprof_loader_ret, .-mslprof_loader_ret",
-);
 
 /// Generates one interposing stub. On entry the stack holds the caller's return address R (rsp ≡ 8 mod 16).
 /// The argument registers are saved, `before_loader_call(R, entry)` returns the `ret` address G and the real
