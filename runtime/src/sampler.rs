@@ -318,7 +318,8 @@ pub unsafe fn create_thread(
 
 /// Test hook, exported from libmslprof.so: counts `count` samples at `pc` through the same path as the
 /// SIGPROF handler. It exists so tests can reach 16-bit saturation (65 535 samples in one bucket) without
-/// hours of CPU time; it does nothing unless profiling is active.
+/// hours of CPU time; it does nothing unless profiling is active. Only in builds with the `test-hooks` feature.
+#[cfg(feature = "test-hooks")]
 #[unsafe(no_mangle)]
 pub extern "C" fn mslprof_test_inject_samples(pc: *const c_void, count: libc::c_ulong) {
     let _ = std::panic::catch_unwind(|| {
@@ -333,7 +334,8 @@ pub extern "C" fn mslprof_test_inject_samples(pc: *const c_void, count: libc::c_
 /// Test hook, exported from libmslprof.so: the samples counted so far, in all modules when `pc` is null,
 /// else in the module whose code holds `pc` (0 if none); `c_ulong::MAX` when profiling is not active. The
 /// sampling fixtures burn CPU until they have enough samples: how often the kernel checks a thread's CPU
-/// timer on a busy machine is not theirs to choose.
+/// timer on a busy machine is not theirs to choose. Only in builds with the `test-hooks` feature.
+#[cfg(feature = "test-hooks")]
 #[unsafe(no_mangle)]
 pub extern "C" fn mslprof_test_samples(pc: *const c_void) -> libc::c_ulong {
     std::panic::catch_unwind(|| {

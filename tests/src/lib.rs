@@ -42,6 +42,43 @@ pub fn runtime_library() -> PathBuf {
     built_file("libmslprof.so")
 }
 
+/// A copy of the runtime built with its `test-hooks` feature, for the fixtures that ask it how many samples it
+/// has taken (`mslprof_test_samples`) or inject samples (`mslprof_test_inject_samples`). The shipped
+/// `libmslprof.so` never carries those symbols, so the first call builds this copy with cargo, in the same
+/// profile as the tests, into `target/<profile>/test-hooks/` (later calls, and later test runs, reuse it).
+pub fn test_hooks_runtime_library() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT.get_or_init(build_test_hooks_runtime).clone()
+}
+
+fn build_test_hooks_runtime() -> PathBuf {
+    let target = target_dir();
+    let profile = target
+        .file_name()
+        .and_then(OsStr::to_str)
+        .expect("target/<profile>")
+        .to_owned();
+    let hooks_target = target.join("test-hooks");
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut command = Command::new(cargo);
+    command
+        .args(["build", "--quiet", "--lib", "-p", "mslprof-runtime"])
+        .args(["--features", "test-hooks", "--manifest-path"])
+        .arg(&manifest)
+        .arg("--target-dir")
+        .arg(&hooks_target)
+        .args([
+            "--profile",
+            if profile == "debug" { "dev" } else { &profile },
+        ]);
+    let output = run(&mut command);
+    assert_success(&output, "building the runtime with its test hooks");
+    let library = hooks_target.join(&profile).join("libmslprof.so");
+    assert!(library.exists(), "{} is missing", library.display());
+    library
+}
+
 /// `target/<profile>/mslprof`.
 pub fn analyzer_binary() -> PathBuf {
     built_file("mslprof")
@@ -139,10 +176,22 @@ impl Workspace {
         command
     }
 
+    /// As [`Workspace::command_with_runtime`], with the runtime built with its test hooks
+    /// ([`test_hooks_runtime_library`]).
+    pub fn command_with_test_hooks_runtime(&self, program: &Path) -> Command {
+        let mut command = self.command(program);
+        command.env("LD_PRELOAD", test_hooks_runtime_library());
+        command
+    }
+
     /// As [`Workspace::command_with_runtime`], without the runtime.
+    ///
+    /// `LD_PROFILE_OUTPUT` points into this directory: glibc's ld.so starts its own `sprof` profiler when
+    /// `LD_PROFILE` names exactly one library, and would otherwise write `/var/tmp/NAME.profile`.
     pub fn command(&self, program: &Path) -> Command {
         let mut command = Command::new(program);
         command.current_dir(self.path());
+        command.env("LD_PROFILE_OUTPUT", self.path());
         for (name, _) in std::env::vars_os() {
             let name_text = name.to_string_lossy();
             if name_text.starts_with("MSLPROF_")

@@ -9,7 +9,7 @@ use std::time::Duration;
 use mslprof_format::model::{Profile, header_flags, module_flags};
 use mslprof_tests::{
     Workspace, fixtures_dir, histogram_total, module, module_names, perf_unavailable, read_profile,
-    run, run_measuring_cpu, runtime_library,
+    run, run_measuring_cpu, test_hooks_runtime_library,
 };
 
 fn source(name: &str) -> PathBuf {
@@ -49,7 +49,7 @@ impl SpinApp {
 
     /// [`SpinApp::run`], also returning the CPU time the whole process used.
     fn run_measuring_cpu(&self, args: &[&str], env: &[(&str, &str)]) -> (String, Duration) {
-        let mut command = self.ws.command_with_runtime(&self.app);
+        let mut command = self.ws.command_with_test_hooks_runtime(&self.app);
         command.args(args).envs(env.iter().copied());
         let (output, cpu) = run_measuring_cpu(&mut command);
         assert_eq!(
@@ -245,7 +245,10 @@ fn module_shares_agree_with_perf_cpu_clock_on_the_same_run() {
         .args(["record", "-q", "-e", "cpu-clock", "-F", "1000", "-o"])
         .arg(&data)
         .args(["--", "env"])
-        .arg(format!("LD_PRELOAD={}", runtime_library().display()))
+        .arg(format!(
+            "LD_PRELOAD={}",
+            test_hooks_runtime_library().display()
+        ))
         .arg(&fixture.app)
         .args(["100", "200", "100"]);
     let output = run(&mut command);
@@ -286,8 +289,12 @@ fn two_threads_spinning_in_two_libraries_get_half_each() {
         &[source("threads.c")],
         &["libspina.so.2.5", "libspinb.so.1.2.3", "-pthread"],
     );
-    let (output, process_cpu) =
-        run_measuring_cpu(fixture.ws.command_with_runtime(&program).arg("300"));
+    let (output, process_cpu) = run_measuring_cpu(
+        fixture
+            .ws
+            .command_with_test_hooks_runtime(&program)
+            .arg("300"),
+    );
     assert!(
         output.status.success(),
         "{}",
@@ -310,7 +317,7 @@ fn ld_profile_selects_modules_by_name() {
     );
     let preload = format!(
         "{} {}",
-        runtime_library().display(),
+        test_hooks_runtime_library().display(),
         fixture.ws.join("libspinc-1.0.so").display()
     );
     let everything = [
@@ -335,7 +342,7 @@ fn ld_profile_selects_modules_by_name() {
     ];
     for (value, selected) in cases {
         let _ = std::fs::remove_file(fixture.ws.join("gmon.out"));
-        let mut command = fixture.ws.command_with_runtime(&fixture.app);
+        let mut command = fixture.ws.command_with_test_hooks_runtime(&fixture.app);
         // Each of the app's modules burns until it has a sample of its own (see below).
         command
             .args(["60", "60", "60"])
@@ -483,7 +490,11 @@ fn bucket_width_comes_from_the_environment_then_the_program_then_16() {
         &[source("bucketsize.c")],
         &["-Wl,--export-dynamic-symbol=mslprof_profilebucketsize"],
     );
-    let target = runtime_library().parent().unwrap().display().to_string();
+    let target = test_hooks_runtime_library()
+        .parent()
+        .unwrap()
+        .display()
+        .to_string();
     let (search, rpath) = (format!("-L{target}"), format!("-Wl,-rpath,{target}"));
     let linked = fixture.ws.program(
         "linked",
@@ -502,7 +513,7 @@ fn bucket_width_comes_from_the_environment_then_the_program_then_16() {
         let mut command = if program == &linked {
             fixture.ws.command(program)
         } else {
-            fixture.ws.command_with_runtime(program)
+            fixture.ws.command_with_test_hooks_runtime(program)
         };
         if let Some(value) = value {
             command.env("LD_PROFILEBUCKET_SIZE", value);
@@ -561,7 +572,7 @@ fn sixteen_bit_buckets_saturate_and_are_counted() {
     );
     for (bits, hot_count, saturated) in [("16", 65_535, 1), ("32", 70_000, 0)] {
         let output = run(ws
-            .command_with_runtime(&program)
+            .command_with_test_hooks_runtime(&program)
             .env("LD_PROFILEBUCKET_SIZE", bits)
             .env("MSLPROF_HZ", "1"));
         assert!(
@@ -586,7 +597,7 @@ fn output_file_naming_rules() {
     let fixture = SpinApp::build();
     let ws = &fixture.ws;
     let run_app = |env: &[(&str, &str)]| -> (u32, Output) {
-        let mut command = ws.command_with_runtime(&fixture.app);
+        let mut command = ws.command_with_test_hooks_runtime(&fixture.app);
         command.args(["10", "10", "10"]).envs(env.iter().copied());
         let child = command
             .stdout(std::process::Stdio::piped())
@@ -669,7 +680,7 @@ fn output_is_atomic_never_follows_a_planted_symlink_and_respects_the_umask() {
         command
             .arg("-c")
             .arg(format!("umask {umask}; exec ./app 10 10 10"))
-            .env("LD_PRELOAD", runtime_library());
+            .env("LD_PRELOAD", test_hooks_runtime_library());
         let output = run(&mut command);
         assert_eq!(output.status.code(), Some(7));
         assert_eq!(
@@ -697,7 +708,9 @@ fn output_is_atomic_never_follows_a_planted_symlink_and_respects_the_umask() {
 fn blocking_calls_are_not_interrupted_and_the_handler_restarts_syscalls() {
     let ws = Workspace::new();
     let program = ws.program("eintr", &[source("eintr.c")], &["-pthread"]);
-    let output = run(ws.command_with_runtime(&program).env("MSLPROF_HZ", "1000"));
+    let output = run(ws
+        .command_with_test_hooks_runtime(&program)
+        .env("MSLPROF_HZ", "1000"));
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
         output.status.success(),
@@ -715,7 +728,7 @@ fn a_program_using_sigprof_itself_keeps_its_signals_and_is_still_sampled() {
     let baseline = run(&mut ws.command(&program));
     assert!(baseline.status.success());
     for how in ["sigaction", "signal"] {
-        let output = run(ws.command_with_runtime(&program).arg(how));
+        let output = run(ws.command_with_test_hooks_runtime(&program).arg(how));
         assert!(output.status.success());
         let stdout = String::from_utf8_lossy(&output.stdout);
         let ticks: u32 = stdout
@@ -753,7 +766,7 @@ fn a_program_using_sigprof_itself_keeps_its_signals_and_is_still_sampled() {
 #[test]
 fn setuid_programs_leave_the_runtime_inert() {
     let ws = Workspace::new();
-    let target = runtime_library().parent().unwrap().to_path_buf();
+    let target = test_hooks_runtime_library().parent().unwrap().to_path_buf();
     let link = [
         format!("-L{}", target.display()),
         "-Wl,--no-as-needed".into(),
@@ -817,7 +830,7 @@ fn a_large_library_histogram_is_written_from_its_touched_pages() {
     );
     for bits in ["16", "32"] {
         let output = run(ws
-            .command_with_runtime(&program)
+            .command_with_test_hooks_runtime(&program)
             .env("LD_PROFILE", "libbig.so")
             .env("LD_PROFILEBUCKET_SIZE", bits));
         assert!(output.status.success());
@@ -845,7 +858,7 @@ fn a_large_library_histogram_is_written_from_its_touched_pages() {
 fn every_thread_timer_goes_away_with_its_thread() {
     let ws = Workspace::new();
     let program = ws.program("churn", &[source("thread_churn.c")], &["-pthread"]);
-    let output = run(&mut ws.command_with_runtime(&program));
+    let output = run(&mut ws.command_with_test_hooks_runtime(&program));
     assert!(output.status.success());
     let stdout = String::from_utf8_lossy(&output.stdout);
     if stdout.trim() == "timers=unknown" {
@@ -881,7 +894,7 @@ fn every_thread_timer_goes_away_with_its_thread() {
 fn samples_in_anonymous_code_are_counted_as_unknown() {
     let ws = Workspace::new();
     let program = ws.program("jit", &[source("jit.c")], &[]);
-    let output = run(&mut ws.command_with_runtime(&program));
+    let output = run(&mut ws.command_with_test_hooks_runtime(&program));
     assert!(
         output.status.success(),
         "{}",
@@ -912,7 +925,9 @@ fn a_rust_program_without_pg_is_sampled_in_all_its_threads() {
         "{}",
         String::from_utf8_lossy(&compiled.stderr)
     );
-    let output = run(ws.command_with_runtime(&program).env("LD_PROFILE", "a.out"));
+    let output = run(ws
+        .command_with_test_hooks_runtime(&program)
+        .env("LD_PROFILE", "a.out"));
     assert!(output.status.success());
     assert_eq!(
         String::from_utf8_lossy(&output.stdout).len(),
