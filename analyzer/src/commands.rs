@@ -126,8 +126,45 @@ fn run_profiled(
     Ok((path, code))
 }
 
+const RUN_USAGE: &str = "\
+Usage: mslprof run [REPORT OPTIONS] [--] PROGRAM [ARGS...]
+
+Runs PROGRAM with libmslprof.so preloaded (found next to mslprof, or named by MSLPROF_LIBRARY), then
+prints the report of the profile it wrote. REPORT OPTIONS are mslprof's (see mslprof --help); the first
+argument that does not start with '-', or everything after --, is the program and its arguments. The
+profiling environment (LD_PROFILE, MSLPROF_PROFILE, MSLPROF_HZ, GPROFDIR, ...) is passed on. The exit
+status is the program's when it fails.";
+
+const DEMO_USAGE: &str = "\
+Usage: mslprof demo [REPORT OPTIONS]
+
+Builds the bundled demo (a program and two -pg shared libraries, with cc) in a temporary folder, runs it
+under libmslprof.so and prints its multi-module report (with -b unless REPORT OPTIONS are given; see
+mslprof --help).";
+
+const EXPORT_USAGE: &str = "\
+Usage: mslprof export PROFILE [OUTDIR]
+
+Writes one GNU gmon.out per profiled module of the mslprof profile PROFILE into OUTDIR (default: the
+current folder), named gmon.MODULE.out, and prints the gprof command that reads each.";
+
+/// Prints `usage` and returns success when the subcommand's arguments ask for help (`-h` or `--help` before
+/// any other argument).
+fn usage_requested(args: &[String], usage: &str) -> Option<ExitCode> {
+    match args.first().map(String::as_str) {
+        Some("-h" | "--help") => {
+            println!("{usage}");
+            Some(ExitCode::SUCCESS)
+        }
+        _ => None,
+    }
+}
+
 /// `mslprof run [report options] [--] PROGRAM [ARGS...]`.
 pub fn run(args: &[String]) -> ExitCode {
+    if let Some(code) = usage_requested(args, RUN_USAGE) {
+        return code;
+    }
     let (report_opts, command): (Vec<String>, Vec<String>) =
         match args.iter().position(|a| a == "--") {
             Some(i) => (args[..i].to_vec(), args[i + 1..].to_vec()),
@@ -184,6 +221,9 @@ fn compile(dir: &Path, args: &[&str]) -> Result<(), String> {
 /// `mslprof demo [report options]`: build the demo program and its two -pg libraries, run it under the
 /// runtime, print the multi-module report.
 pub fn demo(args: &[String]) -> ExitCode {
+    if let Some(code) = usage_requested(args, DEMO_USAGE) {
+        return code;
+    }
     match demo_inner(args) {
         Ok(code) => code,
         Err(e) => {
@@ -250,6 +290,9 @@ fn demo_inner(args: &[String]) -> Result<ExitCode, String> {
 
 /// `mslprof export PROFILE [OUTDIR]`: one GNU gmon.out per profiled module, for GNU gprof.
 pub fn export(args: &[String]) -> ExitCode {
+    if let Some(code) = usage_requested(args, EXPORT_USAGE) {
+        return code;
+    }
     let Some(input) = args.first() else {
         eprintln!("mslprof: export: usage: mslprof export PROFILE [OUTDIR]");
         return ExitCode::from(1);

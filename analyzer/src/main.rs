@@ -16,83 +16,130 @@ use mslprof_analyzer::symspec::Table;
 
 mod commands;
 
-/// gprof's options, spelled long (short gprof letters are translated to these first).
+/// Help headings, in the order of gprof's manual (section 4).
+const OUTPUT: &str = "Output styles";
+const ANALYSIS: &str = "Analysis options";
+const MISC: &str = "Miscellaneous options";
+const DEPRECATED: &str = "Deprecated options (use the symspec forms above)";
+
+/// gprof's options. Short gprof letters (grouped, with attached arguments) are translated to the long forms
+/// by [`normalize`] before clap sees them; the short letters declared here are for the help text.
 #[derive(Parser, Debug)]
 #[command(
     name = "mslprof",
     version,
     args_override_self = true,
+    disable_version_flag = true,
     about = "gprof-compatible reports over multi-module profiles",
-    after_help = "Short options are GNU gprof's: -a -b -D -i -L -s -T -v -z, -p/-P/-q/-Q[symspec] (argument attached), \
--e/-E/-f/-F name, -O format, -k from/to, -m num, -n/-N symspec, -w width, -S file.\n\
-Symspecs: func, file.c, file.c:func, file.c:line; func@module names one module's function and \
-module: (e.g. libfoo.so:) all functions of a module.\n\
-Subcommands: mslprof run PROGRAM [ARGS] | mslprof demo | mslprof export PROFILE [OUTDIR]"
+    long_about = "gprof-compatible reports over multi-module profiles.\n\n\
+With no files, reads ./gmon.out and finds every module from the paths recorded in it. \
+An mslprof profile needs no executable; a GNU or BSD gmon.out is read with its executable (default a.out), \
+and the report is GNU gprof 2.40's, byte for byte.",
+    override_usage = "mslprof [OPTIONS] [EXECUTABLE [PROFILE...]]\n       \
+mslprof run [--] PROGRAM [ARGS...]\n       \
+mslprof demo\n       \
+mslprof export PROFILE [OUTDIR]",
+    after_help = "Symspecs: func, file.c, file.c:func, file.c:line; func@module names one module's function, \
+and module: (e.g. libfoo.so:) every function of a module.\n\
+Subcommands (each answers --help): run (run a program under the runtime and report), demo (build and \
+profile the bundled demo), export (one GNU gmon.out per module).\n\
+Not supported yet: -A/-J, -C/-Z, -l, -c, -r/-R, -I, -t, -d."
 )]
 struct Cli {
-    #[arg(long = "no-static")]
-    no_static: bool,
-    #[arg(long)]
-    brief: bool,
-    #[arg(long = "ignore-non-functions")]
-    ignore_non_functions: bool,
-    #[arg(long = "file-info")]
-    file_info: bool,
-    #[arg(long = "print-path")]
-    print_path: bool,
-    #[arg(long = "inline-file-names")]
-    inline_file_names: bool,
-    #[arg(long)]
-    sum: bool,
-    #[arg(long)]
-    traditional: bool,
-    #[arg(long = "display-unused-functions")]
-    display_unused: bool,
-    #[arg(long = "flat-profile", num_args = 0..=1, require_equals = true, default_missing_value = "")]
+    /// Print the flat profile, only for SYMSPEC when given (default: flat profile and call graph)
+    #[arg(short = 'p', long = "flat-profile", value_name = "SYMSPEC", num_args = 0..=1, require_equals = true, default_missing_value = "", help_heading = OUTPUT)]
     flat_profile: Vec<String>,
-    #[arg(long = "no-flat-profile", num_args = 0..=1, require_equals = true, default_missing_value = "")]
+    /// Do not print the flat profile; with SYMSPEC, print it without the matching functions
+    #[arg(short = 'P', long = "no-flat-profile", value_name = "SYMSPEC", num_args = 0..=1, require_equals = true, default_missing_value = "", help_heading = OUTPUT)]
     no_flat_profile: Vec<String>,
-    #[arg(long = "graph", num_args = 0..=1, require_equals = true, default_missing_value = "")]
+    /// Print the call graph, only for SYMSPEC and its children when given
+    #[arg(short = 'q', long = "graph", value_name = "SYMSPEC", num_args = 0..=1, require_equals = true, default_missing_value = "", help_heading = OUTPUT)]
     graph: Vec<String>,
-    #[arg(long = "no-graph", num_args = 0..=1, require_equals = true, default_missing_value = "")]
+    /// Do not print the call graph; with SYMSPEC, print it without the matching functions
+    #[arg(short = 'Q', long = "no-graph", value_name = "SYMSPEC", num_args = 0..=1, require_equals = true, default_missing_value = "", help_heading = OUTPUT)]
     no_graph: Vec<String>,
-    #[arg(long = "exclude-graph")]
-    exclude_graph: Vec<String>,
-    #[arg(long = "exclude-graph-and-time")]
-    exclude_graph_time: Vec<String>,
-    #[arg(long = "only-graph")]
-    only_graph: Vec<String>,
-    #[arg(long = "only-graph-and-time")]
-    only_graph_time: Vec<String>,
-    #[arg(long = "exclude-arc")]
-    exclude_arc: Vec<String>,
-    #[arg(long = "min-count")]
-    min_count: Option<u64>,
-    #[arg(long = "time")]
-    time: Vec<String>,
-    #[arg(long = "no-time")]
-    no_time: Vec<String>,
-    #[arg(long)]
+    /// Leave out the blurbs that explain each table's fields
+    #[arg(short = 'b', long, help_heading = OUTPUT)]
+    brief: bool,
+    /// Print a summary of the profile files (record counts), then exit
+    #[arg(short = 'i', long = "file-info", help_heading = OUTPUT)]
+    file_info: bool,
+    /// Print source file names with their full path
+    #[arg(short = 'L', long = "print-path", help_heading = OUTPUT)]
+    print_path: bool,
+    /// Print the source file name of each function in the call graph
+    #[arg(long = "inline-file-names", help_heading = OUTPUT)]
+    inline_file_names: bool,
+    /// Print the output in the traditional BSD style
+    #[arg(short = 'T', long, help_heading = OUTPUT)]
+    traditional: bool,
+    /// Width of output lines (used by the function index of the call graph)
+    #[arg(short = 'w', long, value_name = "WIDTH", help_heading = OUTPUT)]
     width: Option<usize>,
-    #[arg(long = "external-symbol-table")]
-    external_symbol_table: Option<PathBuf>,
-    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "auto")]
+    /// Demangle C++ and Rust names (the default), in STYLE when given (auto, gnu-v3, rust, none)
+    #[arg(long, value_name = "STYLE", num_args = 0..=1, require_equals = true, default_missing_value = "auto", help_heading = OUTPUT)]
     demangle: Option<String>,
-    #[arg(long = "no-demangle")]
+    /// Print symbol names as they are in the symbol table
+    #[arg(long = "no-demangle", help_heading = OUTPUT)]
     no_demangle: bool,
-    #[arg(long = "file-format")]
-    file_format: Option<String>,
-    /// Accepted for gprof compatibility; they only concern annotated source, which mslprof does not print.
-    #[arg(long = "all-lines")]
+    /// Annotated source only: annotate every line of a block (accepted for gprof compatibility)
+    #[arg(short = 'x', long = "all-lines", help_heading = OUTPUT)]
     all_lines: bool,
-    #[arg(long = "separate-files")]
+    /// Annotated source only: one NAME-ann file per source file (accepted for gprof compatibility)
+    #[arg(short = 'y', long = "separate-files", help_heading = OUTPUT)]
     separate_files: bool,
+    /// mslprof: show each load instance of a library separately instead of merging them
+    #[arg(long = "separate-instances", help_heading = OUTPUT)]
+    separate_instances: bool,
+    /// Leave out static (file-local) functions; their time and calls go to the function before them
+    #[arg(short = 'a', long = "no-static", help_heading = ANALYSIS)]
+    no_static: bool,
+    /// Ignore symbols that are not known to be functions
+    #[arg(short = 'D', long = "ignore-non-functions", help_heading = ANALYSIS)]
+    ignore_non_functions: bool,
+    /// Delete the arcs from functions matching FROM to functions matching TO (FROM/TO symspecs)
+    #[arg(short = 'k', long = "exclude-arc", value_name = "FROM/TO", help_heading = ANALYSIS)]
+    exclude_arc: Vec<String>,
+    /// Execution counts only: leave out symbols executed fewer than NUM times
+    #[arg(short = 'm', long = "min-count", value_name = "NUM", help_heading = ANALYSIS)]
+    min_count: Option<u64>,
+    /// In the call graph, propagate time only for functions matching SYMSPEC
+    #[arg(short = 'n', long = "time", value_name = "SYMSPEC", help_heading = ANALYSIS)]
+    time: Vec<String>,
+    /// In the call graph, do not propagate time for functions matching SYMSPEC
+    #[arg(short = 'N', long = "no-time", value_name = "SYMSPEC", help_heading = ANALYSIS)]
+    no_time: Vec<String>,
+    /// Read symbols from FILE (nm-style, e.g. /proc/kallsyms) instead of the executable
+    #[arg(short = 'S', long = "external-symbol-table", value_name = "FILE", help_heading = ANALYSIS)]
+    external_symbol_table: Option<PathBuf>,
+    /// List every function in the flat profile, also those never called and never sampled
+    #[arg(short = 'z', long = "display-unused-functions", help_heading = ANALYSIS)]
+    display_unused: bool,
+    /// Read profile files as FORMAT: auto (default), bsd, 4.4bsd or magic
+    #[arg(short = 'O', long = "file-format", value_name = "FORMAT", help_heading = MISC)]
+    file_format: Option<String>,
+    /// Sum the profile files into gmon.sum (which may be one of the inputs)
+    #[arg(short = 's', long, help_heading = MISC)]
+    sum: bool,
+    /// Print the version and exit
+    #[arg(short = 'v', long, action = clap::ArgAction::Version, help_heading = MISC)]
+    version: Option<bool>,
+    /// Leave FUNCTION (and its children) out of the call graph (as -Q FUNCTION)
+    #[arg(short = 'e', long = "exclude-graph", value_name = "FUNCTION", help_heading = DEPRECATED)]
+    exclude_graph: Vec<String>,
+    /// As -e, and leave its time out of the call graph's percentages
+    #[arg(short = 'E', long = "exclude-graph-and-time", value_name = "FUNCTION", help_heading = DEPRECATED)]
+    exclude_graph_time: Vec<String>,
+    /// Limit the call graph to FUNCTION and its children (as -q FUNCTION)
+    #[arg(short = 'f', long = "only-graph", value_name = "FUNCTION", help_heading = DEPRECATED)]
+    only_graph: Vec<String>,
+    /// As -f, and use only their time for the call graph's percentages
+    #[arg(short = 'F', long = "only-graph-and-time", value_name = "FUNCTION", help_heading = DEPRECATED)]
+    only_graph_time: Vec<String>,
     #[arg(long, hide = true)]
     unsupported: Option<String>,
-    /// Show each load instance of a library separately instead of merging them.
-    #[arg(long = "separate-instances")]
-    separate_instances: bool,
-    /// Executable, then profile files (default gmon.out).
+    /// The executable (a GNU gmon.out needs it; default a.out), then profile files (default gmon.out)
+    #[arg(value_name = "FILES")]
     files: Vec<PathBuf>,
 }
 
@@ -146,7 +193,7 @@ fn normalize(args: &[String]) -> Vec<String> {
                 'x' => out.push("--all-lines".into()),
                 'y' => out.push("--separate-files".into()),
                 'v' => out.push("--version".into()),
-                'h' => out.push("--help".into()),
+                'h' => out.push("-h".into()),
                 'p' => {
                     optional("flat-profile", &mut out);
                     break;

@@ -67,8 +67,12 @@ pub fn cxa_demangle(name: &str) -> Option<String> {
 }
 
 /// Map a file read-only. Profiles and ELF files can be large; only the pages actually used are read.
+/// A directory is refused as such (mapping one would fail with ENODEV, "No such device").
 pub fn map_file(path: &std::path::Path) -> std::io::Result<memmap2::Mmap> {
     let f = std::fs::File::open(path)?;
+    if f.metadata()?.is_dir() {
+        return Err(std::io::Error::from_raw_os_error(libc::EISDIR));
+    }
     // SAFETY: the mapping is read-only and private. If another process truncates the file while it is
     // mapped, reading the lost pages raises SIGBUS: the same risk GNU binutils and every mmap-based tool
     // accept for input files.
