@@ -15,6 +15,7 @@ use mslprof_analyzer::symbols::Demangle;
 use mslprof_analyzer::symspec::Table;
 
 mod commands;
+mod export_cli;
 
 /// gprof's options, spelled long (short gprof letters are translated to these first).
 #[derive(Parser, Debug)]
@@ -27,7 +28,7 @@ mod commands;
 -e/-E/-f/-F name, -O format, -k from/to, -m num, -n/-N symspec, -w width, -S file.\n\
 Symspecs: func, file.c, file.c:func, file.c:line; func@module names one module's function and \
 module: (e.g. libfoo.so:) all functions of a module.\n\
-Subcommands: mslprof run PROGRAM [ARGS] | mslprof demo | mslprof export PROFILE [OUTDIR]"
+Subcommands: mslprof run PROGRAM [ARGS] | mslprof demo | mslprof export --format FMT [-o PATH] [PROFILE...]"
 )]
 struct Cli {
     #[arg(long = "no-static")]
@@ -472,7 +473,7 @@ fn main() -> ExitCode {
     match args.first().map(String::as_str) {
         Some("run") => commands::run(&args[1..]),
         Some("demo") => commands::demo(&args[1..]),
-        Some("export") => commands::export(&args[1..]),
+        Some("export") => export_cli::export(&args[1..]),
         _ => report_main(&args),
     }
 }
