@@ -106,7 +106,8 @@ fn run_and_export_feed_gnu_gprof() {
         String::from_utf8_lossy(&g.stderr)
     );
     let flat = String::from_utf8_lossy(&g.stdout);
-    // Calls inside libtext.so keep their counts in GNU gprof; calls from other modules have no caller there.
+    // Calls inside libtext.so keep their counts in GNU gprof, and so do calls from the program (from `_init`).
+    assert_eq!(calls(flat_line(&flat, "text_count_words")), 200, "{flat}");
     assert_eq!(calls(flat_line(&flat, "text_even")), 11, "{flat}");
     assert_eq!(calls(flat_line(&flat, "text_odd")), 10, "{flat}");
 }

@@ -491,3 +491,48 @@ fn export_errors_name_the_file() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("gmon.out"));
 }
+
+/// `function -> calls` from GNU gprof's flat profile (`-b -p`) of `module` with its exported `gmon`.
+fn gprof_calls(dir: &Path, module: &str, gmon: &Path) -> HashMap<String, u64> {
+    let out = run(Command::new("gprof")
+        .current_dir(dir)
+        .args(["-b", "-p", module])
+        .arg(gmon));
+    assert_success(&out, "gprof");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            // % cumulative self calls self/call total/call name
+            if f.len() != 7 {
+                return None;
+            }
+            Some((f[6].to_string(), f[3].parse().ok()?))
+        })
+        .collect()
+}
+
+#[test]
+fn gmon_export_keeps_cross_module_calls_for_gprof() {
+    let Some(ws) = profiled_demo() else { return };
+    if !have("gprof") {
+        eprintln!("SKIPPED: no `gprof`");
+        return;
+    }
+    let doc = validate_json(ws.path());
+    let ours = json_calls(&doc);
+    mslprof_ok(ws.path(), &["export", "--format", "gmon", "-o", "gnu"]);
+    for module in ["demo", "libtext.so", "libshapes.so"] {
+        let want: HashMap<String, u64> = ours
+            .iter()
+            .filter(|((_, m), calls)| m == module && **calls > 0)
+            .map(|((f, _), c)| (f.clone(), *c))
+            .collect();
+        let gnu = ws.join(&format!("gnu/gmon.{module}.out"));
+        let got = gprof_calls(ws.path(), module, &gnu);
+        assert_eq!(got, want, "{module}: gprof's calls, then mslprof's");
+    }
+    // The calls from the program into the libraries are among them.
+    let text = gprof_calls(ws.path(), "libtext.so", &ws.join("gnu/gmon.libtext.so.out"));
+    assert_eq!(text.get("text_count_words"), Some(&200));
+}
