@@ -1,6 +1,7 @@
 //! `mslprof export` read back by each format's real consumer: callgrind_annotate (callgrind), the
 //! checked-in prost types (pprof), the JSON schema (json, with boon), Graphviz `dot` (dot, svg) and GNU
-//! gprof (gmon), on the three-module demo and on a dlopen/dlclose fixture. Counts are exact.
+//! gprof (gmon), on the three-module demo and on a dlopen/dlclose fixture; and gprof2dot reading the text
+//! report. Counts are exact.
 
 use std::collections::HashMap;
 use std::io::Read;
@@ -535,4 +536,52 @@ fn gmon_export_keeps_cross_module_calls_for_gprof() {
     // The calls from the program into the libraries are among them.
     let text = gprof_calls(ws.path(), "libtext.so", &ws.join("gnu/gmon.libtext.so.out"));
     assert_eq!(text.get("text_count_words"), Some(&200));
+}
+
+#[test]
+fn gprof2dot_parses_the_text_call_graph() {
+    let Some(ws) = profiled_demo() else { return };
+    if !Command::new("gprof2dot")
+        .arg("--help")
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        eprintln!("SKIPPED: `gprof2dot` is not installed (pip install gprof2dot)");
+        return;
+    }
+    let report = mslprof_ok(ws.path(), &[]);
+    std::fs::write(ws.join("report.txt"), &report.stdout).unwrap();
+    let out = run(Command::new("gprof2dot").current_dir(ws.path()).args([
+        "-f",
+        "prof",
+        "-n",
+        "0",
+        "-e",
+        "0",
+        "report.txt",
+    ]));
+    assert_success(&out, "gprof2dot -f prof");
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dot = String::from_utf8_lossy(&out.stdout);
+    // gprof2dot labels nodes with the calls it parsed from the call graph: all three modules' functions
+    // are there with their exact counts.
+    for (function, calls) in [
+        ("text_count_words", 200),
+        ("shapes_total_area", 200),
+        ("demo_score_word", 200 * 12 * 200 * 24),
+    ] {
+        let label = dot
+            .lines()
+            .find(|l| l.contains(&format!("label=\"{function}\\n")))
+            .unwrap_or_else(|| panic!("no node {function}:\n{dot}"));
+        assert!(label.contains(&format!("\\n{calls}×\"")), "{label}");
+    }
+    assert!(
+        dot.contains("\\n200×\""),
+        "an edge with main's 200 calls:\n{dot}"
+    );
 }
