@@ -223,3 +223,31 @@ fn a_bad_dump_signal_is_reported_and_ignored() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("MSLPROF_DUMP_SIGNAL"), "{err}");
 }
+
+#[test]
+fn rust_programs_dump_through_mslprof_control() {
+    let program = Path::new(env!("CARGO_BIN_EXE_dump_from_rust"));
+    let ws = Workspace::new();
+    let out = run(&mut ws.command_with_runtime(program));
+    assert_success(&out, "dump_from_rust under the runtime");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "runtime true\nnamed Ok(())\npause true\nresume true\nusual Ok(())\n"
+    );
+    for file in ["rust.out", "gmon.out.1", "gmon.out"] {
+        let profile = ws.profile(file);
+        assert!(
+            profile.modules.iter().any(|m| m.name == b"dump_from_rust"),
+            "{file}"
+        );
+    }
+    // Without the runtime the same program runs, and says so.
+    let ws = Workspace::new();
+    let out = run(&mut ws.command(program));
+    assert_success(&out, "dump_from_rust without the runtime");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "runtime false\nnamed Err(Unsupported)\npause false\nresume false\nusual Err(Unsupported)\n"
+    );
+    assert!(mslprof_tests::loader::profile_files(&ws).is_empty());
+}
