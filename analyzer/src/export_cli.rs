@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 
 use clap::{Parser, ValueEnum};
+
 use mslprof_analyzer::export::{self, Prepared};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -60,20 +61,13 @@ pub fn export(args: &[String]) -> ExitCode {
             gmon(&[input], &outdir)
         }
     } else {
-        let cli = match ExportCli::try_parse_from(
-            std::iter::once("mslprof export".to_string()).chain(args.iter().cloned()),
+        let cli: ExportCli = match crate::arguments::parse(
+            "mslprof export",
+            args.iter().cloned(),
+            "mslprof: export: ",
         ) {
             Ok(c) => c,
-            Err(e) if !e.use_stderr() => {
-                let _ = e.print();
-                return ExitCode::SUCCESS;
-            }
-            Err(e) => {
-                let text = e.to_string();
-                let first = text.lines().next().unwrap_or("bad arguments");
-                eprintln!("mslprof: export: {}", first.trim_start_matches("error: "));
-                return ExitCode::from(1);
-            }
+            Err(code) => return code,
         };
         run(&cli)
     };

@@ -14,6 +14,7 @@ use mslprof_analyzer::report::{self, Failure, Input, Options};
 use mslprof_analyzer::symbols::Demangle;
 use mslprof_analyzer::symspec::Table;
 
+mod arguments;
 mod commands;
 mod export_cli;
 
@@ -309,19 +310,9 @@ fn fail(f: &Failure) -> ExitCode {
 
 pub(crate) fn report_main(args: &[String]) -> ExitCode {
     let norm = normalize(args);
-    let cli = match Cli::try_parse_from(std::iter::once("mslprof".to_string()).chain(norm)) {
+    let cli: Cli = match arguments::parse("mslprof", norm, "mslprof: ") {
         Ok(c) => c,
-        Err(e) if !e.use_stderr() => {
-            // --help and --version.
-            let _ = e.print();
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => {
-            let text = e.to_string();
-            let first = text.lines().next().unwrap_or("bad arguments");
-            eprintln!("mslprof: {}", first.trim_start_matches("error: "));
-            return ExitCode::from(1);
-        }
+        Err(code) => return code,
     };
     let opts = match options_from(&cli) {
         Ok(o) => o,
