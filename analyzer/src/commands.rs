@@ -1,5 +1,5 @@
-//! The subcommands: `run` (a program under libmslprof.so, then its report), `demo` (build and profile
-//! the bundled three-module demo) and `export` (per-module GNU gmon.out files for GNU gprof).
+//! The subcommands `run` (a program under libmslprof.so, then its report) and `demo` (build and profile
+//! the bundled three-module demo); `export` is in `export_cli`.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -142,12 +142,6 @@ Builds the bundled demo (a program and two -pg shared libraries, with cc) in a t
 under libmslprof.so and prints its multi-module report (with -b unless REPORT OPTIONS are given; see
 mslprof --help).";
 
-const EXPORT_USAGE: &str = "\
-Usage: mslprof export PROFILE [OUTDIR]
-
-Writes one GNU gmon.out per profiled module of the mslprof profile PROFILE into OUTDIR (default: the
-current folder), named gmon.MODULE.out, and prints the gprof command that reads each.";
-
 /// Prints `usage` and returns success when the subcommand's arguments ask for help (`-h` or `--help` before
 /// any other argument).
 fn usage_requested(args: &[String], usage: &str) -> Option<ExitCode> {
@@ -286,84 +280,4 @@ fn demo_inner(args: &[String]) -> Result<ExitCode, String> {
     report_args.push(d.join("demo").display().to_string());
     report_args.push(profile.display().to_string());
     Ok(crate::report_main(&report_args))
-}
-
-/// `mslprof export PROFILE [OUTDIR]`: one GNU gmon.out per profiled module, for GNU gprof.
-pub fn export(args: &[String]) -> ExitCode {
-    if let Some(code) = usage_requested(args, EXPORT_USAGE) {
-        return code;
-    }
-    let Some(input) = args.first() else {
-        eprintln!("mslprof: export: usage: mslprof export PROFILE [OUTDIR]");
-        return ExitCode::from(1);
-    };
-    let outdir = PathBuf::from(args.get(1).map(String::as_str).unwrap_or("."));
-    match export_inner(Path::new(input), &outdir) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("mslprof: {e}");
-            ExitCode::from(1)
-        }
-    }
-}
-
-fn export_inner(input: &Path, outdir: &Path) -> Result<(), String> {
-    use mslprof_format::model::{Profile, module_flags};
-    let bytes = std::fs::read(input).map_err(|e| format!("{}: {e}", input.display()))?;
-    if !crate::is_mslprof(&bytes) {
-        return Err(format!("{}: not an mslprof profile", input.display()));
-    }
-    let profile = mslprof_format::read(&bytes, GnuTarget::default())
-        .map_err(|e| format!("{}: {}", input.display(), e.kind))?;
-    let merged = mslprof_analyzer::merge::merge(
-        &[mslprof_analyzer::report::Input {
-            path: input.to_path_buf(),
-            profile,
-            records: None,
-        }],
-        false,
-    )
-    .map_err(|f| format!("{}: {}", f.file, f.problem))?
-    .profile;
-    std::fs::create_dir_all(outdir).map_err(|e| format!("{}: {e}", outdir.display()))?;
-    let mut written = 0;
-    for m in &merged.modules {
-        if m.flags & module_flags::PROFILED == 0 || m.histogram.is_none() || m.path.is_empty() {
-            continue;
-        }
-        let mut module = m.clone();
-        // Arcs from other modules have no address in this one: GNU gprof shows them as spontaneous.
-        let key = module.key;
-        module.key = 0;
-        module.flags |= module_flags::MAIN_PROGRAM;
-        for a in &mut module.arcs {
-            if a.caller_key == key {
-                a.caller_key = 0;
-            }
-        }
-        let single = Profile {
-            format: merged.format,
-            header: merged.header.clone(),
-            modules: vec![module],
-        };
-        let name = String::from_utf8_lossy(&m.name).into_owned();
-        let out = outdir.join(format!("gmon.{name}.out"));
-        let mut buf = Vec::new();
-        mslprof_format::write_gnu(&single, GnuTarget::default(), &mut buf)
-            .map_err(|e| format!("{}: {e}", out.display()))?;
-        std::fs::write(&out, buf).map_err(|e| format!("{}: {e}", out.display()))?;
-        println!(
-            "gprof {} {}",
-            String::from_utf8_lossy(&m.path),
-            out.display()
-        );
-        written += 1;
-    }
-    if written == 0 {
-        return Err(format!(
-            "{}: no profiled module with a histogram",
-            input.display()
-        ));
-    }
-    Ok(())
 }

@@ -6,6 +6,7 @@ pub mod blurbs;
 pub mod callgraph;
 pub mod cformat;
 pub mod cycles;
+pub mod export;
 pub mod flat;
 pub mod graph;
 pub mod histogram;

@@ -14,7 +14,9 @@ use mslprof_analyzer::report::{self, Failure, Input, Options};
 use mslprof_analyzer::symbols::Demangle;
 use mslprof_analyzer::symspec::Table;
 
+mod arguments;
 mod commands;
+mod export_cli;
 
 /// Help headings, in the order of gprof's manual (section 4).
 const OUTPUT: &str = "Output styles";
@@ -38,11 +40,11 @@ and the report is GNU gprof 2.40's, byte for byte.",
     override_usage = "mslprof [OPTIONS] [EXECUTABLE [PROFILE...]]\n       \
 mslprof run [--] PROGRAM [ARGS...]\n       \
 mslprof demo\n       \
-mslprof export PROFILE [OUTDIR]",
+mslprof export [--format FMT] [-o PATH] [PROFILE...]",
     after_help = "Symspecs: func, file.c, file.c:func, file.c:line; func@module names one module's function, \
 and module: (e.g. libfoo.so:) every function of a module.\n\
 Subcommands (each answers --help): run (run a program under the runtime and report), demo (build and \
-profile the bundled demo), export (one GNU gmon.out per module).\n\
+profile the bundled demo), export (callgrind, pprof, JSON, DOT/SVG/PNG, or one GNU gmon.out per module).\n\
 Not supported yet: -A/-J, -C/-Z, -l, -c, -r/-R, -I, -t, -d."
 )]
 struct Cli {
@@ -355,19 +357,9 @@ fn fail(f: &Failure) -> ExitCode {
 
 pub(crate) fn report_main(args: &[String]) -> ExitCode {
     let norm = normalize(args);
-    let cli = match Cli::try_parse_from(std::iter::once("mslprof".to_string()).chain(norm)) {
+    let cli: Cli = match arguments::parse("mslprof", norm, "mslprof: ") {
         Ok(c) => c,
-        Err(e) if !e.use_stderr() => {
-            // --help and --version.
-            let _ = e.print();
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => {
-            let text = e.to_string();
-            let first = text.lines().next().unwrap_or("bad arguments");
-            eprintln!("mslprof: {}", first.trim_start_matches("error: "));
-            return ExitCode::from(1);
-        }
+        Err(code) => return code,
     };
     let opts = match options_from(&cli) {
         Ok(o) => o,
@@ -519,7 +511,7 @@ fn main() -> ExitCode {
     match args.first().map(String::as_str) {
         Some("run") => commands::run(&args[1..]),
         Some("demo") => commands::demo(&args[1..]),
-        Some("export") => commands::export(&args[1..]),
+        Some("export") => export_cli::export(&args[1..]),
         _ => report_main(&args),
     }
 }

@@ -723,6 +723,122 @@ pub fn run_mslprof(
         ));
     }
 
+    let Analysis {
+        graph: mut g,
+        filters,
+        totals,
+        have_hist,
+        have_arcs,
+        granularity,
+        hz,
+    } = analyse_mslprof(opts, exe, profile, &mut warnings);
+    let style = Style {
+        bsd: opts.bsd,
+        descriptions: !opts.brief,
+        ignore_zeros: opts.ignore_zeros,
+        output_width: opts.width,
+        hz,
+        granularity,
+        dimension: "seconds".into(),
+        dimension_abbrev: 's',
+        print_path: opts.print_path,
+        inline_file_names: opts.inline_file_names,
+        multi_module: true,
+        first_output: Cell::new(true),
+    };
+    let (want_flat, want_graph) = sections(opts);
+    for w in &warnings {
+        let _ = writeln!(out, "mslprof: warning: {w}");
+    }
+    let total = header.total_samples.max(1) as f64;
+    let unprofiled: Vec<_> = profile
+        .modules
+        .iter()
+        .filter(|m| !m.is_profiled())
+        .collect();
+    if !unprofiled.is_empty() || header.unknown_samples != 0 {
+        out.push_str("Modules loaded but not profiled, with their share of all samples:\n\n");
+        for m in &unprofiled {
+            let _ = writeln!(
+                out,
+                "{:>7.2}%  {:<26} {}",
+                100.0 * m.samples as f64 / total,
+                String::from_utf8_lossy(&m.name),
+                String::from_utf8_lossy(&m.path)
+            );
+        }
+        if header.unknown_samples != 0 {
+            let _ = writeln!(
+                out,
+                "{:>7.2}%  <outside any module>",
+                100.0 * header.unknown_samples as f64 / total
+            );
+        }
+        out.push('\n');
+    }
+    if !warnings.is_empty() || !unprofiled.is_empty() || header.unknown_samples != 0 {
+        style.first_output.set(false);
+    }
+    render(
+        out,
+        &mut g,
+        &filters,
+        &style,
+        totals,
+        have_hist && want_flat,
+        have_arcs && want_graph,
+        have_arcs,
+    );
+    out.push_str("\u{c}\nModules\n\n index  samples  module                     path\n");
+    for (i, m) in profile.modules.iter().enumerate() {
+        let mut name = g.modules[i].name.clone();
+        if !m.is_profiled() {
+            name.push_str(" (not profiled)");
+        }
+        let _ = writeln!(
+            out,
+            "{:>6} {:>7.2}%  {:<26} {}{}",
+            i,
+            100.0 * m.samples as f64 / total,
+            name,
+            g.modules[i].path,
+            if merged.instances[i] > 1 {
+                format!("  ({} load instances)", merged.instances[i])
+            } else {
+                String::new()
+            }
+        );
+    }
+    Ok(Outcome {
+        warnings: Vec::new(),
+        summary: None,
+    })
+}
+
+/// The analysis of a merged mslprof profile that the report and the exports share: every profiled
+/// module's symbols, the arcs tallied between them and the samples credited to them (time is not yet
+/// propagated: [`crate::callgraph::assemble`] does that).
+pub struct Analysis {
+    pub graph: Graph,
+    pub filters: Filters,
+    pub totals: SampleTotals,
+    pub have_hist: bool,
+    pub have_arcs: bool,
+    /// Bytes covered by one histogram bucket (of the first histogram).
+    pub granularity: i64,
+    /// Samples per second.
+    pub hz: f64,
+}
+
+/// Load the symbols of `profile`'s modules (`exe` replaces the main program's recorded path), tally its
+/// arcs and credit its samples. Problems that do not stop the analysis are added to `warnings`.
+pub fn analyse_mslprof(
+    opts: &Options,
+    exe: Option<&Path>,
+    profile: &Profile,
+    warnings: &mut Vec<String>,
+) -> Analysis {
+    let header = &profile.header;
     // Symbols of each profiled module.
     let select = SelectOptions {
         no_static: opts.no_static,
@@ -873,87 +989,15 @@ pub fn run_mslprof(
     } else {
         f64::from(header.hz.max(1))
     };
-    let style = Style {
-        bsd: opts.bsd,
-        descriptions: !opts.brief,
-        ignore_zeros: opts.ignore_zeros,
-        output_width: opts.width,
-        hz,
-        granularity,
-        dimension: "seconds".into(),
-        dimension_abbrev: 's',
-        print_path: opts.print_path,
-        inline_file_names: opts.inline_file_names,
-        multi_module: true,
-        first_output: Cell::new(true),
-    };
-    let (want_flat, want_graph) = sections(opts);
-    for w in &warnings {
-        let _ = writeln!(out, "mslprof: warning: {w}");
-    }
-    let total = header.total_samples.max(1) as f64;
-    let unprofiled: Vec<_> = profile
-        .modules
-        .iter()
-        .filter(|m| !m.is_profiled())
-        .collect();
-    if !unprofiled.is_empty() || header.unknown_samples != 0 {
-        out.push_str("Modules loaded but not profiled, with their share of all samples:\n\n");
-        for m in &unprofiled {
-            let _ = writeln!(
-                out,
-                "{:>7.2}%  {:<26} {}",
-                100.0 * m.samples as f64 / total,
-                String::from_utf8_lossy(&m.name),
-                String::from_utf8_lossy(&m.path)
-            );
-        }
-        if header.unknown_samples != 0 {
-            let _ = writeln!(
-                out,
-                "{:>7.2}%  <outside any module>",
-                100.0 * header.unknown_samples as f64 / total
-            );
-        }
-        out.push('\n');
-    }
-    if !warnings.is_empty() || !unprofiled.is_empty() || header.unknown_samples != 0 {
-        style.first_output.set(false);
-    }
-    render(
-        out,
-        &mut g,
-        &filters,
-        &style,
+    Analysis {
+        graph: g,
+        filters,
         totals,
-        have_hist && want_flat,
-        have_arcs && want_graph,
+        have_hist,
         have_arcs,
-    );
-    out.push_str("\u{c}\nModules\n\n index  samples  module                     path\n");
-    for (i, m) in profile.modules.iter().enumerate() {
-        let mut name = g.modules[i].name.clone();
-        if !m.is_profiled() {
-            name.push_str(" (not profiled)");
-        }
-        let _ = writeln!(
-            out,
-            "{:>6} {:>7.2}%  {:<26} {}{}",
-            i,
-            100.0 * m.samples as f64 / total,
-            name,
-            g.modules[i].path,
-            if merged.instances[i] > 1 {
-                format!("  ({} load instances)", merged.instances[i])
-            } else {
-                String::new()
-            }
-        );
+        granularity,
+        hz,
     }
-    Ok(Outcome {
-        warnings: Vec::new(),
-        summary: None,
-    })
 }
 
 /// Give names that occur in more than one module a `@module` qualifier.

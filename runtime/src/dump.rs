@@ -298,15 +298,8 @@ pub fn write_at_exit(settings: &Settings) {
         return;
     };
     let path = Path::new(std::ffi::OsStr::from_bytes(&path));
-    let written = write_atomically(path, |file| {
-        // SAFETY: sampling was stopped and quiesced above and is not resumed.
-        unsafe { write_profile(settings, &mut IoSink(file)) }.map_err(|e| match e {
-            StreamError::Sink(io) => io,
-            StreamError::Invalid(what) => {
-                std::io::Error::new(std::io::ErrorKind::InvalidData, what)
-            }
-        })
-    });
+    // SAFETY: sampling was stopped and quiesced above and is not resumed.
+    let written = unsafe { write_file(settings, path) };
     if let Err(error) = written {
         let text = error.to_string();
         sys::stderr_line(&[
@@ -317,6 +310,32 @@ pub fn write_at_exit(settings: &Settings) {
             b"\n",
         ]);
     }
+}
+
+/// Writes the whole profile to `path` (through [`write_atomically`]).
+///
+/// # Safety
+/// Sampling must be stopped and quiesced for the duration of the call.
+pub unsafe fn write_file(settings: &Settings, path: &Path) -> std::io::Result<()> {
+    write_atomically(path, |file| {
+        // SAFETY: the caller keeps sampling quiesced.
+        unsafe { write_profile(settings, &mut IoSink(file)) }.map_err(|e| match e {
+            StreamError::Sink(io) => io,
+            StreamError::Invalid(what) => {
+                std::io::Error::new(std::io::ErrorKind::InvalidData, what)
+            }
+        })
+    })
+}
+
+/// Whether the dump at exit has been written (no snapshot may follow it).
+pub fn exit_dump_written() -> bool {
+    DUMPED.load(Ordering::SeqCst)
+}
+
+/// Whether this process is a forked child of the one that started profiling.
+pub fn in_forked_child() -> bool {
+    sys::getpid() != START_PID.load(Ordering::Relaxed)
 }
 
 /// Writes a new file in `path`'s directory with `fill`, then renames it to `path`.

@@ -13,6 +13,7 @@ mod interpose;
 pub mod lifecycle;
 pub mod mcount;
 pub mod modules;
+pub mod on_demand;
 pub mod program_sigprof;
 pub mod sampler;
 pub mod selection;
@@ -118,7 +119,13 @@ fn start(explicit: bool) -> u8 {
     }
     sys::at_exit(dump_at_exit);
     lifecycle::install();
+    on_demand::start_from_environment();
     ACTIVE
+}
+
+/// Whether profiling is active in this process.
+pub fn is_active() -> bool {
+    STATE.load(Ordering::Acquire) == ACTIVE
 }
 
 extern "C" fn dump_at_exit() {

@@ -799,3 +799,110 @@ core::arch::global_asm!(
     ".8byte mslprof_profilebucketsize",
     ".popsection",
 );
+
+/// Sets this thread's errno (for C entry points that report errors the C way).
+pub fn set_errno(value: i32) {
+    // SAFETY: __errno_location returns this thread's errno slot, valid for the thread's life.
+    unsafe { *libc::__errno_location() = value };
+}
+
+/// A close-on-exec pipe whose write end does not block: `(read end, write end)`.
+pub fn wakeup_pipe() -> Option<(i32, i32)> {
+    let mut fds = [0i32; 2];
+    // SAFETY: `fds` has room for the two descriptors pipe2 writes.
+    let made = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } == 0;
+    if !made {
+        return None;
+    }
+    // SAFETY: fcntl on a descriptor just created.
+    unsafe {
+        let flags = libc::fcntl(fds[1], libc::F_GETFL);
+        libc::fcntl(fds[1], libc::F_SETFL, flags | libc::O_NONBLOCK);
+    }
+    Some((fds[0], fds[1]))
+}
+
+/// Writes one byte to `fd` (a wakeup pipe's write end); a full pipe already holds a wakeup. Async-signal-safe;
+/// errno is preserved.
+pub fn poke(fd: i32) {
+    let saved = SavedErrno::save();
+    let byte = 1u8;
+    // SAFETY: one byte from a live local.
+    unsafe { libc::write(fd, (&raw const byte).cast::<c_void>(), 1) };
+    drop(saved);
+}
+
+/// Waits until `fd` is readable or `timeout_ms` passes (-1: no timeout); then reads what is there. True
+/// when something was read.
+pub fn wait_and_drain(fd: i32, timeout_ms: i32) -> bool {
+    let mut poll = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd.
+    let ready = unsafe { libc::poll(&mut poll, 1, timeout_ms) };
+    if ready <= 0 {
+        return false;
+    }
+    let mut buffer = [0u8; 64];
+    // SAFETY: reads into a live local buffer of that length.
+    unsafe { libc::read(fd, buffer.as_mut_ptr().cast::<c_void>(), buffer.len()) > 0 }
+}
+
+/// Installs `handler` (plain, one int argument) for `signal` with libc's own `sigaction`, SA_RESTART.
+pub fn install_plain_handler(signal: i32, handler: extern "C" fn(i32)) -> bool {
+    let Some(real) = next_symbol(c"sigaction") else {
+        return false;
+    };
+    // SAFETY: sigaction is plain data; all-zero is valid (empty mask, no flags).
+    let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
+    action.sa_sigaction = handler as usize;
+    action.sa_flags = libc::SA_RESTART;
+    // SAFETY: `real` is libc's sigaction; the action is valid and no old action is asked for.
+    unsafe { call_sigaction(real, signal, &action, std::ptr::null_mut()) == 0 }
+}
+
+/// The number of signal `name` (`USR2`, `SIGUSR2`, `RTMIN+3` or a number).
+pub fn signal_number(name: &[u8]) -> Option<i32> {
+    let text = std::str::from_utf8(name).ok()?.trim();
+    if let Ok(n) = text.parse::<i32>() {
+        return (1..=libc::SIGRTMAX()).contains(&n).then_some(n);
+    }
+    let upper = text.to_ascii_uppercase();
+    let bare = upper.strip_prefix("SIG").unwrap_or(&upper);
+    if let Some(rest) = bare.strip_prefix("RTMIN") {
+        let offset: i32 = if rest.is_empty() {
+            0
+        } else {
+            rest.strip_prefix('+')?.parse().ok()?
+        };
+        let n = libc::SIGRTMIN() + offset;
+        return (n <= libc::SIGRTMAX()).then_some(n);
+    }
+    let n = match bare {
+        "HUP" => libc::SIGHUP,
+        "INT" => libc::SIGINT,
+        "QUIT" => libc::SIGQUIT,
+        "USR1" => libc::SIGUSR1,
+        "USR2" => libc::SIGUSR2,
+        "PIPE" => libc::SIGPIPE,
+        "ALRM" => libc::SIGALRM,
+        "TERM" => libc::SIGTERM,
+        "CHLD" => libc::SIGCHLD,
+        "CONT" => libc::SIGCONT,
+        "TSTP" => libc::SIGTSTP,
+        "TTIN" => libc::SIGTTIN,
+        "TTOU" => libc::SIGTTOU,
+        "URG" => libc::SIGURG,
+        "XCPU" => libc::SIGXCPU,
+        "XFSZ" => libc::SIGXFSZ,
+        "VTALRM" => libc::SIGVTALRM,
+        "WINCH" => libc::SIGWINCH,
+        "IO" | "POLL" => libc::SIGIO,
+        "PWR" => libc::SIGPWR,
+        "SYS" => libc::SIGSYS,
+        _ => return None,
+    };
+    Some(n)
+}

@@ -171,3 +171,17 @@ pub fn assert_same(dir: &Path, option_sets: &[&str], files: &[&str]) {
         );
     }
 }
+
+/// Builds the bundled demo (`analyzer/demo/`: the program `demo` and its two `-pg` libraries
+/// libshapes.so and libtext.so) in `ws`; returns the program.
+pub fn build_demo(ws: &crate::Workspace) -> PathBuf {
+    let demo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../analyzer/demo");
+    ws.shared_library("libtext.so", &[demo.join("text.c")], &["-pg"]);
+    ws.shared_library("libshapes.so", &[demo.join("shapes.c")], &["-pg"]);
+    // libshapes.so needs libm; shared_library() puts flags before the sources, so link it here.
+    ws.program(
+        "demo",
+        &[demo.join("demo.c")],
+        &["-pg", "-L.", "-lshapes", "-ltext", "-lm"],
+    )
+}

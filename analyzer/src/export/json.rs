@@ -1,0 +1,99 @@
+//! The JSON export: modules, functions, arcs and the profile header as one document that follows
+//! `analyzer/schema/report.schema.json` (`"schema_version": 1`).
+
+use std::collections::HashMap;
+use std::io::{self, Write};
+
+use serde_json::{Value, json};
+
+use super::Prepared;
+
+/// The schema version written as `schema_version`; raised when a field changes meaning or goes away.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// The JSON Schema the output follows.
+pub const SCHEMA: &str = include_str!("../../schema/report.schema.json");
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// The document for `p`.
+pub fn document(p: &Prepared) -> Value {
+    let g = &p.analysis.graph;
+    let h = &p.profile.header;
+    let modules: Vec<Value> = p
+        .profile
+        .modules
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            json!({
+                "index": i,
+                "name": g.modules[i].name,
+                "path": text(&m.path),
+                "build_id": p.build_id(i),
+                "profiled": m.is_profiled(),
+                "main_program": m.is_main_program(),
+                "load_instances": p.instances[i],
+                "bucket_width": p.bucket_width(i),
+                "samples": m.samples,
+            })
+        })
+        .collect();
+    let mut index: HashMap<usize, usize> = HashMap::new();
+    let mut functions = Vec::new();
+    for s in p.active_functions() {
+        let sym = &g.syms[s];
+        index.insert(s, functions.len());
+        functions.push(json!({
+            "name": sym.display,
+            "symbol": sym.symbol.name,
+            "module": sym.module,
+            "address": sym.symbol.addr,
+            "self_samples": p.self_samples(s),
+            "total_samples": p.total_samples(s),
+            "calls": sym.ncalls + sym.self_calls,
+        }));
+    }
+    let arcs: Vec<Value> = g
+        .arcs
+        .iter()
+        .filter_map(|a| {
+            Some(json!({
+                "caller": index.get(&a.parent)?,
+                "callee": index.get(&a.child)?,
+                "count": a.count,
+            }))
+        })
+        .collect();
+    json!({
+        "schema_version": SCHEMA_VERSION,
+        "creator": format!("mslprof {}", env!("CARGO_PKG_VERSION")),
+        "header": {
+            "pid": h.pid,
+            "ppid": h.ppid,
+            "program_name": text(&h.program_name),
+            "program_path": text(&h.program_path),
+            "hz": h.hz,
+            "sample_period_ns": p.period_ns(),
+            "start_time_ns": h.start_time_ns,
+            "end_time_ns": h.end_time_ns,
+            "total_samples": h.total_samples,
+            "unknown_samples": h.unknown_samples,
+            "dropped_samples": h.dropped_samples,
+            "dropped_arcs": h.dropped_arcs,
+            "incomplete": h.flags & mslprof_format::model::header_flags::INCOMPLETE != 0,
+        },
+        "modules": modules,
+        "functions": functions,
+        "arcs": arcs,
+        "warnings": p.warnings,
+    })
+}
+
+/// Write `p` as pretty-printed JSON.
+pub fn write(p: &Prepared, out: &mut dyn Write) -> io::Result<()> {
+    serde_json::to_writer_pretty(&mut *out, &document(p))?;
+    writeln!(out)
+}

@@ -1,0 +1,207 @@
+//! The command line of `mslprof export --format FMT [-o PATH] [PROFILE...]`, and the older spelling
+//! `mslprof export PROFILE [OUTDIR]` (per-module GNU gmon.out files).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+
+use clap::{Parser, ValueEnum};
+
+use mslprof_analyzer::export::{self, Prepared};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Format {
+    Callgrind,
+    Json,
+    Dot,
+    Svg,
+    Png,
+    Pprof,
+    Gmon,
+}
+
+/// `mslprof export`'s options.
+#[derive(Parser, Debug)]
+#[command(
+    name = "mslprof export",
+    about = "Write mslprof profiles in other tools' formats",
+    after_help = "Defaults for -o: callgrind.out.PID (callgrind), profile.pb.gz (pprof), callgraph.svg / callgraph.png, \
+the current folder (gmon), standard output (json, dot).\n\
+The older spelling `mslprof export PROFILE [OUTDIR]` (no --format) writes the per-module GNU files."
+)]
+struct ExportCli {
+    /// Output format: callgrind, json, dot, svg, png (svg/png run Graphviz's dot), pprof or gmon.
+    #[arg(long, value_enum)]
+    format: Format,
+    /// Where to write (a folder for gmon; `-` for standard output with json, dot and callgrind).
+    #[arg(short = 'o', long = "output")]
+    output: Option<PathBuf>,
+    /// dot/svg/png: leave out functions whose total share is under this percentage.
+    #[arg(long = "node-threshold", default_value_t = 0.5)]
+    node_threshold: f64,
+    /// dot/svg/png: leave out calls whose share of the time is under this percentage.
+    #[arg(long = "edge-threshold", default_value_t = 0.1)]
+    edge_threshold: f64,
+    /// mslprof profiles, summed as the report sums them (default ./gmon.out).
+    profiles: Vec<PathBuf>,
+}
+
+/// `mslprof export ...`.
+pub fn export(args: &[String]) -> ExitCode {
+    let legacy = !args.is_empty()
+        && !args
+            .iter()
+            .any(|a| a.starts_with("--format") || a == "-h" || a == "--help");
+    let result = if legacy {
+        let input = PathBuf::from(&args[0]);
+        let outdir = PathBuf::from(args.get(1).map(String::as_str).unwrap_or("."));
+        if args.len() > 2 {
+            Err("export: usage: mslprof export --format FMT [-o PATH] [PROFILE...]".to_string())
+        } else {
+            gmon(&[input], &outdir)
+        }
+    } else {
+        let cli: ExportCli = match crate::arguments::parse(
+            "mslprof export",
+            args.iter().cloned(),
+            "mslprof: export: ",
+        ) {
+            Ok(c) => c,
+            Err(code) => return code,
+        };
+        run(&cli)
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("mslprof: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn load(profiles: &[PathBuf]) -> Result<Prepared, String> {
+    let p = Prepared::load(profiles).map_err(|f| format!("{}: {}", f.file, f.problem))?;
+    for w in &p.warnings {
+        eprintln!("mslprof: warning: {w}");
+    }
+    Ok(p)
+}
+
+fn gmon(profiles: &[PathBuf], outdir: &Path) -> Result<(), String> {
+    let p = load(profiles)?;
+    let written = export::gmon::write(&p, outdir)?;
+    if written.is_empty() {
+        return Err(format!(
+            "{}: no profiled module with a histogram",
+            profiles[0].display()
+        ));
+    }
+    for (module, file) in written {
+        println!("gprof {module} {}", file.display());
+    }
+    Ok(())
+}
+
+fn run(cli: &ExportCli) -> Result<(), String> {
+    let profiles = if cli.profiles.is_empty() {
+        vec![PathBuf::from("gmon.out")]
+    } else {
+        cli.profiles.clone()
+    };
+    if cli.format == Format::Gmon {
+        return gmon(&profiles, cli.output.as_deref().unwrap_or(Path::new(".")));
+    }
+    if matches!(cli.format, Format::Svg | Format::Png) && !have_dot() {
+        return Err(
+            "export: `dot` (Graphviz) is not installed; install graphviz (e.g. `apt-get install graphviz`), \
+             or write --format dot and render it elsewhere"
+                .into(),
+        );
+    }
+    let p = load(&profiles)?;
+    let thresholds = export::dot::Thresholds {
+        node: cli.node_threshold,
+        edge: cli.edge_threshold,
+    };
+    let mut bytes = Vec::new();
+    let written = match cli.format {
+        Format::Callgrind => export::callgrind::write(&p, &mut bytes),
+        Format::Json => export::json::write(&p, &mut bytes),
+        Format::Dot | Format::Svg | Format::Png => export::dot::write(&p, thresholds, &mut bytes),
+        Format::Pprof => export::pprof::write(&p, &mut bytes),
+        Format::Gmon => Ok(()),
+    };
+    written.map_err(|e| format!("export: {e}"))?;
+    let default = match cli.format {
+        Format::Callgrind => Some(format!("callgrind.out.{}", p.profile.header.pid)),
+        Format::Pprof => Some("profile.pb.gz".into()),
+        Format::Svg => Some("callgraph.svg".into()),
+        Format::Png => Some("callgraph.png".into()),
+        _ => None,
+    };
+    let target = cli.output.clone().or(default.map(PathBuf::from));
+    match cli.format {
+        Format::Svg | Format::Png => {
+            let out = target.unwrap_or_default();
+            render(&bytes, cli.format, &out)?;
+            eprintln!("mslprof: wrote {}", out.display());
+        }
+        _ => match target {
+            Some(out) if out != Path::new("-") => {
+                std::fs::write(&out, &bytes).map_err(|e| format!("{}: {e}", out.display()))?;
+                eprintln!("mslprof: wrote {}", out.display());
+            }
+            _ => {
+                let mut stdout = std::io::stdout().lock();
+                match stdout.write_all(&bytes).and_then(|()| stdout.flush()) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+                    Err(e) => return Err(format!("stdout: {e}")),
+                }
+            }
+        },
+    }
+    Ok(())
+}
+
+fn have_dot() -> bool {
+    Command::new("dot")
+        .arg("-V")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Render DOT text to `out` with Graphviz's `dot`.
+fn render(dot: &[u8], format: Format, out: &Path) -> Result<(), String> {
+    let kind = if format == Format::Png {
+        "-Tpng"
+    } else {
+        "-Tsvg"
+    };
+    let mut child = Command::new("dot")
+        .arg(kind)
+        .arg("-o")
+        .arg(out)
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("export: dot: {e}"))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin
+            .write_all(dot)
+            .map_err(|e| format!("export: dot: {e}"))?;
+    }
+    let done = child
+        .wait_with_output()
+        .map_err(|e| format!("export: dot: {e}"))?;
+    if !done.status.success() {
+        return Err(format!(
+            "export: dot {kind} failed: {}",
+            String::from_utf8_lossy(&done.stderr).trim()
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,202 @@
+//! Profiles written while the program runs, for long-running programs (MSLP's paper, 2.2.2): the C call
+//! `mslprof_dump(path)`, a signal named by `MSLPROF_DUMP_SIGNAL` and a period given by
+//! `MSLPROF_DUMP_INTERVAL`. Every snapshot goes through the dump's one writer ([`dump::write_file`]: a temporary file renamed into place, so a reader never sees a torn file). Counting
+//! goes on; nothing is reset, so each snapshot holds everything since the start.
+//!
+//! The signal handler only writes one byte to a pipe. A helper thread, started only when one of the two
+//! variables is set, waits on that pipe (with the interval as its timeout) and writes the snapshot.
+
+use std::ffi::{CStr, OsStr, c_char, c_int};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
+
+use crate::{dump, mcount, sampler, sys};
+
+/// The last `.N` used by a snapshot written to the usual path.
+static SNAPSHOTS: AtomicU32 = AtomicU32::new(0);
+/// One snapshot at a time.
+static DUMPING: Mutex<()> = Mutex::new(());
+/// The wakeup pipe's write end (-1 before the helper thread exists).
+static WAKEUP_FD: AtomicI32 = AtomicI32::new(-1);
+
+/// Why a snapshot was not written, as an errno value.
+pub type Errno = i32;
+
+/// Writes the profile collected so far to `path`, or to the usual path (`gmon.out`, `GPROFDIR/PID.prog`,
+/// `GMON_OUT_PREFIX.PID`) with `.N` appended, N = 1, 2, ... Sampling pauses while the file is written and
+/// then goes on (unless `moncontrol(0)` had paused it); call counting never stops.
+pub fn snapshot(path: Option<&Path>) -> Result<(), Errno> {
+    let Some(settings) = crate::settings().filter(|_| crate::is_active()) else {
+        return Err(libc::ENOTSUP);
+    };
+    let _one_at_a_time = DUMPING.lock().unwrap_or_else(|e| e.into_inner());
+    if dump::exit_dump_written() {
+        return Err(libc::ENOTSUP);
+    }
+    let target = match path {
+        Some(p) => p.as_os_str().as_bytes().to_vec(),
+        None => {
+            let pid = sys::getpid();
+            let forked = crate::lifecycle::writes_pid_named_file(dump::in_forked_child());
+            let Some(usual) = settings.output.path(pid, &settings.program_name, forked) else {
+                return Err(libc::ENOTSUP);
+            };
+            let mut usual = crate::lifecycle::output_path(usual);
+            let n = SNAPSHOTS.fetch_add(1, Ordering::Relaxed) + 1;
+            usual.extend_from_slice(format!(".{n}").as_bytes());
+            usual
+        }
+    };
+    let was_sampling = sampler::is_sampling();
+    sampler::stop_and_quiesce();
+    // SAFETY: sampling is stopped and quiesced until the file is written.
+    let written = unsafe { dump::write_file(settings, Path::new(OsStr::from_bytes(&target))) };
+    if was_sampling && !mcount::is_paused() && !dump::exit_dump_written() {
+        sampler::resume();
+    }
+    written.map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))
+}
+
+/// C: `int mslprof_dump(const char *path)`: writes the profile so far (see [`snapshot`]); NULL means the
+/// usual path with `.N` appended. Returns 0, or -1 with errno set (ENOTSUP when profiling is not active).
+///
+/// # Safety
+/// `path` is NULL or a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mslprof_dump(path: *const c_char) -> c_int {
+    let path = (!path.is_null()).then(|| {
+        // SAFETY: a non-null path is a NUL-terminated string (the caller's promise).
+        let bytes = unsafe { CStr::from_ptr(path) }.to_bytes();
+        Path::new(OsStr::from_bytes(bytes))
+    });
+    match std::panic::catch_unwind(|| snapshot(path)) {
+        Ok(Ok(())) => 0,
+        Ok(Err(errno)) => {
+            sys::set_errno(errno);
+            -1
+        }
+        Err(_) => {
+            crate::internal_fault(b"mslprof_dump");
+            sys::set_errno(libc::EIO);
+            -1
+        }
+    }
+}
+
+/// `MSLPROF_DUMP_SIGNAL`: the signal that asks for a snapshot (not SIGPROF, SIGKILL or SIGSTOP).
+fn dump_signal(value: Option<&[u8]>) -> Result<Option<i32>, ()> {
+    let Some(value) = value.filter(|v| !v.is_empty()) else {
+        return Ok(None);
+    };
+    match sys::signal_number(value) {
+        Some(s) if ![libc::SIGPROF, libc::SIGKILL, libc::SIGSTOP].contains(&s) => Ok(Some(s)),
+        _ => Err(()),
+    }
+}
+
+/// `MSLPROF_DUMP_INTERVAL`: seconds between periodic snapshots (a positive whole number).
+fn dump_interval(value: Option<&[u8]>) -> Result<Option<u32>, ()> {
+    let Some(value) = value.filter(|v| !v.is_empty()) else {
+        return Ok(None);
+    };
+    match std::str::from_utf8(value)
+        .ok()
+        .and_then(|t| t.trim().parse::<u32>().ok())
+    {
+        Some(s) if s > 0 && s <= i32::MAX as u32 / 1000 => Ok(Some(s)),
+        _ => Err(()),
+    }
+}
+
+extern "C" fn on_dump_signal(_signal: i32) {
+    let fd = WAKEUP_FD.load(Ordering::Relaxed);
+    if fd >= 0 {
+        sys::poke(fd);
+    }
+}
+
+/// Reads `MSLPROF_DUMP_SIGNAL` and `MSLPROF_DUMP_INTERVAL` and, when either is set, starts the helper
+/// thread and installs the signal handler. Called once, when profiling has started.
+pub fn start_from_environment() {
+    let var = |name: &str| std::env::var_os(name).map(|v| v.as_bytes().to_vec());
+    let signal = dump_signal(var("MSLPROF_DUMP_SIGNAL").as_deref()).unwrap_or_else(|()| {
+        sys::stderr_line(&[
+            b"mslprof: MSLPROF_DUMP_SIGNAL is not a signal name the runtime can use; ignored\n",
+        ]);
+        None
+    });
+    let interval = dump_interval(var("MSLPROF_DUMP_INTERVAL").as_deref()).unwrap_or_else(|()| {
+        sys::stderr_line(&[
+            b"mslprof: MSLPROF_DUMP_INTERVAL is not a positive number of seconds; ignored\n",
+        ]);
+        None
+    });
+    if signal.is_none() && interval.is_none() {
+        return;
+    }
+    let Some((read_end, write_end)) = sys::wakeup_pipe() else {
+        sys::stderr_line(&[b"mslprof: cannot create the dump pipe; no dumps on demand\n"]);
+        return;
+    };
+    WAKEUP_FD.store(write_end, Ordering::Relaxed);
+    let timeout_ms = interval.map_or(-1, |s| (s * 1000) as i32);
+    let helper = std::thread::Builder::new()
+        .name("mslprof-dump".into())
+        .spawn(move || {
+            loop {
+                sys::wait_and_drain(read_end, timeout_ms);
+                if dump::exit_dump_written() {
+                    return;
+                }
+                // ENOTSUP: profiling is not (or no longer) active; nothing to say.
+                if let Err(errno) = snapshot(None)
+                    && errno != libc::ENOTSUP
+                {
+                    let text = std::io::Error::from_raw_os_error(errno).to_string();
+                    sys::stderr_line(&[b"mslprof: snapshot not written: ", text.as_bytes(), b"\n"]);
+                }
+            }
+        });
+    if helper.is_err() {
+        sys::stderr_line(&[b"mslprof: cannot start the dump thread; no dumps on demand\n"]);
+        return;
+    }
+    if let Some(signal) = signal
+        && !sys::install_plain_handler(signal, on_dump_signal)
+    {
+        sys::stderr_line(&[b"mslprof: cannot install the dump signal handler\n"]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signal_names_and_numbers() {
+        assert_eq!(dump_signal(Some(b"USR2")), Ok(Some(libc::SIGUSR2)));
+        assert_eq!(dump_signal(Some(b"SIGUSR1")), Ok(Some(libc::SIGUSR1)));
+        assert_eq!(dump_signal(Some(b"usr2")), Ok(Some(libc::SIGUSR2)));
+        assert_eq!(
+            dump_signal(Some(b"RTMIN+2")),
+            Ok(Some(libc::SIGRTMIN() + 2))
+        );
+        assert_eq!(dump_signal(Some(b"10")), Ok(Some(10)));
+        assert_eq!(dump_signal(None), Ok(None));
+        assert_eq!(dump_signal(Some(b"")), Ok(None));
+        assert_eq!(dump_signal(Some(b"PROF")), Err(()));
+        assert_eq!(dump_signal(Some(b"KILL")), Err(()));
+        assert_eq!(dump_signal(Some(b"NOPE")), Err(()));
+    }
+
+    #[test]
+    fn intervals() {
+        assert_eq!(dump_interval(Some(b"5")), Ok(Some(5)));
+        assert_eq!(dump_interval(None), Ok(None));
+        assert_eq!(dump_interval(Some(b"0")), Err(()));
+        assert_eq!(dump_interval(Some(b"1.5")), Err(()));
+        assert_eq!(dump_interval(Some(b"-3")), Err(()));
+    }
+}

@@ -1,0 +1,587 @@
+//! `mslprof export` read back by each format's real consumer: callgrind_annotate (callgrind), the
+//! checked-in prost types (pprof), the JSON schema (json, with boon), Graphviz `dot` (dot, svg) and GNU
+//! gprof (gmon), on the three-module demo and on a dlopen/dlclose fixture; and gprof2dot reading the text
+//! report. Counts are exact.
+
+use std::collections::HashMap;
+use std::io::Read;
+use std::path::Path;
+use std::process::{Command, Output};
+
+use mslprof_analyzer::export::pprof::proto;
+use mslprof_tests::analyzer::{build_demo, have};
+use mslprof_tests::{Workspace, assert_success, loader, run};
+use prost::Message;
+
+fn mslprof(dir: &Path, args: &[&str]) -> Output {
+    run(Command::new(mslprof_tests::analyzer_binary())
+        .current_dir(dir)
+        .args(args))
+}
+
+fn mslprof_ok(dir: &Path, args: &[&str]) -> Output {
+    let out = mslprof(dir, args);
+    assert_success(&out, &format!("mslprof {args:?}"));
+    out
+}
+
+/// The demo built and run under the runtime: its workspace, with `gmon.out` in it.
+fn profiled_demo() -> Option<Workspace> {
+    if !have("cc") {
+        eprintln!("SKIPPED: no `cc`");
+        return None;
+    }
+    let ws = Workspace::new();
+    let demo = build_demo(&ws);
+    assert_success(&run(&mut ws.command_with_runtime(&demo)), "demo");
+    Some(ws)
+}
+
+/// reload.c: libalpha.so opened, used (alpha_work(3)), closed, opened again, used (alpha_work(5)), closed.
+fn profiled_reload() -> Option<Workspace> {
+    if !have("cc") {
+        eprintln!("SKIPPED: no `cc`");
+        return None;
+    }
+    let ws = Workspace::new();
+    loader::build_plugins(&ws);
+    let app = ws.program("reload", &[loader::source("reload.c")], &["-pg", "-ldl"]);
+    let mut cmd = ws.command_with_runtime(&app);
+    cmd.arg(ws.join("libalpha.so"));
+    assert_success(&run(&mut cmd), "reload");
+    Some(ws)
+}
+
+/// The calls column of `name`'s line in mslprof's flat profile.
+fn report_calls(dir: &Path, name: &str) -> u64 {
+    let out = mslprof_ok(dir, &["-b", "-p"]);
+    let report = String::from_utf8_lossy(&out.stdout).into_owned();
+    report
+        .lines()
+        .find(|l| l.ends_with(&format!("  {name}")))
+        .and_then(|l| l.split_whitespace().nth(3))
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("no call count for {name}:\n{report}"))
+}
+
+/// callgrind_annotate's caller tree: `(caller, callee) -> calls`, names as `file:function [object]`
+/// reduced to `function [object file name]`.
+fn callgrind_callers(file: &Path) -> HashMap<(String, String), u64> {
+    // From `/`: callgrind_annotate shortens `fl=` names under its working directory but not `cfi=` ones.
+    let out = run(Command::new("callgrind_annotate")
+        .current_dir("/")
+        .args(["--tree=caller", "--auto=no"])
+        .arg(file));
+    assert_success(&out, "callgrind_annotate");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let short = |s: &str| -> String {
+        // "file:function [/path/obj]" -> "function [obj]"
+        let (left, obj) = s.split_once(" [").unwrap_or((s, ""));
+        let func = left.rsplit(':').next().unwrap_or(left);
+        let obj = obj.trim_end_matches(']');
+        format!("{func} [{}]", obj.rsplit('/').next().unwrap_or(obj))
+    };
+    let mut callers: Vec<(String, u64)> = Vec::new();
+    let mut arcs = HashMap::new();
+    for line in text.lines() {
+        if let Some(i) = line.find("  < ") {
+            let rest = &line[i + 4..];
+            let (name, tail) = rest.split_once(" (").expect("caller line");
+            let count: u64 = tail
+                .split_once("x)")
+                .map(|(n, _)| n.replace(',', ""))
+                .and_then(|n| n.parse().ok())
+                .expect("call count");
+            let obj = tail.split_once("x) ").map_or("", |(_, o)| o);
+            callers.push((short(&format!("{name} {obj}")), count));
+        } else if let Some(i) = line.find("  *  ") {
+            let callee = short(&line[i + 5..]);
+            for (caller, count) in callers.drain(..) {
+                arcs.insert((caller, callee.clone()), count);
+            }
+        } else if line.trim().is_empty() {
+            callers.clear();
+        }
+    }
+    arcs
+}
+
+#[test]
+fn callgrind_export_reads_back_in_callgrind_annotate() {
+    let Some(ws) = profiled_demo() else { return };
+    if !have("callgrind_annotate") {
+        eprintln!("SKIPPED: no `callgrind_annotate` (valgrind)");
+        return;
+    }
+    let out = mslprof_ok(ws.path(), &["export", "--format", "callgrind"]);
+    let pid = ws.profile("gmon.out").header.pid;
+    let file = ws.join(&format!("callgrind.out.{pid}"));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(&format!("callgrind.out.{pid}")),
+        "the default name is callgrind.out.PID"
+    );
+    let text = std::fs::read_to_string(&file).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines[0], "# callgrind format");
+    assert!(lines.contains(&"version: 1") && lines.contains(&"positions: instr"));
+    let events = lines.iter().position(|l| *l == "events: Samples").unwrap();
+    assert!(
+        lines[events + 1].starts_with("summary: "),
+        "summary follows events"
+    );
+    // Every cfn= has its cob= right before it (with the cfi= between them).
+    for (i, l) in lines.iter().enumerate() {
+        if l.starts_with("cfn=") {
+            assert!(lines[i - 2].starts_with("cob="), "line {i}: {l}");
+        }
+    }
+    let arcs = callgrind_callers(&file);
+    let arc = |caller: &str, callee: &str| {
+        arcs.get(&(caller.to_string(), callee.to_string()))
+            .copied()
+            .unwrap_or_else(|| panic!("no arc {caller} -> {callee} in {arcs:#?}"))
+    };
+    assert_eq!(
+        arc("main [demo]", "text_count_words [libtext.so]"),
+        report_calls(ws.path(), "text_count_words")
+    );
+    assert_eq!(arc("main [demo]", "text_count_words [libtext.so]"), 200);
+    assert_eq!(arc("main [demo]", "shapes_total_area [libshapes.so]"), 200);
+    assert_eq!(
+        arc("text_count_words [libtext.so]", "demo_score_word [demo]"),
+        200 * 12 * 200 * 24
+    );
+    assert_eq!(arc("text_odd [libtext.so]", "text_even [libtext.so]"), 10);
+    assert_eq!(
+        arc("text_bad_recursion [libtext.so]", "text_even [libtext.so]"),
+        1
+    );
+}
+
+#[test]
+fn callgrind_export_of_a_dlopen_run_counts_every_load_instance() {
+    let Some(ws) = profiled_reload() else { return };
+    if !have("callgrind_annotate") {
+        eprintln!("SKIPPED: no `callgrind_annotate` (valgrind)");
+        return;
+    }
+    mslprof_ok(
+        ws.path(),
+        &["export", "--format", "callgrind", "-o", "cg.out"],
+    );
+    let arcs = callgrind_callers(&ws.join("cg.out"));
+    assert_eq!(
+        arcs.get(&(
+            "alpha_work [libalpha.so]".to_string(),
+            "alpha_leaf [libalpha.so]".to_string()
+        )),
+        Some(&8),
+        "{arcs:#?}"
+    );
+    assert_eq!(
+        arcs.get(&(
+            "once [reload]".to_string(),
+            "alpha_work [libalpha.so]".to_string()
+        )),
+        Some(&2),
+        "{arcs:#?}"
+    );
+}
+
+fn validate_json(dir: &Path) -> serde_json::Value {
+    let out = mslprof_ok(dir, &["export", "--format", "json"]);
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
+    let schema =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../analyzer/schema/report.schema.json");
+    let mut schemas = boon::Schemas::new();
+    let mut compiler = boon::Compiler::new();
+    let id = compiler
+        .compile(schema.to_str().unwrap(), &mut schemas)
+        .unwrap_or_else(|e| panic!("the schema does not compile: {e}"));
+    if let Err(e) = schemas.validate(&doc, id) {
+        panic!("the export does not follow the schema: {e:#}");
+    }
+    assert_eq!(doc["schema_version"], 1);
+    doc
+}
+
+/// `(function name, module name) -> calls` of a JSON export.
+fn json_calls(doc: &serde_json::Value) -> HashMap<(String, String), u64> {
+    let modules = doc["modules"].as_array().unwrap();
+    doc["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            let m = f["module"].as_u64().unwrap() as usize;
+            (
+                (
+                    f["name"].as_str().unwrap().to_string(),
+                    modules[m]["name"].as_str().unwrap().to_string(),
+                ),
+                f["calls"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn json_export_follows_its_schema_with_exact_counts() {
+    let Some(ws) = profiled_demo() else { return };
+    let doc = validate_json(ws.path());
+    let calls = json_calls(&doc);
+    let call = |f: &str, m: &str| calls.get(&(f.to_string(), m.to_string())).copied();
+    assert_eq!(call("text_count_words", "libtext.so"), Some(200));
+    assert_eq!(call("shapes_total_area", "libshapes.so"), Some(200));
+    assert_eq!(call("demo_score_word", "demo"), Some(200 * 12 * 200 * 24));
+    assert_eq!(call("text_even", "libtext.so"), Some(11));
+    let profile = ws.profile("gmon.out");
+    let modules = doc["modules"].as_array().unwrap();
+    assert_eq!(modules.len(), profile.modules.len());
+    for (m, j) in profile.modules.iter().zip(modules) {
+        assert_eq!(j["path"], String::from_utf8_lossy(&m.path).as_ref());
+        let hex: String = m.build_id.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(j["build_id"], hex);
+        assert_eq!(j["samples"], m.samples);
+    }
+    assert_eq!(doc["header"]["pid"], profile.header.pid);
+    assert_eq!(doc["header"]["total_samples"], profile.header.total_samples);
+    // Every arc's count is the callee's calls when it has one caller.
+    let functions = doc["functions"].as_array().unwrap();
+    let arc = doc["arcs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| functions[a["callee"].as_u64().unwrap() as usize]["name"] == "text_count_words")
+        .expect("arc into text_count_words");
+    assert_eq!(
+        functions[arc["caller"].as_u64().unwrap() as usize]["name"],
+        "main"
+    );
+    assert_eq!(arc["count"], 200);
+}
+
+#[test]
+fn json_export_of_two_dlopen_runs_sums_them() {
+    let Some(ws) = profiled_reload() else { return };
+    std::fs::copy(ws.join("gmon.out"), ws.join("second.out")).unwrap();
+    let doc = validate_json(ws.path());
+    let calls = json_calls(&doc);
+    assert_eq!(
+        calls.get(&("alpha_leaf".into(), "libalpha.so".into())),
+        Some(&8)
+    );
+    assert_eq!(
+        calls.get(&("alpha_setup".into(), "libalpha.so".into())),
+        Some(&2)
+    );
+    let out = mslprof_ok(
+        ws.path(),
+        &["export", "--format", "json", "gmon.out", "second.out"],
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let calls = json_calls(&doc);
+    assert_eq!(
+        calls.get(&("alpha_leaf".into(), "libalpha.so".into())),
+        Some(&16)
+    );
+    let alpha = doc["modules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "libalpha.so")
+        .unwrap();
+    assert_eq!(alpha["load_instances"], 4, "two instances per run");
+}
+
+fn decode_pprof(path: &Path) -> proto::Profile {
+    let mut bytes = Vec::new();
+    flate2::read::GzDecoder::new(std::fs::File::open(path).unwrap())
+        .read_to_end(&mut bytes)
+        .expect("gzip");
+    proto::Profile::decode(bytes.as_slice()).expect("profile.proto")
+}
+
+/// `(leaf function, caller function or "") -> calls` of the two-frame (or caller-less) call samples.
+fn pprof_calls(p: &proto::Profile) -> HashMap<(String, String), i64> {
+    let s = |i: i64| p.string_table[i as usize].clone();
+    let function_of = |loc: u64| {
+        let l = &p.location[loc as usize - 1];
+        assert_eq!(l.id, loc);
+        let f = &p.function[l.line[0].function_id as usize - 1];
+        s(f.name)
+    };
+    let mut calls = HashMap::new();
+    for sample in &p.sample {
+        if sample.value[1] == 0 {
+            continue;
+        }
+        let callee = function_of(sample.location_id[0]);
+        let caller = sample
+            .location_id
+            .get(1)
+            .map(|&l| function_of(l))
+            .unwrap_or_default();
+        *calls.entry((callee, caller)).or_insert(0) += sample.value[1];
+    }
+    calls
+}
+
+#[test]
+fn pprof_export_round_trips_through_the_proto_types() {
+    let Some(ws) = profiled_demo() else { return };
+    mslprof_ok(ws.path(), &["export", "--format", "pprof"]);
+    let p = decode_pprof(&ws.join("profile.pb.gz"));
+    let s = |i: i64| p.string_table[i as usize].as_str();
+    assert_eq!(p.string_table[0], "");
+    let types: Vec<_> = p
+        .sample_type
+        .iter()
+        .map(|t| (s(t.r#type), s(t.unit)))
+        .collect();
+    assert_eq!(types, [("samples", "count"), ("calls", "count")]);
+    assert_eq!(s(p.default_sample_type), "samples");
+    let period = p.period_type.unwrap();
+    assert_eq!((s(period.r#type), s(period.unit)), ("cpu", "nanoseconds"));
+    let profile = ws.profile("gmon.out");
+    assert_eq!(p.period as u64, profile.header.sample_period_ns);
+    assert_eq!(p.mapping.len(), profile.modules.len());
+    for (m, map) in profile.modules.iter().zip(&p.mapping) {
+        assert_eq!(s(map.filename), String::from_utf8_lossy(&m.path));
+        let hex: String = m.build_id.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(s(map.build_id), hex);
+        assert!(map.has_functions);
+    }
+    let calls = pprof_calls(&p);
+    let call = |callee: &str, caller: &str| calls.get(&(callee.to_string(), caller.to_string()));
+    assert_eq!(call("text_count_words", "main"), Some(&200));
+    assert_eq!(call("shapes_total_area", "main"), Some(&200));
+    assert_eq!(
+        call("demo_score_word", "text_count_words"),
+        Some(&(200 * 12 * 200 * 24))
+    );
+    assert_eq!(call("text_even", "text_odd"), Some(&10));
+    // Every histogram sample of a module lands in one-frame samples of that module's mapping, less the
+    // buckets outside any function.
+    let libtext = p
+        .mapping
+        .iter()
+        .find(|m| s(m.filename).ends_with("/libtext.so"))
+        .unwrap()
+        .id;
+    let samples_in_libtext: i64 = p
+        .sample
+        .iter()
+        .filter(|x| {
+            x.location_id.len() == 1
+                && p.location[x.location_id[0] as usize - 1].mapping_id == libtext
+        })
+        .map(|x| x.value[0])
+        .sum();
+    let module = mslprof_tests::module(&profile, "libtext.so");
+    assert_eq!(
+        samples_in_libtext as u64,
+        mslprof_tests::histogram_total(module)
+    );
+}
+
+#[test]
+fn pprof_export_of_a_dlopen_run() {
+    let Some(ws) = profiled_reload() else { return };
+    mslprof_ok(
+        ws.path(),
+        &["export", "--format", "pprof", "-o", "reload.pb.gz"],
+    );
+    let p = decode_pprof(&ws.join("reload.pb.gz"));
+    let calls = pprof_calls(&p);
+    assert_eq!(
+        calls.get(&("alpha_leaf".into(), "alpha_work".into())),
+        Some(&8)
+    );
+    assert_eq!(calls.get(&("alpha_work".into(), "once".into())), Some(&2));
+}
+
+fn dot_missing() -> bool {
+    let missing = !Command::new("dot")
+        .arg("-V")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if missing {
+        eprintln!("SKIPPED: Graphviz `dot` is not installed (apt-get install graphviz)");
+    }
+    missing
+}
+
+#[test]
+fn dot_export_renders_with_graphviz() {
+    let Some(ws) = profiled_demo() else { return };
+    let out = mslprof_ok(
+        ws.path(),
+        &["export", "--format", "dot", "--node-threshold", "0"],
+    );
+    let dot = String::from_utf8_lossy(&out.stdout).into_owned();
+    for module in ["demo", "libtext.so", "libshapes.so"] {
+        assert!(
+            dot.contains(&format!("label=\"{module}\";")),
+            "cluster {module}:\n{dot}"
+        );
+    }
+    assert!(dot.contains("subgraph cluster_"));
+    if dot_missing() {
+        return;
+    }
+    std::fs::write(ws.join("graph.dot"), &dot).unwrap();
+    let svg = run(Command::new("dot")
+        .args(["-Tsvg"])
+        .arg(ws.join("graph.dot")));
+    assert_success(&svg, "dot -Tsvg");
+    let svg = String::from_utf8_lossy(&svg.stdout);
+    assert!(svg.contains("<svg"), "{svg}");
+    // Node and edge labels survive Graphviz: the exact call counts are printed.
+    assert!(svg.contains("text_count_words"), "{svg}");
+    assert!(svg.contains("11520000×"), "{svg}");
+    assert!(svg.contains(">libtext.so<"), "{svg}");
+    mslprof_ok(ws.path(), &["export", "--format", "svg", "-o", "g.svg"]);
+    let direct = std::fs::read_to_string(ws.join("g.svg")).unwrap();
+    assert!(direct.contains("<svg") && direct.contains("text_count_words"));
+}
+
+#[test]
+fn dot_thresholds_leave_out_small_nodes() {
+    let Some(ws) = profiled_demo() else { return };
+    let all = mslprof_ok(
+        ws.path(),
+        &["export", "--format", "dot", "--node-threshold", "0"],
+    );
+    let none = mslprof_ok(
+        ws.path(),
+        &["export", "--format", "dot", "--node-threshold", "101"],
+    );
+    let all = String::from_utf8_lossy(&all.stdout);
+    let none = String::from_utf8_lossy(&none.stdout);
+    assert!(all.contains("text_even"), "{all}");
+    assert!(
+        !none.contains("text_even") && !none.contains("subgraph"),
+        "{none}"
+    );
+}
+
+#[test]
+fn svg_without_graphviz_says_how_to_install_it() {
+    let Some(ws) = profiled_demo() else { return };
+    let out = run(Command::new(mslprof_tests::analyzer_binary())
+        .current_dir(ws.path())
+        .env("PATH", "/nonexistent")
+        .args(["export", "--format", "svg"]));
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("install graphviz"), "{err}");
+}
+
+#[test]
+fn export_errors_name_the_file() {
+    let ws = Workspace::new();
+    std::fs::write(ws.join("junk"), b"not a profile").unwrap();
+    for format in ["json", "callgrind", "pprof", "dot", "gmon"] {
+        let out = mslprof(ws.path(), &["export", "--format", format, "junk"]);
+        assert_eq!(out.status.code(), Some(1), "{format}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.starts_with("mslprof: junk: "), "{format}: {err}");
+    }
+    let out = mslprof(ws.path(), &["export", "--format", "json"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("gmon.out"));
+}
+
+/// `function -> calls` from GNU gprof's flat profile (`-b -p`) of `module` with its exported `gmon`.
+fn gprof_calls(dir: &Path, module: &str, gmon: &Path) -> HashMap<String, u64> {
+    let out = run(Command::new("gprof")
+        .current_dir(dir)
+        .args(["-b", "-p", module])
+        .arg(gmon));
+    assert_success(&out, "gprof");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            // % cumulative self calls self/call total/call name
+            if f.len() != 7 {
+                return None;
+            }
+            Some((f[6].to_string(), f[3].parse().ok()?))
+        })
+        .collect()
+}
+
+#[test]
+fn gmon_export_keeps_cross_module_calls_for_gprof() {
+    let Some(ws) = profiled_demo() else { return };
+    if !have("gprof") {
+        eprintln!("SKIPPED: no `gprof`");
+        return;
+    }
+    let doc = validate_json(ws.path());
+    let ours = json_calls(&doc);
+    mslprof_ok(ws.path(), &["export", "--format", "gmon", "-o", "gnu"]);
+    for module in ["demo", "libtext.so", "libshapes.so"] {
+        let want: HashMap<String, u64> = ours
+            .iter()
+            .filter(|((_, m), calls)| m == module && **calls > 0)
+            .map(|((f, _), c)| (f.clone(), *c))
+            .collect();
+        let gnu = ws.join(&format!("gnu/gmon.{module}.out"));
+        let got = gprof_calls(ws.path(), module, &gnu);
+        assert_eq!(got, want, "{module}: gprof's calls, then mslprof's");
+    }
+    // The calls from the program into the libraries are among them.
+    let text = gprof_calls(ws.path(), "libtext.so", &ws.join("gnu/gmon.libtext.so.out"));
+    assert_eq!(text.get("text_count_words"), Some(&200));
+}
+
+#[test]
+fn gprof2dot_parses_the_text_call_graph() {
+    let Some(ws) = profiled_demo() else { return };
+    if !Command::new("gprof2dot")
+        .arg("--help")
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        eprintln!("SKIPPED: `gprof2dot` is not installed (pip install gprof2dot)");
+        return;
+    }
+    let report = mslprof_ok(ws.path(), &[]);
+    std::fs::write(ws.join("report.txt"), &report.stdout).unwrap();
+    let out = run(Command::new("gprof2dot").current_dir(ws.path()).args([
+        "-f",
+        "prof",
+        "-n",
+        "0",
+        "-e",
+        "0",
+        "report.txt",
+    ]));
+    assert_success(&out, "gprof2dot -f prof");
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dot = String::from_utf8_lossy(&out.stdout);
+    // gprof2dot labels nodes with the calls it parsed from the call graph: all three modules' functions
+    // are there with their exact counts.
+    for (function, calls) in [
+        ("text_count_words", 200),
+        ("shapes_total_area", 200),
+        ("demo_score_word", 200 * 12 * 200 * 24),
+    ] {
+        let label = dot
+            .lines()
+            .find(|l| l.contains(&format!("label=\"{function}\\n")))
+            .unwrap_or_else(|| panic!("no node {function}:\n{dot}"));
+        assert!(label.contains(&format!("\\n{calls}×\"")), "{label}");
+    }
+    assert!(
+        dot.contains("\\n200×\""),
+        "an edge with main's 200 calls:\n{dot}"
+    );
+}
