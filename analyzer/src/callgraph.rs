@@ -226,7 +226,7 @@ pub fn name_only(s: &Sym, style: &Style) -> String {
     } else {
         s.display.clone()
     };
-    if style.inline_file_names
+    if (style.inline_file_names || style.line_granularity)
         && let Some(f) = &s.symbol.file
     {
         let f = if style.print_path {
@@ -234,7 +234,11 @@ pub fn name_only(s: &Sym, style: &Style) -> String {
         } else {
             f.rsplit('/').next().unwrap_or(f)
         };
-        let _ = write!(out, " ({}:{})", f, s.symbol.line);
+        if style.line_granularity {
+            let _ = write!(out, " ({}:{} @ {:x})", f, s.symbol.line, s.symbol.addr);
+        } else {
+            let _ = write!(out, " ({}:{})", f, s.symbol.line);
+        }
     }
     out
 }
@@ -331,6 +335,7 @@ pub fn print(out: &mut Out, g: &mut Graph, time_sorted: &[usize], print_time: f6
             && s.prop_self == 0.0
             && s.prop_child == 0.0)
             || !s.print_flag
+            || (style.line_granularity && !s.symbol.is_func)
         {
             continue;
         }
@@ -566,6 +571,7 @@ pub fn print_index(out: &mut Out, g: &Graph, style: &Style) {
                     col += name.len() as i64;
                     out.push_str(&name);
                     if s.symbol.is_static
+                        && !style.line_granularity
                         && let Some(f) = &s.symbol.file
                     {
                         let f = if style.print_path {

@@ -9,6 +9,7 @@ pub mod cycles;
 pub mod flat;
 pub mod graph;
 pub mod histogram;
+pub mod lines;
 pub mod merge;
 pub mod output;
 pub mod report;

@@ -23,7 +23,7 @@ mod commands;
     version,
     args_override_self = true,
     about = "gprof-compatible reports over multi-module profiles",
-    after_help = "Short options are GNU gprof's: -a -b -D -i -L -s -T -v -z, -p/-P/-q/-Q[symspec] (argument attached), \
+    after_help = "Short options are GNU gprof's: -a -b -D -i -l -L -s -T -v -z, -p/-P/-q/-Q[symspec] (argument attached), \
 -e/-E/-f/-F name, -O format, -k from/to, -m num, -n/-N symspec, -w width, -S file.\n\
 Symspecs: func, file.c, file.c:func, file.c:line; func@module names one module's function and \
 module: (e.g. libfoo.so:) all functions of a module.\n\
@@ -89,6 +89,9 @@ struct Cli {
     separate_files: bool,
     #[arg(long, hide = true)]
     unsupported: Option<String>,
+    /// Line-by-line profile: charge samples to source lines (from DWARF) instead of functions.
+    #[arg(long)]
+    line: bool,
     /// Show each load instance of a library separately instead of merging them.
     #[arg(long = "separate-instances")]
     separate_instances: bool,
@@ -146,6 +149,7 @@ fn normalize(args: &[String]) -> Vec<String> {
                 'x' => out.push("--all-lines".into()),
                 'y' => out.push("--separate-files".into()),
                 'v' => out.push("--version".into()),
+                'l' => out.push("--line".into()),
                 'h' => out.push("--help".into()),
                 'p' => {
                     optional("flat-profile", &mut out);
@@ -180,12 +184,11 @@ fn normalize(args: &[String]) -> Vec<String> {
                     required(long, &mut out, &mut i);
                     break;
                 }
-                'A' | 'C' | 'J' | 'Z' | 'l' | 'c' | 'I' | 't' | 'r' | 'R' | 'd' => {
+                'A' | 'C' | 'J' | 'Z' | 'c' | 'I' | 't' | 'r' | 'R' | 'd' => {
                     let what = match c {
                         'A' => "annotated source (-A)",
                         'C' | 'Z' => "execution counts (-C/-Z)",
                         'J' => "annotated source (-J)",
-                        'l' => "line-by-line profiling (-l)",
                         'c' => "the static call graph (-c)",
                         'I' | 't' => "annotated source options (-I/-t)",
                         'r' | 'R' => "function/file ordering (-r/-R)",
@@ -215,6 +218,7 @@ fn options_from(cli: &Cli) -> Result<Options, String> {
         width: cli.width.unwrap_or(80),
         external_symbols: cli.external_symbol_table.clone(),
         separate_instances: cli.separate_instances,
+        line: cli.line,
         ..Options::default()
     };
     let _ = cli.min_count;

@@ -41,6 +41,8 @@ pub struct Options {
     pub separate_instances: bool,
     /// gprof's `--file-format`: the layout GNU/BSD input is read in and `gmon.sum` is written in.
     pub file_format: mslprof_format::InputFormat,
+    /// `-l`: charge samples to source lines instead of functions.
+    pub line: bool,
 }
 
 impl Default for Options {
@@ -63,6 +65,7 @@ impl Default for Options {
             external_symbols: None,
             separate_instances: false,
             file_format: mslprof_format::InputFormat::Auto,
+            line: false,
         }
     }
 }
@@ -80,6 +83,8 @@ pub struct Style {
     pub dimension_abbrev: char,
     pub print_path: bool,
     pub inline_file_names: bool,
+    /// `-l`: names carry `(file:line @ address)`.
+    pub line_granularity: bool,
     pub multi_module: bool,
     pub first_output: Cell<bool>,
 }
@@ -279,6 +284,7 @@ pub fn run_gnu(
         no_static: opts.no_static,
         ignore_non_functions: opts.ignore_non_functions,
         keep_split_parts: false,
+        lines: opts.line,
     };
     let syms = if let Some(ext) = &opts.external_symbols {
         symbols::finalize(read_external_symbols(ext)?, 0)
@@ -448,6 +454,7 @@ pub fn run_gnu(
         dimension_abbrev: abbrev,
         print_path: opts.print_path,
         inline_file_names: opts.inline_file_names,
+        line_granularity: opts.line,
         multi_module: false,
         first_output: Cell::new(true),
     };
@@ -728,6 +735,7 @@ pub fn run_mslprof(
         no_static: opts.no_static,
         ignore_non_functions: opts.ignore_non_functions,
         keep_split_parts: true,
+        lines: opts.line,
     };
     let mut g = Graph::default();
     for (i, m) in profile.modules.iter().enumerate() {
@@ -884,6 +892,7 @@ pub fn run_mslprof(
         dimension_abbrev: 's',
         print_path: opts.print_path,
         inline_file_names: opts.inline_file_names,
+        line_granularity: opts.line,
         multi_module: true,
         first_output: Cell::new(true),
     };

@@ -56,6 +56,8 @@ pub struct SelectOptions {
     /// credited to whatever function happens to precede them, and let the last function of a module
     /// reach the end of its executable sections (BOLT-processed libraries have several).
     pub keep_split_parts: bool,
+    /// `-l`: add one symbol per source line (see [`crate::lines`]).
+    pub lines: bool,
 }
 
 /// Failure to use a module's file.
@@ -229,7 +231,8 @@ fn classify<'d, S: ObjectSymbol<'d>>(
     Some(true)
 }
 
-/// Sort by address and keep one symbol per address as gprof's `symtab_finalize` does; set `end_addr`.
+/// Sort by address and keep one symbol per address as gprof's `symtab_finalize` does; set `end_addr`
+/// where it is not set yet.
 pub fn finalize(mut syms: Vec<FunctionSymbol>, text_end: u64) -> Vec<FunctionSymbol> {
     syms.sort_by(|l, r| {
         l.addr
@@ -261,12 +264,20 @@ pub fn finalize(mut syms: Vec<FunctionSymbol>, text_end: u64) -> Vec<FunctionSym
             }
             continue;
         }
-        if let Some(last) = out.last_mut() {
+        if let Some(last) = out.last_mut()
+            && last.end_addr == 0
+        {
             last.end_addr = src.addr.wrapping_sub(1);
         }
-        out.push(src);
+        // A symbol whose range was set by an earlier pass (function symbols under `-l`) is kept only if
+        // that range is not empty, as in gprof.
+        if src.end_addr == 0 || src.addr <= src.end_addr {
+            out.push(src);
+        }
     }
-    if let Some(last) = out.last_mut() {
+    if let Some(last) = out.last_mut()
+        && last.end_addr == 0
+    {
         last.end_addr = text_end;
     }
     out
@@ -359,37 +370,66 @@ fn text_end_of(file: &object::File<'_>, opts: SelectOptions) -> u64 {
 
 /// Fill in source file and line of each symbol from DWARF line tables, as gprof's `get_src_info` does.
 fn attach_sources(file: &object::File<'_>, syms: &mut [FunctionSymbol]) {
-    if file.section_by_name(".debug_line").is_none() {
-        return;
-    }
-    use addr2line::gimli;
-    let endian = if file.is_little_endian() {
-        gimli::RunTimeEndian::Little
-    } else {
-        gimli::RunTimeEndian::Big
+    crate::lines::with_dwarf(file, |ctx| {
+        for s in syms.iter_mut() {
+            if let Ok(Some(loc)) = ctx.find_location(s.addr)
+                && let (Some(f), Some(l)) = (loc.file, loc.line)
+                && l != 0
+            {
+                s.file = Some(f.to_string());
+                s.line = l;
+            }
+        }
+    });
+}
+
+/// `-l`: finalize the function symbols, then add the line symbols of `.text` from the DWARF of `dwarf`
+/// (the module itself or its separate debug file) and finalize the whole table, as gprof does.
+fn with_line_symbols(
+    dwarf: &object::File<'_>,
+    module: &object::File<'_>,
+    funcs: Vec<FunctionSymbol>,
+    text_end: u64,
+) -> Vec<FunctionSymbol> {
+    let funcs = finalize(funcs, text_end);
+    let Some(text) = module
+        .section_by_name(".text")
+        .map(|s| s.address()..s.address() + s.size())
+    else {
+        return funcs;
     };
-    let load = |id: gimli::SectionId| -> Result<std::borrow::Cow<'_, [u8]>, gimli::Error> {
-        Ok(file
-            .section_by_name(id.name())
-            .and_then(|s| s.uncompressed_data().ok())
-            .unwrap_or(std::borrow::Cow::Borrowed(&[])))
+    let Some(mut all) =
+        crate::lines::with_dwarf(dwarf, |ctx| crate::lines::line_symbols(ctx, &funcs, text))
+    else {
+        return funcs;
     };
-    let Ok(dwarf_cow) = gimli::DwarfSections::load(load) else {
-        return;
-    };
-    let dwarf = dwarf_cow.borrow(|s| gimli::EndianSlice::new(s, endian));
-    let Ok(ctx) = addr2line::Context::from_dwarf(dwarf) else {
-        return;
-    };
-    for s in syms.iter_mut() {
-        if let Ok(Some(loc)) = ctx.find_location(s.addr)
-            && let (Some(f), Some(l)) = (loc.file, loc.line)
-            && l != 0
-        {
-            s.file = Some(f.to_string());
-            s.line = l;
+    all.extend(funcs);
+    finalize(all, text_end)
+}
+
+/// Run `f` over the separate debug file of the module at `path` that has DWARF line tables, if any.
+fn with_debug_file<T>(
+    path: &Path,
+    file: &object::File<'_>,
+    f: impl FnOnce(&object::File<'_>) -> T,
+) -> Option<T> {
+    let build_id = build_id_of(file);
+    for cand in debug_file_candidates(path, file) {
+        let Ok(dmap) = crate::sys::map_file(&cand) else {
+            continue;
+        };
+        let ddata: &[u8] = &dmap;
+        let Ok(dfile) = object::File::parse(ddata) else {
+            continue;
+        };
+        if build_id.is_some() && build_id_of(&dfile).is_some() && build_id_of(&dfile) != build_id {
+            continue;
+        }
+        if dfile.section_by_name(".debug_line").is_some() {
+            return Some(f(&dfile));
         }
     }
+    None
 }
 
 /// Read and select the function symbols of the ELF file at `path`.
@@ -420,7 +460,21 @@ pub fn load(path: &Path, opts: SelectOptions) -> Result<ModuleSymbols, SymbolErr
         if syms.is_empty() {
             return Err(SymbolError::NoSymbols);
         }
-        attach_sources(&file, &mut syms);
+        if file.section_by_name(".debug_line").is_some() {
+            attach_sources(&file, &mut syms);
+            if opts.lines {
+                syms = with_line_symbols(&file, &file, syms, text_end);
+            }
+        } else if let Some(s) = with_debug_file(path, &file, |dfile| {
+            attach_sources(dfile, &mut syms);
+            if opts.lines {
+                with_line_symbols(dfile, &file, std::mem::take(&mut syms), text_end)
+            } else {
+                std::mem::take(&mut syms)
+            }
+        }) {
+            syms = s;
+        }
         return Ok(found(syms, false, None));
     }
     for cand in debug_file_candidates(path, &file) {
@@ -439,6 +493,9 @@ pub fn load(path: &Path, opts: SelectOptions) -> Result<ModuleSymbols, SymbolErr
             continue;
         }
         attach_sources(&dfile, &mut syms);
+        if opts.lines {
+            syms = with_line_symbols(&dfile, &file, syms, text_end);
+        }
         return Ok(found(syms, false, Some(cand)));
     }
     let syms = collect(&file, data, true, opts);

@@ -1,0 +1,197 @@
+//! Line-by-line profiles (`-l`) against GNU gprof 2.40, live: C and C++ fixtures built with `-pg -g`
+//! (unoptimised, and optimised so that functions are inlined and split), run to produce a GNU gmon.out;
+//! `mslprof -l` must print byte for byte what `gprof -l` prints (the explanatory blurbs aside, hence `-b`).
+
+use std::process::Command;
+
+use mslprof_tests::Workspace;
+use mslprof_tests::analyzer::{assert_same, build_and_run, have, scratch, tools_present};
+
+const LINE_OPTIONS: &[&str] = &[
+    "-b -l -p",
+    "-b -l -q",
+    "-b -l -p -z",
+    "-b -l -q -z",
+    "-b -l -L",
+    "-b -l -T",
+    "-b -l -p -e fa -a",
+    "-b -l -q -m 2",
+];
+
+#[test]
+fn line_profiles_of_c_programs_match_gprof() {
+    if !tools_present() {
+        return;
+    }
+    let dir = scratch("lines-c");
+    let srcs = ["cycles_main.c", "cycles_other.c"];
+    build_and_run(&dir, "gcc", &["-pg", "-g", "-O0"], &srcs, "o0", "gmon.o0");
+    build_and_run(&dir, "gcc", &["-pg", "-g", "-O2"], &srcs, "o2", "gmon.o2");
+    build_and_run(
+        &dir,
+        "gcc",
+        &["-pg", "-g", "-O0"],
+        &["recursion.c"],
+        "rec",
+        "gmon.rec",
+    );
+    assert_same(&dir, LINE_OPTIONS, &["o0", "gmon.o0"]);
+    assert_same(&dir, LINE_OPTIONS, &["o2", "gmon.o2"]);
+    assert_same(&dir, LINE_OPTIONS, &["rec", "gmon.rec"]);
+}
+
+#[test]
+fn line_profiles_of_cxx_programs_match_gprof() {
+    if !tools_present() {
+        return;
+    }
+    let dir = scratch("lines-cxx");
+    build_and_run(
+        &dir,
+        "g++",
+        &["-pg", "-g", "-O2"],
+        &["templates.cc"],
+        "cxx",
+        "gmon.cxx",
+    );
+    assert_same(
+        &dir,
+        &["-b -l -p", "-b -l -q", "-b -l -z", "-b -l --no-demangle"],
+        &["cxx", "gmon.cxx"],
+    );
+}
+
+/// The names of the flat-profile rows of `report`, with their module index when `with_module`.
+fn flat_names(report: &str, with_module: bool) -> Vec<(Option<usize>, String)> {
+    report
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("time"))
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        .filter_map(|l| {
+            // gprof's columns take 54 characters; mslprof's module index follows in 6 and 2 blanks.
+            let rest = l.get(54..)?;
+            if with_module {
+                let (m, name) = (rest.get(..6)?, rest.get(8..)?);
+                Some((m.trim().parse().ok(), name.to_string()))
+            } else {
+                Some((None, rest.to_string()))
+            }
+        })
+        .collect()
+}
+
+fn run_ok(command: &mut Command, what: &str) -> String {
+    let out = command.output().expect(what);
+    assert!(
+        out.status.success(),
+        "{what}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A program and a library, both `-pg -g`, each with a static `spin`, run under the runtime: `-l` gives
+/// line symbols in both modules, qualified by module where the function name is ambiguous; each module's
+/// lines with time are those GNU gprof finds in that module's exported gmon.out; and the library's lines
+/// are the same when its debug information lives in a separate file found by `.gnu_debuglink`.
+#[test]
+fn line_profiles_cover_every_module() {
+    if !tools_present() || !have("objcopy") {
+        eprintln!("SKIPPED: needs gprof, gcc and objcopy");
+        return;
+    }
+    let ws = Workspace::new();
+    let dir = ws.path();
+    let fx = mslprof_tests::analyzer::fixtures();
+    ws.shared_library("liblines.so", &[fx.join("lines_lib.c")], &["-pg", "-O0"]);
+    let prog = ws.program(
+        "lmain",
+        &[fx.join("lines_main.c")],
+        &["-pg", "-O0", "-L.", "-llines"],
+    );
+    let out = ws
+        .command_with_runtime(&prog)
+        .env("MSLPROF_PROFILE", "a.out:liblines.so")
+        .output()
+        .expect("run lmain");
+    mslprof_tests::assert_success(&out, "lmain under the runtime");
+    let mslprof = || {
+        let mut c = Command::new(mslprof_tests::analyzer_binary());
+        c.current_dir(dir);
+        c
+    };
+    let report = run_ok(mslprof().args(["-b", "-l", "-p", "gmon.out"]), "mslprof -l");
+    let timed = flat_names(&report, true);
+    assert!(
+        timed
+            .iter()
+            .any(|(_, n)| n.starts_with("spin@liblines.so (lines_lib.c:"))
+            && timed
+                .iter()
+                .any(|(_, n)| n.starts_with("spin@lmain (lines_main.c:")),
+        "{report}"
+    );
+    assert!(report.contains("  lib_work (lines_lib.c:"), "{report}");
+    // Every symbol, line symbols included (`-z`), module by module, against gprof on the module's export:
+    // the same names, files, lines and addresses.
+    let all = run_ok(
+        mslprof().args(["-b", "-l", "-p", "-z", "gmon.out"]),
+        "mslprof -l -z",
+    );
+    let ours = flat_names(&all, true);
+    run_ok(
+        mslprof().args(["export", "gmon.out", "gnu"]),
+        "mslprof export",
+    );
+    for (index, module) in [(0, "lmain"), (3, "liblines.so")] {
+        let gnu = format!("gnu/gmon.{module}.out");
+        let theirs = run_ok(
+            Command::new("gprof")
+                .current_dir(dir)
+                .args(["-b", "-l", "-p", "-z", module, &gnu]),
+            "gprof -l",
+        );
+        let mut want: Vec<String> = flat_names(&theirs, false)
+            .into_iter()
+            .map(|(_, n)| n)
+            .collect();
+        let qualifier = format!("@{module}");
+        let mut got: Vec<String> = ours
+            .iter()
+            .filter(|(m, _)| *m == Some(index))
+            .map(|(_, n)| match n.strip_suffix(&qualifier) {
+                Some(bare) => bare.to_string(),
+                None => n.replacen(&format!("{qualifier} "), " ", 1),
+            })
+            .collect();
+        // gprof drops a library's last function when it lies past `.text` (`_fini`, in `.fini`); mslprof
+        // lets a module's last function reach the end of its executable sections (analyzer/README.md).
+        want.retain(|n| n != "_fini");
+        got.retain(|n| n != "_fini");
+        want.sort();
+        got.sort();
+        assert!(want.len() > 5, "{theirs}");
+        assert_eq!(got, want, "symbols of {module}:\n{all}\ngprof:\n{theirs}");
+    }
+    // The same report when the library's DWARF moves to a separate debug file.
+    let lib = dir.join("liblines.so");
+    let debug = dir.join("liblines.so.debug");
+    run_ok(
+        Command::new("objcopy")
+            .arg("--only-keep-debug")
+            .arg(&lib)
+            .arg(&debug),
+        "objcopy --only-keep-debug",
+    );
+    run_ok(
+        Command::new("objcopy").current_dir(dir).args([
+            "--strip-debug",
+            "--add-gnu-debuglink=liblines.so.debug",
+            "liblines.so",
+        ]),
+        "objcopy --strip-debug",
+    );
+    let stripped = run_ok(mslprof().args(["-b", "-l", "-p", "gmon.out"]), "mslprof -l");
+    assert_eq!(stripped, report);
+}
