@@ -23,7 +23,7 @@ mod commands;
     version,
     args_override_self = true,
     about = "gprof-compatible reports over multi-module profiles",
-    after_help = "Short options are GNU gprof's: -a -b -D -i -l -L -s -T -v -z, -p/-P/-q/-Q[symspec] (argument attached), \
+    after_help = "Short options are GNU gprof's: -a -b -D -i -l -L -s -T -v -z, -p/-P/-q/-Q/-C/-Z[symspec] (argument attached), \
 -e/-E/-f/-F name, -O format, -k from/to, -m num, -n/-N symspec, -w width, -S file.\n\
 Symspecs: func, file.c, file.c:func, file.c:line; func@module names one module's function and \
 module: (e.g. libfoo.so:) all functions of a module.\n\
@@ -89,6 +89,12 @@ struct Cli {
     separate_files: bool,
     #[arg(long, hide = true)]
     unsupported: Option<String>,
+    /// Execution counts (-C[symspec]): the call count of every function, by source file and line.
+    #[arg(long = "exec-counts", num_args = 0..=1, require_equals = true, default_missing_value = "")]
+    exec_counts: Vec<String>,
+    /// No execution counts (-Z), or leave out the functions of a symspec (-Zsymspec).
+    #[arg(long = "no-exec-counts", num_args = 0..=1, require_equals = true, default_missing_value = "")]
+    no_exec_counts: Vec<String>,
     /// Line-by-line profile: charge samples to source lines (from DWARF) instead of functions.
     #[arg(long)]
     line: bool,
@@ -167,6 +173,14 @@ fn normalize(args: &[String]) -> Vec<String> {
                     optional("no-graph", &mut out);
                     break;
                 }
+                'C' => {
+                    optional("exec-counts", &mut out);
+                    break;
+                }
+                'Z' => {
+                    optional("no-exec-counts", &mut out);
+                    break;
+                }
                 'e' | 'E' | 'f' | 'F' | 'k' | 'm' | 'n' | 'N' | 'w' | 'S' | 'O' => {
                     let long = match c {
                         'O' => "file-format",
@@ -184,10 +198,9 @@ fn normalize(args: &[String]) -> Vec<String> {
                     required(long, &mut out, &mut i);
                     break;
                 }
-                'A' | 'C' | 'J' | 'Z' | 'c' | 'I' | 't' | 'r' | 'R' | 'd' => {
+                'A' | 'J' | 'c' | 'I' | 't' | 'r' | 'R' | 'd' => {
                     let what = match c {
                         'A' => "annotated source (-A)",
-                        'C' | 'Z' => "execution counts (-C/-Z)",
                         'J' => "annotated source (-J)",
                         'c' => "the static call graph (-c)",
                         'I' | 't' => "annotated source options (-I/-t)",
@@ -267,6 +280,20 @@ fn options_from(cli: &Cli) -> Result<Options, String> {
             };
             o.specs.push((t, s.clone()));
             o.graph = Some(true);
+        }
+    }
+    for s in &cli.exec_counts {
+        if !s.is_empty() {
+            o.specs.push((Table::InclExec, s.clone()));
+        }
+        o.exec = Some(true);
+    }
+    for s in &cli.no_exec_counts {
+        if s.is_empty() {
+            o.exec = Some(false);
+        } else {
+            o.specs.push((Table::ExclExec, s.clone()));
+            o.exec = Some(true);
         }
     }
     for s in &cli.exclude_graph {

@@ -43,6 +43,8 @@ pub struct Options {
     pub file_format: mslprof_format::InputFormat,
     /// `-l`: charge samples to source lines instead of functions.
     pub line: bool,
+    /// `-C`/`-Z`: the execution-count tally requested or suppressed.
+    pub exec: Option<bool>,
 }
 
 impl Default for Options {
@@ -66,6 +68,7 @@ impl Default for Options {
             separate_instances: false,
             file_format: mslprof_format::InputFormat::Auto,
             line: false,
+            exec: None,
         }
     }
 }
@@ -148,8 +151,11 @@ pub struct Input {
 /// Which output sections to print, by gprof's rule: sections the user did not mention are printed only
 /// when nothing at all was requested.
 fn sections(opts: &Options) -> (bool, bool) {
-    let requested =
-        opts.flat == Some(true) || opts.graph == Some(true) || opts.sum || opts.file_info;
+    let requested = opts.flat == Some(true)
+        || opts.graph == Some(true)
+        || opts.exec == Some(true)
+        || opts.sum
+        || opts.file_info;
     if requested {
         (opts.flat == Some(true), opts.graph == Some(true))
     } else {
@@ -467,6 +473,7 @@ pub fn run_gnu(
         have_hist && want_flat,
         have_arcs && want_graph,
         have_arcs,
+        opts.exec == Some(true),
     );
     Ok(Outcome { warnings, summary })
 }
@@ -501,6 +508,7 @@ fn render(
     want_flat: bool,
     want_graph: bool,
     have_arcs: bool,
+    want_exec: bool,
 ) {
     let (time_sorted, print_time) = if have_arcs {
         crate::callgraph::assemble(g, filters)
@@ -524,6 +532,9 @@ fn render(
     }
     if want_graph {
         crate::callgraph::print_index(out, g, style);
+    }
+    if want_exec {
+        crate::execcounts::print(out, g, filters, style);
     }
 }
 
@@ -938,6 +949,7 @@ pub fn run_mslprof(
         have_hist && want_flat,
         have_arcs && want_graph,
         have_arcs,
+        opts.exec == Some(true),
     );
     out.push_str("\u{c}\nModules\n\n index  samples  module                     path\n");
     for (i, m) in profile.modules.iter().enumerate() {

@@ -1,6 +1,7 @@
-//! Line-by-line profiles (`-l`) against GNU gprof 2.40, live: C and C++ fixtures built with `-pg -g`
-//! (unoptimised, and optimised so that functions are inlined and split), run to produce a GNU gmon.out;
-//! `mslprof -l` must print byte for byte what `gprof -l` prints (the explanatory blurbs aside, hence `-b`).
+//! Line-by-line profiles (`-l`) and execution counts (`-C`/`-Z`) against GNU gprof 2.40, live: C and C++
+//! fixtures built with `-pg -g` (unoptimised, and optimised so that functions are inlined and split), run
+//! to produce a GNU gmon.out; mslprof must print byte for byte what gprof prints (the explanatory blurbs
+//! aside, hence `-b`). Then `-l` on a multi-module mslprof profile.
 
 use std::process::Command;
 
@@ -16,6 +17,19 @@ const LINE_OPTIONS: &[&str] = &[
     "-b -l -T",
     "-b -l -p -e fa -a",
     "-b -l -q -m 2",
+];
+
+const EXEC_OPTIONS: &[&str] = &[
+    "-b -C",
+    "-b -C -z",
+    "-b -l -C",
+    "-b -l -C -z",
+    "-b -p -C",
+    "-b -Cfa",
+    "-b -Zfa",
+    "-b -Z",
+    "-b -q -C -L",
+    "-b -T -C -p -q",
 ];
 
 #[test]
@@ -35,9 +49,10 @@ fn line_profiles_of_c_programs_match_gprof() {
         "rec",
         "gmon.rec",
     );
-    assert_same(&dir, LINE_OPTIONS, &["o0", "gmon.o0"]);
-    assert_same(&dir, LINE_OPTIONS, &["o2", "gmon.o2"]);
-    assert_same(&dir, LINE_OPTIONS, &["rec", "gmon.rec"]);
+    for files in [["o0", "gmon.o0"], ["o2", "gmon.o2"], ["rec", "gmon.rec"]] {
+        assert_same(&dir, LINE_OPTIONS, &files);
+        assert_same(&dir, EXEC_OPTIONS, &files);
+    }
 }
 
 #[test]
@@ -59,6 +74,7 @@ fn line_profiles_of_cxx_programs_match_gprof() {
         &["-b -l -p", "-b -l -q", "-b -l -z", "-b -l --no-demangle"],
         &["cxx", "gmon.cxx"],
     );
+    assert_same(&dir, EXEC_OPTIONS, &["cxx", "gmon.cxx"]);
 }
 
 /// The names of the flat-profile rows of `report`, with their module index when `with_module`.
@@ -133,6 +149,29 @@ fn line_profiles_cover_every_module() {
         "{report}"
     );
     assert!(report.contains("  lib_work (lines_lib.c:"), "{report}");
+    // Execution counts over both modules: exact call counts, by file and line, ambiguous names qualified.
+    let counts = run_ok(mslprof().args(["-b", "-C", "gmon.out"]), "mslprof -C");
+    let tally: Vec<String> = counts
+        .lines()
+        .filter(|l| l.ends_with(" executions"))
+        .map(|l| {
+            let (file, rest) = l.split_once(": (").unwrap_or((l, ""));
+            let name = rest.split(":0x").next().unwrap_or("");
+            let n = rest.split(") ").nth(1).unwrap_or("");
+            let file = file.rsplit('/').next().unwrap_or(file);
+            format!("{file} {name} {n}")
+        })
+        .collect();
+    assert_eq!(
+        tally,
+        [
+            "lines_lib.c:6 spin@liblines.so 4 executions",
+            "lines_lib.c:14 lib_work 4 executions",
+            "lines_main.c:9 spin@lmain 4 executions",
+            "lines_main.c:15 main 1 executions",
+        ],
+        "{counts}"
+    );
     // Every symbol, line symbols included (`-z`), module by module, against gprof on the module's export:
     // the same names, files, lines and addresses.
     let all = run_ok(
