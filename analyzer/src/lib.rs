@@ -1,6 +1,7 @@
 //! mslprof's analyzer: reads GNU and mslprof profiles, maps each module's samples and arcs to that
 //! module's ELF symbols and prints gprof-compatible reports.
 
+pub mod annotate;
 pub mod arcs;
 pub mod blurbs;
 pub mod callgraph;

@@ -23,8 +23,8 @@ mod commands;
     version,
     args_override_self = true,
     about = "gprof-compatible reports over multi-module profiles",
-    after_help = "Short options are GNU gprof's: -a -b -D -i -l -L -s -T -v -z, -p/-P/-q/-Q/-C/-Z[symspec] (argument attached), \
--e/-E/-f/-F name, -O format, -k from/to, -m num, -n/-N symspec, -w width, -S file.\n\
+    after_help = "Short options are GNU gprof's: -a -b -D -i -l -L -s -T -v -z, -p/-P/-q/-Q/-A/-J/-C/-Z[symspec] (argument attached), \
+-e/-E/-f/-F name, -I dirs, -t num, -O format, -k from/to, -m num, -n/-N symspec, -w width, -S file.\n\
 Symspecs: func, file.c, file.c:func, file.c:line; func@module names one module's function and \
 module: (e.g. libfoo.so:) all functions of a module.\n\
 Subcommands: mslprof run PROGRAM [ARGS] | mslprof demo | mslprof export PROFILE [OUTDIR]"
@@ -82,7 +82,7 @@ struct Cli {
     no_demangle: bool,
     #[arg(long = "file-format")]
     file_format: Option<String>,
-    /// Accepted for gprof compatibility; they only concern annotated source, which mslprof does not print.
+    /// Annotated source: -x carries counts onto every line of a block, -y writes one NAME-ann file per source.
     #[arg(long = "all-lines")]
     all_lines: bool,
     #[arg(long = "separate-files")]
@@ -95,6 +95,18 @@ struct Cli {
     /// No execution counts (-Z), or leave out the functions of a symspec (-Zsymspec).
     #[arg(long = "no-exec-counts", num_args = 0..=1, require_equals = true, default_missing_value = "")]
     no_exec_counts: Vec<String>,
+    /// Annotated source (-A[symspec]): each source line with its execution count.
+    #[arg(long = "annotated-source", num_args = 0..=1, require_equals = true, default_missing_value = "")]
+    annotated_source: Vec<String>,
+    /// No annotated source (-J), or leave out the functions of a symspec (-Jsymspec).
+    #[arg(long = "no-annotated-source", num_args = 0..=1, require_equals = true, default_missing_value = "")]
+    no_annotated_source: Vec<String>,
+    /// Directories to search for source files (-I dirs, colon-separated; GPROF_PATH is searched after).
+    #[arg(long = "directory-path")]
+    directory_path: Vec<String>,
+    /// Length of the most-executed-lines table of annotated source (-t num).
+    #[arg(long = "table-length")]
+    table_length: Option<usize>,
     /// Line-by-line profile: charge samples to source lines (from DWARF) instead of functions.
     #[arg(long)]
     line: bool,
@@ -173,6 +185,14 @@ fn normalize(args: &[String]) -> Vec<String> {
                     optional("no-graph", &mut out);
                     break;
                 }
+                'A' => {
+                    optional("annotated-source", &mut out);
+                    break;
+                }
+                'J' => {
+                    optional("no-annotated-source", &mut out);
+                    break;
+                }
                 'C' => {
                     optional("exec-counts", &mut out);
                     break;
@@ -181,8 +201,10 @@ fn normalize(args: &[String]) -> Vec<String> {
                     optional("no-exec-counts", &mut out);
                     break;
                 }
-                'e' | 'E' | 'f' | 'F' | 'k' | 'm' | 'n' | 'N' | 'w' | 'S' | 'O' => {
+                'e' | 'E' | 'f' | 'F' | 'k' | 'm' | 'n' | 'N' | 'w' | 'S' | 'O' | 'I' | 't' => {
                     let long = match c {
+                        'I' => "directory-path",
+                        't' => "table-length",
                         'O' => "file-format",
                         'e' => "exclude-graph",
                         'E' => "exclude-graph-and-time",
@@ -198,12 +220,9 @@ fn normalize(args: &[String]) -> Vec<String> {
                     required(long, &mut out, &mut i);
                     break;
                 }
-                'A' | 'J' | 'c' | 'I' | 't' | 'r' | 'R' | 'd' => {
+                'c' | 'r' | 'R' | 'd' => {
                     let what = match c {
-                        'A' => "annotated source (-A)",
-                        'J' => "annotated source (-J)",
                         'c' => "the static call graph (-c)",
-                        'I' | 't' => "annotated source options (-I/-t)",
                         'r' | 'R' => "function/file ordering (-r/-R)",
                         _ => "debugging output (-d)",
                     };
@@ -234,7 +253,6 @@ fn options_from(cli: &Cli) -> Result<Options, String> {
         line: cli.line,
         ..Options::default()
     };
-    let _ = cli.min_count;
     if let Some(what) = &cli.unsupported {
         return Err(format!("{what} is not supported by mslprof"));
     }
@@ -295,6 +313,38 @@ fn options_from(cli: &Cli) -> Result<Options, String> {
             o.specs.push((Table::ExclExec, s.clone()));
             o.exec = Some(true);
         }
+    }
+    for s in &cli.annotated_source {
+        if !s.is_empty() {
+            o.specs.push((Table::InclAnno, s.clone()));
+        }
+        o.anno = Some(true);
+    }
+    for s in &cli.no_annotated_source {
+        if s.is_empty() {
+            o.anno = Some(false);
+        } else {
+            o.specs.push((Table::ExclAnno, s.clone()));
+            o.anno = Some(true);
+        }
+    }
+    o.annotate.all_lines = cli.all_lines;
+    o.annotate.separate_files = cli.separate_files;
+    for d in &cli.directory_path {
+        o.annotate
+            .search
+            .extend(d.split(':').filter(|p| !p.is_empty()).map(String::from));
+    }
+    if let Ok(p) = std::env::var("GPROF_PATH") {
+        o.annotate
+            .search
+            .extend(p.split(':').filter(|p| !p.is_empty()).map(String::from));
+    }
+    if let Some(t) = cli.table_length {
+        o.annotate.table_length = t;
+    }
+    if let Some(m) = cli.min_count {
+        o.annotate.min_count = m;
     }
     for s in &cli.exclude_graph {
         o.specs.push((Table::ExclGraph, s.clone()));

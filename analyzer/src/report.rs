@@ -45,6 +45,9 @@ pub struct Options {
     pub line: bool,
     /// `-C`/`-Z`: the execution-count tally requested or suppressed.
     pub exec: Option<bool>,
+    /// `-A`/`-J`: annotated source requested or suppressed, and how it is printed.
+    pub anno: Option<bool>,
+    pub annotate: crate::annotate::AnnotateOptions,
 }
 
 impl Default for Options {
@@ -69,6 +72,8 @@ impl Default for Options {
             file_format: mslprof_format::InputFormat::Auto,
             line: false,
             exec: None,
+            anno: None,
+            annotate: crate::annotate::AnnotateOptions::default(),
         }
     }
 }
@@ -154,6 +159,7 @@ fn sections(opts: &Options) -> (bool, bool) {
     let requested = opts.flat == Some(true)
         || opts.graph == Some(true)
         || opts.exec == Some(true)
+        || opts.anno == Some(true)
         || opts.sum
         || opts.file_info;
     if requested {
@@ -292,6 +298,7 @@ pub fn run_gnu(
         keep_split_parts: false,
         lines: opts.line,
     };
+    let mut source_files = Vec::new();
     let syms = if let Some(ext) = &opts.external_symbols {
         symbols::finalize(read_external_symbols(ext)?, 0)
     } else {
@@ -302,6 +309,7 @@ pub fn run_gnu(
                 exe.display()
             ));
         }
+        source_files = ms.source_files;
         ms.symbols
     };
     let mut g = Graph::default();
@@ -311,6 +319,7 @@ pub fn run_gnu(
         unit: 2,
         gnu_last_symbol: true,
         profiled: true,
+        source_files,
         ..ModuleView::default()
     });
     push_module_syms(&mut g, 0, syms, opts.demangle);
@@ -464,7 +473,7 @@ pub fn run_gnu(
         multi_module: false,
         first_output: Cell::new(true),
     };
-    render(
+    warnings.extend(render(
         out,
         &mut g,
         &filters,
@@ -473,8 +482,8 @@ pub fn run_gnu(
         have_hist && want_flat,
         have_arcs && want_graph,
         have_arcs,
-        opts.exec == Some(true),
-    );
+        opts,
+    ));
     Ok(Outcome { warnings, summary })
 }
 
@@ -508,8 +517,8 @@ fn render(
     want_flat: bool,
     want_graph: bool,
     have_arcs: bool,
-    want_exec: bool,
-) {
+    opts: &Options,
+) -> Vec<String> {
     let (time_sorted, print_time) = if have_arcs {
         crate::callgraph::assemble(g, filters)
     } else {
@@ -533,9 +542,13 @@ fn render(
     if want_graph {
         crate::callgraph::print_index(out, g, style);
     }
-    if want_exec {
+    if opts.exec == Some(true) {
         crate::execcounts::print(out, g, filters, style);
     }
+    if opts.anno == Some(true) {
+        return crate::annotate::print(out, g, filters, style, &opts.annotate);
+    }
+    Vec::new()
 }
 
 /// gprof's `gmon.sum` for `--file-format=bsd|4.4bsd`: the 4.4BSD header when asked for or when the rate is
@@ -819,6 +832,7 @@ pub fn run_mslprof(
                         file.display()
                     ));
                 }
+                g.modules[i].source_files = ms.source_files;
                 push_module_syms(&mut g, i, ms.symbols, opts.demangle);
             }
             Err(e) => {
@@ -940,7 +954,7 @@ pub fn run_mslprof(
     if !warnings.is_empty() || !unprofiled.is_empty() || header.unknown_samples != 0 {
         style.first_output.set(false);
     }
-    render(
+    let listing_warnings = render(
         out,
         &mut g,
         &filters,
@@ -949,7 +963,7 @@ pub fn run_mslprof(
         have_hist && want_flat,
         have_arcs && want_graph,
         have_arcs,
-        opts.exec == Some(true),
+        opts,
     );
     out.push_str("\u{c}\nModules\n\n index  samples  module                     path\n");
     for (i, m) in profile.modules.iter().enumerate() {
@@ -972,7 +986,7 @@ pub fn run_mslprof(
         );
     }
     Ok(Outcome {
-        warnings: Vec::new(),
+        warnings: listing_warnings,
         summary: None,
     })
 }

@@ -42,6 +42,9 @@ pub struct ModuleSymbols {
     pub address_size: u8,
     /// Where the symbols came from when a separate debug file was used.
     pub debug_file: Option<PathBuf>,
+    /// The source files of the symbols, in the order gprof keeps them (its `first_src_file` list: most
+    /// recently seen first, seen in symbol-table order, then, with `-l`, in line-symbol order).
+    pub source_files: Vec<String>,
 }
 
 /// Options that change which symbols are kept.
@@ -368,8 +371,19 @@ fn text_end_of(file: &object::File<'_>, opts: SelectOptions) -> u64 {
         .unwrap_or(0)
 }
 
-/// Fill in source file and line of each symbol from DWARF line tables, as gprof's `get_src_info` does.
-fn attach_sources(file: &object::File<'_>, syms: &mut [FunctionSymbol]) {
+/// Add the files of `syms` not in `files` yet, in the order of `syms`.
+fn add_source_files(files: &mut Vec<String>, syms: &[FunctionSymbol]) {
+    let mut seen: std::collections::HashSet<String> = files.iter().cloned().collect();
+    for f in syms.iter().filter_map(|s| s.file.as_ref()) {
+        if seen.insert(f.clone()) {
+            files.push(f.clone());
+        }
+    }
+}
+
+/// Fill in source file and line of each symbol from DWARF line tables, as gprof's `get_src_info` does;
+/// returns the files in the order they were first seen.
+fn attach_sources(file: &object::File<'_>, syms: &mut [FunctionSymbol]) -> Vec<String> {
     crate::lines::with_dwarf(file, |ctx| {
         for s in syms.iter_mut() {
             if let Ok(Some(loc)) = ctx.find_location(s.addr)
@@ -381,6 +395,9 @@ fn attach_sources(file: &object::File<'_>, syms: &mut [FunctionSymbol]) {
             }
         }
     });
+    let mut files = Vec::new();
+    add_source_files(&mut files, syms);
+    files
 }
 
 /// `-l`: finalize the function symbols, then add the line symbols of `.text` from the DWARF of `dwarf`
@@ -445,9 +462,16 @@ pub fn load(path: &Path, opts: SelectOptions) -> Result<ModuleSymbols, SymbolErr
     let address_size = if file.is_64() { 8 } else { 4 };
     let text_end = text_end_of(&file, opts);
     let has_symtab = file.symbols().next().is_some();
-    let found = |syms: Vec<FunctionSymbol>, dynamic_only: bool, debug_file: Option<PathBuf>| {
+    let found = |syms: Vec<FunctionSymbol>,
+                 dynamic_only: bool,
+                 debug_file: Option<PathBuf>,
+                 mut source_files: Vec<String>| {
+        let syms = finalize(syms, text_end);
+        add_source_files(&mut source_files, &syms);
+        source_files.reverse();
         ModuleSymbols {
-            symbols: finalize(syms, text_end),
+            source_files,
+            symbols: syms,
             build_id: build_id.clone(),
             dynamic_only,
             big_endian,
@@ -460,13 +484,14 @@ pub fn load(path: &Path, opts: SelectOptions) -> Result<ModuleSymbols, SymbolErr
         if syms.is_empty() {
             return Err(SymbolError::NoSymbols);
         }
+        let mut files = Vec::new();
         if file.section_by_name(".debug_line").is_some() {
-            attach_sources(&file, &mut syms);
+            files = attach_sources(&file, &mut syms);
             if opts.lines {
                 syms = with_line_symbols(&file, &file, syms, text_end);
             }
         } else if let Some(s) = with_debug_file(path, &file, |dfile| {
-            attach_sources(dfile, &mut syms);
+            files = attach_sources(dfile, &mut syms);
             if opts.lines {
                 with_line_symbols(dfile, &file, std::mem::take(&mut syms), text_end)
             } else {
@@ -475,7 +500,7 @@ pub fn load(path: &Path, opts: SelectOptions) -> Result<ModuleSymbols, SymbolErr
         }) {
             syms = s;
         }
-        return Ok(found(syms, false, None));
+        return Ok(found(syms, false, None, files));
     }
     for cand in debug_file_candidates(path, &file) {
         let Ok(dmap) = crate::sys::map_file(&cand) else {
@@ -492,17 +517,17 @@ pub fn load(path: &Path, opts: SelectOptions) -> Result<ModuleSymbols, SymbolErr
         if syms.is_empty() {
             continue;
         }
-        attach_sources(&dfile, &mut syms);
+        let files = attach_sources(&dfile, &mut syms);
         if opts.lines {
             syms = with_line_symbols(&dfile, &file, syms, text_end);
         }
-        return Ok(found(syms, false, Some(cand)));
+        return Ok(found(syms, false, Some(cand), files));
     }
     let syms = collect(&file, data, true, opts);
     if syms.is_empty() {
         return Err(SymbolError::NoSymbols);
     }
-    Ok(found(syms, true, None))
+    Ok(found(syms, true, None, Vec::new()))
 }
 
 /// How names are demangled for printing.

@@ -1,4 +1,5 @@
-//! Line-by-line profiles (`-l`) and execution counts (`-C`/`-Z`) against GNU gprof 2.40, live: C and C++
+//! Line-by-line profiles (`-l`), execution counts (`-C`/`-Z`) and annotated source (`-A`/`-J` with `-x`,
+//! `-y`, `-I`, `GPROF_PATH`, `-t`, `-m`) against GNU gprof 2.40, live: C and C++
 //! fixtures built with `-pg -g` (unoptimised, and optimised so that functions are inlined and split), run
 //! to produce a GNU gmon.out; mslprof must print byte for byte what gprof prints (the explanatory blurbs
 //! aside, hence `-b`). Then `-l` on a multi-module mslprof profile.
@@ -32,6 +33,20 @@ const EXEC_OPTIONS: &[&str] = &[
     "-b -T -C -p -q",
 ];
 
+const ANNO_OPTIONS: &[&str] = &[
+    "-b -A",
+    "-b -A -x",
+    "-b -l -A",
+    "-b -l -A -x",
+    "-b -p -A",
+    "-b -Afa",
+    "-b -Jfa",
+    "-b -A -z",
+    "-b -A -t 2",
+    "-b -A -m 50000",
+    "-b -A -C",
+];
+
 #[test]
 fn line_profiles_of_c_programs_match_gprof() {
     if !tools_present() {
@@ -52,6 +67,7 @@ fn line_profiles_of_c_programs_match_gprof() {
     for files in [["o0", "gmon.o0"], ["o2", "gmon.o2"], ["rec", "gmon.rec"]] {
         assert_same(&dir, LINE_OPTIONS, &files);
         assert_same(&dir, EXEC_OPTIONS, &files);
+        assert_same(&dir, ANNO_OPTIONS, &files);
     }
 }
 
@@ -75,6 +91,105 @@ fn line_profiles_of_cxx_programs_match_gprof() {
         &["cxx", "gmon.cxx"],
     );
     assert_same(&dir, EXEC_OPTIONS, &["cxx", "gmon.cxx"]);
+    assert_same(&dir, ANNO_OPTIONS, &["cxx", "gmon.cxx"]);
+}
+
+/// Annotated source when a source file has moved: searched for with `-I` and `GPROF_PATH`, one warning
+/// when it cannot be found, and `-y` files; all as gprof.
+#[test]
+fn annotated_source_is_searched_for_like_gprof() {
+    if !tools_present() {
+        return;
+    }
+    let dir = scratch("lines-anno");
+    for f in ["cycles_main.c", "cycles_other.c"] {
+        std::fs::copy(mslprof_tests::analyzer::fixtures().join(f), dir.join(f)).unwrap();
+    }
+    let built = Command::new("gcc")
+        .current_dir(&dir)
+        .args([
+            "-pg",
+            "-g",
+            "-O0",
+            "-o",
+            "p",
+            "cycles_main.c",
+            "cycles_other.c",
+        ])
+        .status()
+        .unwrap();
+    assert!(built.success());
+    let ran = Command::new(dir.join("p"))
+        .current_dir(&dir)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(ran.success());
+    std::fs::create_dir(dir.join("src")).unwrap();
+    std::fs::rename(dir.join("cycles_main.c"), dir.join("src/cycles_main.c")).unwrap();
+    let both = |args: &[&str], gprof_path: Option<&str>, cwd: &std::path::Path| {
+        let run = |program: &std::path::Path| {
+            let mut c = Command::new(program);
+            c.current_dir(cwd).args(args).env_remove("GPROF_PATH");
+            if let Some(p) = gprof_path {
+                c.env("GPROF_PATH", p);
+            }
+            c.output().unwrap()
+        };
+        (
+            run(&mslprof_tests::analyzer_binary()),
+            run(std::path::Path::new("gprof")),
+        )
+    };
+    for (args, path) in [
+        (&["-b", "-A", "p", "gmon.out"][..], None),
+        (&["-b", "-A", "-I", "src", "p", "gmon.out"][..], None),
+        (
+            &["-b", "-A", "-Isrc:/nonexistent", "p", "gmon.out"][..],
+            None,
+        ),
+        (&["-b", "-A", "p", "gmon.out"][..], Some("/nonexistent:src")),
+    ] {
+        let (ours, theirs) = both(args, path, &dir);
+        assert_eq!(
+            String::from_utf8_lossy(&ours.stdout),
+            String::from_utf8_lossy(&theirs.stdout),
+            "{args:?} GPROF_PATH={path:?}"
+        );
+        assert_eq!(ours.status.code(), theirs.status.code());
+        let warned = |o: &std::process::Output| {
+            String::from_utf8_lossy(&o.stderr)
+                .lines()
+                .filter(|l| l.contains("could not locate `") && l.contains("cycles_main.c'"))
+                .count()
+        };
+        assert_eq!(warned(&ours), warned(&theirs), "{args:?}");
+    }
+    // -y: one NAME-ann file per source, in the working directory.
+    for sub in ["ours", "theirs"] {
+        std::fs::create_dir(dir.join(sub)).unwrap();
+    }
+    let args = ["-b", "-A", "-y", "-I", "../src", "../p", "../gmon.out"];
+    for (sub, program) in [
+        ("ours", mslprof_tests::analyzer_binary()),
+        ("theirs", std::path::PathBuf::from("gprof")),
+    ] {
+        let out = Command::new(program)
+            .current_dir(dir.join(sub))
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{sub}: {out:?}");
+        assert!(
+            out.stdout.is_empty(),
+            "{sub}: -y writes no listing to stdout"
+        );
+    }
+    for f in ["cycles_main.c-ann", "cycles_other.c-ann"] {
+        let a = std::fs::read(dir.join("ours").join(f)).expect("mslprof wrote the -ann file");
+        let b = std::fs::read(dir.join("theirs").join(f)).expect("gprof wrote the -ann file");
+        assert!(a == b, "{f} differs from gprof's");
+    }
 }
 
 /// The names of the flat-profile rows of `report`, with their module index when `with_module`.
@@ -149,6 +264,23 @@ fn line_profiles_cover_every_module() {
         "{report}"
     );
     assert!(report.contains("  lib_work (lines_lib.c:"), "{report}");
+    // Annotated source over both modules: each file listed once with the call counts of its functions.
+    let listing = run_ok(mslprof().args(["-b", "-A", "gmon.out"]), "mslprof -A");
+    let counts_in = |file: &str| -> Vec<String> {
+        listing
+            .split("*** File ")
+            .find(|part| {
+                part.lines()
+                    .next()
+                    .is_some_and(|l| l.ends_with(&format!("/{file}:")))
+            })
+            .unwrap_or_else(|| panic!("no listing of {file}:\n{listing}"))
+            .lines()
+            .filter_map(|l| l.split_once(" -> ").map(|(n, _)| n.trim().to_string()))
+            .collect()
+    };
+    assert_eq!(counts_in("lines_lib.c"), ["4", "4"], "{listing}");
+    assert_eq!(counts_in("lines_main.c"), ["4", "1"], "{listing}");
     // Execution counts over both modules: exact call counts, by file and line, ambiguous names qualified.
     let counts = run_ok(mslprof().args(["-b", "-C", "gmon.out"]), "mslprof -C");
     let tally: Vec<String> = counts
