@@ -13,6 +13,7 @@ pub mod graph;
 pub mod histogram;
 pub mod lines;
 pub mod merge;
+pub mod ordering;
 pub mod output;
 pub mod qsort;
 pub mod report;

@@ -23,7 +23,7 @@ mod commands;
     version,
     args_override_self = true,
     about = "gprof-compatible reports over multi-module profiles",
-    after_help = "Short options are GNU gprof's: -a -b -D -i -l -L -s -T -v -z, -p/-P/-q/-Q/-A/-J/-C/-Z[symspec] (argument attached), \
+    after_help = "Short options are GNU gprof's: -a -b -D -i -l -L -r -s -T -v -x -y -z, -p/-P/-q/-Q/-A/-J/-C/-Z[symspec] (argument attached), \
 -e/-E/-f/-F name, -I dirs, -t num, -O format, -k from/to, -m num, -n/-N symspec, -w width, -S file.\n\
 Symspecs: func, file.c, file.c:func, file.c:line; func@module names one module's function and \
 module: (e.g. libfoo.so:) all functions of a module.\n\
@@ -107,6 +107,9 @@ struct Cli {
     /// Length of the most-executed-lines table of annotated source (-t num).
     #[arg(long = "table-length")]
     table_length: Option<usize>,
+    /// Print a suggested function order (-r); one list per module for mslprof profiles.
+    #[arg(long = "function-ordering")]
+    function_ordering: bool,
     /// Line-by-line profile: charge samples to source lines (from DWARF) instead of functions.
     #[arg(long)]
     line: bool,
@@ -168,6 +171,7 @@ fn normalize(args: &[String]) -> Vec<String> {
                 'y' => out.push("--separate-files".into()),
                 'v' => out.push("--version".into()),
                 'l' => out.push("--line".into()),
+                'r' => out.push("--function-ordering".into()),
                 'h' => out.push("--help".into()),
                 'p' => {
                     optional("flat-profile", &mut out);
@@ -220,10 +224,10 @@ fn normalize(args: &[String]) -> Vec<String> {
                     required(long, &mut out, &mut i);
                     break;
                 }
-                'c' | 'r' | 'R' | 'd' => {
+                'c' | 'R' | 'd' => {
                     let what = match c {
                         'c' => "the static call graph (-c)",
-                        'r' | 'R' => "function/file ordering (-r/-R)",
+                        'R' => "file ordering (-R)",
                         _ => "debugging output (-d)",
                     };
                     out.push(format!("--unsupported={what}"));
@@ -251,6 +255,7 @@ fn options_from(cli: &Cli) -> Result<Options, String> {
         external_symbols: cli.external_symbol_table.clone(),
         separate_instances: cli.separate_instances,
         line: cli.line,
+        function_order: cli.function_ordering,
         ..Options::default()
     };
     if let Some(what) = &cli.unsupported {

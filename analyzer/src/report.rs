@@ -48,6 +48,8 @@ pub struct Options {
     /// `-A`/`-J`: annotated source requested or suppressed, and how it is printed.
     pub anno: Option<bool>,
     pub annotate: crate::annotate::AnnotateOptions,
+    /// `-r`: the suggested function order.
+    pub function_order: bool,
 }
 
 impl Default for Options {
@@ -74,6 +76,7 @@ impl Default for Options {
             exec: None,
             anno: None,
             annotate: crate::annotate::AnnotateOptions::default(),
+            function_order: false,
         }
     }
 }
@@ -160,6 +163,7 @@ fn sections(opts: &Options) -> (bool, bool) {
         || opts.graph == Some(true)
         || opts.exec == Some(true)
         || opts.anno == Some(true)
+        || opts.function_order
         || opts.sum
         || opts.file_info;
     if requested {
@@ -545,10 +549,14 @@ fn render(
     if opts.exec == Some(true) {
         crate::execcounts::print(out, g, filters, style);
     }
+    let mut warnings = Vec::new();
     if opts.anno == Some(true) {
-        return crate::annotate::print(out, g, filters, style, &opts.annotate);
+        warnings = crate::annotate::print(out, g, filters, style, &opts.annotate);
     }
-    Vec::new()
+    if opts.function_order {
+        crate::ordering::print(out, g, style, want_graph);
+    }
+    warnings
 }
 
 /// gprof's `gmon.sum` for `--file-format=bsd|4.4bsd`: the 4.4BSD header when asked for or when the rate is

@@ -264,6 +264,25 @@ fn line_profiles_cover_every_module() {
         "{report}"
     );
     assert!(report.contains("  lib_work (lines_lib.c:"), "{report}");
+    // Function order: one list per module, each headed by a `#` line naming it; the called functions
+    // first, chained along their arcs inside the module.
+    let order = run_ok(mslprof().args(["-r", "gmon.out"]), "mslprof -r");
+    let list = |module: &str| -> Vec<&str> {
+        order
+            .split("# function order for module ")
+            .find(|part| {
+                part.lines()
+                    .next()
+                    .is_some_and(|l| l.contains(&format!(", {module} (")))
+            })
+            .unwrap_or_else(|| panic!("no list for {module}:\n{order}"))
+            .lines()
+            .skip(1)
+            .take(2)
+            .collect()
+    };
+    assert_eq!(list("liblines.so"), ["lib_work", "spin"], "{order}");
+    assert_eq!(list("lmain"), ["main", "spin"], "{order}");
     // Annotated source over both modules: each file listed once with the call counts of its functions.
     let listing = run_ok(mslprof().args(["-b", "-A", "gmon.out"]), "mslprof -A");
     let counts_in = |file: &str| -> Vec<String> {
