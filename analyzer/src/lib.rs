@@ -8,6 +8,7 @@ pub mod callgraph;
 pub mod cformat;
 pub mod cycles;
 pub mod execcounts;
+pub mod filemap;
 pub mod flat;
 pub mod graph;
 pub mod histogram;

@@ -109,6 +109,7 @@ pub fn line_symbols(
             is_static,
             file: Some(file),
             line,
+            mapped: false,
         });
     }
     out

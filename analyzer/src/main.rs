@@ -24,7 +24,7 @@ mod commands;
     args_override_self = true,
     about = "gprof-compatible reports over multi-module profiles",
     after_help = "Short options are GNU gprof's: -a -b -D -i -l -L -r -s -T -v -x -y -z, -p/-P/-q/-Q/-A/-J/-C/-Z[symspec] (argument attached), \
--e/-E/-f/-F name, -I dirs, -t num, -O format, -k from/to, -m num, -n/-N symspec, -w width, -S file.\n\
+-e/-E/-f/-F name, -I dirs, -t num, -R map_file, -O format, -k from/to, -m num, -n/-N symspec, -w width, -S file.\n\
 Symspecs: func, file.c, file.c:func, file.c:line; func@module names one module's function and \
 module: (e.g. libfoo.so:) all functions of a module.\n\
 Subcommands: mslprof run PROGRAM [ARGS] | mslprof demo | mslprof export PROFILE [OUTDIR]"
@@ -110,6 +110,9 @@ struct Cli {
     /// Print a suggested function order (-r); one list per module for mslprof profiles.
     #[arg(long = "function-ordering")]
     function_ordering: bool,
+    /// Print a suggested link order of object files (-R map_file), from an nm -A style map.
+    #[arg(long = "file-ordering")]
+    file_ordering: Option<PathBuf>,
     /// Line-by-line profile: charge samples to source lines (from DWARF) instead of functions.
     #[arg(long)]
     line: bool,
@@ -205,8 +208,10 @@ fn normalize(args: &[String]) -> Vec<String> {
                     optional("no-exec-counts", &mut out);
                     break;
                 }
-                'e' | 'E' | 'f' | 'F' | 'k' | 'm' | 'n' | 'N' | 'w' | 'S' | 'O' | 'I' | 't' => {
+                'e' | 'E' | 'f' | 'F' | 'k' | 'm' | 'n' | 'N' | 'w' | 'S' | 'O' | 'I' | 't'
+                | 'R' => {
                     let long = match c {
+                        'R' => "file-ordering",
                         'I' => "directory-path",
                         't' => "table-length",
                         'O' => "file-format",
@@ -224,10 +229,9 @@ fn normalize(args: &[String]) -> Vec<String> {
                     required(long, &mut out, &mut i);
                     break;
                 }
-                'c' | 'R' | 'd' => {
+                'c' | 'd' => {
                     let what = match c {
                         'c' => "the static call graph (-c)",
-                        'R' => "file ordering (-R)",
                         _ => "debugging output (-d)",
                     };
                     out.push(format!("--unsupported={what}"));
@@ -256,6 +260,7 @@ fn options_from(cli: &Cli) -> Result<Options, String> {
         separate_instances: cli.separate_instances,
         line: cli.line,
         function_order: cli.function_ordering,
+        file_order: cli.file_ordering.clone(),
         ..Options::default()
     };
     if let Some(what) = &cli.unsupported {
@@ -373,6 +378,11 @@ fn options_from(cli: &Cli) -> Result<Options, String> {
     }
     for s in &cli.no_time {
         o.specs.push((Table::ExclTime, s.clone()));
+    }
+    if cli.function_ordering && cli.file_ordering.is_some() {
+        // gprof runs the file order over the state its function order left behind; mslprof does not
+        // reproduce that mix.
+        return Err("-r and -R cannot be combined; run them separately".into());
     }
     if let Some(f) = &cli.file_format {
         o.file_format = match f.as_str() {

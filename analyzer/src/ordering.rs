@@ -283,3 +283,38 @@ pub fn print(out: &mut Out, g: &Graph, style: &Style, graph_printed: bool) {
         out.push_str(&function_order(g, &syms, &arcs, style, graph_printed));
     }
 }
+
+/// Print the suggested link order of the object files of `-R`'s map (gprof's `cg_print_file_ordering`):
+/// the files chained along the arcs between their functions, then the other files with functions in
+/// the table, then the map's files without any.
+pub fn print_file_order(out: &mut Out, g: &Graph, map: &crate::filemap::FileMap) {
+    let n = g.syms.len();
+    let mut st = State {
+        placed: vec![false; n],
+        next: vec![NONE; n],
+        prev: vec![NONE; n],
+        nuses: vec![0; n],
+        arc_placed: vec![false; g.arcs.len()],
+    };
+    let mapped = |s: usize| g.syms[s].symbol.mapped;
+    for (a, arc) in g.arcs.iter().enumerate() {
+        if !mapped(arc.parent) || !mapped(arc.child) {
+            st.arc_placed[a] = true;
+        }
+    }
+    let arcs: Vec<usize> = (0..g.arcs.len()).collect();
+    let mut text = String::new();
+    let mut unplaced = Vec::new();
+    order_by_arcs(g, &mut st, &arcs, false, &mut unplaced, &mut text);
+    for s in 0..g.nsyms {
+        if mapped(s) && !st.placed[s] {
+            let _ = writeln!(text, "{}", g.syms[s].symbol.name);
+        }
+    }
+    for f in map.files() {
+        if !(0..g.nsyms).any(|s| mapped(s) && g.syms[s].symbol.name == f) {
+            let _ = writeln!(text, "{f}");
+        }
+    }
+    out.push_str(&text);
+}

@@ -29,6 +29,14 @@ pub fn msort<T: Copy>(v: &mut [T], cmp: &mut impl FnMut(&T, &T) -> Ordering) {
     v.copy_from_slice(&merged);
 }
 
+/// [`msort`] for elements that are not `Copy`: sorts indices, then moves the elements.
+pub fn msort_by<T>(v: &mut Vec<T>, cmp: &mut impl FnMut(&T, &T) -> Ordering) {
+    let mut idx: Vec<usize> = (0..v.len()).collect();
+    msort(&mut idx, &mut |&l, &r| cmp(&v[l], &v[r]));
+    let mut slots: Vec<Option<T>> = std::mem::take(v).into_iter().map(Some).collect();
+    v.extend(idx.into_iter().filter_map(|i| slots[i].take()));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

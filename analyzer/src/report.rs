@@ -50,6 +50,8 @@ pub struct Options {
     pub annotate: crate::annotate::AnnotateOptions,
     /// `-r`: the suggested function order.
     pub function_order: bool,
+    /// `-R map_file`: the suggested object-file order, from an nm-style map.
+    pub file_order: Option<PathBuf>,
 }
 
 impl Default for Options {
@@ -77,6 +79,7 @@ impl Default for Options {
             anno: None,
             annotate: crate::annotate::AnnotateOptions::default(),
             function_order: false,
+            file_order: None,
         }
     }
 }
@@ -164,6 +167,7 @@ fn sections(opts: &Options) -> (bool, bool) {
         || opts.exec == Some(true)
         || opts.anno == Some(true)
         || opts.function_order
+        || opts.file_order.is_some()
         || opts.sum
         || opts.file_info;
     if requested {
@@ -258,6 +262,7 @@ fn read_external_symbols(path: &Path) -> Result<Vec<FunctionSymbol>, Failure> {
             is_static: t == "t",
             file: None,
             line: 0,
+            mapped: false,
         });
     }
     if out.is_empty() {
@@ -303,10 +308,18 @@ pub fn run_gnu(
         lines: opts.line,
     };
     let mut source_files = Vec::new();
+    let mut file_map = None;
     let syms = if let Some(ext) = &opts.external_symbols {
         symbols::finalize(read_external_symbols(ext)?, 0)
     } else {
-        let ms = symbols::load(exe, select).map_err(|e| Failure::new(exe, e.to_string()))?;
+        file_map = match &opts.file_order {
+            Some(p) => {
+                Some(crate::filemap::FileMap::read(p).map_err(|e| Failure::new(p, e.to_string()))?)
+            }
+            None => None,
+        };
+        let ms = symbols::load_mapped(exe, select, file_map.as_ref())
+            .map_err(|e| Failure::new(exe, e.to_string()))?;
         if ms.dynamic_only {
             warnings.push(format!(
                 "{}: symbol table is stripped; only exported functions are known",
@@ -488,6 +501,9 @@ pub fn run_gnu(
         have_arcs,
         opts,
     ));
+    if let Some(map) = &file_map {
+        crate::ordering::print_file_order(out, &g, map);
+    }
     Ok(Outcome { warnings, summary })
 }
 
@@ -742,6 +758,12 @@ pub fn run_mslprof(
             warnings,
             summary: None,
         });
+    }
+    if let Some(map) = &opts.file_order {
+        return Err(Failure::new(
+            map,
+            "-R (file ordering) applies to GNU gmon.out input; for mslprof profiles use -r, which orders each module",
+        ));
     }
     let merged = crate::merge::merge(inputs, opts.separate_instances)?;
     if opts.sum {

@@ -27,6 +27,8 @@ pub struct FunctionSymbol {
     /// Source file (from DWARF), when known.
     pub file: Option<String>,
     pub line: u32,
+    /// `-R`: the symbol stands for an object file of the map (its name is the file's).
+    pub mapped: bool,
 }
 
 /// What was read from one module's ELF file.
@@ -350,6 +352,7 @@ fn collect<'d>(
             is_static,
             file: None,
             line: 0,
+            mapped: false,
         });
     }
     out
@@ -451,6 +454,15 @@ fn with_debug_file<T>(
 
 /// Read and select the function symbols of the ELF file at `path`.
 pub fn load(path: &Path, opts: SelectOptions) -> Result<ModuleSymbols, SymbolError> {
+    load_mapped(path, opts, None)
+}
+
+/// [`load`], with `-R`'s function-to-file map applied before the table is finalized.
+pub fn load_mapped(
+    path: &Path,
+    opts: SelectOptions,
+    map: Option<&crate::filemap::FileMap>,
+) -> Result<ModuleSymbols, SymbolError> {
     let data = crate::sys::map_file(path)?;
     let data: &[u8] = &data;
     let file = object::File::parse(data).map_err(|e| SymbolError::NotElf(e.to_string()))?;
@@ -466,6 +478,10 @@ pub fn load(path: &Path, opts: SelectOptions) -> Result<ModuleSymbols, SymbolErr
                  dynamic_only: bool,
                  debug_file: Option<PathBuf>,
                  mut source_files: Vec<String>| {
+        let syms = match map {
+            Some(m) => m.apply(syms),
+            None => syms,
+        };
         let syms = finalize(syms, text_end);
         add_source_files(&mut source_files, &syms);
         source_files.reverse();
@@ -670,6 +686,7 @@ mod tests {
             is_static,
             file: None,
             line: 0,
+            mapped: false,
         }
     }
 

@@ -192,6 +192,63 @@ fn annotated_source_is_searched_for_like_gprof() {
     }
 }
 
+/// `-R map` (suggested object-file order) with a map from `nm -A --extern-only --defined-only` over the
+/// program's objects: the mapped symbols carry their file's name in every table too.
+#[test]
+fn file_ordering_matches_gprof() {
+    if !tools_present() || !have("nm") {
+        return;
+    }
+    let dir = scratch("lines-fileorder");
+    let fx = mslprof_tests::analyzer::fixtures();
+    let cc = |args: &[&str]| {
+        let ok = Command::new("gcc")
+            .current_dir(&dir)
+            .args(args)
+            .status()
+            .unwrap();
+        assert!(ok.success(), "gcc {args:?}");
+    };
+    let (main_c, other_c) = (fx.join("cycles_main.c"), fx.join("cycles_other.c"));
+    cc(&[
+        "-pg",
+        "-g",
+        "-O0",
+        "-c",
+        main_c.to_str().unwrap(),
+        other_c.to_str().unwrap(),
+    ]);
+    cc(&["-pg", "-o", "p", "cycles_main.o", "cycles_other.o"]);
+    let ran = Command::new(dir.join("p"))
+        .current_dir(&dir)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(ran.success());
+    let map = Command::new("nm")
+        .current_dir(&dir)
+        .args([
+            "-A",
+            "--extern-only",
+            "--defined-only",
+            "cycles_main.o",
+            "cycles_other.o",
+        ])
+        .output()
+        .unwrap();
+    std::fs::write(dir.join("map"), &map.stdout).unwrap();
+    assert_same(
+        &dir,
+        &[
+            "-R map",
+            "-b -R map -p -z",
+            "-b -p -q -R map",
+            "-b -T -R map",
+        ],
+        &["p", "gmon.out"],
+    );
+}
+
 /// The names of the flat-profile rows of `report`, with their module index when `with_module`.
 fn flat_names(report: &str, with_module: bool) -> Vec<(Option<usize>, String)> {
     report
