@@ -20,6 +20,20 @@ struct State {
     arc_placed: Vec<bool>,
 }
 
+impl State {
+    /// Nothing placed or chained yet.
+    fn new(g: &Graph) -> State {
+        let n = g.syms.len();
+        State {
+            placed: vec![false; n],
+            next: vec![NONE; n],
+            prev: vec![NONE; n],
+            nuses: vec![0; n],
+            arc_placed: vec![false; g.arcs.len()],
+        }
+    }
+}
+
 fn chain_end(st: &State, mut s: usize, forward: bool) -> (usize, usize) {
     let mut n = 0;
     loop {
@@ -145,14 +159,7 @@ fn function_order(
     style: &Style,
     graph_printed: bool,
 ) -> String {
-    let n = g.syms.len();
-    let mut st = State {
-        placed: vec![false; n],
-        next: vec![NONE; n],
-        prev: vec![NONE; n],
-        nuses: vec![0; n],
-        arc_placed: vec![false; g.arcs.len()],
-    };
+    let mut st = State::new(g);
     let (mut used, mut unused) = (Vec::new(), Vec::new());
     for &s in syms {
         if g.syms[s].ncalls == 0 {
@@ -288,14 +295,7 @@ pub fn print(out: &mut Out, g: &Graph, style: &Style, graph_printed: bool) {
 /// the files chained along the arcs between their functions, then the other files with functions in
 /// the table, then the map's files without any.
 pub fn print_file_order(out: &mut Out, g: &Graph, map: &crate::filemap::FileMap) {
-    let n = g.syms.len();
-    let mut st = State {
-        placed: vec![false; n],
-        next: vec![NONE; n],
-        prev: vec![NONE; n],
-        nuses: vec![0; n],
-        arc_placed: vec![false; g.arcs.len()],
-    };
+    let mut st = State::new(g);
     let mapped = |s: usize| g.syms[s].symbol.mapped;
     for (a, arc) in g.arcs.iter().enumerate() {
         if !mapped(arc.parent) || !mapped(arc.child) {

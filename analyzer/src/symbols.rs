@@ -427,11 +427,12 @@ fn with_line_symbols(
     finalize(all, text_end)
 }
 
-/// Run `f` over the separate debug file of the module at `path` that has DWARF line tables, if any.
-fn with_debug_file<T>(
+/// The first separate debug file of the module at `path` (by build-id, then `.gnu_debuglink`; one whose
+/// build-id differs is skipped) for which `f` gives a value.
+fn first_debug_file<T>(
     path: &Path,
     file: &object::File<'_>,
-    f: impl FnOnce(&object::File<'_>) -> T,
+    mut f: impl for<'d> FnMut(&Path, &'d [u8], &object::File<'d>) -> Option<T>,
 ) -> Option<T> {
     let build_id = build_id_of(file);
     for cand in debug_file_candidates(path, file) {
@@ -445,11 +446,24 @@ fn with_debug_file<T>(
         if build_id.is_some() && build_id_of(&dfile).is_some() && build_id_of(&dfile) != build_id {
             continue;
         }
-        if dfile.section_by_name(".debug_line").is_some() {
-            return Some(f(&dfile));
+        if let Some(v) = f(&cand, ddata, &dfile) {
+            return Some(v);
         }
     }
     None
+}
+
+/// Run `f` over the separate debug file of the module at `path` that has DWARF line tables, if any.
+fn with_debug_file<T>(
+    path: &Path,
+    file: &object::File<'_>,
+    f: impl FnOnce(&object::File<'_>) -> T,
+) -> Option<T> {
+    let mut f = Some(f);
+    first_debug_file(path, file, |_, _, dfile| {
+        dfile.section_by_name(".debug_line")?;
+        f.take().map(|f| f(dfile))
+    })
 }
 
 /// Read and select the function symbols of the ELF file at `path`.
@@ -518,26 +532,18 @@ pub fn load_mapped(
         }
         return Ok(found(syms, false, None, files));
     }
-    for cand in debug_file_candidates(path, &file) {
-        let Ok(dmap) = crate::sys::map_file(&cand) else {
-            continue;
-        };
-        let ddata: &[u8] = &dmap;
-        let Ok(dfile) = object::File::parse(ddata) else {
-            continue;
-        };
-        if build_id.is_some() && build_id_of(&dfile).is_some() && build_id_of(&dfile) != build_id {
-            continue;
-        }
-        let mut syms = collect(&dfile, ddata, false, opts);
+    if let Some(found_in_debug) = first_debug_file(path, &file, |cand, ddata, dfile| {
+        let mut syms = collect(dfile, ddata, false, opts);
         if syms.is_empty() {
-            continue;
+            return None;
         }
-        let files = attach_sources(&dfile, &mut syms);
+        let files = attach_sources(dfile, &mut syms);
         if opts.lines {
-            syms = with_line_symbols(&dfile, &file, syms, text_end);
+            syms = with_line_symbols(dfile, &file, syms, text_end);
         }
-        return Ok(found(syms, false, Some(cand), files));
+        Some(found(syms, false, Some(cand.to_path_buf()), files))
+    }) {
+        return Ok(found_in_debug);
     }
     let syms = collect(&file, data, true, opts);
     if syms.is_empty() {

@@ -119,12 +119,7 @@ fn annotated_source_is_searched_for_like_gprof() {
         .status()
         .unwrap();
     assert!(built.success());
-    let ran = Command::new(dir.join("p"))
-        .current_dir(&dir)
-        .stdout(std::process::Stdio::null())
-        .status()
-        .unwrap();
-    assert!(ran.success());
+    run_for_gmon(&dir, "p");
     std::fs::create_dir(dir.join("src")).unwrap();
     std::fs::rename(dir.join("cycles_main.c"), dir.join("src/cycles_main.c")).unwrap();
     let both = |args: &[&str], gprof_path: Option<&str>, cwd: &std::path::Path| {
@@ -219,12 +214,7 @@ fn file_ordering_matches_gprof() {
         other_c.to_str().unwrap(),
     ]);
     cc(&["-pg", "-o", "p", "cycles_main.o", "cycles_other.o"]);
-    let ran = Command::new(dir.join("p"))
-        .current_dir(&dir)
-        .stdout(std::process::Stdio::null())
-        .status()
-        .unwrap();
-    assert!(ran.success());
+    run_for_gmon(&dir, "p");
     let map = Command::new("nm")
         .current_dir(&dir)
         .args([
@@ -247,6 +237,23 @@ fn file_ordering_matches_gprof() {
         ],
         &["p", "gmon.out"],
     );
+}
+
+/// Run `dir/program` in `dir`, which leaves its gmon.out there.
+fn run_for_gmon(dir: &std::path::Path, program: &str) {
+    let ran = Command::new(dir.join(program))
+        .current_dir(dir)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(ran.success(), "{program} failed");
+}
+
+/// The part of `text` after a `separator` whose first line contains `heading`.
+fn part_after<'a>(text: &'a str, separator: &str, heading: &str) -> &'a str {
+    text.split(separator)
+        .find(|part| part.lines().next().is_some_and(|l| l.contains(heading)))
+        .unwrap_or_else(|| panic!("no `{separator}…{heading}` part in:\n{text}"))
 }
 
 /// The names of the flat-profile rows of `report`, with their module index when `with_module`.
@@ -325,32 +332,22 @@ fn line_profiles_cover_every_module() {
     // first, chained along their arcs inside the module.
     let order = run_ok(mslprof().args(["-r", "gmon.out"]), "mslprof -r");
     let list = |module: &str| -> Vec<&str> {
-        order
-            .split("# function order for module ")
-            .find(|part| {
-                part.lines()
-                    .next()
-                    .is_some_and(|l| l.contains(&format!(", {module} (")))
-            })
-            .unwrap_or_else(|| panic!("no list for {module}:\n{order}"))
-            .lines()
-            .skip(1)
-            .take(2)
-            .collect()
+        part_after(
+            &order,
+            "# function order for module ",
+            &format!(", {module} ("),
+        )
+        .lines()
+        .skip(1)
+        .take(2)
+        .collect()
     };
     assert_eq!(list("liblines.so"), ["lib_work", "spin"], "{order}");
     assert_eq!(list("lmain"), ["main", "spin"], "{order}");
     // Annotated source over both modules: each file listed once with the call counts of its functions.
     let listing = run_ok(mslprof().args(["-b", "-A", "gmon.out"]), "mslprof -A");
     let counts_in = |file: &str| -> Vec<String> {
-        listing
-            .split("*** File ")
-            .find(|part| {
-                part.lines()
-                    .next()
-                    .is_some_and(|l| l.ends_with(&format!("/{file}:")))
-            })
-            .unwrap_or_else(|| panic!("no listing of {file}:\n{listing}"))
+        part_after(&listing, "*** File ", &format!("/{file}:"))
             .lines()
             .filter_map(|l| l.split_once(" -> ").map(|(n, _)| n.trim().to_string()))
             .collect()
