@@ -226,7 +226,7 @@ pub fn name_only(s: &Sym, style: &Style) -> String {
     } else {
         s.display.clone()
     };
-    if style.inline_file_names
+    if (style.inline_file_names || style.line_granularity)
         && let Some(f) = &s.symbol.file
     {
         let f = if style.print_path {
@@ -234,7 +234,11 @@ pub fn name_only(s: &Sym, style: &Style) -> String {
         } else {
             f.rsplit('/').next().unwrap_or(f)
         };
-        let _ = write!(out, " ({}:{})", f, s.symbol.line);
+        if style.line_granularity {
+            let _ = write!(out, " ({}:{} @ {:x})", f, s.symbol.line, s.symbol.addr);
+        } else {
+            let _ = write!(out, " ({}:{})", f, s.symbol.line);
+        }
     }
     out
 }
@@ -325,13 +329,7 @@ pub fn print(out: &mut Out, g: &mut Graph, time_sorted: &[usize], print_time: f6
     }
     for &p in time_sorted {
         let s = &g.syms[p];
-        if (style.ignore_zeros
-            && s.ncalls == 0
-            && s.self_calls == 0
-            && s.prop_self == 0.0
-            && s.prop_child == 0.0)
-            || !s.print_flag
-        {
+        if !has_entry(s, style) {
             continue;
         }
         if s.is_cycle {
@@ -430,6 +428,33 @@ fn print_cycle(out: &mut Out, g: &mut Graph, cyc: usize, print_time: f64, style:
     }
 }
 
+/// Whether the call graph has an entry for `s` (gprof's test in `cg_print`).
+pub fn has_entry(s: &Sym, style: &Style) -> bool {
+    !((style.ignore_zeros
+        && s.ncalls == 0
+        && s.self_calls == 0
+        && s.prop_self == 0.0
+        && s.prop_child == 0.0)
+        || !s.print_flag
+        || (style.line_granularity && !s.symbol.is_func))
+}
+
+/// The arcs into `child` in the order its call-graph entry lists them (ascending; among equals, the arc
+/// seen first comes first).
+pub fn parents_in_print_order(g: &Graph, child: usize) -> Vec<usize> {
+    let mut arcs = g.syms[child].parents.clone();
+    arcs.sort_by(|&l, &r| cmp_arc(g, l, r));
+    arcs
+}
+
+/// The arcs out of `parent` in the order its call-graph entry lists them (descending; among equals, the
+/// arc seen first comes first).
+pub fn children_in_print_order(g: &Graph, parent: usize) -> Vec<usize> {
+    let mut arcs = g.syms[parent].children.clone();
+    arcs.sort_by(|&l, &r| cmp_arc(g, r, l));
+    arcs
+}
+
 fn print_parents(out: &mut Out, g: &Graph, child: usize, style: &Style) {
     let kids_w = if style.bsd { 11 } else { 7 };
     let c = &g.syms[child];
@@ -442,10 +467,7 @@ fn print_parents(out: &mut Out, g: &Graph, child: usize, style: &Style) {
         );
         return;
     }
-    // Ascending; among equals, the arc seen first comes first.
-    let mut arcs = c.parents.clone();
-    arcs.sort_by(|&l, &r| cmp_arc(g, l, r));
-    for a in arcs {
+    for a in parents_in_print_order(g, child) {
         let arc = &g.arcs[a];
         let parent = &g.syms[arc.parent];
         let in_cycle = arc.parent == child || (c.cyc_num != 0 && parent.cyc_num == c.cyc_num);
@@ -455,10 +477,7 @@ fn print_parents(out: &mut Out, g: &Graph, child: usize, style: &Style) {
 
 fn print_children(out: &mut Out, g: &Graph, parent: usize, style: &Style) {
     let p = &g.syms[parent];
-    // Descending; among equals, the arc seen first comes first.
-    let mut arcs = p.children.clone();
-    arcs.sort_by(|&l, &r| cmp_arc(g, r, l));
-    for a in arcs {
+    for a in children_in_print_order(g, parent) {
         let arc = &g.arcs[a];
         let child = &g.syms[arc.child];
         let in_cycle = arc.child == parent || (child.cyc_num != 0 && child.cyc_num == p.cyc_num);
@@ -566,6 +585,7 @@ pub fn print_index(out: &mut Out, g: &Graph, style: &Style) {
                     col += name.len() as i64;
                     out.push_str(&name);
                     if s.symbol.is_static
+                        && !style.line_granularity
                         && let Some(f) = &s.symbol.file
                     {
                         let f = if style.print_path {

@@ -82,6 +82,8 @@ pub struct ModuleView {
     /// Samples that fell in this module (from the profile header, or counted).
     pub samples: u64,
     pub profiled: bool,
+    /// Source files named by its symbols, in the order gprof lists them (see `ModuleSymbols`).
+    pub source_files: Vec<String>,
 }
 
 /// Symbols, arcs and modules of the whole process.

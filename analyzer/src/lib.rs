@@ -1,17 +1,23 @@
 //! mslprof's analyzer: reads GNU and mslprof profiles, maps each module's samples and arcs to that
 //! module's ELF symbols and prints gprof-compatible reports.
 
+pub mod annotate;
 pub mod arcs;
 pub mod blurbs;
 pub mod callgraph;
 pub mod cformat;
 pub mod cycles;
+pub mod execcounts;
 pub mod export;
+pub mod filemap;
 pub mod flat;
 pub mod graph;
 pub mod histogram;
+pub mod lines;
 pub mod merge;
+pub mod ordering;
 pub mod output;
+pub mod qsort;
 pub mod report;
 pub mod symbols;
 pub mod symspec;

@@ -84,10 +84,10 @@ struct Cli {
     /// Print symbol names as they are in the symbol table
     #[arg(long = "no-demangle", help_heading = OUTPUT)]
     no_demangle: bool,
-    /// Annotated source only: annotate every line of a block (accepted for gprof compatibility)
+    /// Annotated source: repeat a block's count on every line of the block
     #[arg(short = 'x', long = "all-lines", help_heading = OUTPUT)]
     all_lines: bool,
-    /// Annotated source only: one NAME-ann file per source file (accepted for gprof compatibility)
+    /// Annotated source: write one NAME-ann file per source file instead of standard output
     #[arg(short = 'y', long = "separate-files", help_heading = OUTPUT)]
     separate_files: bool,
     /// mslprof: show each load instance of a library separately instead of merging them
@@ -140,6 +140,33 @@ struct Cli {
     only_graph_time: Vec<String>,
     #[arg(long, hide = true)]
     unsupported: Option<String>,
+    /// Print annotated source, only for SYMSPEC when given
+    #[arg(short = 'A', long = "annotated-source", value_name = "SYMSPEC", num_args = 0..=1, require_equals = true, default_missing_value = "", help_heading = OUTPUT)]
+    annotated_source: Vec<String>,
+    /// Do not print annotated source; with SYMSPEC, print it without the matching functions
+    #[arg(short = 'J', long = "no-annotated-source", value_name = "SYMSPEC", num_args = 0..=1, require_equals = true, default_missing_value = "", help_heading = OUTPUT)]
+    no_annotated_source: Vec<String>,
+    /// Print the tally of functions and their call counts (execution counts), only for SYMSPEC when given
+    #[arg(short = 'C', long = "exec-counts", value_name = "SYMSPEC", num_args = 0..=1, require_equals = true, default_missing_value = "", help_heading = OUTPUT)]
+    exec_counts: Vec<String>,
+    /// Do not print execution counts; with SYMSPEC, print them without the matching functions
+    #[arg(short = 'Z', long = "no-exec-counts", value_name = "SYMSPEC", num_args = 0..=1, require_equals = true, default_missing_value = "", help_heading = OUTPUT)]
+    no_exec_counts: Vec<String>,
+    /// Directories to search for source files (colon-separated; GPROF_PATH is searched too)
+    #[arg(short = 'I', long = "directory-path", value_name = "DIRS", help_heading = OUTPUT)]
+    directory_path: Vec<String>,
+    /// Annotated source: list the NUM most executed lines of each file (default 10)
+    #[arg(short = 't', long = "table-length", value_name = "NUM", help_heading = OUTPUT)]
+    table_length: Option<usize>,
+    /// Print a suggested function order (one list per module for mslprof profiles)
+    #[arg(short = 'r', long = "function-ordering", help_heading = OUTPUT)]
+    function_ordering: bool,
+    /// Print a suggested link order of object files, from an nm-style MAP_FILE
+    #[arg(short = 'R', long = "file-ordering", value_name = "MAP_FILE", help_heading = OUTPUT)]
+    file_ordering: Option<PathBuf>,
+    /// Line-by-line profile: charge samples to source lines (from DWARF) instead of functions
+    #[arg(short = 'l', long, help_heading = ANALYSIS)]
+    line: bool,
     /// The executable (a GNU gmon.out needs it; default a.out), then profile files (default gmon.out)
     #[arg(value_name = "FILES")]
     files: Vec<PathBuf>,
@@ -195,6 +222,8 @@ fn normalize(args: &[String]) -> Vec<String> {
                 'x' => out.push("--all-lines".into()),
                 'y' => out.push("--separate-files".into()),
                 'v' => out.push("--version".into()),
+                'l' => out.push("--line".into()),
+                'r' => out.push("--function-ordering".into()),
                 'h' => out.push("-h".into()),
                 'p' => {
                     optional("flat-profile", &mut out);
@@ -212,8 +241,28 @@ fn normalize(args: &[String]) -> Vec<String> {
                     optional("no-graph", &mut out);
                     break;
                 }
-                'e' | 'E' | 'f' | 'F' | 'k' | 'm' | 'n' | 'N' | 'w' | 'S' | 'O' => {
+                'A' => {
+                    optional("annotated-source", &mut out);
+                    break;
+                }
+                'J' => {
+                    optional("no-annotated-source", &mut out);
+                    break;
+                }
+                'C' => {
+                    optional("exec-counts", &mut out);
+                    break;
+                }
+                'Z' => {
+                    optional("no-exec-counts", &mut out);
+                    break;
+                }
+                'e' | 'E' | 'f' | 'F' | 'k' | 'm' | 'n' | 'N' | 'w' | 'S' | 'O' | 'I' | 't'
+                | 'R' => {
                     let long = match c {
+                        'R' => "file-ordering",
+                        'I' => "directory-path",
+                        't' => "table-length",
                         'O' => "file-format",
                         'e' => "exclude-graph",
                         'E' => "exclude-graph-and-time",
@@ -229,15 +278,9 @@ fn normalize(args: &[String]) -> Vec<String> {
                     required(long, &mut out, &mut i);
                     break;
                 }
-                'A' | 'C' | 'J' | 'Z' | 'l' | 'c' | 'I' | 't' | 'r' | 'R' | 'd' => {
+                'c' | 'd' => {
                     let what = match c {
-                        'A' => "annotated source (-A)",
-                        'C' | 'Z' => "execution counts (-C/-Z)",
-                        'J' => "annotated source (-J)",
-                        'l' => "line-by-line profiling (-l)",
                         'c' => "the static call graph (-c)",
-                        'I' | 't' => "annotated source options (-I/-t)",
-                        'r' | 'R' => "function/file ordering (-r/-R)",
                         _ => "debugging output (-d)",
                     };
                     out.push(format!("--unsupported={what}"));
@@ -264,9 +307,11 @@ fn options_from(cli: &Cli) -> Result<Options, String> {
         width: cli.width.unwrap_or(80),
         external_symbols: cli.external_symbol_table.clone(),
         separate_instances: cli.separate_instances,
+        line: cli.line,
+        function_order: cli.function_ordering,
+        file_order: cli.file_ordering.clone(),
         ..Options::default()
     };
-    let _ = cli.min_count;
     if let Some(what) = &cli.unsupported {
         return Err(format!("{what} is not supported by mslprof"));
     }
@@ -314,6 +359,52 @@ fn options_from(cli: &Cli) -> Result<Options, String> {
             o.graph = Some(true);
         }
     }
+    for s in &cli.exec_counts {
+        if !s.is_empty() {
+            o.specs.push((Table::InclExec, s.clone()));
+        }
+        o.exec = Some(true);
+    }
+    for s in &cli.no_exec_counts {
+        if s.is_empty() {
+            o.exec = Some(false);
+        } else {
+            o.specs.push((Table::ExclExec, s.clone()));
+            o.exec = Some(true);
+        }
+    }
+    for s in &cli.annotated_source {
+        if !s.is_empty() {
+            o.specs.push((Table::InclAnno, s.clone()));
+        }
+        o.anno = Some(true);
+    }
+    for s in &cli.no_annotated_source {
+        if s.is_empty() {
+            o.anno = Some(false);
+        } else {
+            o.specs.push((Table::ExclAnno, s.clone()));
+            o.anno = Some(true);
+        }
+    }
+    o.annotate.all_lines = cli.all_lines;
+    o.annotate.separate_files = cli.separate_files;
+    for d in &cli.directory_path {
+        o.annotate
+            .search
+            .extend(d.split(':').filter(|p| !p.is_empty()).map(String::from));
+    }
+    if let Ok(p) = std::env::var("GPROF_PATH") {
+        o.annotate
+            .search
+            .extend(p.split(':').filter(|p| !p.is_empty()).map(String::from));
+    }
+    if let Some(t) = cli.table_length {
+        o.annotate.table_length = t;
+    }
+    if let Some(m) = cli.min_count {
+        o.annotate.min_count = m;
+    }
     for s in &cli.exclude_graph {
         o.specs.push((Table::ExclGraph, s.clone()));
     }
@@ -336,6 +427,11 @@ fn options_from(cli: &Cli) -> Result<Options, String> {
     }
     for s in &cli.no_time {
         o.specs.push((Table::ExclTime, s.clone()));
+    }
+    if cli.function_ordering && cli.file_ordering.is_some() {
+        // gprof runs the file order over the state its function order left behind; mslprof does not
+        // reproduce that mix.
+        return Err("-r and -R cannot be combined; run them separately".into());
     }
     if let Some(f) = &cli.file_format {
         o.file_format = match f.as_str() {

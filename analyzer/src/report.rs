@@ -41,6 +41,17 @@ pub struct Options {
     pub separate_instances: bool,
     /// gprof's `--file-format`: the layout GNU/BSD input is read in and `gmon.sum` is written in.
     pub file_format: mslprof_format::InputFormat,
+    /// `-l`: charge samples to source lines instead of functions.
+    pub line: bool,
+    /// `-C`/`-Z`: the execution-count tally requested or suppressed.
+    pub exec: Option<bool>,
+    /// `-A`/`-J`: annotated source requested or suppressed, and how it is printed.
+    pub anno: Option<bool>,
+    pub annotate: crate::annotate::AnnotateOptions,
+    /// `-r`: the suggested function order.
+    pub function_order: bool,
+    /// `-R map_file`: the suggested object-file order, from an nm-style map.
+    pub file_order: Option<PathBuf>,
 }
 
 impl Default for Options {
@@ -63,6 +74,12 @@ impl Default for Options {
             external_symbols: None,
             separate_instances: false,
             file_format: mslprof_format::InputFormat::Auto,
+            line: false,
+            exec: None,
+            anno: None,
+            annotate: crate::annotate::AnnotateOptions::default(),
+            function_order: false,
+            file_order: None,
         }
     }
 }
@@ -80,6 +97,8 @@ pub struct Style {
     pub dimension_abbrev: char,
     pub print_path: bool,
     pub inline_file_names: bool,
+    /// `-l`: names carry `(file:line @ address)`.
+    pub line_granularity: bool,
     pub multi_module: bool,
     pub first_output: Cell<bool>,
 }
@@ -143,8 +162,14 @@ pub struct Input {
 /// Which output sections to print, by gprof's rule: sections the user did not mention are printed only
 /// when nothing at all was requested.
 fn sections(opts: &Options) -> (bool, bool) {
-    let requested =
-        opts.flat == Some(true) || opts.graph == Some(true) || opts.sum || opts.file_info;
+    let requested = opts.flat == Some(true)
+        || opts.graph == Some(true)
+        || opts.exec == Some(true)
+        || opts.anno == Some(true)
+        || opts.function_order
+        || opts.file_order.is_some()
+        || opts.sum
+        || opts.file_info;
     if requested {
         (opts.flat == Some(true), opts.graph == Some(true))
     } else {
@@ -237,6 +262,7 @@ fn read_external_symbols(path: &Path) -> Result<Vec<FunctionSymbol>, Failure> {
             is_static: t == "t",
             file: None,
             line: 0,
+            mapped: false,
         });
     }
     if out.is_empty() {
@@ -279,17 +305,28 @@ pub fn run_gnu(
         no_static: opts.no_static,
         ignore_non_functions: opts.ignore_non_functions,
         keep_split_parts: false,
+        lines: opts.line,
     };
+    let mut source_files = Vec::new();
+    let mut file_map = None;
     let syms = if let Some(ext) = &opts.external_symbols {
         symbols::finalize(read_external_symbols(ext)?, 0)
     } else {
-        let ms = symbols::load(exe, select).map_err(|e| Failure::new(exe, e.to_string()))?;
+        file_map = match &opts.file_order {
+            Some(p) => {
+                Some(crate::filemap::FileMap::read(p).map_err(|e| Failure::new(p, e.to_string()))?)
+            }
+            None => None,
+        };
+        let ms = symbols::load_mapped(exe, select, file_map.as_ref())
+            .map_err(|e| Failure::new(exe, e.to_string()))?;
         if ms.dynamic_only {
             warnings.push(format!(
                 "{}: symbol table is stripped; only exported functions are known",
                 exe.display()
             ));
         }
+        source_files = ms.source_files;
         ms.symbols
     };
     let mut g = Graph::default();
@@ -299,6 +336,7 @@ pub fn run_gnu(
         unit: 2,
         gnu_last_symbol: true,
         profiled: true,
+        source_files,
         ..ModuleView::default()
     });
     push_module_syms(&mut g, 0, syms, opts.demangle);
@@ -448,10 +486,11 @@ pub fn run_gnu(
         dimension_abbrev: abbrev,
         print_path: opts.print_path,
         inline_file_names: opts.inline_file_names,
+        line_granularity: opts.line,
         multi_module: false,
         first_output: Cell::new(true),
     };
-    render(
+    warnings.extend(render(
         out,
         &mut g,
         &filters,
@@ -460,7 +499,11 @@ pub fn run_gnu(
         have_hist && want_flat,
         have_arcs && want_graph,
         have_arcs,
-    );
+        opts,
+    ));
+    if let Some(map) = &file_map {
+        crate::ordering::print_file_order(out, &g, map);
+    }
     Ok(Outcome { warnings, summary })
 }
 
@@ -494,7 +537,8 @@ fn render(
     want_flat: bool,
     want_graph: bool,
     have_arcs: bool,
-) {
+    opts: &Options,
+) -> Vec<String> {
     let (time_sorted, print_time) = if have_arcs {
         crate::callgraph::assemble(g, filters)
     } else {
@@ -518,6 +562,17 @@ fn render(
     if want_graph {
         crate::callgraph::print_index(out, g, style);
     }
+    if opts.exec == Some(true) {
+        crate::execcounts::print(out, g, filters, style);
+    }
+    let mut warnings = Vec::new();
+    if opts.anno == Some(true) {
+        warnings = crate::annotate::print(out, g, filters, style, &opts.annotate);
+    }
+    if opts.function_order {
+        crate::ordering::print(out, g, style, want_graph);
+    }
+    warnings
 }
 
 /// gprof's `gmon.sum` for `--file-format=bsd|4.4bsd`: the 4.4BSD header when asked for or when the rate is
@@ -704,6 +759,12 @@ pub fn run_mslprof(
             summary: None,
         });
     }
+    if let Some(map) = &opts.file_order {
+        return Err(Failure::new(
+            map,
+            "-R (file ordering) applies to GNU gmon.out input; for mslprof profiles use -r, which orders each module",
+        ));
+    }
     let merged = crate::merge::merge(inputs, opts.separate_instances)?;
     if opts.sum {
         let mut bytes = Vec::new();
@@ -743,6 +804,7 @@ pub fn run_mslprof(
         dimension_abbrev: 's',
         print_path: opts.print_path,
         inline_file_names: opts.inline_file_names,
+        line_granularity: opts.line,
         multi_module: true,
         first_output: Cell::new(true),
     };
@@ -779,7 +841,7 @@ pub fn run_mslprof(
     if !warnings.is_empty() || !unprofiled.is_empty() || header.unknown_samples != 0 {
         style.first_output.set(false);
     }
-    render(
+    let listing_warnings = render(
         out,
         &mut g,
         &filters,
@@ -788,6 +850,7 @@ pub fn run_mslprof(
         have_hist && want_flat,
         have_arcs && want_graph,
         have_arcs,
+        opts,
     );
     out.push_str("\u{c}\nModules\n\n index  samples  module                     path\n");
     for (i, m) in profile.modules.iter().enumerate() {
@@ -810,7 +873,7 @@ pub fn run_mslprof(
         );
     }
     Ok(Outcome {
-        warnings: Vec::new(),
+        warnings: listing_warnings,
         summary: None,
     })
 }
@@ -844,6 +907,7 @@ pub fn analyse_mslprof(
         no_static: opts.no_static,
         ignore_non_functions: opts.ignore_non_functions,
         keep_split_parts: true,
+        lines: opts.line,
     };
     let mut g = Graph::default();
     for (i, m) in profile.modules.iter().enumerate() {
@@ -916,6 +980,7 @@ pub fn analyse_mslprof(
                         file.display()
                     ));
                 }
+                g.modules[i].source_files = ms.source_files;
                 push_module_syms(&mut g, i, ms.symbols, opts.demangle);
             }
             Err(e) => {

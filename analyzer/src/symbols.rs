@@ -27,6 +27,8 @@ pub struct FunctionSymbol {
     /// Source file (from DWARF), when known.
     pub file: Option<String>,
     pub line: u32,
+    /// `-R`: the symbol stands for an object file of the map (its name is the file's).
+    pub mapped: bool,
 }
 
 /// What was read from one module's ELF file.
@@ -42,6 +44,9 @@ pub struct ModuleSymbols {
     pub address_size: u8,
     /// Where the symbols came from when a separate debug file was used.
     pub debug_file: Option<PathBuf>,
+    /// The source files of the symbols, in the order gprof keeps them (its `first_src_file` list: most
+    /// recently seen first, seen in symbol-table order, then, with `-l`, in line-symbol order).
+    pub source_files: Vec<String>,
 }
 
 /// Options that change which symbols are kept.
@@ -56,6 +61,8 @@ pub struct SelectOptions {
     /// credited to whatever function happens to precede them, and let the last function of a module
     /// reach the end of its executable sections (BOLT-processed libraries have several).
     pub keep_split_parts: bool,
+    /// `-l`: add one symbol per source line (see [`crate::lines`]).
+    pub lines: bool,
 }
 
 /// Failure to use a module's file.
@@ -229,7 +236,8 @@ fn classify<'d, S: ObjectSymbol<'d>>(
     Some(true)
 }
 
-/// Sort by address and keep one symbol per address as gprof's `symtab_finalize` does; set `end_addr`.
+/// Sort by address and keep one symbol per address as gprof's `symtab_finalize` does; set `end_addr`
+/// where it is not set yet.
 pub fn finalize(mut syms: Vec<FunctionSymbol>, text_end: u64) -> Vec<FunctionSymbol> {
     syms.sort_by(|l, r| {
         l.addr
@@ -261,12 +269,20 @@ pub fn finalize(mut syms: Vec<FunctionSymbol>, text_end: u64) -> Vec<FunctionSym
             }
             continue;
         }
-        if let Some(last) = out.last_mut() {
+        if let Some(last) = out.last_mut()
+            && last.end_addr == 0
+        {
             last.end_addr = src.addr.wrapping_sub(1);
         }
-        out.push(src);
+        // A symbol whose range was set by an earlier pass (function symbols under `-l`) is kept only if
+        // that range is not empty, as in gprof.
+        if src.end_addr == 0 || src.addr <= src.end_addr {
+            out.push(src);
+        }
     }
-    if let Some(last) = out.last_mut() {
+    if let Some(last) = out.last_mut()
+        && last.end_addr == 0
+    {
         last.end_addr = text_end;
     }
     out
@@ -336,6 +352,7 @@ fn collect<'d>(
             is_static,
             file: None,
             line: 0,
+            mapped: false,
         });
     }
     out
@@ -357,43 +374,109 @@ fn text_end_of(file: &object::File<'_>, opts: SelectOptions) -> u64 {
         .unwrap_or(0)
 }
 
-/// Fill in source file and line of each symbol from DWARF line tables, as gprof's `get_src_info` does.
-fn attach_sources(file: &object::File<'_>, syms: &mut [FunctionSymbol]) {
-    if file.section_by_name(".debug_line").is_none() {
-        return;
-    }
-    use addr2line::gimli;
-    let endian = if file.is_little_endian() {
-        gimli::RunTimeEndian::Little
-    } else {
-        gimli::RunTimeEndian::Big
-    };
-    let load = |id: gimli::SectionId| -> Result<std::borrow::Cow<'_, [u8]>, gimli::Error> {
-        Ok(file
-            .section_by_name(id.name())
-            .and_then(|s| s.uncompressed_data().ok())
-            .unwrap_or(std::borrow::Cow::Borrowed(&[])))
-    };
-    let Ok(dwarf_cow) = gimli::DwarfSections::load(load) else {
-        return;
-    };
-    let dwarf = dwarf_cow.borrow(|s| gimli::EndianSlice::new(s, endian));
-    let Ok(ctx) = addr2line::Context::from_dwarf(dwarf) else {
-        return;
-    };
-    for s in syms.iter_mut() {
-        if let Ok(Some(loc)) = ctx.find_location(s.addr)
-            && let (Some(f), Some(l)) = (loc.file, loc.line)
-            && l != 0
-        {
-            s.file = Some(f.to_string());
-            s.line = l;
+/// Add the files of `syms` not in `files` yet, in the order of `syms`.
+fn add_source_files(files: &mut Vec<String>, syms: &[FunctionSymbol]) {
+    let mut seen: std::collections::HashSet<String> = files.iter().cloned().collect();
+    for f in syms.iter().filter_map(|s| s.file.as_ref()) {
+        if seen.insert(f.clone()) {
+            files.push(f.clone());
         }
     }
 }
 
+/// Fill in source file and line of each symbol from DWARF line tables, as gprof's `get_src_info` does;
+/// returns the files in the order they were first seen.
+fn attach_sources(file: &object::File<'_>, syms: &mut [FunctionSymbol]) -> Vec<String> {
+    crate::lines::with_dwarf(file, |ctx| {
+        for s in syms.iter_mut() {
+            if let Ok(Some(loc)) = ctx.find_location(s.addr)
+                && let (Some(f), Some(l)) = (loc.file, loc.line)
+                && l != 0
+            {
+                s.file = Some(f.to_string());
+                s.line = l;
+            }
+        }
+    });
+    let mut files = Vec::new();
+    add_source_files(&mut files, syms);
+    files
+}
+
+/// `-l`: finalize the function symbols, then add the line symbols of `.text` from the DWARF of `dwarf`
+/// (the module itself or its separate debug file) and finalize the whole table, as gprof does.
+fn with_line_symbols(
+    dwarf: &object::File<'_>,
+    module: &object::File<'_>,
+    funcs: Vec<FunctionSymbol>,
+    text_end: u64,
+) -> Vec<FunctionSymbol> {
+    let funcs = finalize(funcs, text_end);
+    let Some(text) = module
+        .section_by_name(".text")
+        .map(|s| s.address()..s.address() + s.size())
+    else {
+        return funcs;
+    };
+    let Some(mut all) =
+        crate::lines::with_dwarf(dwarf, |ctx| crate::lines::line_symbols(ctx, &funcs, text))
+    else {
+        return funcs;
+    };
+    all.extend(funcs);
+    finalize(all, text_end)
+}
+
+/// The first separate debug file of the module at `path` (by build-id, then `.gnu_debuglink`; one whose
+/// build-id differs is skipped) for which `f` gives a value.
+fn first_debug_file<T>(
+    path: &Path,
+    file: &object::File<'_>,
+    mut f: impl for<'d> FnMut(&Path, &'d [u8], &object::File<'d>) -> Option<T>,
+) -> Option<T> {
+    let build_id = build_id_of(file);
+    for cand in debug_file_candidates(path, file) {
+        let Ok(dmap) = crate::sys::map_file(&cand) else {
+            continue;
+        };
+        let ddata: &[u8] = &dmap;
+        let Ok(dfile) = object::File::parse(ddata) else {
+            continue;
+        };
+        if build_id.is_some() && build_id_of(&dfile).is_some() && build_id_of(&dfile) != build_id {
+            continue;
+        }
+        if let Some(v) = f(&cand, ddata, &dfile) {
+            return Some(v);
+        }
+    }
+    None
+}
+
+/// Run `f` over the separate debug file of the module at `path` that has DWARF line tables, if any.
+fn with_debug_file<T>(
+    path: &Path,
+    file: &object::File<'_>,
+    f: impl FnOnce(&object::File<'_>) -> T,
+) -> Option<T> {
+    let mut f = Some(f);
+    first_debug_file(path, file, |_, _, dfile| {
+        dfile.section_by_name(".debug_line")?;
+        f.take().map(|f| f(dfile))
+    })
+}
+
 /// Read and select the function symbols of the ELF file at `path`.
 pub fn load(path: &Path, opts: SelectOptions) -> Result<ModuleSymbols, SymbolError> {
+    load_mapped(path, opts, None)
+}
+
+/// [`load`], with `-R`'s function-to-file map applied before the table is finalized.
+pub fn load_mapped(
+    path: &Path,
+    opts: SelectOptions,
+    map: Option<&crate::filemap::FileMap>,
+) -> Result<ModuleSymbols, SymbolError> {
     let data = crate::sys::map_file(path)?;
     let data: &[u8] = &data;
     let file = object::File::parse(data).map_err(|e| SymbolError::NotElf(e.to_string()))?;
@@ -405,9 +488,20 @@ pub fn load(path: &Path, opts: SelectOptions) -> Result<ModuleSymbols, SymbolErr
     let address_size = if file.is_64() { 8 } else { 4 };
     let text_end = text_end_of(&file, opts);
     let has_symtab = file.symbols().next().is_some();
-    let found = |syms: Vec<FunctionSymbol>, dynamic_only: bool, debug_file: Option<PathBuf>| {
+    let found = |syms: Vec<FunctionSymbol>,
+                 dynamic_only: bool,
+                 debug_file: Option<PathBuf>,
+                 mut source_files: Vec<String>| {
+        let syms = match map {
+            Some(m) => m.apply(syms),
+            None => syms,
+        };
+        let syms = finalize(syms, text_end);
+        add_source_files(&mut source_files, &syms);
+        source_files.reverse();
         ModuleSymbols {
-            symbols: finalize(syms, text_end),
+            source_files,
+            symbols: syms,
             build_id: build_id.clone(),
             dynamic_only,
             big_endian,
@@ -420,32 +514,42 @@ pub fn load(path: &Path, opts: SelectOptions) -> Result<ModuleSymbols, SymbolErr
         if syms.is_empty() {
             return Err(SymbolError::NoSymbols);
         }
-        attach_sources(&file, &mut syms);
-        return Ok(found(syms, false, None));
+        let mut files = Vec::new();
+        if file.section_by_name(".debug_line").is_some() {
+            files = attach_sources(&file, &mut syms);
+            if opts.lines {
+                syms = with_line_symbols(&file, &file, syms, text_end);
+            }
+        } else if let Some(s) = with_debug_file(path, &file, |dfile| {
+            files = attach_sources(dfile, &mut syms);
+            if opts.lines {
+                with_line_symbols(dfile, &file, std::mem::take(&mut syms), text_end)
+            } else {
+                std::mem::take(&mut syms)
+            }
+        }) {
+            syms = s;
+        }
+        return Ok(found(syms, false, None, files));
     }
-    for cand in debug_file_candidates(path, &file) {
-        let Ok(dmap) = crate::sys::map_file(&cand) else {
-            continue;
-        };
-        let ddata: &[u8] = &dmap;
-        let Ok(dfile) = object::File::parse(ddata) else {
-            continue;
-        };
-        if build_id.is_some() && build_id_of(&dfile).is_some() && build_id_of(&dfile) != build_id {
-            continue;
-        }
-        let mut syms = collect(&dfile, ddata, false, opts);
+    if let Some(found_in_debug) = first_debug_file(path, &file, |cand, ddata, dfile| {
+        let mut syms = collect(dfile, ddata, false, opts);
         if syms.is_empty() {
-            continue;
+            return None;
         }
-        attach_sources(&dfile, &mut syms);
-        return Ok(found(syms, false, Some(cand)));
+        let files = attach_sources(dfile, &mut syms);
+        if opts.lines {
+            syms = with_line_symbols(dfile, &file, syms, text_end);
+        }
+        Some(found(syms, false, Some(cand.to_path_buf()), files))
+    }) {
+        return Ok(found_in_debug);
     }
     let syms = collect(&file, data, true, opts);
     if syms.is_empty() {
         return Err(SymbolError::NoSymbols);
     }
-    Ok(found(syms, true, None))
+    Ok(found(syms, true, None, Vec::new()))
 }
 
 /// How names are demangled for printing.
@@ -588,6 +692,7 @@ mod tests {
             is_static,
             file: None,
             line: 0,
+            mapped: false,
         }
     }
 

@@ -22,6 +22,10 @@ pub enum Table {
     ExclTime,
     InclArcs,
     ExclArcs,
+    InclExec,
+    ExclExec,
+    InclAnno,
+    ExclAnno,
 }
 
 /// One parsed symspec.

@@ -270,24 +270,15 @@ impl Rng {
     }
 }
 
-/// Dense random call graphs (many overlapping cycles, repeated arcs, self-calls) over the functions of
-/// the golden Lua binary: cycle numbering, cycle membership, propagation and every tie-break must come
-/// out as in gprof.
-#[test]
-fn random_call_graphs_match_gprof() {
-    if !tools_present() {
-        return;
-    }
-    let dir = scratch("random");
+/// The defined text symbols' addresses of the golden Lua binary, copied into `dir` (sorted, unique),
+/// or `None` without `nm`.
+fn lua_functions(dir: &Path) -> Option<Vec<u64>> {
     let golden = lua_golden_dir().join("lua");
     std::fs::copy(&golden, dir.join("lua")).unwrap();
     let nm = Command::new("nm")
         .args(["--defined-only", golden.to_str().unwrap()])
-        .output();
-    let Ok(nm) = nm else {
-        eprintln!("SKIPPED: no `nm`");
-        return;
-    };
+        .output()
+        .ok()?;
     let mut funcs: Vec<u64> = String::from_utf8_lossy(&nm.stdout)
         .lines()
         .filter_map(|l| {
@@ -300,49 +291,94 @@ fn random_call_graphs_match_gprof() {
         .collect();
     funcs.sort_unstable();
     funcs.dedup();
+    Some(funcs)
+}
+
+/// A random GNU gmon.out over `funcs`: a histogram, then `arcs` arcs between `chosen` random functions,
+/// the callee drawn from the first `hubs` of them half of the time (so some functions have many callers).
+fn random_gmon(funcs: &[u64], seed: u64, chosen: u64, arcs: u64, hubs: u64) -> Vec<u8> {
     let low = funcs[0] & !3;
     let high = (funcs[funcs.len() - 1] + 0x400) & !3;
-    for seed in 1..=6u64 {
-        // Odd seeds: an odd span and a bucket count that does not divide it (fractional scale, which
-        // gprof computes in integers first).
-        let high = if seed % 2 == 1 { high + 1 } else { high };
-        let nbins = if seed % 2 == 1 {
-            (high - low) / 3
+    // Odd seeds: an odd span and a bucket count that does not divide it (fractional scale, which
+    // gprof computes in integers first).
+    let high = if seed % 2 == 1 { high + 1 } else { high };
+    let nbins = if seed % 2 == 1 {
+        (high - low) / 3
+    } else {
+        (high - low) / 4
+    };
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ seed);
+    let mut f = Vec::new();
+    f.extend_from_slice(b"gmon");
+    f.extend_from_slice(&1u32.to_le_bytes());
+    f.extend_from_slice(&[0; 12]);
+    f.push(0);
+    f.extend_from_slice(&low.to_le_bytes());
+    f.extend_from_slice(&high.to_le_bytes());
+    f.extend_from_slice(&(nbins as u32).to_le_bytes());
+    f.extend_from_slice(&100u32.to_le_bytes());
+    f.extend_from_slice(b"seconds\0\0\0\0\0\0\0\0s");
+    let mut bins = vec![0u16; nbins as usize];
+    for _ in 0..3000 {
+        bins[rng.below(nbins) as usize] += 1 + rng.below(8) as u16;
+    }
+    for b in bins {
+        f.extend_from_slice(&b.to_le_bytes());
+    }
+    let picked: Vec<u64> = (0..chosen)
+        .map(|_| funcs[rng.below(funcs.len() as u64) as usize])
+        .collect();
+    for i in 0..arcs {
+        f.push(1);
+        let from = picked[rng.below(chosen) as usize] + 4 + rng.below(40);
+        let to = if hubs > 0 && i % 2 == 0 {
+            picked[rng.below(hubs) as usize]
         } else {
-            (high - low) / 4
+            picked[rng.below(chosen) as usize]
         };
-        let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ seed);
-        let mut f = Vec::new();
-        f.extend_from_slice(b"gmon");
-        f.extend_from_slice(&1u32.to_le_bytes());
-        f.extend_from_slice(&[0; 12]);
-        f.push(0);
-        f.extend_from_slice(&low.to_le_bytes());
-        f.extend_from_slice(&high.to_le_bytes());
-        f.extend_from_slice(&(nbins as u32).to_le_bytes());
-        f.extend_from_slice(&100u32.to_le_bytes());
-        f.extend_from_slice(b"seconds\0\0\0\0\0\0\0\0s");
-        let mut bins = vec![0u16; nbins as usize];
-        for _ in 0..3000 {
-            bins[rng.below(nbins) as usize] += 1 + rng.below(8) as u16;
-        }
-        for b in bins {
-            f.extend_from_slice(&b.to_le_bytes());
-        }
-        let chosen: Vec<u64> = (0..60)
-            .map(|_| funcs[rng.below(funcs.len() as u64) as usize])
-            .collect();
-        for _ in 0..150 {
-            f.push(1);
-            let from = chosen[rng.below(60) as usize] + 4 + rng.below(40);
-            let to = chosen[rng.below(60) as usize];
-            f.extend_from_slice(&from.to_le_bytes());
-            f.extend_from_slice(&to.to_le_bytes());
-            f.extend_from_slice(&(1 + rng.below(49) as u32).to_le_bytes());
-        }
+        f.extend_from_slice(&from.to_le_bytes());
+        f.extend_from_slice(&to.to_le_bytes());
+        f.extend_from_slice(&(1 + rng.below(49) as u32).to_le_bytes());
+    }
+    f
+}
+
+/// Dense random call graphs (many overlapping cycles, repeated arcs, self-calls) over the functions of
+/// the golden Lua binary: cycle numbering, cycle membership, propagation and every tie-break must come
+/// out as in gprof.
+#[test]
+fn random_call_graphs_match_gprof() {
+    if !tools_present() {
+        return;
+    }
+    let dir = scratch("random");
+    let Some(funcs) = lua_functions(&dir) else {
+        eprintln!("SKIPPED: no `nm`");
+        return;
+    };
+    for seed in 1..=6u64 {
         let name = format!("r{seed}.gmon");
-        std::fs::write(dir.join(&name), f).unwrap();
+        std::fs::write(dir.join(&name), random_gmon(&funcs, seed, 60, 150, 0)).unwrap();
         assert_same(&dir, &["-b", "-b -T -z"], &["lua", &name]);
+    }
+}
+
+/// `-r` (suggested function order) on random call graphs large enough for every stage of gprof's
+/// placement: functions called from many sites grouped first, chains along the heaviest arcs, the rest.
+#[test]
+fn function_ordering_matches_gprof() {
+    if !tools_present() {
+        return;
+    }
+    let dir = scratch("ordering");
+    let Some(funcs) = lua_functions(&dir) else {
+        eprintln!("SKIPPED: no `nm`");
+        return;
+    };
+    for seed in 1..=4u64 {
+        let name = format!("o{seed}.gmon");
+        std::fs::write(dir.join(&name), random_gmon(&funcs, seed, 400, 3000, 12)).unwrap();
+        assert_same(&dir, &["-r", "-b -r -z", "-b -r -p -q"], &["lua", &name]);
     }
 }
 
