@@ -3,6 +3,7 @@
 
 pub mod arcs;
 pub mod blurbs;
+pub mod bounds;
 pub mod callgraph;
 pub mod cformat;
 pub mod cycles;

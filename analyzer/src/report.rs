@@ -235,8 +235,7 @@ fn read_external_symbols(path: &Path) -> Result<Vec<FunctionSymbol>, Failure> {
             end_addr: 0,
             is_func: true,
             is_static: t == "t",
-            file: None,
-            line: 0,
+            ..FunctionSymbol::default()
         });
     }
     if out.is_empty() {
@@ -279,6 +278,7 @@ pub fn run_gnu(
         no_static: opts.no_static,
         ignore_non_functions: opts.ignore_non_functions,
         keep_split_parts: false,
+        exact_bounds: false,
     };
     let syms = if let Some(ext) = &opts.external_symbols {
         symbols::finalize(read_external_symbols(ext)?, 0)
@@ -728,6 +728,7 @@ pub fn run_mslprof(
         no_static: opts.no_static,
         ignore_non_functions: opts.ignore_non_functions,
         keep_split_parts: true,
+        exact_bounds: true,
     };
     let mut g = Graph::default();
     for (i, m) in profile.modules.iter().enumerate() {
@@ -796,7 +797,7 @@ pub fn run_mslprof(
                 }
                 if ms.dynamic_only {
                     warnings.push(format!(
-                        "{}: symbol table is chopped (stripped); only exported functions are known and calls from inside it may be misattributed",
+                        "{}: symbol table is stripped; functions it does not export are named by address (fn_ADDR from its unwind table, MODULE+0xADDR where even that is missing)",
                         file.display()
                     ));
                 }
@@ -975,6 +976,11 @@ fn qualify_ambiguous(g: &mut Graph) {
         .collect();
     for s in 0..g.nsyms {
         if ambiguous.contains(&g.syms[s].symbol.name) {
+            let q = format!("@{}", g.modules[g.syms[s].module].name);
+            g.syms[s].display.push_str(&q);
+            g.syms[s].qualifier = q;
+        } else if g.syms[s].symbol.synthetic {
+            // `fn_1a2b40` says nothing without its module.
             let q = format!("@{}", g.modules[g.syms[s].module].name);
             g.syms[s].display.push_str(&q);
             g.syms[s].qualifier = q;

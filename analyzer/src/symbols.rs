@@ -27,6 +27,10 @@ pub struct FunctionSymbol {
     /// Source file (from DWARF), when known.
     pub file: Option<String>,
     pub line: u32,
+    /// ELF `st_size` (0 when unknown).
+    pub size: u64,
+    /// Named by mslprof from its address (`fn_1a2b40`): always printed with its module.
+    pub synthetic: bool,
 }
 
 /// What was read from one module's ELF file.
@@ -56,6 +60,9 @@ pub struct SelectOptions {
     /// credited to whatever function happens to precede them, and let the last function of a module
     /// reach the end of its executable sections (BOLT-processed libraries have several).
     pub keep_split_parts: bool,
+    /// mslprof's rule for multi-module reports: a function covers only its own bytes; PLT stubs, functions
+    /// known from unwind tables and unknown ranges get rows of their own (see [`crate::bounds`]).
+    pub exact_bounds: bool,
 }
 
 /// Failure to use a module's file.
@@ -336,6 +343,8 @@ fn collect<'d>(
             is_static,
             file: None,
             line: 0,
+            size: sym.size(),
+            synthetic: false,
         });
     }
     out
@@ -405,9 +414,16 @@ pub fn load(path: &Path, opts: SelectOptions) -> Result<ModuleSymbols, SymbolErr
     let address_size = if file.is_64() { 8 } else { 4 };
     let text_end = text_end_of(&file, opts);
     let has_symtab = file.symbols().next().is_some();
+    let module = path
+        .file_name()
+        .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
     let found = |syms: Vec<FunctionSymbol>, dynamic_only: bool, debug_file: Option<PathBuf>| {
         ModuleSymbols {
-            symbols: finalize(syms, text_end),
+            symbols: if opts.exact_bounds {
+                crate::bounds::layout(&file, syms, &module)
+            } else {
+                finalize(syms, text_end)
+            },
             build_id: build_id.clone(),
             dynamic_only,
             big_endian,
@@ -417,7 +433,7 @@ pub fn load(path: &Path, opts: SelectOptions) -> Result<ModuleSymbols, SymbolErr
     };
     if has_symtab {
         let mut syms = collect(&file, data, false, opts);
-        if syms.is_empty() {
+        if syms.is_empty() && !opts.exact_bounds {
             return Err(SymbolError::NoSymbols);
         }
         attach_sources(&file, &mut syms);
@@ -442,7 +458,7 @@ pub fn load(path: &Path, opts: SelectOptions) -> Result<ModuleSymbols, SymbolErr
         return Ok(found(syms, false, Some(cand)));
     }
     let syms = collect(&file, data, true, opts);
-    if syms.is_empty() {
+    if syms.is_empty() && !opts.exact_bounds {
         return Err(SymbolError::NoSymbols);
     }
     Ok(found(syms, true, None))
@@ -586,8 +602,7 @@ mod tests {
             end_addr: 0,
             is_func,
             is_static,
-            file: None,
-            line: 0,
+            ..FunctionSymbol::default()
         }
     }
 
