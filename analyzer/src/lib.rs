@@ -11,6 +11,7 @@ pub mod flat;
 pub mod graph;
 pub mod histogram;
 pub mod merge;
+pub mod modtable;
 pub mod output;
 pub mod report;
 pub mod symbols;

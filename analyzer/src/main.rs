@@ -92,6 +92,15 @@ struct Cli {
     /// Show each load instance of a library separately instead of merging them.
     #[arg(long = "separate-instances")]
     separate_instances: bool,
+    /// Leave out the row of the profiler's own time (libmslprof.so, shown as overhead).
+    #[arg(long = "no-overhead")]
+    no_overhead: bool,
+    /// What 100 % is: the samples in the selected modules (default) or all samples of the process.
+    #[arg(long = "share-of", value_parser = ["selected", "process"])]
+    share_of: Option<String>,
+    /// List every module in the module tables, also those under 0.05 % of the samples.
+    #[arg(long = "all-modules")]
+    all_modules: bool,
     /// Executable, then profile files (default gmon.out).
     files: Vec<PathBuf>,
 }
@@ -215,6 +224,9 @@ fn options_from(cli: &Cli) -> Result<Options, String> {
         width: cli.width.unwrap_or(80),
         external_symbols: cli.external_symbol_table.clone(),
         separate_instances: cli.separate_instances,
+        hide_overhead: cli.no_overhead,
+        share_of_process: cli.share_of.as_deref() == Some("process"),
+        all_modules: cli.all_modules,
         ..Options::default()
     };
     let _ = cli.min_count;

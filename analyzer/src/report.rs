@@ -41,6 +41,12 @@ pub struct Options {
     pub separate_instances: bool,
     /// gprof's `--file-format`: the layout GNU/BSD input is read in and `gmon.sum` is written in.
     pub file_format: mslprof_format::InputFormat,
+    /// mslprof input: no row for the profiler's own time.
+    pub hide_overhead: bool,
+    /// mslprof input: percentages of all samples of the process instead of the selected modules'.
+    pub share_of_process: bool,
+    /// mslprof input: list modules under 0.05 % one by one.
+    pub all_modules: bool,
 }
 
 impl Default for Options {
@@ -63,6 +69,9 @@ impl Default for Options {
             external_symbols: None,
             separate_instances: false,
             file_format: mslprof_format::InputFormat::Auto,
+            hide_overhead: false,
+            share_of_process: false,
+            all_modules: false,
         }
     }
 }
@@ -82,6 +91,8 @@ pub struct Style {
     pub inline_file_names: bool,
     pub multi_module: bool,
     pub first_output: Cell<bool>,
+    /// mslprof input: what 100 % is, printed above the flat profile.
+    pub share_note: Option<String>,
 }
 
 impl Style {
@@ -450,6 +461,7 @@ pub fn run_gnu(
         inline_file_names: opts.inline_file_names,
         multi_module: false,
         first_output: Cell::new(true),
+        share_note: None,
     };
     render(
         out,
@@ -768,6 +780,20 @@ pub fn run_mslprof(
         if !m.is_profiled() || is_vdso {
             continue;
         }
+        if is_runtime(m) {
+            // The profiler's own time is one row, as the paper's `mcount`/`profil` rows were: a measure
+            // of the profiling overhead.
+            if !opts.hide_overhead {
+                let whole = FunctionSymbol {
+                    name: OVERHEAD_ROW.into(),
+                    end_addr: u64::MAX - 1,
+                    is_func: true,
+                    ..FunctionSymbol::default()
+                };
+                push_module_syms(&mut g, i, vec![whole], Demangle::None);
+            }
+            continue;
+        }
         // A module with neither samples nor calls adds nothing to the report: no need to read it (or to
         // warn about it).
         let has_data = m
@@ -874,7 +900,28 @@ pub fn run_mslprof(
     } else {
         f64::from(header.hz.max(1))
     };
+    let selected = totals.total_time;
+    let process = header.total_samples as f64;
+    let share_note = if opts.share_of_process {
+        totals.total_time = process;
+        format!(
+            "Percentages are of all {} samples of the process ({:.2} s); the selected modules had {} ({:.2} s).",
+            process,
+            process / hz,
+            selected.round(),
+            selected / hz
+        )
+    } else {
+        format!(
+            "Percentages are of the {} samples in the selected modules ({:.2} s); the whole process had {} ({:.2} s; --share-of=process).",
+            selected.round(),
+            selected / hz,
+            process,
+            process / hz
+        )
+    };
     let style = Style {
+        share_note: Some(share_note),
         bsd: opts.bsd,
         descriptions: !opts.brief,
         ignore_zeros: opts.ignore_zeros,
@@ -900,22 +947,26 @@ pub fn run_mslprof(
         .collect();
     if !unprofiled.is_empty() || header.unknown_samples != 0 {
         out.push_str("Modules loaded but not profiled, with their share of all samples:\n\n");
-        for m in &unprofiled {
-            let _ = writeln!(
-                out,
-                "{:>7.2}%  {:<26} {}",
-                100.0 * m.samples as f64 / total,
-                String::from_utf8_lossy(&m.name),
-                String::from_utf8_lossy(&m.path)
-            );
-        }
+        let mut rows: Vec<crate::modtable::Row> = unprofiled
+            .iter()
+            .map(|m| crate::modtable::Row {
+                index: None,
+                samples: m.samples,
+                name: String::from_utf8_lossy(&m.name).into_owned(),
+                path: String::from_utf8_lossy(&m.path).into_owned(),
+                note: String::new(),
+            })
+            .collect();
         if header.unknown_samples != 0 {
-            let _ = writeln!(
-                out,
-                "{:>7.2}%  <outside any module>",
-                100.0 * header.unknown_samples as f64 / total
-            );
+            rows.push(crate::modtable::Row {
+                index: None,
+                samples: header.unknown_samples,
+                name: "<outside any module>".into(),
+                path: String::new(),
+                note: String::new(),
+            });
         }
+        crate::modtable::print(out, rows, total, opts.all_modules);
         out.push('\n');
     }
     if !warnings.is_empty() || !unprofiled.is_empty() || header.unknown_samples != 0 {
@@ -931,30 +982,45 @@ pub fn run_mslprof(
         have_arcs && want_graph,
         have_arcs,
     );
-    out.push_str("\u{c}\nModules\n\n index  samples  module                     path\n");
-    for (i, m) in profile.modules.iter().enumerate() {
-        let mut name = g.modules[i].name.clone();
-        if !m.is_profiled() {
-            name.push_str(" (not profiled)");
-        }
-        let _ = writeln!(
-            out,
-            "{:>6} {:>7.2}%  {:<26} {}{}",
-            i,
-            100.0 * m.samples as f64 / total,
-            name,
-            g.modules[i].path,
-            if merged.instances[i] > 1 {
-                format!("  ({} load instances)", merged.instances[i])
-            } else {
-                String::new()
+    out.push_str("\u{c}\nModules\n\n");
+    let rows = profile
+        .modules
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let mut name = g.modules[i].name.clone();
+            if !m.is_profiled() {
+                name.push_str(" (not profiled)");
+            } else if is_runtime(m) {
+                name.push_str(" (profiling overhead)");
             }
-        );
-    }
+            crate::modtable::Row {
+                index: Some(i),
+                samples: m.samples,
+                name,
+                path: g.modules[i].path.clone(),
+                note: if merged.instances[i] > 1 {
+                    format!("  ({} load instances)", merged.instances[i])
+                } else {
+                    String::new()
+                },
+            }
+        })
+        .collect();
+    crate::modtable::print(out, rows, total, opts.all_modules);
     Ok(Outcome {
         warnings: Vec::new(),
         summary: None,
     })
+}
+
+/// The flat-profile row of the profiler's own time.
+pub const OVERHEAD_ROW: &str = "[mslprof_overhead]";
+
+/// Whether `m` is the mslprof runtime itself.
+fn is_runtime(m: &mslprof_format::model::Module) -> bool {
+    let path = String::from_utf8_lossy(&m.path);
+    file_name(&path).starts_with("libmslprof.so")
 }
 
 /// Give names that occur in more than one module a `@module` qualifier.
