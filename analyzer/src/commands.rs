@@ -126,42 +126,6 @@ fn run_profiled(
     Ok((path, code))
 }
 
-/// `mslprof run [report options] [--] PROGRAM [ARGS...]`.
-pub fn run(args: &[String]) -> ExitCode {
-    let (report_opts, command): (Vec<String>, Vec<String>) =
-        match args.iter().position(|a| a == "--") {
-            Some(i) => (args[..i].to_vec(), args[i + 1..].to_vec()),
-            None => {
-                let first = args
-                    .iter()
-                    .position(|a| !a.starts_with('-'))
-                    .unwrap_or(args.len());
-                (args[..first].to_vec(), args[first..].to_vec())
-            }
-        };
-    let Some(program) = command.first() else {
-        eprintln!("mslprof: run: usage: mslprof run [report options] [--] PROGRAM [ARGS...]");
-        return ExitCode::from(1);
-    };
-    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
-    let (profile, code) = match run_profiled(&cwd, Path::new(program), &command[1..], false) {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("mslprof: {e}");
-            return ExitCode::from(1);
-        }
-    };
-    let mut report_args = report_opts;
-    report_args.push(program.clone());
-    report_args.push(profile.display().to_string());
-    let rc = crate::report_main(&report_args);
-    if code != 0 {
-        eprintln!("mslprof: {program} exited with status {code}");
-        return ExitCode::from(code.clamp(1, 255) as u8);
-    }
-    rc
-}
-
 fn compile(dir: &Path, args: &[&str]) -> Result<(), String> {
     let out = Command::new("cc")
         .args(args)

@@ -15,6 +15,7 @@ use mslprof_analyzer::symbols::Demangle;
 use mslprof_analyzer::symspec::Table;
 
 mod commands;
+mod runcmd;
 
 /// gprof's options, spelled long (short gprof letters are translated to these first).
 #[derive(Parser, Debug)]
@@ -482,7 +483,7 @@ pub fn analyse(
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
-        Some("run") => commands::run(&args[1..]),
+        Some("run") => runcmd::run(&args[1..]),
         Some("demo") => commands::demo(&args[1..]),
         Some("export") => commands::export(&args[1..]),
         _ => report_main(&args),
