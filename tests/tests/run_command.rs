@@ -55,9 +55,8 @@ fn gzip_output_is_the_programs_own() {
     );
 }
 
-#[test]
-fn shell_children_are_summed_and_statuses_pass_through() {
-    let dir = scratch("run-tree");
+/// `prog` and `libbounds.so` (both `-pg`) built in `dir`.
+fn build_pg(dir: &Path) {
     let src = fixtures_dir("bounds");
     for args in [
         vec!["-pg", "-O1", "-fPIC", "-shared", "-o", "libbounds.so"],
@@ -75,6 +74,47 @@ fn shell_children_are_summed_and_statuses_pass_through() {
         }
         assert_success(&run(&mut cc), "cc");
     }
+}
+
+#[test]
+fn helper_processes_stay_quiet_and_write_nothing() {
+    let dir = scratch("run-quiet");
+    build_pg(&dir);
+    // A wrapper running helpers before the real program: only the program has the selected library.
+    let out = run(Command::new("sh")
+        .args(["-c", "/bin/true; /bin/true; /bin/true; ./prog 1000"])
+        .current_dir(&*dir)
+        .env("LD_PRELOAD", mslprof_tests::runtime_library())
+        .env("MSLPROF_PROFILE", "libbounds.so")
+        .env_remove("LD_PROFILE")
+        .env_remove("MSLPROF_ROOT_PID")
+        .env_remove("GPROFDIR")
+        .env_remove("GMON_OUT_PREFIX"));
+    assert_success(&out, "sh");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.matches("matched no module").count() <= 1,
+        "only the root may say so: {err}"
+    );
+    let mut files: Vec<String> = std::fs::read_dir(&*dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("gmon.out"))
+        .collect();
+    files.sort();
+    // The root shell's gmon.out, and one file: the program's. The helpers recorded nothing selected.
+    assert_eq!(files.len(), 2, "{files:?}");
+    let child = mslprof_tests::read_profile(&dir.join(&files[1]));
+    assert!(
+        String::from_utf8_lossy(&child.header.program_name).contains("prog"),
+        "{files:?}"
+    );
+}
+
+#[test]
+fn shell_children_are_summed_and_statuses_pass_through() {
+    let dir = scratch("run-tree");
+    build_pg(&dir);
     let out = run(&mut mslprof_run(
         &dir,
         &[
