@@ -68,7 +68,7 @@ fn build_pg(dir: &Path) {
             src.join("bounds_main.c")
         };
         let mut cc = Command::new("cc");
-        cc.current_dir(&*dir).args(&args).arg(source);
+        cc.current_dir(dir).args(&args).arg(source);
         if !args.contains(&"-shared") {
             cc.args(["-L.", "-lbounds"]);
         }
