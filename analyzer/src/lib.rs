@@ -10,6 +10,7 @@ pub mod cycles;
 pub mod flat;
 pub mod graph;
 pub mod histogram;
+pub mod inputcheck;
 pub mod merge;
 pub mod modtable;
 pub mod output;

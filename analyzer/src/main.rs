@@ -419,6 +419,14 @@ pub fn analyse(
         maps.push((p.clone(), map_file(p)?));
     }
     let any_mslprof = maps.iter().any(|(_, b)| is_mslprof(b));
+    if opts.file_format == InputFormat::Auto {
+        for (p, b) in &maps {
+            mslprof_analyzer::inputcheck::check_profile(p, b)?;
+        }
+    }
+    if any_mslprof && let Some(e) = exe {
+        mslprof_analyzer::inputcheck::check_executable(e)?;
+    }
     let exe_for_gnu = exe.unwrap_or(Path::new("a.out"));
     let target = if any_mslprof {
         GnuTarget::default()
