@@ -7,6 +7,7 @@ pub mod bounds;
 pub mod callgraph;
 pub mod cformat;
 pub mod cycles;
+pub mod family;
 pub mod flat;
 pub mod graph;
 pub mod histogram;

@@ -93,6 +93,9 @@ struct Cli {
     /// Show each load instance of a library separately instead of merging them.
     #[arg(long = "separate-instances")]
     separate_instances: bool,
+    /// Also read the profiles the process's descendants left beside the profile (gmon.out.PID) and sum them.
+    #[arg(long)]
+    family: bool,
     /// Leave out the row of the profiler's own time (libmslprof.so, shown as overhead).
     #[arg(long = "no-overhead")]
     no_overhead: bool,
@@ -355,6 +358,23 @@ pub(crate) fn report_main(args: &[String]) -> ExitCode {
     let mut profiles: Vec<PathBuf> = cli.files.iter().skip(skip).cloned().collect();
     if profiles.is_empty() {
         profiles.push(PathBuf::from("gmon.out"));
+    }
+    if profiles.len() == 1 && is_mslprof_file(&profiles[0]) {
+        let family: Vec<PathBuf> = mslprof_analyzer::family::descendants_of(&profiles[0])
+            .into_iter()
+            .filter(|p| is_mslprof_file(p))
+            .collect();
+        if cli.family {
+            profiles.extend(family);
+        } else if !family.is_empty() {
+            eprintln!(
+                "mslprof: {} also has {} profile(s) of descendant processes beside it ({}{}); --family sums them",
+                profiles[0].display(),
+                family.len(),
+                family[0].display(),
+                if family.len() > 1 { ", ..." } else { "" }
+            );
+        }
     }
     let mut report = Out::to(Box::new(std::io::stdout()));
     match analyse(&opts, exe.as_deref(), &profiles, &mut report) {

@@ -109,6 +109,27 @@ fn helper_processes_stay_quiet_and_write_nothing() {
         String::from_utf8_lossy(&child.header.program_name).contains("prog"),
         "{files:?}"
     );
+
+    // Reading the root's gmon.out says the descendants' file is there; --family sums it in.
+    let plain = run(Command::new(analyzer_binary())
+        .current_dir(&*dir)
+        .args(["-b", "-p", "gmon.out"]));
+    let err = String::from_utf8_lossy(&plain.stderr);
+    assert!(
+        err.contains("profile(s) of descendant processes") && err.contains("--family"),
+        "{err}"
+    );
+    let family = run(Command::new(analyzer_binary())
+        .current_dir(&*dir)
+        .args(["-b", "-p", "--family", "gmon.out"]));
+    assert_success(&family, "mslprof --family");
+    let report = String::from_utf8_lossy(&family.stdout);
+    assert!(
+        report
+            .lines()
+            .any(|l| l.ends_with(" bounds_tiny") && l.split_whitespace().nth(3) == Some("1000")),
+        "{report}"
+    );
 }
 
 #[test]
