@@ -29,7 +29,8 @@ pub fn elf_target(path: &Path) -> Option<GnuTarget> {
     })
 }
 
-/// `libmslprof.so`: `$MSLPROF_LIBRARY`, else next to this binary (or in its `deps/` or `../lib/`).
+/// `libmslprof.so`: `$MSLPROF_LIBRARY`, else next to this binary (or in its `deps/` or `../lib/`), else the
+/// copy embedded in a release build, written to a private folder.
 pub fn runtime_library() -> Result<PathBuf, String> {
     if let Some(p) = std::env::var_os("MSLPROF_LIBRARY") {
         let p = PathBuf::from(p);
@@ -51,13 +52,17 @@ pub fn runtime_library() -> Result<PathBuf, String> {
             return Ok(cand);
         }
     }
+    if let Some(written) = crate::embedded::runtime_file() {
+        return written;
+    }
     Err(format!(
         "libmslprof.so not found next to {} (build the workspace, or set MSLPROF_LIBRARY)",
         exe.display()
     ))
 }
 
-fn preload_value(lib: &Path) -> OsString {
+/// `LD_PRELOAD` with `lib` first, then whatever the environment preloads already.
+pub(crate) fn preload_value(lib: &Path) -> OsString {
     let mut v = OsString::from(lib.as_os_str());
     if let Some(old) = std::env::var_os("LD_PRELOAD")
         && !old.is_empty()

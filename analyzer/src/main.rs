@@ -15,6 +15,7 @@ use mslprof_analyzer::symbols::Demangle;
 use mslprof_analyzer::symspec::Table;
 
 mod commands;
+mod embedded;
 mod runcmd;
 
 /// gprof's options, spelled long (short gprof letters are translated to these first).

@@ -86,17 +86,6 @@ fn parse(args: &[String]) -> Result<RunArgs, String> {
     Ok(r)
 }
 
-fn preload_value(lib: &Path) -> OsString {
-    let mut v = OsString::from(lib.as_os_str());
-    if let Some(old) = std::env::var_os("LD_PRELOAD")
-        && !old.is_empty()
-    {
-        v.push(":");
-        v.push(old);
-    }
-    v
-}
-
 /// The program's exit status as a shell gives it.
 fn status_code(status: std::process::ExitStatus) -> u8 {
     match (status.code(), status.signal()) {
@@ -160,7 +149,7 @@ fn run_inner(args: &[String]) -> Result<u8, (String, u8)> {
     let program = &r.command[0];
     let mut cmd = Command::new(program);
     cmd.args(&r.command[1..])
-        .env("LD_PRELOAD", preload_value(&lib))
+        .env("LD_PRELOAD", crate::commands::preload_value(&lib))
         .env("GPROFDIR", parts.path())
         .env_remove("GMON_OUT_PREFIX")
         .env_remove("MSLPROF_ROOT_PID");
