@@ -337,6 +337,7 @@ fn openssl_speed_rows_are_real_functions_and_agree_with_perf() {
         .and_then(|l| l.split_whitespace().next())
         .and_then(|p| p.parse().ok())
         .expect("top row's share");
+    eprintln!("top row {top_name}: mslprof {ours:.2} %, perf {perf_share:.2} %");
     assert!(
         (ours - perf_share).abs() <= 5.0,
         "top row {top_name} [{start:#x}, {end:#x}): mslprof {ours:.2} %, perf {perf_share:.2} %"
