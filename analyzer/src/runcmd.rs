@@ -188,6 +188,11 @@ fn run_inner(args: &[String]) -> Result<u8, (String, u8)> {
             "{program} wrote no profile (not dynamically linked, or killed by SIGKILL?)"
         )));
     }
+    let mut kept = output.clone().into_os_string();
+    kept.push(".parts");
+    let kept = PathBuf::from(kept);
+    // The parts of an earlier run would not belong to this profile.
+    let _ = std::fs::remove_dir_all(&kept);
     if files.len() == 1 {
         std::fs::rename(&files[0], &output)
             .map_err(|e| no_profile(format!("{}: {e}", output.display())))?;
@@ -204,10 +209,6 @@ fn run_inner(args: &[String]) -> Result<u8, (String, u8)> {
         }
         std::fs::rename(parts.path().join("gmon.sum"), &output)
             .map_err(|e| no_profile(format!("{}: {e}", output.display())))?;
-        let mut kept = output.clone().into_os_string();
-        kept.push(".parts");
-        let kept = PathBuf::from(kept);
-        let _ = std::fs::remove_dir_all(&kept);
         let dir = parts.keep();
         std::fs::rename(&dir, &kept).map_err(|e| no_profile(format!("{}: {e}", kept.display())))?;
         eprintln!(
