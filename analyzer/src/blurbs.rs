@@ -8,7 +8,9 @@ pub const FLAT: &str = "
  Each line is one function; the list runs from the most to the least time
  spent in the function's own code.
 
- % time       share of all sampled time spent in this function's own code.
+ % time       share of the sampled time spent in this function's own code;
+              100 % is said above the table (the selected modules' samples,
+              or the whole process's with --share-of=process).
  cumulative   running total of the self seconds column, top to bottom.
  self         seconds spent in this function's own code, without callees.
  calls        how many times the function was entered; blank when the

@@ -29,7 +29,8 @@ pub fn elf_target(path: &Path) -> Option<GnuTarget> {
     })
 }
 
-/// `libmslprof.so`: `$MSLPROF_LIBRARY`, else next to this binary (or in its `deps/` or `../lib/`).
+/// `libmslprof.so`: `$MSLPROF_LIBRARY`, else next to this binary (or in its `deps/` or `../lib/`), else the
+/// copy embedded in a release build, written to a private folder.
 pub fn runtime_library() -> Result<PathBuf, String> {
     if let Some(p) = std::env::var_os("MSLPROF_LIBRARY") {
         let p = PathBuf::from(p);
@@ -51,13 +52,17 @@ pub fn runtime_library() -> Result<PathBuf, String> {
             return Ok(cand);
         }
     }
+    if let Some(written) = crate::embedded::runtime_file() {
+        return written;
+    }
     Err(format!(
         "libmslprof.so not found next to {} (build the workspace, or set MSLPROF_LIBRARY)",
         exe.display()
     ))
 }
 
-fn preload_value(lib: &Path) -> OsString {
+/// `LD_PRELOAD` with `lib` first, then whatever the environment preloads already.
+pub(crate) fn preload_value(lib: &Path) -> OsString {
     let mut v = OsString::from(lib.as_os_str());
     if let Some(old) = std::env::var_os("LD_PRELOAD")
         && !old.is_empty()
@@ -126,15 +131,6 @@ fn run_profiled(
     Ok((path, code))
 }
 
-const RUN_USAGE: &str = "\
-Usage: mslprof run [REPORT OPTIONS] [--] PROGRAM [ARGS...]
-
-Runs PROGRAM with libmslprof.so preloaded (found next to mslprof, or named by MSLPROF_LIBRARY), then
-prints the report of the profile it wrote. REPORT OPTIONS are mslprof's (see mslprof --help); the first
-argument that does not start with '-', or everything after --, is the program and its arguments. The
-profiling environment (LD_PROFILE, MSLPROF_PROFILE, MSLPROF_HZ, GPROFDIR, ...) is passed on. The exit
-status is the program's when it fails.";
-
 const DEMO_USAGE: &str = "\
 Usage: mslprof demo [REPORT OPTIONS]
 
@@ -144,7 +140,7 @@ mslprof --help).";
 
 /// Prints `usage` and returns success when the subcommand's arguments ask for help (`-h` or `--help` before
 /// any other argument).
-fn usage_requested(args: &[String], usage: &str) -> Option<ExitCode> {
+pub(crate) fn usage_requested(args: &[String], usage: &str) -> Option<ExitCode> {
     match args.first().map(String::as_str) {
         Some("-h" | "--help") => {
             println!("{usage}");
@@ -152,45 +148,6 @@ fn usage_requested(args: &[String], usage: &str) -> Option<ExitCode> {
         }
         _ => None,
     }
-}
-
-/// `mslprof run [report options] [--] PROGRAM [ARGS...]`.
-pub fn run(args: &[String]) -> ExitCode {
-    if let Some(code) = usage_requested(args, RUN_USAGE) {
-        return code;
-    }
-    let (report_opts, command): (Vec<String>, Vec<String>) =
-        match args.iter().position(|a| a == "--") {
-            Some(i) => (args[..i].to_vec(), args[i + 1..].to_vec()),
-            None => {
-                let first = args
-                    .iter()
-                    .position(|a| !a.starts_with('-'))
-                    .unwrap_or(args.len());
-                (args[..first].to_vec(), args[first..].to_vec())
-            }
-        };
-    let Some(program) = command.first() else {
-        eprintln!("mslprof: run: usage: mslprof run [report options] [--] PROGRAM [ARGS...]");
-        return ExitCode::from(1);
-    };
-    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
-    let (profile, code) = match run_profiled(&cwd, Path::new(program), &command[1..], false) {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("mslprof: {e}");
-            return ExitCode::from(1);
-        }
-    };
-    let mut report_args = report_opts;
-    report_args.push(program.clone());
-    report_args.push(profile.display().to_string());
-    let rc = crate::report_main(&report_args);
-    if code != 0 {
-        eprintln!("mslprof: {program} exited with status {code}");
-        return ExitCode::from(code.clamp(1, 255) as u8);
-    }
-    rc
 }
 
 fn compile(dir: &Path, args: &[&str]) -> Result<(), String> {

@@ -96,6 +96,9 @@ pub fn print(out: &mut Out, g: &Graph, total_time: f64, filters: &Filters, style
             style.dimension
         );
     }
+    if let Some(note) = &style.share_note {
+        let _ = writeln!(out, "{note}");
+    }
     if total_time <= 0.0 {
         out.push_str(" no time accumulated\n\n");
         total_time = 1.0;

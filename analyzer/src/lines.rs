@@ -109,7 +109,7 @@ pub fn line_symbols(
             is_static,
             file: Some(file),
             line,
-            mapped: false,
+            ..FunctionSymbol::default()
         });
     }
     out

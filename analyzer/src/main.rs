@@ -16,7 +16,9 @@ use mslprof_analyzer::symspec::Table;
 
 mod arguments;
 mod commands;
+mod embedded;
 mod export_cli;
+mod runcmd;
 
 /// Help headings, in the order of gprof's manual (section 4).
 const OUTPUT: &str = "Output styles";
@@ -167,6 +169,18 @@ struct Cli {
     /// Line-by-line profile: charge samples to source lines (from DWARF) instead of functions
     #[arg(short = 'l', long, help_heading = ANALYSIS)]
     line: bool,
+    /// mslprof: also read the profiles the process's descendants left beside the profile (gmon.out.PID) and sum them
+    #[arg(long, help_heading = ANALYSIS)]
+    family: bool,
+    /// mslprof: leave out the row of the profiler's own time (libmslprof.so, shown as overhead)
+    #[arg(long = "no-overhead", help_heading = OUTPUT)]
+    no_overhead: bool,
+    /// mslprof: what 100 % is: the samples in the selected modules (default) or all samples of the process
+    #[arg(long = "share-of", value_name = "WHAT", value_parser = ["selected", "process"], help_heading = ANALYSIS)]
+    share_of: Option<String>,
+    /// mslprof: list every module in the module tables, also those under 0.05 % of the samples
+    #[arg(long = "all-modules", help_heading = OUTPUT)]
+    all_modules: bool,
     /// The executable (a GNU gmon.out needs it; default a.out), then profile files (default gmon.out)
     #[arg(value_name = "FILES")]
     files: Vec<PathBuf>,
@@ -310,6 +324,9 @@ fn options_from(cli: &Cli) -> Result<Options, String> {
         line: cli.line,
         function_order: cli.function_ordering,
         file_order: cli.file_ordering.clone(),
+        hide_overhead: cli.no_overhead,
+        share_of_process: cli.share_of.as_deref() == Some("process"),
+        all_modules: cli.all_modules,
         ..Options::default()
     };
     if let Some(what) = &cli.unsupported {
@@ -478,6 +495,23 @@ pub(crate) fn report_main(args: &[String]) -> ExitCode {
     if profiles.is_empty() {
         profiles.push(PathBuf::from("gmon.out"));
     }
+    if profiles.len() == 1 && is_mslprof_file(&profiles[0]) {
+        let family: Vec<PathBuf> = mslprof_analyzer::family::descendants_of(&profiles[0])
+            .into_iter()
+            .filter(|p| is_mslprof_file(p))
+            .collect();
+        if cli.family {
+            profiles.extend(family);
+        } else if !family.is_empty() {
+            eprintln!(
+                "mslprof: {} also has {} profile(s) of descendant processes beside it ({}{}); --family sums them",
+                profiles[0].display(),
+                family.len(),
+                family[0].display(),
+                if family.len() > 1 { ", ..." } else { "" }
+            );
+        }
+    }
     let mut report = Out::to(Box::new(std::io::stdout()));
     match analyse(&opts, exe.as_deref(), &profiles, &mut report) {
         Ok(out) => {
@@ -541,6 +575,14 @@ pub fn analyse(
         maps.push((p.clone(), map_file(p)?));
     }
     let any_mslprof = maps.iter().any(|(_, b)| is_mslprof(b));
+    if opts.file_format == InputFormat::Auto {
+        for (p, b) in &maps {
+            mslprof_analyzer::inputcheck::check_profile(p, b)?;
+        }
+    }
+    if any_mslprof && let Some(e) = exe {
+        mslprof_analyzer::inputcheck::check_executable(e)?;
+    }
     let exe_for_gnu = exe.unwrap_or(Path::new("a.out"));
     let target = if any_mslprof {
         GnuTarget::default()
@@ -605,7 +647,7 @@ pub fn analyse(
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
-        Some("run") => commands::run(&args[1..]),
+        Some("run") => runcmd::run(&args[1..]),
         Some("demo") => commands::demo(&args[1..]),
         Some("export") => export_cli::export(&args[1..]),
         _ => report_main(&args),

@@ -52,6 +52,12 @@ pub struct Options {
     pub function_order: bool,
     /// `-R map_file`: the suggested object-file order, from an nm-style map.
     pub file_order: Option<PathBuf>,
+    /// mslprof input: no row for the profiler's own time.
+    pub hide_overhead: bool,
+    /// mslprof input: percentages of all samples of the process instead of the selected modules'.
+    pub share_of_process: bool,
+    /// mslprof input: list modules under 0.05 % one by one.
+    pub all_modules: bool,
 }
 
 impl Default for Options {
@@ -80,6 +86,9 @@ impl Default for Options {
             annotate: crate::annotate::AnnotateOptions::default(),
             function_order: false,
             file_order: None,
+            hide_overhead: false,
+            share_of_process: false,
+            all_modules: false,
         }
     }
 }
@@ -101,6 +110,8 @@ pub struct Style {
     pub line_granularity: bool,
     pub multi_module: bool,
     pub first_output: Cell<bool>,
+    /// mslprof input: what 100 % is, printed above the flat profile.
+    pub share_note: Option<String>,
 }
 
 impl Style {
@@ -260,9 +271,7 @@ fn read_external_symbols(path: &Path) -> Result<Vec<FunctionSymbol>, Failure> {
             end_addr: 0,
             is_func: true,
             is_static: t == "t",
-            file: None,
-            line: 0,
-            mapped: false,
+            ..FunctionSymbol::default()
         });
     }
     if out.is_empty() {
@@ -306,6 +315,7 @@ pub fn run_gnu(
         ignore_non_functions: opts.ignore_non_functions,
         keep_split_parts: false,
         lines: opts.line,
+        exact_bounds: false,
     };
     let mut source_files = Vec::new();
     let mut file_map = None;
@@ -489,6 +499,7 @@ pub fn run_gnu(
         line_granularity: opts.line,
         multi_module: false,
         first_output: Cell::new(true),
+        share_note: None,
     };
     warnings.extend(render(
         out,
@@ -787,13 +798,34 @@ pub fn run_mslprof(
     let Analysis {
         graph: mut g,
         filters,
-        totals,
+        mut totals,
         have_hist,
         have_arcs,
         granularity,
         hz,
     } = analyse_mslprof(opts, exe, profile, &mut warnings);
+    let selected = totals.total_time;
+    let process = header.total_samples as f64;
+    let share_note = if opts.share_of_process {
+        totals.total_time = process;
+        format!(
+            "Percentages are of all {} samples of the process ({:.2} s); the selected modules had {} ({:.2} s).",
+            process,
+            process / hz,
+            selected.round(),
+            selected / hz
+        )
+    } else {
+        format!(
+            "Percentages are of the {} samples in the selected modules ({:.2} s); the whole process had {} ({:.2} s; --share-of=process).",
+            selected.round(),
+            selected / hz,
+            process,
+            process / hz
+        )
+    };
     let style = Style {
+        share_note: Some(share_note),
         bsd: opts.bsd,
         descriptions: !opts.brief,
         ignore_zeros: opts.ignore_zeros,
@@ -820,22 +852,26 @@ pub fn run_mslprof(
         .collect();
     if !unprofiled.is_empty() || header.unknown_samples != 0 {
         out.push_str("Modules loaded but not profiled, with their share of all samples:\n\n");
-        for m in &unprofiled {
-            let _ = writeln!(
-                out,
-                "{:>7.2}%  {:<26} {}",
-                100.0 * m.samples as f64 / total,
-                String::from_utf8_lossy(&m.name),
-                String::from_utf8_lossy(&m.path)
-            );
-        }
+        let mut rows: Vec<crate::modtable::Row> = unprofiled
+            .iter()
+            .map(|m| crate::modtable::Row {
+                index: None,
+                samples: m.samples,
+                name: String::from_utf8_lossy(&m.name).into_owned(),
+                path: String::from_utf8_lossy(&m.path).into_owned(),
+                note: String::new(),
+            })
+            .collect();
         if header.unknown_samples != 0 {
-            let _ = writeln!(
-                out,
-                "{:>7.2}%  <outside any module>",
-                100.0 * header.unknown_samples as f64 / total
-            );
+            rows.push(crate::modtable::Row {
+                index: None,
+                samples: header.unknown_samples,
+                name: "<outside any module>".into(),
+                path: String::new(),
+                note: String::new(),
+            });
         }
+        crate::modtable::print(out, rows, total, opts.all_modules);
         out.push('\n');
     }
     if !warnings.is_empty() || !unprofiled.is_empty() || header.unknown_samples != 0 {
@@ -852,26 +888,32 @@ pub fn run_mslprof(
         have_arcs,
         opts,
     );
-    out.push_str("\u{c}\nModules\n\n index  samples  module                     path\n");
-    for (i, m) in profile.modules.iter().enumerate() {
-        let mut name = g.modules[i].name.clone();
-        if !m.is_profiled() {
-            name.push_str(" (not profiled)");
-        }
-        let _ = writeln!(
-            out,
-            "{:>6} {:>7.2}%  {:<26} {}{}",
-            i,
-            100.0 * m.samples as f64 / total,
-            name,
-            g.modules[i].path,
-            if merged.instances[i] > 1 {
-                format!("  ({} load instances)", merged.instances[i])
-            } else {
-                String::new()
+    out.push_str("\u{c}\nModules\n\n");
+    let rows = profile
+        .modules
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let mut name = g.modules[i].name.clone();
+            if !m.is_profiled() {
+                name.push_str(" (not profiled)");
+            } else if is_runtime(m) {
+                name.push_str(" (profiling overhead)");
             }
-        );
-    }
+            crate::modtable::Row {
+                index: Some(i),
+                samples: m.samples,
+                name,
+                path: g.modules[i].path.clone(),
+                note: if merged.instances[i] > 1 {
+                    format!("  ({} load instances)", merged.instances[i])
+                } else {
+                    String::new()
+                },
+            }
+        })
+        .collect();
+    crate::modtable::print(out, rows, total, opts.all_modules);
     Ok(Outcome {
         warnings: listing_warnings,
         summary: None,
@@ -908,6 +950,7 @@ pub fn analyse_mslprof(
         ignore_non_functions: opts.ignore_non_functions,
         keep_split_parts: true,
         lines: opts.line,
+        exact_bounds: true,
     };
     let mut g = Graph::default();
     for (i, m) in profile.modules.iter().enumerate() {
@@ -947,6 +990,20 @@ pub fn analyse_mslprof(
         if !m.is_profiled() || is_vdso {
             continue;
         }
+        if is_runtime(m) {
+            // The profiler's own time is one row, as the paper's `mcount`/`profil` rows were: a measure
+            // of the profiling overhead.
+            if !opts.hide_overhead {
+                let whole = FunctionSymbol {
+                    name: OVERHEAD_ROW.into(),
+                    end_addr: u64::MAX - 1,
+                    is_func: true,
+                    ..FunctionSymbol::default()
+                };
+                push_module_syms(&mut g, i, vec![whole], Demangle::None);
+            }
+            continue;
+        }
         // A module with neither samples nor calls adds nothing to the report: no need to read it (or to
         // warn about it).
         let has_data = m
@@ -976,7 +1033,7 @@ pub fn analyse_mslprof(
                 }
                 if ms.dynamic_only {
                     warnings.push(format!(
-                        "{}: symbol table is chopped (stripped); only exported functions are known and calls from inside it may be misattributed",
+                        "{}: symbol table is stripped; functions it does not export are named by address (fn_ADDR from its unwind table, MODULE+0xADDR where even that is missing)",
                         file.display()
                     ));
                 }
@@ -1065,6 +1122,15 @@ pub fn analyse_mslprof(
     }
 }
 
+/// The flat-profile row of the profiler's own time.
+pub const OVERHEAD_ROW: &str = "[mslprof_overhead]";
+
+/// Whether `m` is the mslprof runtime itself.
+fn is_runtime(m: &mslprof_format::model::Module) -> bool {
+    let path = String::from_utf8_lossy(&m.path);
+    file_name(&path).starts_with("libmslprof.so")
+}
+
 /// Give names that occur in more than one module a `@module` qualifier.
 fn qualify_ambiguous(g: &mut Graph) {
     let mut seen: HashMap<&str, (usize, bool)> = HashMap::new();
@@ -1084,6 +1150,11 @@ fn qualify_ambiguous(g: &mut Graph) {
         .collect();
     for s in 0..g.nsyms {
         if ambiguous.contains(&g.syms[s].symbol.name) {
+            let q = format!("@{}", g.modules[g.syms[s].module].name);
+            g.syms[s].display.push_str(&q);
+            g.syms[s].qualifier = q;
+        } else if g.syms[s].symbol.synthetic {
+            // `fn_1a2b40` says nothing without its module.
             let q = format!("@{}", g.modules[g.syms[s].module].name);
             g.syms[s].display.push_str(&q);
             g.syms[s].qualifier = q;

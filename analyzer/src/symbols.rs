@@ -29,6 +29,10 @@ pub struct FunctionSymbol {
     pub line: u32,
     /// `-R`: the symbol stands for an object file of the map (its name is the file's).
     pub mapped: bool,
+    /// ELF `st_size` (0 when unknown).
+    pub size: u64,
+    /// Named by mslprof from its address (`fn_1a2b40`): always printed with its module.
+    pub synthetic: bool,
 }
 
 /// What was read from one module's ELF file.
@@ -63,6 +67,9 @@ pub struct SelectOptions {
     pub keep_split_parts: bool,
     /// `-l`: add one symbol per source line (see [`crate::lines`]).
     pub lines: bool,
+    /// mslprof's rule for multi-module reports: a function covers only its own bytes; PLT stubs, functions
+    /// known from unwind tables and unknown ranges get rows of their own (see [`crate::bounds`]).
+    pub exact_bounds: bool,
 }
 
 /// Failure to use a module's file.
@@ -353,6 +360,8 @@ fn collect<'d>(
             file: None,
             line: 0,
             mapped: false,
+            size: sym.size(),
+            synthetic: false,
         });
     }
     out
@@ -488,6 +497,9 @@ pub fn load_mapped(
     let address_size = if file.is_64() { 8 } else { 4 };
     let text_end = text_end_of(&file, opts);
     let has_symtab = file.symbols().next().is_some();
+    let module = path
+        .file_name()
+        .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
     let found = |syms: Vec<FunctionSymbol>,
                  dynamic_only: bool,
                  debug_file: Option<PathBuf>,
@@ -496,7 +508,11 @@ pub fn load_mapped(
             Some(m) => m.apply(syms),
             None => syms,
         };
-        let syms = finalize(syms, text_end);
+        let syms = if opts.exact_bounds {
+            crate::bounds::layout(&file, syms, &module)
+        } else {
+            finalize(syms, text_end)
+        };
         add_source_files(&mut source_files, &syms);
         source_files.reverse();
         ModuleSymbols {
@@ -511,7 +527,7 @@ pub fn load_mapped(
     };
     if has_symtab {
         let mut syms = collect(&file, data, false, opts);
-        if syms.is_empty() {
+        if syms.is_empty() && !opts.exact_bounds {
             return Err(SymbolError::NoSymbols);
         }
         let mut files = Vec::new();
@@ -546,7 +562,7 @@ pub fn load_mapped(
         return Ok(found_in_debug);
     }
     let syms = collect(&file, data, true, opts);
-    if syms.is_empty() {
+    if syms.is_empty() && !opts.exact_bounds {
         return Err(SymbolError::NoSymbols);
     }
     Ok(found(syms, true, None, Vec::new()))
@@ -690,9 +706,7 @@ mod tests {
             end_addr: 0,
             is_func,
             is_static,
-            file: None,
-            line: 0,
-            mapped: false,
+            ..FunctionSymbol::default()
         }
     }
 

@@ -154,3 +154,9 @@ pub fn bfd_demangle(name: &str) -> Option<String> {
     // SAFETY: libbfd returns null or a NUL-terminated string allocated with malloc, now ours.
     unsafe { take_malloced_string(out) }
 }
+
+/// The real user id of this process.
+pub fn user_id() -> u32 {
+    // SAFETY: getuid has no preconditions and cannot fail.
+    unsafe { libc::getuid() }
+}

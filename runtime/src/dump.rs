@@ -280,16 +280,23 @@ pub fn write_at_exit(settings: &Settings) {
         return;
     }
     sampler::stop_and_quiesce();
-    for name in settings.selection.unmatched() {
-        sys::stderr_line(&[
-            b"mslprof: LD_PROFILE name '",
-            name,
-            b"' matched no module\n",
-        ]);
-    }
     let pid = sys::getpid();
     let forked_child = pid != START_PID.load(Ordering::Relaxed);
     let pid_named = crate::lifecycle::writes_pid_named_file(forked_child);
+    // Only the root process speaks about the selection: in a wrapper's helper processes (a pyenv shim, a
+    // shell, `timeout`) a name matching nothing is expected, and they are many.
+    if !pid_named {
+        for name in settings.selection.unmatched() {
+            sys::stderr_line(&[
+                b"mslprof: LD_PROFILE name '",
+                name,
+                b"' matched no module\n",
+            ]);
+        }
+    } else if !crate::lifecycle::recorded_in_selected_modules() {
+        // A descendant with nothing in a selected module leaves no file.
+        return;
+    }
     let Some(path) = settings
         .output
         .path(pid, &settings.program_name, pid_named)

@@ -353,6 +353,14 @@ fn recorded_anything() -> bool {
         || modules::all().iter().any(|m| !m.arcs.is_empty())
 }
 
+/// Whether a selected (profiled) module of this image has a sample or a call: a descendant that recorded
+/// nothing in them (a wrapper's helper process) writes no file.
+pub fn recorded_in_selected_modules() -> bool {
+    modules::all()
+        .iter()
+        .any(|m| m.profiled && (m.samples.load(Ordering::Relaxed) != 0 || !m.arcs.is_empty()))
+}
+
 /// mcount slow path: `selfpc` is in no known module. If the calling thread is inside `dlopen`, this is code of
 /// a module being initialised (a constructor): register the new modules now and return the callee's.
 /// Not async-signal-safe in that case (it scans), which is why only the `dlopen` thread does it.

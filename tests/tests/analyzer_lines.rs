@@ -413,6 +413,9 @@ fn line_profiles_cover_every_module() {
         // lets a module's last function reach the end of its executable sections (analyzer/README.md).
         want.retain(|n| n != "_fini");
         got.retain(|n| n != "_fini");
+        // mslprof's own rows for code no symbol covers (analyzer/README.md, function bounds): PLT stubs
+        // (`name@plt`), functions known only from unwind tables (`fn_ADDR`) and unknown ranges (`MODULE+0xADDR`).
+        got.retain(|n| !(n.contains("@plt") || n.starts_with("fn_") || n.contains("+0x")));
         want.sort();
         got.sort();
         assert!(want.len() > 5, "{theirs}");

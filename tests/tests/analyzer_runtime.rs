@@ -80,7 +80,12 @@ fn run_and_export_feed_gnu_gprof() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let report = String::from_utf8_lossy(&out.stdout);
+    // The program's stdout is its own; the report goes to stderr.
+    let report = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("Flat profile"),
+        "no report on the program's stdout"
+    );
     assert_eq!(calls(flat_line(&report, "text_count_words")), 200);
     assert!(
         dir.join("gmon.out").exists(),

@@ -1,0 +1,63 @@
+//! Embeds the runtime, `libmslprof.so`, into release builds of `mslprof`, so that an installed binary
+//! (`cargo install --path analyzer --root DIR`) can run programs under it with nothing else on the machine.
+//! The runtime is built by a nested `cargo build --release -p mslprof-runtime` into this build's own
+//! `OUT_DIR` (a target folder of its own, so it never waits on the outer build's lock). Debug builds embed
+//! nothing: they find the runtime built beside them in `target/debug/`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn main() {
+    let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("OUT_DIR"));
+    let embedded = out.join("libmslprof.so");
+    let manifest =
+        PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"));
+    let workspace = manifest.parent().unwrap_or(Path::new(".")).to_path_buf();
+    for crate_dir in [
+        "runtime",
+        "loader-hooks",
+        "format-spec/src",
+        "format-spec/Cargo.toml",
+    ] {
+        println!(
+            "cargo:rerun-if-changed={}",
+            workspace.join(crate_dir).display()
+        );
+    }
+    println!("cargo:rerun-if-env-changed=MSLPROF_NO_EMBED");
+    let release = std::env::var("PROFILE").is_ok_and(|p| p == "release");
+    let wanted = release && std::env::var_os("MSLPROF_NO_EMBED").is_none();
+    // An empty file means "nothing embedded"; the binary then looks for the runtime on disk only.
+    if !wanted || !workspace.join("runtime/Cargo.toml").exists() {
+        std::fs::write(&embedded, b"").expect("write OUT_DIR/libmslprof.so");
+        return;
+    }
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let target_dir = out.join("runtime-target");
+    let status = Command::new(cargo)
+        .args([
+            "build",
+            "--release",
+            "-p",
+            "mslprof-runtime",
+            "--lib",
+            "--manifest-path",
+        ])
+        .arg(workspace.join("Cargo.toml"))
+        .arg("--target-dir")
+        .arg(&target_dir)
+        // Not clippy's or the outer build's settings: a plain build of the runtime.
+        .env_remove("RUSTC_WORKSPACE_WRAPPER")
+        .env_remove("CARGO_TARGET_DIR")
+        .env_remove("CARGO_BUILD_TARGET_DIR")
+        .env_remove("CARGO_ENCODED_RUSTFLAGS")
+        .env_remove("RUSTFLAGS")
+        .status()
+        .expect("run cargo to build the runtime");
+    assert!(
+        status.success(),
+        "building libmslprof.so for embedding failed"
+    );
+    std::fs::copy(target_dir.join("release/libmslprof.so"), &embedded)
+        .expect("copy libmslprof.so into OUT_DIR");
+}

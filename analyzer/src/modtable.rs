@@ -1,0 +1,77 @@
+//! The module lists of an mslprof report (modules loaded but not profiled, and the closing module table):
+//! sorted by share of the samples, rows under 0.05 % folded into one line unless every row is asked for,
+//! and a name column as wide as the longest name so that long names do not push the columns apart.
+
+use std::fmt::Write as _;
+
+use crate::output::Out;
+
+/// Shares below this (in percent) are folded into one line.
+const FOLD_BELOW: f64 = 0.05;
+
+/// One row of a module list.
+pub struct Row {
+    /// Module index (`None`: no index column, as in the list of modules not profiled).
+    pub index: Option<usize>,
+    pub samples: u64,
+    pub name: String,
+    pub path: String,
+    /// Printed after the path (load instances), may be empty.
+    pub note: String,
+}
+
+/// Print `rows` with shares of `total` samples; `all`: no folding.
+pub fn print(out: &mut Out, mut rows: Vec<Row>, total: f64, all: bool) {
+    let share = |r: &Row| 100.0 * r.samples as f64 / total.max(1.0);
+    rows.sort_by(|a, b| {
+        b.samples
+            .cmp(&a.samples)
+            .then_with(|| a.index.cmp(&b.index))
+    });
+    let width = rows
+        .iter()
+        .filter(|r| all || share(r) >= FOLD_BELOW)
+        .map(|r| r.name.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(6);
+    let with_index = rows.iter().any(|r| r.index.is_some());
+    if with_index {
+        let _ = writeln!(out, " index  samples  {:<width$}  path", "module");
+    }
+    let mut folded: Vec<String> = Vec::new();
+    let mut folded_samples = 0u64;
+    for r in &rows {
+        if !all && share(r) < FOLD_BELOW {
+            folded.push(r.name.clone());
+            folded_samples += r.samples;
+            continue;
+        }
+        let mut line = String::new();
+        if let Some(i) = r.index {
+            let _ = write!(line, "{i:>6} ");
+        }
+        let _ = write!(
+            line,
+            "{:>7.2}%  {:<width$}  {}{}",
+            share(r),
+            r.name,
+            r.path,
+            r.note
+        );
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    if !folded.is_empty() {
+        if with_index {
+            out.push_str("       ");
+        }
+        let _ = writeln!(
+            out,
+            "{:>7.2}%  {} more under {FOLD_BELOW}% each (--all-modules lists them): {}",
+            100.0 * folded_samples as f64 / total.max(1.0),
+            folded.len(),
+            folded.join(", ")
+        );
+    }
+}

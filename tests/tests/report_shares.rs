@@ -1,0 +1,98 @@
+//! Issue 15: the profiler's own time is a row of the flat profile, marked as overhead, with the same share
+//! as in the module table; percentages say what 100 % is.
+
+use std::path::Path;
+use std::process::Command;
+
+use mslprof_tests::analyzer::scratch;
+use mslprof_tests::{analyzer_binary, assert_success, fixtures_dir, run, runtime_library};
+
+fn report(dir: &Path, args: &[&str]) -> String {
+    let out = run(Command::new(analyzer_binary()).current_dir(dir).args(args));
+    assert_success(&out, "mslprof");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The share on the first line containing `what`: its field ending in `%` (module table), else its first
+/// field (flat profile).
+fn share_on_line(text: &str, what: &str) -> Option<String> {
+    let line = text.lines().find(|l| l.contains(what))?;
+    let mut fields = line.split_whitespace();
+    let share = line
+        .split_whitespace()
+        .find(|w| w.ends_with('%'))
+        .or_else(|| fields.next())?;
+    Some(share.trim_end_matches('%').to_string())
+}
+
+#[test]
+fn overhead_row_matches_module_table_and_shares_say_what_they_are() {
+    let dir = scratch("report-shares");
+    let src = fixtures_dir("bounds");
+    for (args, what) in [
+        (
+            vec![
+                "-pg",
+                "-O1",
+                "-fPIC",
+                "-shared",
+                "-o",
+                "libbounds.so",
+                src.join("libbounds.c").to_str().unwrap().to_string().leak(),
+            ],
+            "library",
+        ),
+        (
+            vec![
+                "-pg",
+                "-O1",
+                "-o",
+                "prog",
+                src.join("bounds_main.c")
+                    .to_str()
+                    .unwrap()
+                    .to_string()
+                    .leak(),
+                "-L.",
+                "-lbounds",
+            ],
+            "program",
+        ),
+    ] {
+        let out = run(Command::new("cc").current_dir(&*dir).args(&args));
+        assert_success(&out, what);
+    }
+    // Every module selected: the runtime's mcount is sampled too.
+    let out = run(Command::new(dir.join("prog"))
+        .arg("30000000")
+        .current_dir(&*dir)
+        .env("LD_LIBRARY_PATH", &*dir)
+        .env("LD_PRELOAD", runtime_library())
+        .env("MSLPROF_HZ", "1000")
+        .env_remove("MSLPROF_PROFILE")
+        .env_remove("LD_PROFILE"));
+    assert_success(&out, "prog");
+    let text = report(&dir, &["-b", "-p", "--all-modules", "prog", "gmon.out"]);
+    let flat =
+        share_on_line(&text, "[mslprof_overhead]").expect("overhead row in the flat profile");
+    let table =
+        share_on_line(&text, "libmslprof.so (profiling overhead)").expect("module table row");
+    assert_eq!(flat, table, "{text}");
+    assert!(flat.parse::<f64>().unwrap() > 0.0, "{text}");
+    assert!(text.contains("Percentages are of the "), "{text}");
+
+    let hidden = report(&dir, &["-b", "-p", "--no-overhead", "prog", "gmon.out"]);
+    assert!(!hidden.contains("[mslprof_overhead]"), "{hidden}");
+
+    // Over the whole process, the shares of the rows are those of the module table.
+    let process = report(
+        &dir,
+        &["-b", "-p", "--share-of=process", "prog", "gmon.out"],
+    );
+    assert!(process.contains("Percentages are of all "), "{process}");
+    assert_eq!(
+        share_on_line(&process, "[mslprof_overhead]"),
+        share_on_line(&process, "libmslprof.so (profiling overhead)"),
+        "{process}"
+    );
+}

@@ -1,0 +1,177 @@
+//! `mslprof run` (issues 12 and 15): success judged by the profiles the runtime wrote, the report on
+//! stderr (or `--report FILE`) and never on the program's stdout, the process tree summed, the exit
+//! status passed through.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use mslprof_tests::analyzer::scratch;
+use mslprof_tests::{analyzer_binary, assert_success, fixtures_dir, run};
+
+fn mslprof_run(dir: &Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new(analyzer_binary());
+    cmd.current_dir(dir)
+        .arg("run")
+        .args(args)
+        .env_remove("MSLPROF_PROFILE")
+        .env_remove("LD_PROFILE")
+        .env_remove("GPROFDIR")
+        .env_remove("GMON_OUT_PREFIX");
+    cmd
+}
+
+#[test]
+fn true_succeeds_every_time_with_stdout_to_dev_null() {
+    let dir = scratch("run-true");
+    for i in 0..20 {
+        let status = mslprof_run(&dir, &["/bin/true"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success(), "run {i}: {status}");
+    }
+}
+
+#[test]
+fn gzip_output_is_the_programs_own() {
+    let dir = scratch("run-gzip");
+    let original: Vec<u8> = (0..200_000u32)
+        .flat_map(|i| (i % 251).to_le_bytes())
+        .collect();
+    std::fs::write(dir.join("f"), &original).unwrap();
+    let out =
+        run(mslprof_run(&dir, &["gzip", "-c"]).stdin(std::fs::File::open(dir.join("f")).unwrap()));
+    assert_success(&out, "mslprof run gzip -c");
+    std::fs::write(dir.join("f.gz"), &out.stdout).unwrap();
+    let back = run(Command::new("gunzip").arg("-c").arg(dir.join("f.gz")));
+    assert_success(&back, "gunzip");
+    assert!(back.stdout == original, "gunzip restores f byte for byte");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("profile written to gmon.out"), "{err}");
+    assert!(
+        err.contains("Flat profile"),
+        "the report is on stderr: {err}"
+    );
+}
+
+/// `prog` and `libbounds.so` (both `-pg`) built in `dir`.
+fn build_pg(dir: &Path) {
+    let src = fixtures_dir("bounds");
+    for args in [
+        vec!["-pg", "-O1", "-fPIC", "-shared", "-o", "libbounds.so"],
+        vec!["-pg", "-O1", "-o", "prog", "-Wl,-rpath,$ORIGIN"],
+    ] {
+        let source = if args.contains(&"-shared") {
+            src.join("libbounds.c")
+        } else {
+            src.join("bounds_main.c")
+        };
+        let mut cc = Command::new("cc");
+        cc.current_dir(dir).args(&args).arg(source);
+        if !args.contains(&"-shared") {
+            cc.args(["-L.", "-lbounds"]);
+        }
+        assert_success(&run(&mut cc), "cc");
+    }
+}
+
+#[test]
+fn helper_processes_stay_quiet_and_write_nothing() {
+    let dir = scratch("run-quiet");
+    build_pg(&dir);
+    // A wrapper running helpers before the real program: only the program has the selected library.
+    let out = run(Command::new("sh")
+        .args(["-c", "/bin/true; /bin/true; /bin/true; ./prog 1000"])
+        .current_dir(&*dir)
+        .env("LD_PRELOAD", mslprof_tests::runtime_library())
+        .env("MSLPROF_PROFILE", "libbounds.so")
+        .env_remove("LD_PROFILE")
+        .env_remove("MSLPROF_ROOT_PID")
+        .env_remove("GPROFDIR")
+        .env_remove("GMON_OUT_PREFIX"));
+    assert_success(&out, "sh");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.matches("matched no module").count() <= 1,
+        "only the root may say so: {err}"
+    );
+    let mut files: Vec<String> = std::fs::read_dir(&*dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("gmon.out"))
+        .collect();
+    files.sort();
+    // The root shell's gmon.out, and one file: the program's. The helpers recorded nothing selected.
+    assert_eq!(files.len(), 2, "{files:?}");
+    let child = mslprof_tests::read_profile(&dir.join(&files[1]));
+    assert!(
+        String::from_utf8_lossy(&child.header.program_name).contains("prog"),
+        "{files:?}"
+    );
+
+    // Reading the root's gmon.out says the descendants' file is there; --family sums it in.
+    let plain = run(Command::new(analyzer_binary())
+        .current_dir(&*dir)
+        .args(["-b", "-p", "gmon.out"]));
+    let err = String::from_utf8_lossy(&plain.stderr);
+    assert!(
+        err.contains("profile(s) of descendant processes") && err.contains("--family"),
+        "{err}"
+    );
+    let family = run(Command::new(analyzer_binary())
+        .current_dir(&*dir)
+        .args(["-b", "-p", "--family", "gmon.out"]));
+    assert_success(&family, "mslprof --family");
+    let report = String::from_utf8_lossy(&family.stdout);
+    assert!(
+        report
+            .lines()
+            .any(|l| l.ends_with(" bounds_tiny") && l.split_whitespace().nth(3) == Some("1000")),
+        "{report}"
+    );
+}
+
+#[test]
+fn shell_children_are_summed_and_statuses_pass_through() {
+    let dir = scratch("run-tree");
+    build_pg(&dir);
+    let out = run(&mut mslprof_run(
+        &dir,
+        &[
+            "--report",
+            "report.txt",
+            "-b",
+            "-p",
+            "--",
+            "sh",
+            "-c",
+            "./prog 1000; ./prog 1000; exit 7",
+        ],
+    ));
+    assert_eq!(out.status.code(), Some(7), "the shell's exit status");
+    assert!(out.stdout.is_empty(), "nothing on stdout: {:?}", out.stdout);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("3 processes wrote profiles"), "{err}");
+    let report = std::fs::read_to_string(dir.join("report.txt")).unwrap();
+    let calls = report
+        .lines()
+        .find(|l| l.ends_with(" bounds_tiny"))
+        .and_then(|l| l.split_whitespace().nth(3))
+        .unwrap_or_else(|| panic!("bounds_tiny row in {report}"));
+    assert_eq!(calls, "2000", "both children's calls: {report}");
+    assert_eq!(
+        std::fs::read_dir(dir.join("gmon.out.parts"))
+            .unwrap()
+            .count(),
+        3
+    );
+
+    let missing = run(&mut mslprof_run(
+        &dir,
+        &["--no-report", "no-such-command-here"],
+    ));
+    assert_eq!(missing.status.code(), Some(127));
+    let bad = run(&mut mslprof_run(&dir, &["--hz", "0", "/bin/true"]));
+    assert_eq!(bad.status.code(), Some(1));
+}
