@@ -25,6 +25,17 @@ fn work_calls(ws: &Workspace, name: &str, profile: &Profile) -> u64 {
     calls_into(module(profile, name), &function(&ws.join(name), "work"))
 }
 
+/// The fixture `fixture` built with `-pg` and `extra`, with the header and libmslprof.so linked in.
+fn linked_program(ws: &Workspace, name: &str, fixture: &str, extra: &[&str]) -> PathBuf {
+    let target = runtime_library().parent().unwrap().display().to_string();
+    let include = format!("-I{}", include_dir().display());
+    let (search, rpath) = (format!("-L{target}"), format!("-Wl,-rpath,{target}"));
+    let mut options = vec![include.as_str(), "-pg"];
+    options.extend_from_slice(extra);
+    options.extend([search.as_str(), "-lmslprof", rpath.as_str()]);
+    ws.program(name, &[source(fixture)], &options)
+}
+
 #[test]
 fn mslprof_dump_writes_exact_snapshots_and_counting_goes_on() {
     if !have("cc") {
@@ -32,14 +43,7 @@ fn mslprof_dump_writes_exact_snapshots_and_counting_goes_on() {
         return;
     }
     let ws = Workspace::new();
-    let target = runtime_library().parent().unwrap().display().to_string();
-    let include = format!("-I{}", include_dir().display());
-    let (search, rpath) = (format!("-L{target}"), format!("-Wl,-rpath,{target}"));
-    let program = ws.program(
-        "snapshots",
-        &[source("snapshots.c")],
-        &[&include, "-pg", &search, "-lmslprof", &rpath],
-    );
+    let program = linked_program(&ws, "snapshots", "snapshots.c", &[]);
     // The runtime is linked in: no LD_PRELOAD.
     let out = run(&mut ws.command(&program));
     assert_success(&out, "snapshots");
@@ -276,22 +280,8 @@ fn smonitor_fills_the_programs_buffer_and_a_later_call_dumps() {
         return;
     }
     let ws = Workspace::new();
-    let target = runtime_library().parent().unwrap().display().to_string();
-    let include = format!("-I{}", include_dir().display());
-    let (search, rpath) = (format!("-L{target}"), format!("-Wl,-rpath,{target}"));
-    let program = ws.program(
-        "smon",
-        &[source("smonitor.c")],
-        // Aligned functions: no 4-byte histogram bucket holds code of both idle and burn.
-        &[
-            &include,
-            "-pg",
-            "-falign-functions=16",
-            &search,
-            "-lmslprof",
-            &rpath,
-        ],
-    );
+    // Aligned functions: no 4-byte histogram bucket holds code of both idle and burn.
+    let program = linked_program(&ws, "smon", "smonitor.c", &["-falign-functions=16"]);
     let out = run(&mut ws.command(&program));
     assert_success(&out, "smon");
     assert_eq!(
