@@ -46,12 +46,14 @@ struct text_region {
 
 /* MSLP's smonitor (paper, 2.2.2). If an earlier call is collecting, writes the profile collected so far
  * as mslprof_dump(NULL) does and stops that collection. Then, unless regions is NULL or nregions is 0,
- * every sample whose PC lies in one of the nregions regions is also added to buffer, an array of
- * bufsize / 2 (PROF_USHORT) or bufsize / 4 (PROF_UINT) buckets aligned to their width; counts saturate.
+ * every sample whose PC lies in one of the nregions regions (at most 64; the first that holds it counts)
+ * is also added, on top of the runtime's own histograms, to buffer, an array of bufsize / 2 (PROF_USHORT)
+ * or bufsize / 4 (PROF_UINT) buckets aligned to their width; counts saturate.
  * The buffer is not initialised: counts add to what it holds. All regions share one granularity G, the
  * smallest number of bytes per bucket with which every region's ceil(size / G) buckets fit in the
  * buffer; region i's buckets follow region i-1's, and a PC maps to first_bucket(i) + (pc - low_pc) / G.
- * nfunc is unused. The buffer must stay valid until the next call (smonitor(NULL, 0, NULL, 0, 0, 0)
+ * nfunc is unused. Samples are taken only while profiling is active (the runtime loaded, not paused by
+ * moncontrol(0)). The buffer must stay valid until the next call (smonitor(NULL, 0, NULL, 0, 0, 0)
  * stops). Bad arguments: one stderr line, nothing collected. */
 MSLPROF_API void smonitor(struct text_region *regions, int nregions, void *buffer,
                           size_t bufsize, int nfunc, unsigned flags);
