@@ -286,20 +286,26 @@ fn smonitor_fills_the_programs_buffer_and_a_later_call_dumps() {
     assert_success(&out, "smon");
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
-        "ushort: prefill kept 1, idle bucket >= 1007 1, burnt samples >= 20 1\n\
+        "refused: 1\n\
+         ushort: prefill kept 1, idle bucket >= 1007 1, burnt samples >= 20 1\n\
          uint: idle 500, old buffer unchanged 1\n\
          stopped: idle 500, unchanged 1\n"
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "mslprof: smonitor: flags is neither PROF_USHORT nor PROF_UINT; not collecting\n"
     );
     assert_eq!(
         mslprof_tests::loader::profile_files(&ws),
         ["gmon.out", "gmon.out.1", "gmon.out.2"]
     );
     let (idle, burn) = (function(&program, "idle"), function(&program, "burn"));
-    // Each dump holds what the runtime counted up to it: the injected samples exactly, and burn's.
+    // Each dump holds what the runtime counted up to it: all the injected samples exactly (the refused
+    // call's 10 too: the runtime counts them whatever smonitor does), and burn's.
     for (file, injected) in [
-        ("gmon.out.1", 1000),
-        ("gmon.out.2", 1500),
-        ("gmon.out", 1800),
+        ("gmon.out.1", 1010),
+        ("gmon.out.2", 1510),
+        ("gmon.out", 1810),
     ] {
         let profile = ws.profile(file);
         assert_eq!(samples_in(&profile, "smon", &idle), injected, "{file}");
