@@ -6,6 +6,8 @@
 #ifndef MSLPROF_H
 #define MSLPROF_H
 
+#include <stddef.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -26,6 +28,35 @@ MSLPROF_API int mslprof_dump(const char *path);
 
 /* 0 pauses profiling (call counting and sampling); any other value resumes it. */
 MSLPROF_API void moncontrol(int mode);
+
+/* Bucket widths for smonitor (the values of glibc's <sys/profil.h>). */
+#ifndef PROF_USHORT
+#define PROF_USHORT 0 /* 16-bit buckets */
+#endif
+#ifndef PROF_UINT
+#define PROF_UINT 1 /* 32-bit buckets */
+#endif
+
+/* A range of code, [low_pc, high_pc): any addresses of the process, in one module or spanning several.
+ * (MSLP's paper does not list the fields of its struct text_region; these are mslprof's.) */
+struct text_region {
+    const void *low_pc;
+    const void *high_pc;
+};
+
+/* MSLP's smonitor (paper, 2.2.2). If an earlier call is collecting, writes the profile collected so far
+ * as mslprof_dump(NULL) does and stops that collection. Then, unless regions is NULL or nregions is 0,
+ * every sample whose PC lies in one of the nregions regions (at most 64; the first that holds it counts)
+ * is also added, on top of the runtime's own histograms, to buffer, an array of bufsize / 2 (PROF_USHORT)
+ * or bufsize / 4 (PROF_UINT) buckets aligned to their width; counts saturate.
+ * The buffer is not initialised: counts add to what it holds. All regions share one granularity G, the
+ * smallest number of bytes per bucket with which every region's ceil(size / G) buckets fit in the
+ * buffer; region i's buckets follow region i-1's, and a PC maps to first_bucket(i) + (pc - low_pc) / G.
+ * nfunc is unused. Samples are taken only while profiling is active (the runtime loaded, not paused by
+ * moncontrol(0)). The buffer must stay valid until the next call (smonitor(NULL, 0, NULL, 0, 0, 0)
+ * stops). Bad arguments: one stderr line, nothing collected. */
+MSLPROF_API void smonitor(struct text_region *regions, int nregions, void *buffer,
+                          size_t bufsize, int nfunc, unsigned flags);
 
 #ifdef __cplusplus
 }

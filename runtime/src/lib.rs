@@ -17,6 +17,7 @@ pub mod on_demand;
 pub mod program_sigprof;
 pub mod sampler;
 pub mod selection;
+pub mod smonitor;
 mod sys;
 
 use std::sync::OnceLock;

@@ -213,6 +213,7 @@ pub fn measured_period_ns() -> u64 {
 /// Counts one sample at `pc`. Async-signal-safe; also the test hook for the no-allocation test.
 pub fn record_pc(pc: usize) {
     TOTAL_SAMPLES.fetch_add(1, Ordering::Relaxed);
+    crate::smonitor::record(pc);
     match modules::find(pc) {
         Some(module) => module.record_sample(RuntimePc(pc)),
         None => {

@@ -1,11 +1,12 @@
 //! Proves that the sampling path never allocates: a counting global allocator watches the process while the
 //! real SIGPROF handler takes samples on this thread (and while samples are counted in every kind of place:
-//! a profiled module, an unprofiled one, and no module at all).
+//! a profiled module, an unprofiled one, and no module at all), with `smonitor` filling a program buffer too.
 //!
 //! A plain `main` (harness = false), so no other thread allocates meanwhile.
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 struct CountingAllocator;
 
@@ -49,6 +50,23 @@ fn main() {
         std::env::set_var("LD_PROFILE", "a.out"); // this test program profiled, libc not
     }
     assert!(mslprof::start_explicitly(), "the runtime did not start");
+    // smonitor over every address: the handler also adds each sample to this buffer.
+    static BUFFER: [AtomicU32; 64] = [const { AtomicU32::new(0) }; 64];
+    let everything = mslprof::smonitor::TextRegion {
+        low_pc: std::ptr::without_provenance(1),
+        high_pc: std::ptr::without_provenance(usize::MAX),
+    };
+    // SAFETY: one region; the buffer is 64 aligned 32-bit buckets that live as long as the program.
+    unsafe {
+        mslprof::smonitor::smonitor(
+            &everything,
+            1,
+            BUFFER.as_ptr() as *mut c_void,
+            std::mem::size_of_val(&BUFFER),
+            0,
+            mslprof::smonitor::PROF_UINT,
+        )
+    };
     let samples_before = mslprof::sampler::TOTAL_SAMPLES.load(Ordering::SeqCst);
     let libc_pc = libc_function();
 
@@ -68,6 +86,14 @@ fn main() {
     let samples = mslprof::sampler::TOTAL_SAMPLES.load(Ordering::SeqCst) - samples_before;
 
     assert!(samples >= 100, "only {samples} samples were taken");
+    let in_buffer: u64 = BUFFER
+        .iter()
+        .map(|b| u64::from(b.load(Ordering::SeqCst)))
+        .sum();
+    assert!(
+        in_buffer >= samples,
+        "smonitor's buffer has {in_buffer} of {samples} samples"
+    );
     assert_eq!(
         allocations, 0,
         "{allocations} allocations while {samples} samples were taken"

@@ -25,6 +25,17 @@ fn work_calls(ws: &Workspace, name: &str, profile: &Profile) -> u64 {
     calls_into(module(profile, name), &function(&ws.join(name), "work"))
 }
 
+/// The fixture `fixture` built with `-pg` and `extra`, with the header and libmslprof.so linked in.
+fn linked_program(ws: &Workspace, name: &str, fixture: &str, extra: &[&str]) -> PathBuf {
+    let target = runtime_library().parent().unwrap().display().to_string();
+    let include = format!("-I{}", include_dir().display());
+    let (search, rpath) = (format!("-L{target}"), format!("-Wl,-rpath,{target}"));
+    let mut options = vec![include.as_str(), "-pg"];
+    options.extend_from_slice(extra);
+    options.extend([search.as_str(), "-lmslprof", rpath.as_str()]);
+    ws.program(name, &[source(fixture)], &options)
+}
+
 #[test]
 fn mslprof_dump_writes_exact_snapshots_and_counting_goes_on() {
     if !have("cc") {
@@ -32,14 +43,7 @@ fn mslprof_dump_writes_exact_snapshots_and_counting_goes_on() {
         return;
     }
     let ws = Workspace::new();
-    let target = runtime_library().parent().unwrap().display().to_string();
-    let include = format!("-I{}", include_dir().display());
-    let (search, rpath) = (format!("-L{target}"), format!("-Wl,-rpath,{target}"));
-    let program = ws.program(
-        "snapshots",
-        &[source("snapshots.c")],
-        &[&include, "-pg", &search, "-lmslprof", &rpath],
-    );
+    let program = linked_program(&ws, "snapshots", "snapshots.c", &[]);
     // The runtime is linked in: no LD_PRELOAD.
     let out = run(&mut ws.command(&program));
     assert_success(&out, "snapshots");
@@ -63,7 +67,12 @@ fn mslprof_dump_writes_exact_snapshots_and_counting_goes_on() {
 #[test]
 fn header_compiles_from_c_and_cplusplus() {
     let ws = Workspace::new();
-    let text = "#include \"mslprof.h\"\nint main(void) { moncontrol(1); return mslprof_dump(0) == 0 ? 0 : 1; }\n";
+    let text = "#include \"mslprof.h\"\nstatic unsigned short buffer[64];\n\
+                int main(void) {\n\
+                struct text_region region = {(const void *)&buffer[0], (const void *)&buffer[64]};\n\
+                smonitor(&region, 1, buffer, sizeof buffer, 0, PROF_USHORT);\n\
+                smonitor(0, 0, 0, 0, 0, PROF_UINT);\n\
+                moncontrol(1); return mslprof_dump(0) == 0 ? 0 : 1; }\n";
     std::fs::write(ws.join("use.c"), text).unwrap();
     std::fs::write(ws.join("use.cc"), text).unwrap();
     let include = format!("-I{}", include_dir().display());
@@ -250,4 +259,56 @@ fn rust_programs_dump_through_mslprof_control() {
         "runtime false\nnamed Err(Unsupported)\npause false\nresume false\nusual Err(Unsupported)\n"
     );
     assert!(mslprof_tests::loader::profile_files(&ws).is_empty());
+}
+
+/// Samples the histogram of module `name` in `profile` holds in the 4-byte buckets that overlap `f`.
+fn samples_in(profile: &Profile, name: &str, f: &mslprof_tests::loader::Function) -> u64 {
+    let histogram = module(profile, name).histogram.as_ref().expect("histogram");
+    histogram
+        .ranges
+        .iter()
+        .flat_map(|r| r.buckets.nonzero().map(move |(i, c)| (r.start + 4 * i, c)))
+        .filter(|&(address, _)| f.start < address + 4 && address < f.end)
+        .map(|(_, c)| u64::from(c))
+        .sum()
+}
+
+#[test]
+fn smonitor_fills_the_programs_buffer_and_a_later_call_dumps() {
+    if !have("cc") {
+        eprintln!("SKIPPED: no `cc`");
+        return;
+    }
+    let ws = Workspace::new();
+    // Aligned functions: no 4-byte histogram bucket holds code of both idle and burn.
+    let program = linked_program(&ws, "smon", "smonitor.c", &["-falign-functions=16"]);
+    let out = run(&mut ws.command(&program));
+    assert_success(&out, "smon");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "refused: 1\n\
+         ushort: prefill kept 1, idle bucket >= 1007 1, burnt samples >= 20 1\n\
+         uint: idle 500, old buffer unchanged 1\n\
+         stopped: idle 500, unchanged 1\n"
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "mslprof: smonitor: flags is neither PROF_USHORT nor PROF_UINT; not collecting\n"
+    );
+    assert_eq!(
+        mslprof_tests::loader::profile_files(&ws),
+        ["gmon.out", "gmon.out.1", "gmon.out.2"]
+    );
+    let (idle, burn) = (function(&program, "idle"), function(&program, "burn"));
+    // Each dump holds what the runtime counted up to it: all the injected samples exactly (the refused
+    // call's 10 too: the runtime counts them whatever smonitor does), and burn's.
+    for (file, injected) in [
+        ("gmon.out.1", 1010),
+        ("gmon.out.2", 1510),
+        ("gmon.out", 1810),
+    ] {
+        let profile = ws.profile(file);
+        assert_eq!(samples_in(&profile, "smon", &idle), injected, "{file}");
+        assert!(samples_in(&profile, "smon", &burn) > 0, "{file}");
+    }
 }

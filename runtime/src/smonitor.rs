@@ -1,0 +1,235 @@
+//! `smonitor(regions, nregions, buffer, bufsize, nfunc, flags)` (MSLP's paper, 2.2.2): the program hands
+//! over text regions and a buffer of 16-bit (`PROF_USHORT`) or 32-bit (`PROF_UINT`) buckets, and the
+//! sampler adds each sample whose PC lies in a region to that buffer too, on top of the runtime's own
+//! per-module histograms. A later call first writes the profile collected so far through the usual dump
+//! path (as `mslprof_dump(NULL)` does), then collects into its own buffer.
+//!
+//! The layout is one granularity `G` for all regions: the smallest whole number of bytes per bucket such
+//! that the buckets of every region, `ceil(size / G)` each, fit in the buffer; region i's buckets follow
+//! region i-1's. The buffer is never cleared: counts are added to what it holds, saturating.
+//!
+//! The SIGPROF handler only reads atomics here: the description of the buffer lives in fixed-size static
+//! tables, switched off (and waited for) while `smonitor` rewrites them.
+
+use std::ffi::{c_int, c_uint, c_void};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, AtomicUsize, Ordering};
+
+use crate::sys;
+
+/// `PROF_USHORT`: 16-bit buckets (glibc's `<sys/profil.h>` value).
+pub const PROF_USHORT: c_uint = 0;
+/// `PROF_UINT`: 32-bit buckets (glibc's `<sys/profil.h>` value).
+pub const PROF_UINT: c_uint = 1;
+/// Most regions one call may name.
+pub const MAX_REGIONS: usize = 64;
+
+/// C: `struct text_region { const void *low_pc; const void *high_pc; }`, the range `[low_pc, high_pc)`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct TextRegion {
+    pub low_pc: *const c_void,
+    pub high_pc: *const c_void,
+}
+
+#[allow(clippy::declare_interior_mutable_const)]
+const ZERO: AtomicUsize = AtomicUsize::new(0);
+static STARTS: [AtomicUsize; MAX_REGIONS] = [ZERO; MAX_REGIONS];
+static ENDS: [AtomicUsize; MAX_REGIONS] = [ZERO; MAX_REGIONS];
+static FIRST_BUCKETS: [AtomicUsize; MAX_REGIONS] = [ZERO; MAX_REGIONS];
+static REGIONS: AtomicUsize = AtomicUsize::new(0);
+static BUFFER: AtomicUsize = AtomicUsize::new(0);
+static BUCKETS: AtomicUsize = AtomicUsize::new(0);
+static GRANULARITY: AtomicUsize = AtomicUsize::new(1);
+static WIDE: AtomicBool = AtomicBool::new(false);
+/// The tables above describe a buffer being filled.
+static ACTIVE: AtomicBool = AtomicBool::new(false);
+/// Handlers inside [`record`] right now.
+static RECORDING: AtomicUsize = AtomicUsize::new(0);
+/// One `smonitor` call at a time.
+static CALLS: Mutex<()> = Mutex::new(());
+
+/// The bytes per bucket for regions of `sizes` in `buckets` buckets (None if they cannot fit).
+pub fn granularity(sizes: &[usize], buckets: usize) -> Option<usize> {
+    let total: usize = sizes.iter().sum();
+    if buckets < sizes.len() || buckets == 0 {
+        return None;
+    }
+    let fits = |g: usize| sizes.iter().map(|s| s.div_ceil(g)).sum::<usize>() <= buckets;
+    // The smallest fitting granularity lies between the average and the largest region (one bucket each).
+    let (mut low, mut high) = (
+        total.div_ceil(buckets).max(1),
+        sizes.iter().copied().max().unwrap_or(1).max(1),
+    );
+    while low < high {
+        let middle = low + (high - low) / 2;
+        if fits(middle) {
+            high = middle;
+        } else {
+            low = middle + 1;
+        }
+    }
+    let g = low;
+    Some(g)
+}
+
+/// Adds one sample at `pc` to the program's buffer when a region holds it. Async-signal-safe.
+pub fn record(pc: usize) {
+    if !ACTIVE.load(Ordering::Acquire) {
+        return;
+    }
+    RECORDING.fetch_add(1, Ordering::SeqCst);
+    if ACTIVE.load(Ordering::SeqCst) {
+        let regions = REGIONS.load(Ordering::Relaxed).min(MAX_REGIONS);
+        let g = GRANULARITY.load(Ordering::Relaxed).max(1);
+        for i in 0..regions {
+            let (start, end) = (
+                STARTS[i].load(Ordering::Relaxed),
+                ENDS[i].load(Ordering::Relaxed),
+            );
+            if start <= pc && pc < end {
+                let bucket = FIRST_BUCKETS[i].load(Ordering::Relaxed) + (pc - start) / g;
+                if bucket < BUCKETS.load(Ordering::Relaxed) {
+                    add_one(BUFFER.load(Ordering::Relaxed), bucket);
+                }
+                break;
+            }
+        }
+    }
+    RECORDING.fetch_sub(1, Ordering::SeqCst);
+}
+
+fn add_one(buffer: usize, bucket: usize) {
+    if WIDE.load(Ordering::Relaxed) {
+        // SAFETY: `smonitor` checked that the buffer holds `BUCKETS` aligned 32-bit buckets, and the program
+        // promised to keep it until the next call.
+        let counter = unsafe { &*((buffer as *const AtomicU32).add(bucket)) };
+        let _ = counter.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| c.checked_add(1));
+    } else {
+        // SAFETY: as above, with 16-bit buckets.
+        let counter = unsafe { &*((buffer as *const AtomicU16).add(bucket)) };
+        let _ = counter.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| c.checked_add(1));
+    }
+}
+
+/// Stops filling the current buffer and waits until no handler writes to it.
+fn stop() -> bool {
+    let was = ACTIVE.swap(false, Ordering::SeqCst);
+    for _ in 0..100_000 {
+        if RECORDING.load(Ordering::SeqCst) == 0 {
+            break;
+        }
+        std::hint::spin_loop();
+        std::thread::yield_now();
+    }
+    was
+}
+
+fn refuse(why: &[u8]) {
+    sys::stderr_line(&[b"mslprof: smonitor: ", why, b"; not collecting\n"]);
+}
+
+/// The Rust side of [`smonitor`].
+///
+/// # Safety
+/// As for [`smonitor`].
+unsafe fn start(
+    regions: *const TextRegion,
+    nregions: c_int,
+    buffer: *mut c_void,
+    bufsize: usize,
+    flags: c_uint,
+) {
+    let _one_at_a_time = CALLS.lock().unwrap_or_else(|e| e.into_inner());
+    if stop() {
+        // What the previous call collected is in the runtime's histograms too: write the profile now.
+        // Failing to write (profiling not active) is not the program's concern; the exit dump follows.
+        let _ = crate::on_demand::snapshot(None);
+    }
+    if regions.is_null() || nregions <= 0 || buffer.is_null() || bufsize == 0 {
+        return;
+    }
+    let width = match flags {
+        PROF_USHORT => 2,
+        PROF_UINT => 4,
+        _ => return refuse(b"flags is neither PROF_USHORT nor PROF_UINT"),
+    };
+    let count = nregions as usize;
+    if count > MAX_REGIONS {
+        return refuse(b"more than 64 regions");
+    }
+    if !(buffer as usize).is_multiple_of(width) {
+        return refuse(b"buffer is not aligned to its buckets");
+    }
+    // SAFETY: the caller passes `nregions` regions.
+    let regions = unsafe { std::slice::from_raw_parts(regions, count) };
+    let mut sizes = [0usize; MAX_REGIONS];
+    for (size, r) in sizes.iter_mut().zip(regions) {
+        *size = (r.high_pc as usize).saturating_sub(r.low_pc as usize);
+    }
+    let buckets = bufsize / width;
+    let Some(g) = granularity(&sizes[..count], buckets) else {
+        return refuse(b"buffer has fewer buckets than regions");
+    };
+    let mut first = 0;
+    for (i, r) in regions.iter().enumerate() {
+        STARTS[i].store(r.low_pc as usize, Ordering::Relaxed);
+        ENDS[i].store(r.high_pc as usize, Ordering::Relaxed);
+        FIRST_BUCKETS[i].store(first, Ordering::Relaxed);
+        first += sizes[i].div_ceil(g);
+    }
+    REGIONS.store(count, Ordering::Relaxed);
+    BUFFER.store(buffer as usize, Ordering::Relaxed);
+    BUCKETS.store(buckets, Ordering::Relaxed);
+    GRANULARITY.store(g, Ordering::Relaxed);
+    WIDE.store(width == 4, Ordering::Relaxed);
+    ACTIVE.store(true, Ordering::SeqCst);
+}
+
+/// C: `void smonitor(struct text_region *regions, int nregions, void *buffer, size_t bufsize, int nfunc,
+/// unsigned flags)`. Writes the profile collected so far when an earlier call is collecting, stops that
+/// collection, and (unless `regions` is NULL or `nregions` is 0) starts adding the samples in `regions` to
+/// `buffer`. `nfunc` is unused, as in the paper. Bad arguments: one stderr line, nothing collected.
+///
+/// # Safety
+/// `regions` points to `nregions` regions; `buffer` is `bufsize` writable bytes that stay valid until the
+/// next call (or the end of the process).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn smonitor(
+    regions: *const TextRegion,
+    nregions: c_int,
+    buffer: *mut c_void,
+    bufsize: usize,
+    _nfunc: c_int,
+    flags: c_uint,
+) {
+    let errno = sys::SavedErrno::save();
+    // SAFETY: the caller's arguments, passed on.
+    let call = || unsafe { start(regions, nregions, buffer, bufsize, flags) };
+    if std::panic::catch_unwind(call).is_err() {
+        stop();
+        crate::internal_fault(b"smonitor");
+    }
+    drop(errno);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::granularity;
+
+    #[test]
+    fn granularity_fits_every_region() {
+        assert_eq!(granularity(&[100], 100), Some(1));
+        assert_eq!(granularity(&[100], 10), Some(10));
+        assert_eq!(granularity(&[101], 10), Some(11));
+        assert_eq!(granularity(&[1, 1, 1], 2), None);
+        for (sizes, buckets) in [(&[5usize, 7, 9][..], 4), (&[1000, 3, 1], 17), (&[0, 8], 2)] {
+            let g = granularity(sizes, buckets).unwrap();
+            assert!(sizes.iter().map(|s| s.div_ceil(g)).sum::<usize>() <= buckets);
+            // Smallest: one byte less no longer fits.
+            if g > 1 {
+                assert!(sizes.iter().map(|s| s.div_ceil(g - 1)).sum::<usize>() > buckets);
+            }
+        }
+    }
+}
