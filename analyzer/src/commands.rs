@@ -102,6 +102,13 @@ fn run_profiled(
     cmd.args(args)
         .current_dir(cwd)
         .env("LD_PRELOAD", preload_value(&lib));
+    // glibc's ld.so must not see LD_PROFILE (its own profiler); under this name the runtime's constructor
+    // gives the variable back to the program before main, so the program sees the same environment and the
+    // runtime needs no restart (runtime/README.md).
+    if let Some(value) = std::env::var_os("LD_PROFILE").filter(|v| !v.is_empty()) {
+        cmd.env_remove("LD_PROFILE")
+            .env("MSLPROF_LD_PROFILE", value);
+    }
     if quiet {
         cmd.stdout(std::process::Stdio::null());
     }
