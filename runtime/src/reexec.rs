@@ -19,6 +19,8 @@ const LD_PROFILE: &[u8] = b"LD_PROFILE=";
 /// The same entry, renamed for the second image; dropping its first [`PREFIX_LEN`] bytes gives it back.
 const MOVED: &[u8] = b"MSLPROF_LD_PROFILE=";
 const PREFIX_LEN: usize = MOVED.len() - LD_PROFILE.len();
+/// How far a file's birth time may lag the moment it was created (the kernel's coarse clock).
+const COARSE_CLOCK_LAG_NS: i128 = 10_000_000;
 /// `MSLPROF_REEXEC=0` keeps ld.so's own profiler (no second image).
 const OPT_OUT: &[u8] = b"MSLPROF_REEXEC=0";
 
@@ -83,6 +85,10 @@ pub fn before_start(envp: *mut *const c_char, may_execute: bool) {
         bytes.starts_with(LD_PROFILE) && bytes.len() > LD_PROFILE.len()
     });
     if !asks_for_ld_profile || current.iter().any(|(_, e)| e.to_bytes() == OPT_OUT) {
+        return;
+    }
+    // An execve ends every other thread: a process that already has threads is past its start-up.
+    if std::fs::read_dir("/proc/self/task").map_or(true, |tasks| tasks.count() != 1) {
         return;
     }
     if let Err(reason) = execute_again(&current) {
@@ -160,7 +166,8 @@ fn glibc_profile_file(current: &[(usize, &CStr)]) -> Option<CString> {
     path.extend_from_slice(b".profile");
     let path = CString::new(path).ok()?;
     let (inode, birth) = sys::inode_and_birth(&path)?;
-    if birth < sys::process_start_ns()? {
+    // File times come from the kernel's coarse clock, up to one scheduler tick (at most 10 ms) behind.
+    if birth < sys::process_start_ns()? - COARSE_CLOCK_LAG_NS {
         return None;
     }
     let mut suffix = b"/".to_vec();

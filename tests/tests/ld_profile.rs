@@ -112,9 +112,9 @@ fn an_earlier_glibc_profile_is_left_alone() {
     let folder = fixture.output_folder("sprof");
     assert_eq!(fixture.run(false, false, &folder).status.code(), Some(3));
     let earlier = std::fs::read(folder.join("libfoo.so.profile")).unwrap();
-    // The runtime knows its process's start time to the clock tick (10 ms): a file born less than a tick before
-    // the start counts as the process's own (runtime/README.md).
-    std::thread::sleep(std::time::Duration::from_millis(50));
+    // The runtime knows its process's start time to the clock tick, and file times lag: a file born less than
+    // 20 ms before the start counts as the process's own (runtime/README.md).
+    std::thread::sleep(std::time::Duration::from_millis(100));
     let profiled = fixture.run(true, false, &folder);
     assert_eq!(profiled.status.code(), Some(3));
     assert_eq!(entries(&folder), ["libfoo.so.profile"]);
