@@ -11,6 +11,7 @@
 
 use std::ffi::{CStr, CString};
 use std::os::raw::c_char;
+use std::os::unix::ffi::OsStrExt;
 
 use crate::sys;
 
@@ -131,9 +132,10 @@ fn execute_again(current: &[(usize, &CStr)]) -> Result<(), String> {
         })
         .collect();
     environment.push(std::ptr::null());
+    let (path, skip) = program_path(&arguments)?;
+    let arguments = &arguments[skip..];
     let mut argv: Vec<*const c_char> = arguments.iter().map(|a| a.as_ptr()).collect();
     argv.push(std::ptr::null());
-    let path = program_path()?;
     // ld.so's own profiler (a single LD_PROFILE name that matched a library) has already started: its
     // ITIMER_PROF timer would survive the execve and kill the new image, whose SIGPROF is back to its default
     // action, and it has created its output file.
@@ -184,17 +186,31 @@ fn glibc_profile_file(current: &[(usize, &CStr)]) -> Option<CString> {
     mapped_here.then_some(path)
 }
 
-/// The path to execute: the one the kernel was given (`AT_EXECFN`, so `/proc/self/comm` and `$ORIGIN` stay
-/// the same) when it still names the running file, else the running file's own path.
-fn program_path() -> Result<CString, String> {
+/// The path to execute and how many leading `arguments` (from `/proc/self/cmdline`) to drop: the path the
+/// kernel was given (`AT_EXECFN`, so `/proc/self/comm`, `$ORIGIN` and the program's idea of its own path stay
+/// the same) when it still names the running file; for a script (`#!`), whose running file is its interpreter
+/// and whose arguments start with the interpreter and its option, the script itself, from its own argument on;
+/// else the running file's own path.
+fn program_path(arguments: &[CString]) -> Result<(CString, usize), String> {
     let running = c"/proc/self/exe";
-    if let Some(given) = sys::exec_file_name()
-        && sys::same_file(&given, running)
-    {
-        return Ok(given);
+    if let Some(given) = sys::exec_file_name() {
+        if sys::same_file(&given, running) {
+            return Ok((given, 0));
+        }
+        let is_script = std::fs::File::open(std::ffi::OsStr::from_bytes(given.to_bytes()))
+            .and_then(|mut file| {
+                let mut start = [0u8; 2];
+                std::io::Read::read_exact(&mut file, &mut start).map(|()| start == *b"#!")
+            })
+            .unwrap_or(false);
+        let script = arguments.iter().skip(1).take(2).position(|a| *a == given);
+        if let (true, Some(script)) = (is_script, script) {
+            return Ok((given, script + 1));
+        }
     }
     let target =
         std::fs::read_link("/proc/self/exe").map_err(|e| format!("/proc/self/exe: {e}"))?;
-    CString::new(std::os::unix::ffi::OsStrExt::as_bytes(target.as_os_str()))
-        .map_err(|_| "/proc/self/exe has a NUL".into())
+    let target =
+        CString::new(target.as_os_str().as_bytes()).map_err(|_| "/proc/self/exe has a NUL")?;
+    Ok((target, 0))
 }

@@ -145,3 +145,38 @@ fn mslprof_run_keeps_ld_profile_away_from_ld_so() {
     assert!(module(&profile, "libfoo.so").flags & module_flags::PROFILED != 0);
     assert!(module(&profile, "app").flags & module_flags::PROFILED == 0);
 }
+
+/// A script (`#!`) is restarted as itself, not as its interpreter: same arguments, same process name.
+#[test]
+fn a_script_keeps_its_name_and_arguments() {
+    let ws = Workspace::new();
+    let script = ws.join("script.sh");
+    std::fs::write(
+        &script,
+        "#!/bin/sh\necho \"$0 $# [$1] [$2] LD_PROFILE=$LD_PROFILE\"\ncat /proc/$$/comm\nexit 4\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let outputs: Vec<Output> = [false, true]
+        .into_iter()
+        .map(|with_runtime| {
+            let mut command = match with_runtime {
+                true => ws.command_with_runtime(Path::new("./script.sh")),
+                false => ws.command(Path::new("./script.sh")),
+            };
+            command
+                .args(["two words", ""])
+                .env("LD_PROFILE", "libc.so")
+                .env("GPROFDIR", "");
+            run(&mut command)
+        })
+        .collect();
+    assert_eq!(outputs[0].status.code(), Some(4));
+    assert_eq!(
+        String::from_utf8_lossy(&outputs[0].stdout),
+        "./script.sh 2 [two words] [] LD_PROFILE=libc.so\nscript.sh\n"
+    );
+    assert_eq!(outputs[1].status.code(), Some(4));
+    assert_eq!(outputs[1].stdout, outputs[0].stdout);
+    assert_eq!(String::from_utf8_lossy(&outputs[1].stderr), "");
+}
