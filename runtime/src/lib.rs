@@ -13,6 +13,7 @@ mod interpose;
 pub mod lifecycle;
 pub mod mcount;
 pub mod modules;
+pub mod plt;
 pub mod program_sigprof;
 mod reexec;
 pub mod sampler;
