@@ -98,3 +98,59 @@ fn libc_calls_from_a_pg_program_are_counted_once_with_their_caller() {
         "{arcs:?}"
     );
 }
+
+#[test]
+fn four_threads_racing_to_bind_are_counted_exactly_lazy_and_bind_now() {
+    for link_flags in [&[][..], &["-Wl,-z,now"][..]] {
+        let workspace = Workspace::new();
+        workspace.shared_library("libleaf.so", &[source("leaf.c")], &[]);
+        let mut flags = vec!["-L.", "-lleaf", "-pthread"];
+        flags.extend(link_flags);
+        let program = workspace.program("plt_threads", &[source("plt_threads.c")], &flags);
+        let stdout = run_ok(&mut counted(&workspace, &program));
+        assert_eq!(stdout, "total 5999998000000\n");
+        let arcs = graph(&workspace.profile("gmon.out"), &["plt_caller", "plt_leaf"]);
+        assert_eq!(
+            arcs.get(&("plt_caller".into(), "plt_leaf".into())),
+            Some(&4_000_000),
+            "{link_flags:?}: {arcs:?}"
+        );
+    }
+}
+
+#[test]
+fn a_dlopened_uninstrumented_plugin_calling_libc_is_counted_across_50_loads_and_unloads() {
+    let workspace = Workspace::new();
+    let plugin = workspace.shared_library("libplugin.so", &[source("plugin.c")], &["-fno-builtin"]);
+    let program = workspace.program("plt_dlopen", &[source("plt_dlopen.c")], &["-ldl"]);
+    let stdout = run_ok(counted(&workspace, &program).arg(&plugin));
+    assert_eq!(stdout, "total 12500000\n");
+    let arcs = graph(&workspace.profile("gmon.out"), &["plugin_work", "abs"]);
+    assert_eq!(
+        arcs.get(&("plugin_work".into(), "abs".into())),
+        Some(&50_000),
+        "{arcs:?}"
+    );
+}
+
+#[test]
+fn a_forked_child_counts_only_its_own_plt_calls() {
+    let workspace = Workspace::new();
+    workspace.shared_library("libleaf.so", &[source("leaf.c")], &[]);
+    let program = workspace.program("plt_fork", &[source("plt_fork.c")], &["-L.", "-lleaf"]);
+    let stdout = run_ok(&mut counted(&workspace, &program));
+    let child_line = "child 135001349500";
+    assert!(stdout.contains(child_line), "{stdout}");
+    let child_pid = stdout
+        .split("child pid ")
+        .nth(1)
+        .and_then(|rest| rest.trim().parse::<u32>().ok())
+        .unwrap_or_else(|| panic!("no child pid in {stdout:?}"));
+    assert!(stdout.contains("parent 60001399500 child pid"), "{stdout}");
+    let names = ["plt_caller", "plt_leaf"];
+    let arc = ("plt_caller".to_string(), "plt_leaf".to_string());
+    let parent = graph(&workspace.profile("gmon.out"), &names);
+    assert_eq!(parent.get(&arc), Some(&201_000), "{parent:?}");
+    let child = graph(&workspace.profile(&format!("gmon.out.{child_pid}")), &names);
+    assert_eq!(child.get(&arc), Some(&300_000), "{child:?}");
+}
