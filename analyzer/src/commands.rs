@@ -109,6 +109,17 @@ fn run_profiled(
         cmd.env_remove("LD_PROFILE")
             .env("MSLPROF_LD_PROFILE", value);
     }
+    // Calls through the PLT into code built without -pg are counted by the audit module next to the runtime
+    // (runtime/README.md, "Calls through the PLT"); MSLPROF_PLT=0 leaves it out.
+    let audit = lib.with_file_name("libmslprof_audit.so");
+    if audit.exists() && std::env::var_os("MSLPROF_PLT").is_none_or(|v| v != "0") {
+        let mut value = OsString::from(audit.as_os_str());
+        if let Some(old) = std::env::var_os("LD_AUDIT").filter(|v| !v.is_empty()) {
+            value.push(":");
+            value.push(old);
+        }
+        cmd.env("LD_AUDIT", value);
+    }
     if quiet {
         cmd.stdout(std::process::Stdio::null());
     }
