@@ -154,3 +154,22 @@ fn a_forked_child_counts_only_its_own_plt_calls() {
     let child = graph(&workspace.profile(&format!("gmon.out.{child_pid}")), &names);
     assert_eq!(child.get(&arc), Some(&300_000), "{child:?}");
 }
+
+#[test]
+fn a_pg_library_called_through_the_plt_is_counted_once_by_mcount() {
+    let workspace = Workspace::new();
+    workspace.shared_library("libleaf.so", &[source("leaf.c")], &["-pg"]);
+    let program = workspace.program(
+        "plt_main",
+        &[source("plt_main.c")],
+        &["-L.", "-lleaf", "-ldl"],
+    );
+    let stdout = run_ok(&mut counted(&workspace, &program));
+    assert_eq!(stdout, EXPECTED_OUTPUT);
+    let arcs = graph(&workspace.profile("gmon.out"), &["plt_caller", "plt_leaf"]);
+    assert_eq!(
+        arcs.get(&("plt_caller".into(), "plt_leaf".into())),
+        Some(&1_000_000),
+        "{arcs:?}"
+    );
+}
