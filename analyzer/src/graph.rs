@@ -82,6 +82,9 @@ pub struct ModuleView {
     /// Samples that fell in this module (from the profile header, or counted).
     pub samples: u64,
     pub profiled: bool,
+    /// Its functions do not count their own calls: the calls they show were counted at the PLT, only
+    /// those that entered them from other modules.
+    pub plt_counted: bool,
 }
 
 /// Symbols, arcs and modules of the whole process.

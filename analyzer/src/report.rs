@@ -800,6 +800,7 @@ pub fn run_mslprof(
                         file.display()
                     ));
                 }
+                g.modules[i].plt_counted = !ms.counts_own_calls;
                 push_module_syms(&mut g, i, ms.symbols, opts.demangle);
             }
             Err(e) => {

@@ -42,7 +42,19 @@ pub struct ModuleSymbols {
     pub address_size: u8,
     /// Where the symbols came from when a separate debug file was used.
     pub debug_file: Option<PathBuf>,
+    /// True when the module imports one of [`COUNTING_IMPORTS`] (built with -pg, -mfentry or
+    /// -finstrument-functions): its functions count their own calls. Calls into any other module can only
+    /// have been counted at the PLT (runtime/README.md, "Calls through the PLT").
+    pub counts_own_calls: bool,
 }
+
+/// Imports of a module whose functions count their own calls.
+pub const COUNTING_IMPORTS: [&str; 4] = [
+    "mcount",
+    "_mcount",
+    "__fentry__",
+    "__cyg_profile_func_enter",
+];
 
 /// Options that change which symbols are kept.
 #[derive(Clone, Copy, Debug, Default)]
@@ -405,6 +417,12 @@ pub fn load(path: &Path, opts: SelectOptions) -> Result<ModuleSymbols, SymbolErr
     let address_size = if file.is_64() { 8 } else { 4 };
     let text_end = text_end_of(&file, opts);
     let has_symtab = file.symbols().next().is_some();
+    let counts_own_calls = file.dynamic_symbols().any(|symbol| {
+        symbol.is_undefined()
+            && symbol
+                .name()
+                .is_ok_and(|name| COUNTING_IMPORTS.contains(&name))
+    });
     let found = |syms: Vec<FunctionSymbol>, dynamic_only: bool, debug_file: Option<PathBuf>| {
         ModuleSymbols {
             symbols: finalize(syms, text_end),
@@ -413,6 +431,7 @@ pub fn load(path: &Path, opts: SelectOptions) -> Result<ModuleSymbols, SymbolErr
             big_endian,
             address_size,
             debug_file,
+            counts_own_calls,
         }
     };
     if has_symtab {

@@ -61,10 +61,17 @@ fn demo_reports_exact_calls_in_every_module() {
         .lines()
         .take_while(|l| !l.contains("Call graph"))
         .find(|l| {
-            l.ends_with("  sin") || l.rsplit(' ').next().is_some_and(|n| n.starts_with("__sin"))
+            // Marked as counted at the PLT.
+            l.strip_suffix(" (PLT)")
+                .and_then(|l| l.rsplit(' ').next())
+                .is_some_and(|n| n == "sin" || n.starts_with("__sin"))
         })
         .unwrap_or_else(|| panic!("no sin in the flat profile:\n{report}"));
     assert_eq!(calls(sin), 12_000_000, "{report}");
+    assert!(
+        report.contains("\n (PLT) calls counted at the PLT: "),
+        "{report}"
+    );
     assert!(
         report
             .lines()
