@@ -127,6 +127,9 @@ pub fn print(out: &mut Out, g: &Graph, total_time: f64, filters: &Filters, style
             continue;
         }
         let sym = &g.syms[s];
+        if crate::callgraph::callers_only(g, sym) {
+            continue;
+        }
         if style.ignore_zeros && sym.ncalls == 0 && sym.hist_time == 0.0 {
             continue;
         }

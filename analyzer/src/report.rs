@@ -764,7 +764,16 @@ pub fn run_mslprof(
             ));
         }
         let is_vdso = m.flags & mslprof_format::model::module_flags::VDSO != 0 || m.path.is_empty();
-        if !m.is_profiled() || is_vdso {
+        // A module LD_PROFILE did not select is read only to name the callers it holds (calls it made into
+        // profiled functions): its functions get no entries of their own.
+        let callers_only = !m.is_profiled();
+        let holds_callers = || {
+            profile
+                .modules
+                .iter()
+                .any(|o| o.arcs.iter().any(|a| a.caller_key == m.key))
+        };
+        if is_vdso || (callers_only && !holds_callers()) {
             continue;
         }
         // A module with neither samples nor calls adds nothing to the report: no need to read it (or to
@@ -794,7 +803,7 @@ pub fn run_mslprof(
                         file.display()
                     ));
                 }
-                if ms.dynamic_only {
+                if ms.dynamic_only && !callers_only {
                     warnings.push(format!(
                         "{}: symbol table is chopped (stripped); only exported functions are known and calls from inside it may be misattributed",
                         file.display()
@@ -975,7 +984,8 @@ fn qualify_ambiguous(g: &mut Graph) {
         .map(|(k, _)| k.to_string())
         .collect();
     for s in 0..g.nsyms {
-        if ambiguous.contains(&g.syms[s].symbol.name) {
+        // Callers in modules that are not profiled always name their module (`work@liba.so`).
+        if ambiguous.contains(&g.syms[s].symbol.name) || !g.modules[g.syms[s].module].profiled {
             let q = format!("@{}", g.modules[g.syms[s].module].name);
             g.syms[s].display.push_str(&q);
             g.syms[s].qualifier = q;

@@ -173,3 +173,38 @@ fn a_pg_library_called_through_the_plt_is_counted_once_by_mcount() {
         "{arcs:?}"
     );
 }
+
+#[test]
+fn callers_in_modules_that_are_not_profiled_are_named_without_entries() {
+    let workspace = Workspace::new();
+    let program = leaf_program(&workspace, &[]);
+    let stdout = run_ok(counted(&workspace, &program).env("MSLPROF_PROFILE", "libleaf.so"));
+    assert_eq!(stdout, EXPECTED_OUTPUT);
+    let report = run_ok(
+        Command::new(mslprof_tests::analyzer_binary())
+            .current_dir(workspace.path())
+            .args(["-b", "gmon.out"]),
+    );
+    let graph_lines: Vec<&str> = report
+        .lines()
+        .skip_while(|l| !l.contains("Call graph"))
+        .collect();
+    let entry = graph_lines
+        .iter()
+        .position(|l| l.starts_with('[') && l.ends_with(" plt_leaf [1]"))
+        .unwrap_or_else(|| panic!("no entry for plt_leaf:\n{report}"));
+    assert!(
+        graph_lines[entry - 1].contains(" 1000000/1000000     plt_caller@plt_main ["),
+        "{report}"
+    );
+    assert!(graph_lines[entry].contains(" 1000000 "), "{report}");
+    // No entry (flat or call graph) of its own for a function of the unprofiled program.
+    assert!(
+        !report.lines().any(|l| {
+            l.trim_end().ends_with("plt_caller@plt_main")
+                || (l.starts_with('[') && l.contains("plt_caller"))
+        }),
+        "{report}"
+    );
+    assert!(!report.contains("<spontaneous>\n[1]"), "{report}");
+}
