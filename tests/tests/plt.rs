@@ -91,6 +91,14 @@ fn libc_calls_from_a_pg_program_are_counted_once_with_their_caller() {
         Some(&100_000),
         "{arcs:?}"
     );
+    // The runtime's own calls are not counted, not even those libc makes for it through its PLT.
+    let flat = run_ok(
+        Command::new(mslprof_tests::analyzer_binary())
+            .current_dir(workspace.path())
+            .args(["-b", "-p", "gmon.out"]),
+    );
+    assert!(!flat.contains(" realloc"), "{flat}");
+    assert!(flat.contains(" abs (PLT)\n"), "{flat}");
     // mcount's own arc, counted once: the program's calls into itself are not redirected.
     assert_eq!(
         arcs.get(&("main".into(), "pg_parse".into())),
