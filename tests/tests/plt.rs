@@ -20,6 +20,15 @@ fn counted(workspace: &Workspace, program: &std::path::Path) -> Command {
     command
 }
 
+/// `mslprof ARGS` run in the workspace: its standard output.
+fn report(workspace: &Workspace, args: &[&str]) -> String {
+    run_ok(
+        Command::new(mslprof_tests::analyzer_binary())
+            .current_dir(workspace.path())
+            .args(args),
+    )
+}
+
 fn graph(profile: &Profile, names: &[&str]) -> CallGraph {
     profile_call_graph(profile, &|name| names.contains(&name))
 }
@@ -92,11 +101,7 @@ fn libc_calls_from_a_pg_program_are_counted_once_with_their_caller() {
         "{arcs:?}"
     );
     // The runtime's own calls are not counted, not even those libc makes for it through its PLT.
-    let flat = run_ok(
-        Command::new(mslprof_tests::analyzer_binary())
-            .current_dir(workspace.path())
-            .args(["-b", "-p", "gmon.out"]),
-    );
+    let flat = report(&workspace, &["-b", "-p", "gmon.out"]);
     assert!(!flat.contains(" realloc"), "{flat}");
     assert!(flat.contains(" abs (PLT)\n"), "{flat}");
     // mcount's own arc, counted once: the program's calls into itself are not redirected.
@@ -188,11 +193,7 @@ fn callers_in_modules_that_are_not_profiled_are_named_without_entries() {
     let program = leaf_program(&workspace, &[]);
     let stdout = run_ok(counted(&workspace, &program).env("MSLPROF_PROFILE", "libleaf.so"));
     assert_eq!(stdout, EXPECTED_OUTPUT);
-    let report = run_ok(
-        Command::new(mslprof_tests::analyzer_binary())
-            .current_dir(workspace.path())
-            .args(["-b", "gmon.out"]),
-    );
+    let report = report(&workspace, &["-b", "gmon.out"]);
     let graph_lines: Vec<&str> = report
         .lines()
         .skip_while(|l| !l.contains("Call graph"))
