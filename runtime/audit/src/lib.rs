@@ -77,11 +77,9 @@ pub unsafe extern "C" fn la_objopen(map: *const LinkMap, lmid: isize, _cookie: *
     let Some(module) = (unsafe { Module::from_link_map(map) }) else {
         return 0;
     };
+    // ld.so (found by its `_rtld_global`, whatever its file is called) and the vDSO.
     let name = module.name();
-    if [&b"/ld-linux"[..], b"linux-vdso", b"linux-gate"]
-        .iter()
-        .any(|n| name.windows(n.len()).any(|w| w == *n))
-    {
+    if module.defined(b"_rtld_global").is_some() || name.starts_with(b"linux-") {
         return 0;
     }
     if let (Some(entry), Some(_)) = (
