@@ -329,7 +329,7 @@ pub fn print(out: &mut Out, g: &mut Graph, time_sorted: &[usize], print_time: f6
     }
     for &p in time_sorted {
         let s = &g.syms[p];
-        if !has_entry(s, style) {
+        if !has_entry(s, style) || callers_only(g, s) {
             continue;
         }
         if s.is_cycle {
@@ -611,4 +611,9 @@ pub fn print_index(out: &mut Out, g: &Graph, style: &Style) {
 
 fn trunc_chars(s: &str, n: usize) -> String {
     s.chars().take(n).collect()
+}
+
+/// True for a function of a module that is not profiled: it appears only as a caller, without an entry.
+pub fn callers_only(g: &Graph, s: &Sym) -> bool {
+    !s.is_cycle && g.modules.get(s.module).is_some_and(|m| !m.profiled)
 }

@@ -94,6 +94,31 @@ fn profile_path(cwd: &Path, pid: u32, program: &str) -> PathBuf {
     }
 }
 
+/// Sets up `cmd` to run under the runtime `lib`: `LD_PRELOAD`, `LD_PROFILE` moved aside from glibc's ld.so,
+/// and the PLT-counting audit module next to the runtime in `LD_AUDIT` (unless `MSLPROF_PLT=0`). Shared by
+/// `mslprof run` and `mslprof demo`.
+pub(crate) fn profiling_environment(cmd: &mut Command, lib: &Path) {
+    cmd.env("LD_PRELOAD", preload_value(lib));
+    // glibc's ld.so must not see LD_PROFILE (its own profiler); under this name the runtime's constructor
+    // gives the variable back to the program before main, so the program sees the same environment and the
+    // runtime needs no restart (runtime/README.md).
+    if let Some(value) = std::env::var_os("LD_PROFILE").filter(|v| !v.is_empty()) {
+        cmd.env_remove("LD_PROFILE")
+            .env("MSLPROF_LD_PROFILE", value);
+    }
+    // Calls through the PLT into code built without -pg are counted by the audit module next to the runtime
+    // (runtime/README.md, "Calls through the PLT"); MSLPROF_PLT=0 leaves it out.
+    let audit = lib.with_file_name("libmslprof_audit.so");
+    if audit.exists() && std::env::var_os("MSLPROF_PLT").is_none_or(|v| v != "0") {
+        let mut value = OsString::from(audit.as_os_str());
+        if let Some(old) = std::env::var_os("LD_AUDIT").filter(|v| !v.is_empty()) {
+            value.push(":");
+            value.push(old);
+        }
+        cmd.env("LD_AUDIT", value);
+    }
+}
+
 /// Run `program args` under the runtime in `cwd`; returns the profile written and the exit status.
 fn run_profiled(
     cwd: &Path,
@@ -104,9 +129,8 @@ fn run_profiled(
     let lib = runtime_library()?;
     let started = SystemTime::now();
     let mut cmd = Command::new(program);
-    cmd.args(args)
-        .current_dir(cwd)
-        .env("LD_PRELOAD", preload_value(&lib));
+    cmd.args(args).current_dir(cwd);
+    profiling_environment(&mut cmd, &lib);
     if quiet {
         cmd.stdout(std::process::Stdio::null());
     }

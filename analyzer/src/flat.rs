@@ -124,11 +124,15 @@ pub fn print(out: &mut Out, g: &Graph, total_time: f64, filters: &Filters, style
     let _ = writeln!(out, "{:<8.8}", "name");
 
     let mut accum = 0.0f64;
+    let mut any_plt_counted = false;
     for &s in &sorted {
         if !filters.selected(Table::InclFlat, Table::ExclFlat, s) {
             continue;
         }
         let sym = &g.syms[s];
+        if crate::callgraph::callers_only(g, sym) {
+            continue;
+        }
         if style.ignore_zeros && sym.ncalls == 0 && sym.hist_time == 0.0 {
             continue;
         }
@@ -167,9 +171,28 @@ pub fn print(out: &mut Out, g: &Graph, total_time: f64, filters: &Filters, style
         } else {
             out.push_str(&name_only(sym, style));
         }
+        if plt_counted(g, sym, style) {
+            out.push_str(PLT_MARK);
+            any_plt_counted = true;
+        }
         out.push('\n');
+    }
+    if any_plt_counted {
+        out.push_str(PLT_NOTE);
     }
     if style.descriptions && !style.bsd {
         out.push_str(crate::blurbs::FLAT);
     }
+}
+
+/// Marks a row whose calls were counted at the PLT.
+const PLT_MARK: &str = " (PLT)";
+/// Printed under a flat profile with such rows.
+const PLT_NOTE: &str = "\n (PLT) calls counted at the PLT: only the calls that entered the function from another module.\n";
+
+/// True for a function with calls in a module that does not count its own calls (multi-module reports).
+fn plt_counted(g: &Graph, sym: &crate::graph::Sym, style: &Style) -> bool {
+    style.multi_module
+        && sym.ncalls != 0
+        && g.modules.get(sym.module).is_some_and(|m| m.plt_counted)
 }

@@ -84,6 +84,9 @@ pub struct ModuleView {
     pub profiled: bool,
     /// Source files named by its symbols, in the order gprof lists them (see `ModuleSymbols`).
     pub source_files: Vec<String>,
+    /// Its functions do not count their own calls: the calls they show were counted at the PLT, only
+    /// those that entered them from other modules.
+    pub plt_counted: bool,
 }
 
 /// Symbols, arcs and modules of the whole process.

@@ -987,7 +987,16 @@ pub fn analyse_mslprof(
             ));
         }
         let is_vdso = m.flags & mslprof_format::model::module_flags::VDSO != 0 || m.path.is_empty();
-        if !m.is_profiled() || is_vdso {
+        // A module LD_PROFILE did not select is read only to name the callers it holds (calls it made into
+        // profiled functions): its functions get no entries of their own.
+        let callers_only = !m.is_profiled();
+        let holds_callers = || {
+            profile
+                .modules
+                .iter()
+                .any(|o| o.arcs.iter().any(|a| a.caller_key == m.key))
+        };
+        if is_vdso || (callers_only && !holds_callers()) {
             continue;
         }
         if is_runtime(m) {
@@ -1031,13 +1040,14 @@ pub fn analyse_mslprof(
                         file.display()
                     ));
                 }
-                if ms.dynamic_only {
+                if ms.dynamic_only && !callers_only {
                     warnings.push(format!(
                         "{}: symbol table is stripped; functions it does not export are named by address (fn_ADDR from its unwind table, MODULE+0xADDR where even that is missing)",
                         file.display()
                     ));
                 }
                 g.modules[i].source_files = ms.source_files;
+                g.modules[i].plt_counted = !ms.counts_own_calls;
                 push_module_syms(&mut g, i, ms.symbols, opts.demangle);
             }
             Err(e) => {
@@ -1149,7 +1159,8 @@ fn qualify_ambiguous(g: &mut Graph) {
         .map(|(k, _)| k.to_string())
         .collect();
     for s in 0..g.nsyms {
-        if ambiguous.contains(&g.syms[s].symbol.name) {
+        // Callers in modules that are not profiled always name their module (`work@liba.so`).
+        if ambiguous.contains(&g.syms[s].symbol.name) || !g.modules[g.syms[s].module].profiled {
             let q = format!("@{}", g.modules[g.syms[s].module].name);
             g.syms[s].display.push_str(&q);
             g.syms[s].qualifier = q;

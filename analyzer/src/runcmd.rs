@@ -168,9 +168,9 @@ fn run_inner(args: &[String]) -> Result<u8, (String, u8)> {
         .map_err(|e| fail(format!("{}: {e}", out_dir.display())))?;
     let program = &r.command[0];
     let mut cmd = Command::new(program);
-    cmd.args(&r.command[1..])
-        .env("LD_PRELOAD", crate::commands::preload_value(&lib))
-        .env("GPROFDIR", parts.path())
+    cmd.args(&r.command[1..]);
+    crate::commands::profiling_environment(&mut cmd, &lib);
+    cmd.env("GPROFDIR", parts.path())
         .env_remove("GMON_OUT_PREFIX")
         .env_remove("MSLPROF_ROOT_PID");
     if let Some(p) = &r.profile {

@@ -51,7 +51,19 @@ pub struct ModuleSymbols {
     /// The source files of the symbols, in the order gprof keeps them (its `first_src_file` list: most
     /// recently seen first, seen in symbol-table order, then, with `-l`, in line-symbol order).
     pub source_files: Vec<String>,
+    /// True when the module imports one of [`COUNTING_IMPORTS`] (built with -pg, -mfentry or
+    /// -finstrument-functions): its functions count their own calls. Calls into any other module can only
+    /// have been counted at the PLT (runtime/README.md, "Calls through the PLT").
+    pub counts_own_calls: bool,
 }
+
+/// Imports of a module whose functions count their own calls.
+pub const COUNTING_IMPORTS: [&str; 4] = [
+    "mcount",
+    "_mcount",
+    "__fentry__",
+    "__cyg_profile_func_enter",
+];
 
 /// Options that change which symbols are kept.
 #[derive(Clone, Copy, Debug, Default)]
@@ -497,6 +509,12 @@ pub fn load_mapped(
     let address_size = if file.is_64() { 8 } else { 4 };
     let text_end = text_end_of(&file, opts);
     let has_symtab = file.symbols().next().is_some();
+    let counts_own_calls = file.dynamic_symbols().any(|symbol| {
+        symbol.is_undefined()
+            && symbol
+                .name()
+                .is_ok_and(|name| COUNTING_IMPORTS.contains(&name))
+    });
     let module = path
         .file_name()
         .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
@@ -523,6 +541,7 @@ pub fn load_mapped(
             big_endian,
             address_size,
             debug_file,
+            counts_own_calls,
         }
     };
     if has_symtab {

@@ -65,6 +65,9 @@ impl Settings {
             selection: Selection::parse(
                 env("MSLPROF_PROFILE")
                     .or_else(|| env("LD_PROFILE"))
+                    // LD_PROFILE while the runtime's restart has it renamed (reexec.rs): only seen when another
+                    // library's constructor started the runtime before the runtime's own constructor ran.
+                    .or_else(|| env("MSLPROF_LD_PROFILE"))
                     .as_deref()
                     .map(|v| v.as_bytes()),
             ),

@@ -14,7 +14,9 @@ pub mod lifecycle;
 pub mod mcount;
 pub mod modules;
 pub mod on_demand;
+pub mod plt;
 pub mod program_sigprof;
+mod reexec;
 pub mod sampler;
 pub mod selection;
 pub mod smonitor;
@@ -152,11 +154,26 @@ pub fn internal_fault(what: &[u8]) {
     ]);
 }
 
-extern "C" fn constructor() {
+/// glibc calls `.init_array` functions with the program's `argc`, `argv` and `envp`.
+extern "C" fn constructor(
+    _argc: std::os::raw::c_int,
+    _argv: *const *const std::os::raw::c_char,
+    envp: *mut *const std::os::raw::c_char,
+) {
+    // Only while not started may LD_PROFILE restart the program without glibc's own profiler (reexec.rs):
+    // a timer of ours would survive the execve.
+    let may_execute = STATE.load(Ordering::Acquire) == NOT_STARTED;
+    if std::panic::catch_unwind(|| reexec::before_start(envp, may_execute)).is_err() {
+        sys::stderr_line(&[b"mslprof: internal error in the LD_PROFILE restart; carrying on\n"]);
+    }
     ensure_started();
 }
 
 /// Runs [`constructor`] when the library is loaded, before `main`.
 #[used]
 #[unsafe(link_section = ".init_array")]
-static CONSTRUCTOR: extern "C" fn() = constructor;
+static CONSTRUCTOR: extern "C" fn(
+    std::os::raw::c_int,
+    *const *const std::os::raw::c_char,
+    *mut *const std::os::raw::c_char,
+) = constructor;

@@ -51,7 +51,8 @@ pub fn install() {
         Some(root) => {
             DESCENDANT.store(root.as_encoded_bytes() != pid.as_bytes(), Ordering::Relaxed);
         }
-        None => sys::set_environment_variable(ROOT_MARKER, &pid),
+        // libc's setenv calls realloc through libc's own PLT: a call of the runtime's, not counted.
+        None => crate::mcount::uncounted(|| sys::set_environment_variable(ROOT_MARKER, &pid)),
     }
     prepare_output_path();
     mslprof_loader_hooks::install(&LIFECYCLE);

@@ -87,6 +87,16 @@ pub fn set_paused(paused: bool) {
     }
 }
 
+/// Runs `work` (a call of the runtime's own, at start-up, before the program's threads) with counting
+/// paused, so that calls libc makes for it through its own PLT (`setenv` → `realloc`) are not counted.
+pub fn uncounted<R>(work: impl FnOnce() -> R) -> R {
+    let was_paused = is_paused();
+    set_paused(true);
+    let result = work();
+    set_paused(was_paused);
+    result
+}
+
 /// True while `moncontrol(0)` is in effect.
 pub fn is_paused() -> bool {
     CACHE_STATE.load(Ordering::Relaxed) & STATE_PAUSED != 0

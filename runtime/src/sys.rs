@@ -906,3 +906,128 @@ pub fn signal_number(name: &[u8]) -> Option<i32> {
     };
     Some(n)
 }
+
+// ==== re-exec section: LD_PROFILE without glibc's own profiler (reexec.rs) ====
+
+/// The process's environment array (`environ`), as getenv and the program see it.
+pub fn environment_array() -> *mut *const libc::c_char {
+    unsafe extern "C" {
+        static mut environ: *mut *const libc::c_char;
+    }
+    // SAFETY: reading the pointer value of libc's `environ`; called from the constructor, before the program
+    // can change it concurrently.
+    unsafe { *std::ptr::addr_of!(environ) }
+}
+
+/// The string `AT_EXECFN` points to: the path the kernel was asked to execute.
+pub fn exec_file_name() -> Option<std::ffi::CString> {
+    // SAFETY: getauxval has no preconditions; a non-zero AT_EXECFN is a NUL-terminated string on the stack.
+    let address = unsafe { libc::getauxval(libc::AT_EXECFN) };
+    if address == 0 {
+        return None;
+    }
+    // SAFETY: see above; the string lives as long as the process.
+    Some(unsafe { CStr::from_ptr(address as *const libc::c_char) }.to_owned())
+}
+
+/// True when both paths name the same file (device and inode), following symlinks.
+pub fn same_file(a: &CStr, b: &CStr) -> bool {
+    // SAFETY: stat is plain data.
+    let mut first: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let mut second: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: NUL-terminated paths and valid out-pointers.
+    let ok = unsafe {
+        libc::stat(a.as_ptr(), &mut first) == 0 && libc::stat(b.as_ptr(), &mut second) == 0
+    };
+    ok && first.st_dev == second.st_dev && first.st_ino == second.st_ino
+}
+
+/// `execve(path, argv, envp)` with NULL-terminated arrays; returns errno when it fails (it does not return
+/// when it succeeds). The caller's errno is left as it was.
+pub fn execute(path: &CStr, argv: &[*const libc::c_char], envp: &[*const libc::c_char]) -> i32 {
+    debug_assert!(argv.last().is_some_and(|p| p.is_null()));
+    debug_assert!(envp.last().is_some_and(|p| p.is_null()));
+    let saved = errno();
+    // SAFETY: `path` is NUL-terminated and both arrays are NULL-terminated arrays of NUL-terminated strings
+    // that outlive the call. The system call itself: the loader hooks interpose execve (exec events).
+    unsafe {
+        libc::syscall(
+            libc::SYS_execve,
+            path.as_ptr(),
+            argv.as_ptr(),
+            envp.as_ptr(),
+        )
+    };
+    let failure = errno();
+    // SAFETY: restoring this thread's errno.
+    unsafe { *libc::__errno_location() = saved };
+    failure
+}
+
+/// Stops the process's `ITIMER_PROF` timer and returns its previous setting.
+pub fn disarm_profiling_timer() -> libc::itimerval {
+    // SAFETY: itimerval is plain data.
+    let zero: libc::itimerval = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let mut previous: libc::itimerval = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointers to itimerval values. The system call itself: the runtime interposes setitimer.
+    unsafe { libc::syscall(libc::SYS_setitimer, libc::ITIMER_PROF, &zero, &mut previous) };
+    previous
+}
+
+/// Restores an `ITIMER_PROF` setting returned by [`disarm_profiling_timer`].
+pub fn rearm_profiling_timer(setting: &libc::itimerval) {
+    // SAFETY: valid pointer; the old value is not wanted. The system call itself, as above.
+    unsafe {
+        libc::syscall(
+            libc::SYS_setitimer,
+            libc::ITIMER_PROF,
+            setting,
+            std::ptr::null_mut::<libc::itimerval>(),
+        )
+    };
+}
+
+/// A file's inode number and birth time (ns since the epoch), if the file system records one.
+pub fn inode_and_birth(path: &CStr) -> Option<(u64, i128)> {
+    // SAFETY: statx is plain data.
+    let mut info: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: NUL-terminated path and a valid out-pointer.
+    let result = unsafe {
+        libc::statx(
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            0,
+            libc::STATX_INO | libc::STATX_BTIME,
+            &mut info,
+        )
+    };
+    if result != 0 || info.stx_mask & libc::STATX_BTIME == 0 {
+        return None;
+    }
+    let birth =
+        i128::from(info.stx_btime.tv_sec) * 1_000_000_000 + i128::from(info.stx_btime.tv_nsec);
+    Some((info.stx_ino, birth))
+}
+
+/// When this process started, in ns since the epoch, rounded down to the kernel's clock tick
+/// (`/proc/self/stat` field 22 against `CLOCK_BOOTTIME`).
+pub fn process_start_ns() -> Option<i128> {
+    let stat = std::fs::read("/proc/self/stat").ok()?;
+    // The command name (field 2) may hold spaces: count fields after its closing parenthesis.
+    let after_name = &stat[stat.iter().rposition(|&b| b == b')')? + 1..];
+    let field = after_name
+        .split(|&b| b == b' ')
+        .filter(|f| !f.is_empty())
+        .nth(19)?;
+    let ticks: i128 = std::str::from_utf8(field).ok()?.parse().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let per_second = i128::from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) });
+    if per_second <= 0 {
+        return None;
+    }
+    let since_boot = i128::from(clock_ns(libc::CLOCK_BOOTTIME));
+    let now = i128::from(clock_ns(libc::CLOCK_REALTIME));
+    Some(now - since_boot + ticks * 1_000_000_000 / per_second)
+}

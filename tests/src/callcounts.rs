@@ -167,14 +167,19 @@ pub struct Symbols {
 }
 
 impl Symbols {
-    /// Reads the defined function symbols of `file` (`.symtab`, link-time addresses).
+    /// Reads the defined function symbols of `file` (`.symtab`, or the dynamic symbols of a stripped file such
+    /// as libc.so.6; link-time addresses).
     pub fn of(file: &Path) -> Symbols {
         use object::{Object, ObjectSymbol, SymbolKind};
         let bytes = std::fs::read(file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
         let elf =
             object::File::parse(&*bytes).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
-        let mut functions: Vec<(u64, u64, String)> = elf
-            .symbols()
+        let symbols: Vec<_> = match elf.symbols().next() {
+            Some(_) => elf.symbols().collect(),
+            None => elf.dynamic_symbols().collect(),
+        };
+        let mut functions: Vec<(u64, u64, String)> = symbols
+            .into_iter()
             .filter(|symbol| symbol.kind() == SymbolKind::Text && symbol.is_definition())
             .filter_map(|symbol| {
                 let name = symbol.name().ok()?.to_string();

@@ -79,6 +79,11 @@ fn build_test_hooks_runtime() -> PathBuf {
     library
 }
 
+/// `target/<profile>/libmslprof_audit.so`, the `LD_AUDIT` module that counts calls through the PLT.
+pub fn audit_library() -> PathBuf {
+    built_file("libmslprof_audit.so")
+}
+
 /// `target/<profile>/mslprof`.
 pub fn analyzer_binary() -> PathBuf {
     built_file("mslprof")
@@ -201,6 +206,7 @@ impl Workspace {
                     "GPROFDIR",
                     "GMON_OUT_PREFIX",
                     "LD_PRELOAD",
+                    "LD_AUDIT",
                 ]
                 .contains(&name_text.as_ref())
             {

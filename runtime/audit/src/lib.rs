@@ -1,0 +1,156 @@
+//! libmslprof_audit.so, the `LD_AUDIT` module that counts calls through the PLT (issue 10).
+//!
+//! ld.so (glibc ≥ 2.35) asks `la_symbind64` for the address to write into every PLT slot it binds, lazily or
+//! at start-up (bind-now), in the program and in every library `dlopen` loads later. For a function defined in
+//! a module that is not compiled for counting (no `mcount`, `__fentry__` or `__cyg_profile_func_enter`
+//! import), this module answers with a stub that behaves like a `-pg -mfentry` prologue of that function:
+//! it pushes the function's address as if it were the return address of a `call __fentry__` and jumps to
+//! the runtime's `__fentry__` (libmslprof.so, in the program's namespace). `__fentry__` counts the arc
+//! (caller's return address, function entry) with the same per-thread cache and arc tables as mcount, keeps
+//! every register, and its `ret` lands on the function with the caller's return address on top of the
+//! stack, so the function runs as if called directly.
+//!
+//! What is never redirected: symbols looked up with `dlsym`/`dlvsym` (the program sees the real address),
+//! data symbols, bindings into ld.so, the vDSO, the runtime itself or a module that mcount already counts,
+//! bindings from the runtime, and everything outside the program's own namespace (`dlmopen`). Nothing is
+//! redirected when libmslprof.so is not loaded or `MSLPROF_PLT=0`. Only `JUMP_SLOT` bindings reach
+//! `la_symbind64`, so a function's address as the program takes it (`GLOB_DAT`, `-fno-plt`) never changes.
+
+mod sys;
+
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::ffi::c_char;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use sys::{Elf64Sym, LinkMap, Module, StubArena};
+
+/// The audit interface version this module implements (`LAV_CURRENT` of glibc 2.36).
+const LAV_CURRENT: u32 = 2;
+const LA_FLG_BINDTO: u32 = 0x01;
+const LA_FLG_BINDFROM: u32 = 0x02;
+const LA_SYMB_DLSYM: u32 = 0x08;
+const LA_SYMB_DLVSYM: u32 = 0x10;
+/// The program's own link-map namespace.
+const LM_ID_BASE: isize = 0;
+const STT_FUNC: u8 = 2;
+const STT_GNU_IFUNC: u8 = 10;
+
+/// Imports that mark a module whose functions count their own calls.
+const COUNTING_IMPORTS: [&[u8]; 4] = [
+    b"mcount",
+    b"_mcount",
+    b"__fentry__",
+    b"__cyg_profile_func_enter",
+];
+
+/// False with `MSLPROF_PLT=0`.
+static ENABLED: AtomicBool = AtomicBool::new(false);
+/// Run-time address of libmslprof.so's `__fentry__` (0: the runtime is not loaded).
+static COUNT_ENTRY: AtomicUsize = AtomicUsize::new(0);
+/// One stub per distinct function address (a stub depends only on its target).
+static STUBS: Mutex<Option<(StubArena, HashMap<usize, usize>)>> = Mutex::new(None);
+
+/// First call from ld.so: accept its interface version and read `MSLPROF_PLT`.
+#[unsafe(no_mangle)]
+pub extern "C" fn la_version(version: u32) -> u32 {
+    let off = std::env::var_os("MSLPROF_PLT").is_some_and(|v| v == "0");
+    ENABLED.store(!off, Ordering::Relaxed);
+    if version == 0 {
+        0
+    } else {
+        version.min(LAV_CURRENT)
+    }
+}
+
+/// Called for each module loaded: decides whether bindings from it and to it come to `la_symbind64`.
+///
+/// # Safety
+/// Called by ld.so with a valid link map.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn la_objopen(map: *const LinkMap, lmid: isize, _cookie: *mut usize) -> u32 {
+    if !ENABLED.load(Ordering::Relaxed) || lmid != LM_ID_BASE || map.is_null() {
+        return 0;
+    }
+    // SAFETY: ld.so hands over the link map of a module it has just mapped, with its dynamic section.
+    let Some(module) = (unsafe { Module::from_link_map(map) }) else {
+        return 0;
+    };
+    // ld.so (found by its `_rtld_global`, whatever its file is called) and the vDSO.
+    let name = module.name();
+    if module.defined(b"_rtld_global").is_some() || name.starts_with(b"linux-") {
+        return 0;
+    }
+    if let (Some(entry), Some(_)) = (
+        module.defined(b"__fentry__"),
+        module.defined(b"mslprof_plt_abi"),
+    ) {
+        // The runtime: its own calls are never counted, and nothing is redirected into it.
+        COUNT_ENTRY.store(entry, Ordering::Release);
+        return 0;
+    }
+    if module.imports_any(&COUNTING_IMPORTS) {
+        // mcount counts calls into it already: only its calls out are redirected.
+        return LA_FLG_BINDFROM;
+    }
+    LA_FLG_BINDTO | LA_FLG_BINDFROM
+}
+
+/// Called for each `JUMP_SLOT` binding between two modules `la_objopen` accepted (and for `dlsym`): returns
+/// the address ld.so writes into the PLT slot.
+///
+/// # Safety
+/// Called by ld.so with a valid symbol and flags.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn la_symbind64(
+    sym: *const Elf64Sym,
+    _ndx: u32,
+    _refcook: *mut usize,
+    _defcook: *mut usize,
+    flags: *mut u32,
+    _symname: *const c_char,
+) -> usize {
+    // SAFETY: ld.so passes a symbol whose st_value holds the resolved run-time address, and its flags.
+    let (target, kind, flags) = unsafe { ((*sym).st_value as usize, (*sym).st_info & 0xf, *flags) };
+    let entry = COUNT_ENTRY.load(Ordering::Acquire);
+    if flags & (LA_SYMB_DLSYM | LA_SYMB_DLVSYM) != 0
+        || entry == 0
+        || target == 0
+        || !(kind == STT_FUNC || kind == STT_GNU_IFUNC)
+    {
+        return target;
+    }
+    // A binding made while this thread is already in here (a signal handler interrupting us) stays direct:
+    // uncounted, never wrong. Other threads wait for the lock: a slot left direct would stay uncounted.
+    if INSIDE.with(|inside| inside.replace(true)) {
+        return target;
+    }
+    let stub = stub_for(entry, target);
+    INSIDE.with(|inside| inside.set(false));
+    stub
+}
+
+thread_local! {
+    /// True while this thread is in [`stub_for`].
+    static INSIDE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// The stub counting calls to `target` through `entry`, made on first use; `target` itself when no stub can
+/// be made.
+fn stub_for(entry: usize, target: usize) -> usize {
+    let mut stubs = STUBS
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let (arena, by_target) = stubs.get_or_insert_with(|| (StubArena::new(entry), HashMap::new()));
+    if let Some(&stub) = by_target.get(&target) {
+        return stub;
+    }
+    match arena.stub(target) {
+        Some(stub) => {
+            by_target.insert(target, stub);
+            stub
+        }
+        None => target,
+    }
+}

@@ -1,0 +1,219 @@
+//! Calls through the PLT into modules not compiled for counting (issue 10), counted by the `LD_AUDIT` module
+//! libmslprof_audit.so: exact counts and callers, lazy binding and bind-now, `MSLPROF_PLT=0`, no double
+//! counting of `-pg` code, and function addresses unchanged.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use mslprof_format::model::Profile;
+use mslprof_tests::callcounts::{CallGraph, profile_call_graph, run_ok};
+use mslprof_tests::{Workspace, audit_library, fixtures_dir};
+
+fn source(name: &str) -> PathBuf {
+    fixtures_dir("plt").join(name)
+}
+
+/// The program under the runtime with the audit module.
+fn counted(workspace: &Workspace, program: &std::path::Path) -> Command {
+    let mut command = workspace.command_with_runtime(program);
+    command.env("LD_AUDIT", audit_library());
+    command
+}
+
+/// `mslprof ARGS` run in the workspace: its standard output.
+fn report(workspace: &Workspace, args: &[&str]) -> String {
+    run_ok(
+        Command::new(mslprof_tests::analyzer_binary())
+            .current_dir(workspace.path())
+            .args(args),
+    )
+}
+
+fn graph(profile: &Profile, names: &[&str]) -> CallGraph {
+    profile_call_graph(profile, &|name| names.contains(&name))
+}
+
+/// libleaf.so and plt_main, both without -pg, linked with `link_flags`.
+fn leaf_program(workspace: &Workspace, link_flags: &[&str]) -> PathBuf {
+    workspace.shared_library("libleaf.so", &[source("leaf.c")], &[]);
+    let mut flags = vec!["-L.", "-lleaf", "-ldl"];
+    flags.extend(link_flags);
+    workspace.program("plt_main", &[source("plt_main.c")], &flags)
+}
+
+const EXPECTED_OUTPUT: &str = "sum 1499999500000 same address 1\n";
+
+#[test]
+fn a_million_plt_calls_into_an_uninstrumented_library_are_counted_exactly_lazy_and_bind_now() {
+    for link_flags in [&[][..], &["-Wl,-z,now"][..]] {
+        let workspace = Workspace::new();
+        let program = leaf_program(&workspace, link_flags);
+        assert_eq!(run_ok(&mut workspace.command(&program)), EXPECTED_OUTPUT);
+        let stdout = run_ok(&mut counted(&workspace, &program));
+        assert_eq!(stdout, EXPECTED_OUTPUT, "output changed ({link_flags:?})");
+        let arcs = graph(&workspace.profile("gmon.out"), &["plt_caller", "plt_leaf"]);
+        assert_eq!(
+            arcs.get(&("plt_caller".into(), "plt_leaf".into())),
+            Some(&1_000_000),
+            "{link_flags:?}: {arcs:?}"
+        );
+        assert_eq!(arcs.len(), 1, "{arcs:?}");
+    }
+}
+
+#[test]
+fn ld_bind_now_in_the_environment_is_counted_too() {
+    let workspace = Workspace::new();
+    let program = leaf_program(&workspace, &[]);
+    let stdout = run_ok(counted(&workspace, &program).env("LD_BIND_NOW", "1"));
+    assert_eq!(stdout, EXPECTED_OUTPUT);
+    let arcs = graph(&workspace.profile("gmon.out"), &["plt_caller", "plt_leaf"]);
+    assert_eq!(
+        arcs.get(&("plt_caller".into(), "plt_leaf".into())),
+        Some(&1_000_000)
+    );
+}
+
+#[test]
+fn mslprof_plt_0_turns_plt_counting_off() {
+    let workspace = Workspace::new();
+    let program = leaf_program(&workspace, &[]);
+    let stdout = run_ok(counted(&workspace, &program).env("MSLPROF_PLT", "0"));
+    assert_eq!(stdout, EXPECTED_OUTPUT);
+    let arcs = graph(&workspace.profile("gmon.out"), &["plt_caller", "plt_leaf"]);
+    assert!(arcs.is_empty(), "{arcs:?}");
+}
+
+#[test]
+fn libc_calls_from_a_pg_program_are_counted_once_with_their_caller() {
+    let workspace = Workspace::new();
+    let program = workspace.program(
+        "libc_caller",
+        &[source("libc_caller.c")],
+        &["-pg", "-fno-builtin"],
+    );
+    let stdout = run_ok(&mut counted(&workspace, &program));
+    assert_eq!(stdout, "sum 2500000000\n");
+    let arcs = graph(&workspace.profile("gmon.out"), &["main", "pg_parse", "abs"]);
+    assert_eq!(
+        arcs.get(&("pg_parse".into(), "abs".into())),
+        Some(&100_000),
+        "{arcs:?}"
+    );
+    // The runtime's own calls are not counted, not even those libc makes for it through its PLT.
+    let flat = report(&workspace, &["-b", "-p", "gmon.out"]);
+    assert!(!flat.contains(" realloc"), "{flat}");
+    assert!(flat.contains(" abs (PLT)\n"), "{flat}");
+    // mcount's own arc, counted once: the program's calls into itself are not redirected.
+    assert_eq!(
+        arcs.get(&("main".into(), "pg_parse".into())),
+        Some(&1),
+        "{arcs:?}"
+    );
+}
+
+#[test]
+fn four_threads_racing_to_bind_are_counted_exactly_lazy_and_bind_now() {
+    for link_flags in [&[][..], &["-Wl,-z,now"][..]] {
+        let workspace = Workspace::new();
+        workspace.shared_library("libleaf.so", &[source("leaf.c")], &[]);
+        let mut flags = vec!["-L.", "-lleaf", "-pthread"];
+        flags.extend(link_flags);
+        let program = workspace.program("plt_threads", &[source("plt_threads.c")], &flags);
+        let stdout = run_ok(&mut counted(&workspace, &program));
+        assert_eq!(stdout, "total 5999998000000\n");
+        let arcs = graph(&workspace.profile("gmon.out"), &["plt_caller", "plt_leaf"]);
+        assert_eq!(
+            arcs.get(&("plt_caller".into(), "plt_leaf".into())),
+            Some(&4_000_000),
+            "{link_flags:?}: {arcs:?}"
+        );
+    }
+}
+
+#[test]
+fn a_dlopened_uninstrumented_plugin_calling_libc_is_counted_across_50_loads_and_unloads() {
+    let workspace = Workspace::new();
+    let plugin = workspace.shared_library("libplugin.so", &[source("plugin.c")], &["-fno-builtin"]);
+    let program = workspace.program("plt_dlopen", &[source("plt_dlopen.c")], &["-ldl"]);
+    let stdout = run_ok(counted(&workspace, &program).arg(&plugin));
+    assert_eq!(stdout, "total 12500000\n");
+    let arcs = graph(&workspace.profile("gmon.out"), &["plugin_work", "abs"]);
+    assert_eq!(
+        arcs.get(&("plugin_work".into(), "abs".into())),
+        Some(&50_000),
+        "{arcs:?}"
+    );
+}
+
+#[test]
+fn a_forked_child_counts_only_its_own_plt_calls() {
+    let workspace = Workspace::new();
+    workspace.shared_library("libleaf.so", &[source("leaf.c")], &[]);
+    let program = workspace.program("plt_fork", &[source("plt_fork.c")], &["-L.", "-lleaf"]);
+    let stdout = run_ok(&mut counted(&workspace, &program));
+    let child_line = "child 135001349500";
+    assert!(stdout.contains(child_line), "{stdout}");
+    let child_pid = stdout
+        .split("child pid ")
+        .nth(1)
+        .and_then(|rest| rest.trim().parse::<u32>().ok())
+        .unwrap_or_else(|| panic!("no child pid in {stdout:?}"));
+    assert!(stdout.contains("parent 60001399500 child pid"), "{stdout}");
+    let names = ["plt_caller", "plt_leaf"];
+    let arc = ("plt_caller".to_string(), "plt_leaf".to_string());
+    let parent = graph(&workspace.profile("gmon.out"), &names);
+    assert_eq!(parent.get(&arc), Some(&201_000), "{parent:?}");
+    let child = graph(&workspace.profile(&format!("gmon.out.{child_pid}")), &names);
+    assert_eq!(child.get(&arc), Some(&300_000), "{child:?}");
+}
+
+#[test]
+fn a_pg_library_called_through_the_plt_is_counted_once_by_mcount() {
+    let workspace = Workspace::new();
+    workspace.shared_library("libleaf.so", &[source("leaf.c")], &["-pg"]);
+    let program = workspace.program(
+        "plt_main",
+        &[source("plt_main.c")],
+        &["-L.", "-lleaf", "-ldl"],
+    );
+    let stdout = run_ok(&mut counted(&workspace, &program));
+    assert_eq!(stdout, EXPECTED_OUTPUT);
+    let arcs = graph(&workspace.profile("gmon.out"), &["plt_caller", "plt_leaf"]);
+    assert_eq!(
+        arcs.get(&("plt_caller".into(), "plt_leaf".into())),
+        Some(&1_000_000),
+        "{arcs:?}"
+    );
+}
+
+#[test]
+fn callers_in_modules_that_are_not_profiled_are_named_without_entries() {
+    let workspace = Workspace::new();
+    let program = leaf_program(&workspace, &[]);
+    let stdout = run_ok(counted(&workspace, &program).env("MSLPROF_PROFILE", "libleaf.so"));
+    assert_eq!(stdout, EXPECTED_OUTPUT);
+    let report = report(&workspace, &["-b", "gmon.out"]);
+    let graph_lines: Vec<&str> = report
+        .lines()
+        .skip_while(|l| !l.contains("Call graph"))
+        .collect();
+    let entry = graph_lines
+        .iter()
+        .position(|l| l.starts_with('[') && l.ends_with(" plt_leaf [1]"))
+        .unwrap_or_else(|| panic!("no entry for plt_leaf:\n{report}"));
+    assert!(
+        graph_lines[entry - 1].contains(" 1000000/1000000     plt_caller@plt_main ["),
+        "{report}"
+    );
+    assert!(graph_lines[entry].contains(" 1000000 "), "{report}");
+    // No entry (flat or call graph) of its own for a function of the unprofiled program.
+    assert!(
+        !report.lines().any(|l| {
+            l.trim_end().ends_with("plt_caller@plt_main")
+                || (l.starts_with('[') && l.contains("plt_caller"))
+        }),
+        "{report}"
+    );
+    assert!(!report.contains("<spontaneous>\n[1]"), "{report}");
+}
