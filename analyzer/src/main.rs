@@ -23,7 +23,7 @@ mod commands;
     version,
     args_override_self = true,
     about = "gprof-compatible reports over multi-module profiles",
-    after_help = "Short options are GNU gprof's: -a -b -D -i -l -L -r -s -T -v -x -y -z, -p/-P/-q/-Q/-A/-J/-C/-Z[symspec] (argument attached), \
+    after_help = "Short options are GNU gprof's: -a -b -c -D -i -l -L -r -s -T -v -x -y -z, -d[num], -p/-P/-q/-Q/-A/-J/-C/-Z[symspec] (argument attached), \
 -e/-E/-f/-F name, -I dirs, -t num, -R map_file, -O format, -k from/to, -m num, -n/-N symspec, -w width, -S file.\n\
 Symspecs: func, file.c, file.c:func, file.c:line; func@module names one module's function and \
 module: (e.g. libfoo.so:) all functions of a module.\n\
@@ -87,8 +87,6 @@ struct Cli {
     all_lines: bool,
     #[arg(long = "separate-files")]
     separate_files: bool,
-    #[arg(long, hide = true)]
-    unsupported: Option<String>,
     /// Execution counts (-C[symspec]): the call count of every function, by source file and line.
     #[arg(long = "exec-counts", num_args = 0..=1, require_equals = true, default_missing_value = "")]
     exec_counts: Vec<String>,
@@ -119,6 +117,12 @@ struct Cli {
     /// Show each load instance of a library separately instead of merging them.
     #[arg(long = "separate-instances")]
     separate_instances: bool,
+    /// Static call graph (-c): add the calls found in the machine code that never ran, with count 0.
+    #[arg(long = "static-call-graph")]
+    static_call_graph: bool,
+    /// Debugging output on stderr (-d[num], gprof's bits; 128 symbols, 256 -c; none = all).
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "")]
+    debug: Option<String>,
     /// Executable, then profile files (default gmon.out).
     files: Vec<PathBuf>,
 }
@@ -229,12 +233,9 @@ fn normalize(args: &[String]) -> Vec<String> {
                     required(long, &mut out, &mut i);
                     break;
                 }
-                'c' | 'd' => {
-                    let what = match c {
-                        'c' => "the static call graph (-c)",
-                        _ => "debugging output (-d)",
-                    };
-                    out.push(format!("--unsupported={what}"));
+                'c' => out.push("--static-call-graph".into()),
+                'd' => {
+                    optional("debug", &mut out);
                     break;
                 }
                 other => out.push(format!("-{other}")),
@@ -261,10 +262,17 @@ fn options_from(cli: &Cli) -> Result<Options, String> {
         line: cli.line,
         function_order: cli.function_ordering,
         file_order: cli.file_ordering.clone(),
+        static_calls: cli.static_call_graph,
         ..Options::default()
     };
-    if let Some(what) = &cli.unsupported {
-        return Err(format!("{what} is not supported by mslprof"));
+    if let Some(d) = &cli.debug {
+        // gprof: -dN ors N in (atoi, so junk reads as 0) plus its "any debugging" bit; -d alone is all.
+        o.debug = if d.is_empty() {
+            u32::MAX
+        } else {
+            let digits: String = d.chars().take_while(|c| c.is_ascii_digit()).collect();
+            digits.parse::<u32>().unwrap_or(0) | 1
+        };
     }
     if cli.no_demangle {
         o.demangle = Demangle::None;
