@@ -11,7 +11,7 @@ use object::{Object, ObjectSection, ObjectSymbol, SectionKind};
 
 use crate::graph::Graph;
 
-/// Debugging lines (`-d` bit 256) describing what the scan found, one per arc added.
+/// Debugging lines (`-d` bit 256) describing what the scan found, one per call found.
 pub type DebugLines = Vec<String>;
 
 /// Add the static arcs of `module`'s functions to `g`, reading code from the ELF file at `path`.
@@ -81,12 +81,15 @@ pub fn add_static_arcs(
         }
     }
     for (parent, child, site) in found {
-        if !g.arc_index.contains_key(&(parent, child)) {
-            debug.push(format!(
-                "[findcall] {:#x}: {} calls {} (static arc, count 0)",
-                site, g.syms[parent].display, g.syms[child].display
-            ));
-        }
+        let what = if g.arc_index.contains_key(&(parent, child)) {
+            "recorded arc"
+        } else {
+            "static arc, count 0"
+        };
+        debug.push(format!(
+            "[findcall] {:#x}: {} calls {} ({what})",
+            site, g.syms[parent].display, g.syms[child].display
+        ));
         g.add_arc(parent, child, 0);
     }
     Ok(())
