@@ -98,10 +98,11 @@ pub fn add_static_arcs(
 /// The bytes of `[start, end)` in an executable section, if the range lies in one.
 fn code_bytes<'a>(file: &object::File<'a>, start: u64, end: u64) -> Option<&'a [u8]> {
     file.sections().find_map(|s| {
-        if s.kind() != SectionKind::Text || start < s.address() || start >= s.address() + s.size() {
+        let section_end = s.address().saturating_add(s.size());
+        if s.kind() != SectionKind::Text || start < s.address() || start >= section_end {
             return None;
         }
-        let end = end.min(s.address() + s.size());
+        let end = end.min(section_end);
         s.data_range(start, end.checked_sub(start)?).ok().flatten()
     })
 }
@@ -130,7 +131,7 @@ fn plt_targets(file: &object::File<'_>) -> HashMap<u64, String> {
         let Ok(code) = s.data() else { continue };
         // Entries are 16 bytes; the first jump of each is the one through its GOT slot.
         for (k, entry) in code.chunks(16).enumerate() {
-            let ip = s.address() + 16 * k as u64;
+            let ip = s.address().wrapping_add(16 * k as u64);
             let mut decoder = Decoder::with_ip(64, entry, ip, DecoderOptions::NONE);
             let mut ins = Instruction::default();
             while decoder.can_decode() {
