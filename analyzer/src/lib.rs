@@ -23,6 +23,7 @@ pub mod ordering;
 pub mod output;
 pub mod qsort;
 pub mod report;
+pub mod staticcalls;
 pub mod symbols;
 pub mod symspec;
 pub mod sys;

@@ -46,8 +46,7 @@ mslprof export [--format FMT] [-o PATH] [PROFILE...]",
     after_help = "Symspecs: func, file.c, file.c:func, file.c:line; func@module names one module's function, \
 and module: (e.g. libfoo.so:) every function of a module.\n\
 Subcommands (each answers --help): run (run a program under the runtime and report), demo (build and \
-profile the bundled demo), export (callgrind, pprof, JSON, DOT/SVG/PNG, or one GNU gmon.out per module).\n\
-Not supported yet: -A/-J, -C/-Z, -l, -c, -r/-R, -I, -t, -d."
+profile the bundled demo), export (callgrind, pprof, JSON, DOT/SVG/PNG, or one GNU gmon.out per module)."
 )]
 struct Cli {
     /// Print the flat profile, only for SYMSPEC when given (default: flat profile and call graph)
@@ -140,8 +139,6 @@ struct Cli {
     /// As -f, and use only their time for the call graph's percentages
     #[arg(short = 'F', long = "only-graph-and-time", value_name = "FUNCTION", help_heading = DEPRECATED)]
     only_graph_time: Vec<String>,
-    #[arg(long, hide = true)]
-    unsupported: Option<String>,
     /// Print annotated source, only for SYMSPEC when given
     #[arg(short = 'A', long = "annotated-source", value_name = "SYMSPEC", num_args = 0..=1, require_equals = true, default_missing_value = "", help_heading = OUTPUT)]
     annotated_source: Vec<String>,
@@ -181,6 +178,12 @@ struct Cli {
     /// mslprof: list every module in the module tables, also those under 0.05 % of the samples
     #[arg(long = "all-modules", help_heading = OUTPUT)]
     all_modules: bool,
+    /// Add the calls found in the machine code that never ran, with a count of 0 (static call graph)
+    #[arg(short = 'c', long = "static-call-graph", help_heading = ANALYSIS)]
+    static_call_graph: bool,
+    /// Debugging output on stderr: gprof's bits NUM (128 symbols read, 256 calls found by -c; none: all)
+    #[arg(short = 'd', long, value_name = "NUM", num_args = 0..=1, require_equals = true, default_missing_value = "", help_heading = MISC)]
+    debug: Option<String>,
     /// The executable (a GNU gmon.out needs it; default a.out), then profile files (default gmon.out)
     #[arg(value_name = "FILES")]
     files: Vec<PathBuf>,
@@ -292,12 +295,9 @@ fn normalize(args: &[String]) -> Vec<String> {
                     required(long, &mut out, &mut i);
                     break;
                 }
-                'c' | 'd' => {
-                    let what = match c {
-                        'c' => "the static call graph (-c)",
-                        _ => "debugging output (-d)",
-                    };
-                    out.push(format!("--unsupported={what}"));
+                'c' => out.push("--static-call-graph".into()),
+                'd' => {
+                    optional("debug", &mut out);
                     break;
                 }
                 other => out.push(format!("-{other}")),
@@ -327,10 +327,17 @@ fn options_from(cli: &Cli) -> Result<Options, String> {
         hide_overhead: cli.no_overhead,
         share_of_process: cli.share_of.as_deref() == Some("process"),
         all_modules: cli.all_modules,
+        static_calls: cli.static_call_graph,
         ..Options::default()
     };
-    if let Some(what) = &cli.unsupported {
-        return Err(format!("{what} is not supported by mslprof"));
+    if let Some(d) = &cli.debug {
+        // gprof: -dN ors N in (atoi, so junk reads as 0) plus its "any debugging" bit; -d alone is all.
+        o.debug = if d.is_empty() {
+            u32::MAX
+        } else {
+            let digits: String = d.chars().take_while(|c| c.is_ascii_digit()).collect();
+            digits.parse::<u32>().unwrap_or(0) | 1
+        };
     }
     if cli.no_demangle {
         o.demangle = Demangle::None;

@@ -58,6 +58,10 @@ pub struct Options {
     pub share_of_process: bool,
     /// mslprof input: list modules under 0.05 % one by one.
     pub all_modules: bool,
+    /// `-c`: add the arcs of call instructions the run never took, with a zero count.
+    pub static_calls: bool,
+    /// `-d[num]`: gprof's debugging bits; mslprof prints 128 (symbols) and 256 (`-c`) to stderr.
+    pub debug: u32,
 }
 
 impl Default for Options {
@@ -89,6 +93,8 @@ impl Default for Options {
             hide_overhead: false,
             share_of_process: false,
             all_modules: false,
+            static_calls: false,
+            debug: 0,
         }
     }
 }
@@ -351,6 +357,7 @@ pub fn run_gnu(
     });
     push_module_syms(&mut g, 0, syms, opts.demangle);
     g.nsyms = g.syms.len();
+    debug_symbols(&g, opts);
 
     let filters = filters_with_gprof_defaults(&g, &opts.specs);
 
@@ -482,6 +489,10 @@ pub fn run_gnu(
         .first()
         .map(|r| histogram::hist_scale(r.start, r.end, r.buckets.len(), 2))
         .unwrap_or(0.0);
+    if opts.static_calls && have_arcs && opts.external_symbols.is_none() {
+        let accept = |t: u64| hist.ranges.iter().any(|r| r.start <= t && t < r.end);
+        static_arcs(&mut g, 0, exe, &accept, false, opts, &mut warnings);
+    }
     // Samples are credited and arcs tallied: the raw data is no longer needed.
     drop(hist);
     drop(inputs);
@@ -1074,6 +1085,7 @@ pub fn analyse_mslprof(
     }
     g.nsyms = g.syms.len();
     qualify_ambiguous(&mut g);
+    debug_symbols(&g, opts);
 
     let filters = filters_with_gprof_defaults(&g, &opts.specs);
     let mut stats = TallyStats::default();
@@ -1099,6 +1111,16 @@ pub fn analyse_mslprof(
                 false,
                 &mut stats,
             );
+        }
+    }
+    if opts.static_calls && have_arcs {
+        for i in 0..g.modules.len() {
+            // Modules that were not profiled only name callers: no entries, so no static arcs.
+            if g.modules[i].syms.is_empty() || !g.modules[i].profiled {
+                continue;
+            }
+            let path = PathBuf::from(&g.modules[i].path);
+            static_arcs(&mut g, i, &path, &|_| true, true, opts, warnings);
         }
     }
     histogram::scale_entries(&mut g);
@@ -1172,3 +1194,51 @@ fn qualify_ambiguous(g: &mut Graph) {
         }
     }
 }
+
+/// `-c` for one module: the zero-count arcs of its call instructions; `-d` bit 256 traces them on stderr.
+fn static_arcs(
+    g: &mut Graph,
+    module: usize,
+    path: &Path,
+    accept: &dyn Fn(u64) -> bool,
+    cross_module: bool,
+    opts: &Options,
+    warnings: &mut Vec<String>,
+) {
+    use std::io::Write as _;
+    let mut lines = Vec::new();
+    if let Err(e) =
+        crate::staticcalls::add_static_arcs(g, module, path, accept, cross_module, &mut lines)
+    {
+        warnings.push(format!("{}: -c: {e}", path.display()));
+    }
+    if opts.debug & DEBUG_STATIC_CALLS != 0 {
+        let mut stderr = std::io::stderr().lock();
+        for l in lines {
+            let _ = writeln!(stderr, "{l}");
+        }
+    }
+}
+
+/// `-d` bit 128: the symbols read, module by module, on stderr.
+fn debug_symbols(g: &Graph, opts: &Options) {
+    use std::io::Write as _;
+    if opts.debug & DEBUG_SYMBOLS == 0 {
+        return;
+    }
+    let mut stderr = std::io::stderr().lock();
+    for m in &g.modules {
+        for s in &g.syms[m.syms.clone()] {
+            let _ = writeln!(
+                stderr,
+                "[symbols] {}: {:#x}-{:#x} {}",
+                m.name, s.symbol.addr, s.symbol.end_addr, s.display
+            );
+        }
+    }
+}
+
+/// gprof's `AOUTDEBUG` bit of `-d`: the symbol table.
+pub const DEBUG_SYMBOLS: u32 = 128;
+/// gprof's `CALLDEBUG` bit of `-d`: the static call graph (`-c`).
+pub const DEBUG_STATIC_CALLS: u32 = 256;

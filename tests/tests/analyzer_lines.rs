@@ -2,7 +2,7 @@
 //! `-y`, `-I`, `GPROF_PATH`, `-t`, `-m`) against GNU gprof 2.40, live: C and C++
 //! fixtures built with `-pg -g` (unoptimised, and optimised so that functions are inlined and split), run
 //! to produce a GNU gmon.out; mslprof must print byte for byte what gprof prints (the explanatory blurbs
-//! aside, hence `-b`). Then `-l` on a multi-module mslprof profile.
+//! aside, hence `-b`). Then `-l` on a multi-module mslprof profile, and the static call graph (`-c`, `-d`).
 
 use std::process::Command;
 
@@ -441,4 +441,166 @@ fn line_profiles_cover_every_module() {
     );
     let stripped = run_ok(mslprof().args(["-b", "-l", "-p", "gmon.out"]), "mslprof -l");
     assert_eq!(stripped, report);
+}
+
+/// `-c` against gprof: calls found in the machine code and never taken show as `0/0` arcs, and `-d`
+/// leaves the report alone.
+#[test]
+fn static_call_graph_matches_gprof() {
+    if !tools_present() {
+        return;
+    }
+    let dir = scratch("static-calls");
+    build_and_run(
+        &dir,
+        "gcc",
+        &["-pg", "-g", "-O0"],
+        &["static_calls.c"],
+        "sc",
+        "gmon.out",
+    );
+    assert_same(
+        &dir,
+        &["-b -c", "-b -c -q", "-b -q --static-call-graph", "-b -T -c"],
+        &["sc", "gmon.out"],
+    );
+    let m = mslprof_tests::analyzer_binary();
+    let report = run_ok(
+        Command::new(&m)
+            .current_dir(&*dir)
+            .args(["-b", "-c", "-q", "sc"]),
+        "mslprof -c",
+    );
+    assert!(
+        report.contains("                0.00    0.00       0/0           never_b ["),
+        "no static arc work -> never_b:\n{report}"
+    );
+    // -d prints its debugging lines on stderr only: the report is the same with and without it.
+    for d in ["-d", "-d256", "-d384"] {
+        let out = Command::new(&m)
+            .current_dir(&*dir)
+            .args(["-b", "-c", d, "sc"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "mslprof {d}");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            run_ok(
+                Command::new(&m).current_dir(&*dir).args(["-b", "-c", "sc"]),
+                "mslprof -c"
+            ),
+            "{d} changed the report"
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("[findcall] ") && err.contains("work calls never_b (static arc, count 0)"),
+            "{d}: no -c trace on stderr:\n{err}"
+        );
+        assert_eq!(
+            err.contains("[symbols] sc: ") && err.contains(" work\n"),
+            d != "-d256",
+            "{d}: symbols on stderr only with bit 128:\n{err}"
+        );
+    }
+}
+
+/// mslprof's `-c` decodes instructions, so it also finds a backward call (gprof 2.40 reads the
+/// displacement unsigned and misses it): `work`'s entry lists `backward_target` with `0/0`.
+#[test]
+fn static_call_graph_finds_backward_calls() {
+    if !tools_present() {
+        return;
+    }
+    let dir = scratch("static-calls-back");
+    build_and_run(
+        &dir,
+        "gcc",
+        &["-pg", "-g", "-O0", "-DBACKWARD"],
+        &["static_calls.c"],
+        "sc",
+        "gmon.out",
+    );
+    let m = mslprof_tests::analyzer_binary();
+    let report = run_ok(
+        Command::new(&m)
+            .current_dir(&*dir)
+            .args(["-b", "-q", "-c", "sc"]),
+        "mslprof -c",
+    );
+    let entry: Vec<&str> = report
+        .split("-----------------------------------------------\n")
+        .find(|e| {
+            e.lines()
+                .any(|l| l.starts_with('[') && l.contains(" work ["))
+        })
+        .unwrap_or_else(|| panic!("no entry for work:\n{report}"))
+        .lines()
+        .collect();
+    let own = entry.iter().position(|l| l.starts_with('[')).unwrap();
+    let children = &entry[own + 1..];
+    assert_eq!(children.len(), 2, "{report}");
+    for callee in ["backward_target", "never_b"] {
+        let line = format!("                0.00    0.00       0/0           {callee} [");
+        assert!(
+            children.iter().any(|c| c.starts_with(&line)),
+            "no static arc work -> {callee}:\n{report}"
+        );
+    }
+    // Without -c the run's arcs alone: work has no children.
+    let plain = run_ok(
+        Command::new(&m).current_dir(&*dir).args(["-b", "-q", "sc"]),
+        "mslprof",
+    );
+    assert!(!plain.contains("backward_target"), "{plain}");
+}
+
+/// `-c` on an mslprof profile: a never-taken call through the PLT resolves to the library function it
+/// reaches, which shows as a `0/0` child of the caller; the taken call keeps its exact count.
+#[test]
+fn static_call_graph_resolves_plt_calls_across_modules() {
+    if !tools_present() {
+        return;
+    }
+    let ws = Workspace::new();
+    let dir = ws.path();
+    let fx = mslprof_tests::analyzer::fixtures();
+    ws.shared_library(
+        "libsc.so",
+        &[fx.join("static_calls_lib.c")],
+        &["-pg", "-O0"],
+    );
+    let prog = ws.program(
+        "scmain",
+        &[fx.join("static_calls_main.c")],
+        &["-pg", "-O0", "-L.", "-lsc"],
+    );
+    let out = ws
+        .command_with_runtime(&prog)
+        .env("MSLPROF_PROFILE", "a.out:libsc.so")
+        .output()
+        .expect("run scmain");
+    mslprof_tests::assert_success(&out, "scmain under the runtime");
+    let report = |extra: &[&str]| {
+        let mut c = Command::new(mslprof_tests::analyzer_binary());
+        c.current_dir(dir)
+            .args(["-b", "-q"])
+            .args(extra)
+            .arg("gmon.out");
+        run_ok(&mut c, "mslprof")
+    };
+    let with = report(&["-c"]);
+    let main_entry = with
+        .split("-----------------------------------------------\n")
+        .find(|e| {
+            e.lines()
+                .any(|l| l.starts_with('[') && l.contains(" main ["))
+        })
+        .unwrap_or_else(|| panic!("no entry for main:\n{with}"));
+    assert!(
+        main_entry.contains("       1/1           lib_used [")
+            && main_entry.contains("       0/0           lib_unused ["),
+        "{with}"
+    );
+    let without = report(&[]);
+    assert!(!without.contains("lib_unused"), "{without}");
 }
