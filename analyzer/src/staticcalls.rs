@@ -41,7 +41,12 @@ pub fn add_static_arcs(
     let by_name: HashMap<&str, usize> = if cross_module {
         let mut m = HashMap::new();
         for (i, s) in g.syms[..g.nsyms].iter().enumerate() {
-            if s.module != module {
+            // Only functions with entries of their own: not other modules' PLT stubs, and not the
+            // functions of modules that were not profiled (they only name callers).
+            if s.module != module
+                && !s.symbol.name.ends_with("@plt")
+                && g.modules[s.module].profiled
+            {
                 m.entry(s.symbol.name.as_str()).or_insert(i);
             }
         }
@@ -69,11 +74,13 @@ pub fn add_static_arcs(
                 continue;
             }
             let target = ins.near_branch_target();
-            let child = match g.lookup(module, target) {
-                Some(c) if g.syms[c].symbol.addr == target && accept(target) => Some(c),
-                _ => plt
-                    .get(&target)
-                    .and_then(|name| by_name.get(name.as_str()).copied()),
+            // A call into the PLT goes to the function its slot names, in another module of the profile
+            // (its stub, `name@plt` in an mslprof report, is not a function of its own here).
+            let child = match plt.get(&target) {
+                Some(name) => by_name.get(name.as_str()).copied(),
+                None => g
+                    .lookup(module, target)
+                    .filter(|&c| g.syms[c].symbol.addr == target && accept(target)),
             };
             if let Some(child) = child {
                 found.push((parent, child, ins.ip()));
