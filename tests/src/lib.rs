@@ -197,6 +197,9 @@ impl Workspace {
         let mut command = Command::new(program);
         command.current_dir(self.path());
         command.env("LD_PROFILE_OUTPUT", self.path());
+        // cargo test points LD_LIBRARY_PATH at target/<profile>, which would win over a fixture's own
+        // RUNPATH (e.g. one linked with the test-hooks copy of libmslprof.so).
+        command.env_remove("LD_LIBRARY_PATH");
         for (name, _) in std::env::vars_os() {
             let name_text = name.to_string_lossy();
             if name_text.starts_with("MSLPROF_")

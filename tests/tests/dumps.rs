@@ -27,7 +27,18 @@ fn work_calls(ws: &Workspace, name: &str, profile: &Profile) -> u64 {
 
 /// The fixture `fixture` built with `-pg` and `extra`, with the header and libmslprof.so linked in.
 fn linked_program(ws: &Workspace, name: &str, fixture: &str, extra: &[&str]) -> PathBuf {
-    let target = runtime_library().parent().unwrap().display().to_string();
+    linked_program_with(ws, name, fixture, extra, &runtime_library())
+}
+
+/// As [`linked_program`], linked with the runtime `library` (e.g. the copy with test hooks).
+fn linked_program_with(
+    ws: &Workspace,
+    name: &str,
+    fixture: &str,
+    extra: &[&str],
+    library: &Path,
+) -> PathBuf {
+    let target = library.parent().unwrap().display().to_string();
     let include = format!("-I{}", include_dir().display());
     let (search, rpath) = (format!("-L{target}"), format!("-Wl,-rpath,{target}"));
     let mut options = vec![include.as_str(), "-pg"];
@@ -281,7 +292,14 @@ fn smonitor_fills_the_programs_buffer_and_a_later_call_dumps() {
     }
     let ws = Workspace::new();
     // Aligned functions: no 4-byte histogram bucket holds code of both idle and burn.
-    let program = linked_program(&ws, "smon", "smonitor.c", &["-falign-functions=16"]);
+    // The fixture injects samples through the runtime's test hooks.
+    let program = linked_program_with(
+        &ws,
+        "smon",
+        "smonitor.c",
+        &["-falign-functions=16"],
+        &mslprof_tests::test_hooks_runtime_library(),
+    );
     let out = run(&mut ws.command(&program));
     assert_success(&out, "smon");
     assert_eq!(
