@@ -1,5 +1,6 @@
 //! The module lists of an mslprof report (modules loaded but not profiled, and the closing module table):
-//! sorted by share of the samples, rows under 0.05 % folded into one line unless every row is asked for,
+//! sorted by share of the samples, rows under 0.05 % folded into one line unless every row is asked for (or
+//! the module has functions in the report, whose index must stay findable),
 //! and a name column as wide as the longest name so that long names do not push the columns apart.
 
 use std::fmt::Write as _;
@@ -18,6 +19,9 @@ pub struct Row {
     pub path: String,
     /// Printed after the path (load instances), may be empty.
     pub note: String,
+    /// Never folded: a profiled module with samples or calls, whose index the flat profile and the call
+    /// graph may name, keeps its row however small its share.
+    pub keep: bool,
 }
 
 /// Print `rows` with shares of `total` samples; `all`: no folding.
@@ -30,7 +34,7 @@ pub fn print(out: &mut Out, mut rows: Vec<Row>, total: f64, all: bool) {
     });
     let width = rows
         .iter()
-        .filter(|r| all || share(r) >= FOLD_BELOW)
+        .filter(|r| all || r.keep || share(r) >= FOLD_BELOW)
         .map(|r| r.name.chars().count())
         .max()
         .unwrap_or(0)
@@ -42,7 +46,7 @@ pub fn print(out: &mut Out, mut rows: Vec<Row>, total: f64, all: bool) {
     let mut folded: Vec<String> = Vec::new();
     let mut folded_samples = 0u64;
     for r in &rows {
-        if !all && share(r) < FOLD_BELOW {
+        if !all && !r.keep && share(r) < FOLD_BELOW {
             folded.push(r.name.clone());
             folded_samples += r.samples;
             continue;

@@ -871,6 +871,7 @@ pub fn run_mslprof(
                 name: String::from_utf8_lossy(&m.name).into_owned(),
                 path: String::from_utf8_lossy(&m.path).into_owned(),
                 note: String::new(),
+                keep: false,
             })
             .collect();
         if header.unknown_samples != 0 {
@@ -880,6 +881,7 @@ pub fn run_mslprof(
                 name: "<outside any module>".into(),
                 path: String::new(),
                 note: String::new(),
+                keep: false,
             });
         }
         crate::modtable::print(out, rows, total, opts.all_modules);
@@ -921,6 +923,7 @@ pub fn run_mslprof(
                 } else {
                     String::new()
                 },
+                keep: m.is_profiled() && (m.samples > 0 || !m.arcs.is_empty()),
             }
         })
         .collect();
