@@ -439,9 +439,10 @@ fn with_line_symbols(
     else {
         return funcs;
     };
-    let Some(mut all) =
-        crate::lines::with_dwarf(dwarf, |ctx| crate::lines::line_symbols(ctx, &funcs, text))
-    else {
+    let inlined = crate::lines::inline_boundaries(dwarf);
+    let Some(mut all) = crate::lines::with_dwarf(dwarf, |ctx| {
+        crate::lines::line_symbols(ctx, &funcs, text, &inlined)
+    }) else {
         return funcs;
     };
     all.extend(funcs);

@@ -14,6 +14,11 @@ pub fn lua_golden_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("golden/analyzer/lua")
 }
 
+/// `tests/golden/analyzer/lua-g`: the same Lua built with `-g`, for the line-level options.
+pub fn lua_debug_golden_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("golden/analyzer/lua-g")
+}
+
 /// Whether `tool --version` runs and succeeds.
 pub fn have(tool: &str) -> bool {
     Command::new(tool)

@@ -1,11 +1,12 @@
 //! Committed golden files: GNU gprof 2.40's output for a -pg build of Lua 5.4 (see
-//! tests/golden/analyzer/lua/README.md). `mslprof` must print exactly the same bytes. With
+//! tests/golden/analyzer/lua/README.md) and for one built with -g too, for the line-level options
+//! (tests/golden/analyzer/lua-g/README.md). `mslprof` must print exactly the same bytes. With
 //! `MSLPROF_REGENERATE_GOLDEN=1` the files are rewritten from `gprof` instead.
 
 use std::path::PathBuf;
 use std::process::Command;
 
-use mslprof_tests::analyzer::{first_difference, lua_golden_dir};
+use mslprof_tests::analyzer::{first_difference, lua_debug_golden_dir, lua_golden_dir};
 
 const CASES: &[(&str, &str)] = &[
     ("b.txt", "-b"),
@@ -19,18 +20,36 @@ const CASES: &[(&str, &str)] = &[
     ("i.txt", "-i"),
 ];
 
+/// Line-level options on the `-g` build.
+const DEBUG_CASES: &[(&str, &str)] = &[
+    ("b_l_p.txt", "-b -l -p"),
+    ("b_C.txt", "-b -C"),
+    ("b_l_C.txt", "-b -l -C"),
+    ("b_r.txt", "-b -r"),
+];
+
 #[test]
 fn lua_reports_match_gprof_golden_files() {
-    let dir = lua_golden_dir();
+    check_golden_files(&lua_golden_dir(), CASES);
+}
+
+#[test]
+fn lua_line_level_reports_match_gprof_golden_files() {
+    check_golden_files(&lua_debug_golden_dir(), DEBUG_CASES);
+}
+
+/// Runs mslprof (or, when regenerating, gprof) with each case's options on `dir`'s `lua gmon.out` and
+/// compares with the case's file.
+fn check_golden_files(dir: &std::path::Path, cases: &[(&str, &str)]) {
     let regenerate = std::env::var_os("MSLPROF_REGENERATE_GOLDEN").is_some();
     let tool = if regenerate {
         PathBuf::from("gprof")
     } else {
         mslprof_tests::analyzer_binary()
     };
-    for (file, opts) in CASES {
+    for (file, opts) in cases {
         let out = Command::new(&tool)
-            .current_dir(&dir)
+            .current_dir(dir)
             .args(opts.split_whitespace())
             .args(["lua", "gmon.out"])
             .output()
