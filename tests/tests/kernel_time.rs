@@ -6,7 +6,8 @@ use std::path::Path;
 use mslprof_format::model::CpuTime;
 use mslprof_tests::{Workspace, analyzer_binary, assert_success, fixtures_dir, run};
 
-/// Runs the fixture with `mode` under the runtime; returns the recorded CPU time and the flat profile report.
+/// Runs the fixture with `mode` under the runtime, keeps its profile as `MODE.out`, and returns the recorded
+/// CPU time and the flat profile report.
 fn profile_run(ws: &Workspace, program: &Path, mode: &str) -> (CpuTime, String) {
     let output = run(ws.command_with_runtime(program).arg(mode));
     assert_success(&output, mode);
@@ -19,7 +20,7 @@ fn profile_run(ws: &Workspace, program: &Path, mode: &str) -> (CpuTime, String) 
         .current_dir(ws.path())
         .args(["-b", "-p", "kernel_time", "gmon.out"]));
     assert_success(&report, "mslprof");
-    std::fs::remove_file(ws.join("gmon.out")).unwrap();
+    std::fs::rename(ws.join("gmon.out"), ws.join(&format!("{mode}.out"))).unwrap();
     (cpu, String::from_utf8_lossy(&report.stdout).into_owned())
 }
 
@@ -61,5 +62,18 @@ fn system_time_is_recorded_and_reported() {
     assert!(
         report.contains("The kernel charged the process "),
         "{report}"
+    );
+
+    // Summing adds them up.
+    let sum = run(std::process::Command::new(analyzer_binary())
+        .current_dir(ws.path())
+        .args(["-s", "kernel_time", "sys.out", "spin.out"]));
+    assert_success(&sum, "mslprof -s");
+    assert_eq!(
+        ws.profile("gmon.sum").header.cpu_time,
+        Some(CpuTime {
+            user_ns: sys.user_ns + spin.user_ns,
+            system_ns: sys.system_ns + spin.system_ns,
+        })
     );
 }
