@@ -7,6 +7,7 @@ pub mod blurbs;
 pub mod bounds;
 pub mod callgraph;
 pub mod cformat;
+pub mod cputime;
 pub mod cycles;
 pub mod execcounts;
 pub mod export;

@@ -5,8 +5,8 @@
 use std::collections::{BTreeMap, HashMap};
 
 use mslprof_format::model::{
-    Arc, Buckets, Header, HistRange, Histogram, Module, Profile, SourceFormat, UNKNOWN_KEY,
-    header_flags, module_flags,
+    Arc, Buckets, CpuTime, Header, HistRange, Histogram, Module, Profile, SourceFormat,
+    UNKNOWN_KEY, header_flags, module_flags,
 };
 
 use crate::report::{Failure, Input};
@@ -39,6 +39,14 @@ pub fn merge(inputs: &[Input], separate_instances: bool) -> Result<Merged, Failu
             header.dropped_arcs += h.dropped_arcs;
             header.dropped_samples += h.dropped_samples;
             header.end_time_ns = header.end_time_ns.max(h.end_time_ns);
+            // Known only when every input says.
+            header.cpu_time = match (header.cpu_time, h.cpu_time) {
+                (Some(a), Some(b)) => Some(CpuTime {
+                    user_ns: a.user_ns.saturating_add(b.user_ns),
+                    system_ns: a.system_ns.saturating_add(b.system_ns),
+                }),
+                _ => None,
+            };
         }
         let mut keymap: HashMap<u32, u32> = HashMap::new();
         for m in &p.modules {
@@ -163,7 +171,7 @@ pub fn merge(inputs: &[Input], separate_instances: bool) -> Result<Merged, Failu
     let format = inputs
         .first()
         .map(|i| i.profile.format)
-        .unwrap_or(SourceFormat::Mslprof { major: 1, minor: 0 });
+        .unwrap_or(SourceFormat::Mslprof { major: 1, minor: 1 });
     Ok(Merged {
         profile: Profile {
             format,

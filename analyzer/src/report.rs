@@ -745,6 +745,9 @@ pub fn run_mslprof(
                 h.unknown_samples,
                 h.dropped_arcs
             );
+            if let Some(cpu) = h.cpu_time {
+                let _ = writeln!(info, "{}", crate::cputime::info_line(cpu));
+            }
             for m in &p.modules {
                 let _ = writeln!(
                     info,
@@ -834,6 +837,10 @@ pub fn run_mslprof(
             process,
             process / hz
         )
+    };
+    let share_note = match header.cpu_time {
+        Some(cpu) => format!("{share_note}\n{}", crate::cputime::report_line(cpu)),
+        None => share_note,
     };
     let style = Style {
         share_note: Some(share_note),

@@ -200,7 +200,7 @@ fn profile(b: &Built, bias: u64, key_base: u32) -> Profile {
         ..Module::default()
     };
     Profile {
-        format: SourceFormat::Mslprof { major: 1, minor: 0 },
+        format: SourceFormat::Mslprof { major: 1, minor: 1 },
         header: Header {
             pid: 4242,
             hz: 100,

@@ -102,6 +102,16 @@ pub struct Header {
     pub dropped_samples: u64,
     pub program_name: Vec<u8>,
     pub program_path: Vec<u8>,
+    /// The process's user and system CPU time when the file was written (SPEC.md §4); `None` when the file
+    /// does not say (GNU/BSD input, or an mslprof file written before format 1.1).
+    pub cpu_time: Option<CpuTime>,
+}
+
+/// CPU time the kernel charged to a process, split into user and system (kernel) time, in nanoseconds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct CpuTime {
+    pub user_ns: u64,
+    pub system_ns: u64,
 }
 
 /// Bucket values of one histogram range, stored the way that costs least memory.

@@ -146,6 +146,15 @@ fn read_file_header(
     let dropped_samples = d.u64(WHAT)?;
     let program_name = read_str16(&mut d, "program name")?;
     let program_path = read_str16(&mut d, "program path")?;
+    // Appended in 1.1: a payload that ends before them does not say (SPEC.md §4).
+    let cpu_time = if d.remaining() >= 16 {
+        Some(CpuTime {
+            user_ns: d.u64(WHAT)?,
+            system_ns: d.u64(WHAT)?,
+        })
+    } else {
+        None
+    };
     let header = Header {
         flags,
         incomplete_cause: IncompleteCause::from_code(cause),
@@ -164,6 +173,7 @@ fn read_file_header(
         dropped_samples,
         program_name,
         program_path,
+        cpu_time,
     };
     Ok((header, module_count))
 }

@@ -68,7 +68,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicU8, AtomicU64};
 
 use crate::layout::*;
-use crate::model::{Arc, UNKNOWN_KEY, module_flags};
+use crate::model::{Arc, CpuTime, UNKNOWN_KEY, module_flags};
 
 /// Where the bytes go. `write_all` must write the whole slice or fail.
 pub trait Sink {
@@ -109,6 +109,8 @@ pub struct HeaderDesc<'a> {
     pub dropped_samples: u64,
     pub program_name: &'a [u8],
     pub program_path: &'a [u8],
+    /// Written after `program_path` when known; `None` leaves the fields out (a reader then reads none).
+    pub cpu_time: Option<CpuTime>,
 }
 
 /// The bucket values of one histogram range.
@@ -537,7 +539,8 @@ fn plan<M: ModuleSource + ?Sized>(
     if count > MAX_MODULES as usize {
         return Err("more than 65536 modules");
     }
-    let file_header = FILE_HEADER_FIXED + 2 + name + 2 + path;
+    let cpu = if header.cpu_time.is_some() { 16 } else { 0 };
+    let file_header = FILE_HEADER_FIXED + 2 + name + 2 + path + cpu;
     let mut key_table: u64 = 4;
     let mut module_headers: u64 = 4;
     for i in 0..count {
@@ -798,6 +801,10 @@ fn emit<S: Sink, M: ModuleSource + ?Sized>(
     e.u64(h.dropped_samples)?;
     e.str16(h.program_name)?;
     e.str16(h.program_path)?;
+    if let Some(cpu) = h.cpu_time {
+        e.u64(cpu.user_ns)?;
+        e.u64(cpu.system_ns)?;
+    }
     e.pad8()?;
 
     e.section(TAG_KEY_TABLE, layout.key_table)?;

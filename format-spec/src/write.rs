@@ -88,6 +88,7 @@ pub(crate) fn write(profile: &Profile, options: WriteOptions, out: impl Write) -
         dropped_samples: h.dropped_samples,
         program_name: &h.program_name,
         program_path: &h.program_path,
+        cpu_time: h.cpu_time,
     };
     let mut ranges: Vec<Vec<RangeDesc<'_>>> = Vec::with_capacity(profile.modules.len());
     let mut arcs: Vec<Vec<Arc>> = Vec::with_capacity(profile.modules.len());

@@ -414,7 +414,7 @@ fn required_sections_may_come_in_any_order_after_the_file_header() {
 
 #[test]
 fn fields_appended_by_a_newer_minor_version_are_ignored() {
-    // A 1.1 writer appends 8 bytes to each module entry; DATA moves by 8 × modules and the offsets with it.
+    // A 1.2 writer appends 8 bytes to each module entry; DATA moves by 8 × modules and the offsets with it.
     let f = le();
     let mh = section(&f, 3);
     let entries = module_entries(&f);
@@ -442,8 +442,32 @@ fn fields_appended_by_a_newer_minor_version_are_ignored() {
     }
     put_u64(&mut out, mh.header + 8, (mh.length + grow) as u64);
     out.extend_from_slice(&f[mh.end..]);
-    out[10] = 1; // minor version 1
+    out[10] = 2; // minor version 2
     let p = read(&out, GnuTarget::default()).unwrap();
-    assert_eq!(p.format, SourceFormat::Mslprof { major: 1, minor: 1 });
+    assert_eq!(p.format, SourceFormat::Mslprof { major: 1, minor: 2 });
     assert_eq!(p.modules, sample::profile().modules);
+}
+
+#[test]
+fn a_version_1_0_file_without_cpu_times_still_reads() {
+    // A 1.0 writer stopped the FILE_HEADER payload after program_path: the same file without the two cpu
+    // fields, with minor version 0.
+    let mut old_profile = sample::profile();
+    old_profile.header.cpu_time = None;
+    let mut old = Vec::new();
+    write(&old_profile, &mut old).unwrap();
+    old[10] = 0; // minor version 0
+    let new = le();
+    assert_eq!(section(&new, 1).length, section(&old, 1).length + 16);
+    let p = read(&old, GnuTarget::default()).unwrap();
+    assert_eq!(p.format, SourceFormat::Mslprof { major: 1, minor: 0 });
+    assert_eq!(p.header.cpu_time, None);
+    let mut expected = sample::profile();
+    expected.header.cpu_time = None;
+    assert_eq!(p.header, expected.header);
+    assert_eq!(p.modules, expected.modules);
+    // And the 1.1 sample carries them.
+    let p = read(&new, GnuTarget::default()).unwrap();
+    assert_eq!(p.header.cpu_time, sample::profile().header.cpu_time);
+    assert!(p.header.cpu_time.is_some());
 }

@@ -38,8 +38,9 @@ fn header() -> impl Strategy<Value = Header> {
         ("[a-z]{0,15}", any::<u8>()),
         (any::<u64>(), any::<u64>(), any::<u64>(), any::<u64>()),
         (bytes(40), bytes(80)),
+        prop::option::of((any::<u64>(), any::<u64>())),
     )
-        .prop_map(|(a, b, c, d, e)| Header {
+        .prop_map(|(a, b, c, d, e, f)| Header {
             flags: a.0,
             incomplete_cause: IncompleteCause::from_code(a.1),
             incomplete_signal: a.2,
@@ -57,6 +58,7 @@ fn header() -> impl Strategy<Value = Header> {
             dropped_samples: d.3,
             program_name: e.0,
             program_path: e.1,
+            cpu_time: f.map(|(user_ns, system_ns)| CpuTime { user_ns, system_ns }),
         })
 }
 
@@ -185,7 +187,7 @@ fn profile() -> impl Strategy<Value = Profile> {
             };
             let modules: Vec<_> = keys.iter().map(|k| module(*k, arc_keys.clone())).collect();
             (Just(header), modules).prop_map(|(header, modules)| Profile {
-                format: SourceFormat::Mslprof { major: 1, minor: 0 },
+                format: SourceFormat::Mslprof { major: 1, minor: 1 },
                 header,
                 modules,
             })

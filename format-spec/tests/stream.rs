@@ -97,6 +97,10 @@ const HEADER: HeaderDesc<'static> = HeaderDesc {
     dropped_samples: 0,
     program_name: b"app",
     program_path: b"/bin/app",
+    cpu_time: Some(CpuTime {
+        user_ns: 3_000_000,
+        system_ns: 4_000_000,
+    }),
 };
 
 fn arc(caller_key: u32, callee_address: u64, count: u64) -> Arc {

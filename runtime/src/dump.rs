@@ -11,7 +11,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, Ordering};
 
-use mslprof_format::model::{Arc, IncompleteCause, header_flags, module_flags};
+use mslprof_format::model::{Arc, CpuTime, IncompleteCause, header_flags, module_flags};
 use mslprof_format::stream::{
     self, ArcFeed, Counts, Encoding, HeaderDesc, HistogramDesc, IoSink, ModuleDesc, RangeDesc,
     Sink, StreamError,
@@ -172,6 +172,7 @@ pub fn header_desc<'a>(
         dropped_arcs: modules.iter().map(|m| m.arcs.dropped()).sum(),
         program_name: &settings.program_name,
         program_path,
+        cpu_time: sys::process_cpu_ns().map(|(user_ns, system_ns)| CpuTime { user_ns, system_ns }),
         ..HeaderDesc::default()
     }
 }

@@ -126,6 +126,25 @@ pub fn clock_ns(clock: libc::clockid_t) -> i64 {
 
 pub use libc::CLOCK_REALTIME;
 
+/// The whole process's (all threads', finished ones included) user and system CPU time in nanoseconds, from
+/// `getrusage(RUSAGE_SELF)`; `None` on failure. A plain syscall: no allocation, errno preserved, safe in a
+/// signal handler.
+pub fn process_cpu_ns() -> Option<(u64, u64)> {
+    let saved = SavedErrno::save();
+    // SAFETY: rusage is plain old data; all-zero is a valid value.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `usage` is a valid out-pointer for the call.
+    let ok = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) } == 0;
+    drop(saved);
+    let ns = |t: libc::timeval| {
+        u64::try_from(t.tv_sec)
+            .unwrap_or(0)
+            .saturating_mul(1_000_000_000)
+            .saturating_add(u64::try_from(t.tv_usec).unwrap_or(0).saturating_mul(1000))
+    };
+    ok.then(|| (ns(usage.ru_utime), ns(usage.ru_stime)))
+}
+
 /// A per-thread CPU-time timer (the kernel's timer id).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ThreadTimer(usize);

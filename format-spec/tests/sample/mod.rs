@@ -15,7 +15,7 @@ pub fn profile() -> Profile {
     sparse[3] = 9;
     sparse[400] = 70_000;
     Profile {
-        format: SourceFormat::Mslprof { major: 1, minor: 0 },
+        format: SourceFormat::Mslprof { major: 1, minor: 1 },
         header: Header {
             flags: header_flags::INCOMPLETE,
             incomplete_cause: IncompleteCause::Signal,
@@ -34,6 +34,10 @@ pub fn profile() -> Profile {
             dropped_samples: 1,
             program_name: b"app".to_vec(),
             program_path: b"/opt/app/bin/app".to_vec(),
+            cpu_time: Some(CpuTime {
+                user_ns: 900_000_000,
+                system_ns: 120_000_000,
+            }),
         },
         modules: vec![
             Module {
