@@ -1,6 +1,6 @@
-//! Embeds the runtime, `libmslprof.so`, into release builds of `mslprof`, so that an installed binary
+//! Embeds the runtime, `libmslprof.so`, and the PLT-counting audit module, `libmslprof_audit.so`, into release builds of `mslprof`, so that an installed binary
 //! (`cargo install --path analyzer --root DIR`) can run programs under it with nothing else on the machine.
-//! The runtime is built by a nested `cargo build --release -p mslprof-runtime` into this build's own
+//! Both are built by a nested `cargo build --release -p mslprof-runtime -p mslprof-audit` into this build's own
 //! `OUT_DIR` (a target folder of its own, so it never waits on the outer build's lock). Debug builds embed
 //! nothing: they find the runtime built beside them in `target/debug/`.
 
@@ -9,7 +9,7 @@ use std::process::Command;
 
 fn main() {
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("OUT_DIR"));
-    let embedded = out.join("libmslprof.so");
+    const LIBRARIES: [&str; 2] = ["libmslprof.so", "libmslprof_audit.so"];
     let manifest =
         PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"));
     let workspace = manifest.parent().unwrap_or(Path::new(".")).to_path_buf();
@@ -27,9 +27,11 @@ fn main() {
     println!("cargo:rerun-if-env-changed=MSLPROF_NO_EMBED");
     let release = std::env::var("PROFILE").is_ok_and(|p| p == "release");
     let wanted = release && std::env::var_os("MSLPROF_NO_EMBED").is_none();
-    // An empty file means "nothing embedded"; the binary then looks for the runtime on disk only.
+    // Empty files mean "nothing embedded"; the binary then looks for the runtime on disk only.
     if !wanted || !workspace.join("runtime/Cargo.toml").exists() {
-        std::fs::write(&embedded, b"").expect("write OUT_DIR/libmslprof.so");
+        for lib in LIBRARIES {
+            std::fs::write(out.join(lib), b"").expect("write an empty library into OUT_DIR");
+        }
         return;
     }
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
@@ -40,6 +42,8 @@ fn main() {
             "--release",
             "-p",
             "mslprof-runtime",
+            "-p",
+            "mslprof-audit",
             "--lib",
             "--manifest-path",
         ])
@@ -56,8 +60,10 @@ fn main() {
         .expect("run cargo to build the runtime");
     assert!(
         status.success(),
-        "building libmslprof.so for embedding failed"
+        "building libmslprof.so and libmslprof_audit.so for embedding failed"
     );
-    std::fs::copy(target_dir.join("release/libmslprof.so"), &embedded)
-        .expect("copy libmslprof.so into OUT_DIR");
+    for lib in LIBRARIES {
+        std::fs::copy(target_dir.join("release").join(lib), out.join(lib))
+            .expect("copy a built library into OUT_DIR");
+    }
 }

@@ -95,9 +95,9 @@ fn profile_path(cwd: &Path, pid: u32, program: &str) -> PathBuf {
 }
 
 /// Sets up `cmd` to run under the runtime `lib`: `LD_PRELOAD`, `LD_PROFILE` moved aside from glibc's ld.so,
-/// and the PLT-counting audit module next to the runtime in `LD_AUDIT` (unless `MSLPROF_PLT=0`). Shared by
-/// `mslprof run` and `mslprof demo`.
-pub(crate) fn profiling_environment(cmd: &mut Command, lib: &Path) {
+/// and, with `plt`, the PLT-counting audit module next to the runtime in `LD_AUDIT`. Shared by `mslprof run`
+/// and `mslprof demo`.
+pub(crate) fn profiling_environment(cmd: &mut Command, lib: &Path, plt: bool) {
     cmd.env("LD_PRELOAD", preload_value(lib));
     // glibc's ld.so must not see LD_PROFILE (its own profiler); under this name the runtime's constructor
     // gives the variable back to the program before main, so the program sees the same environment and the
@@ -107,9 +107,9 @@ pub(crate) fn profiling_environment(cmd: &mut Command, lib: &Path) {
             .env("MSLPROF_LD_PROFILE", value);
     }
     // Calls through the PLT into code built without -pg are counted by the audit module next to the runtime
-    // (runtime/README.md, "Calls through the PLT"); MSLPROF_PLT=0 leaves it out.
+    // (runtime/README.md, "Calls through the PLT"); without `plt` LD_AUDIT is left as it is.
     let audit = lib.with_file_name("libmslprof_audit.so");
-    if audit.exists() && std::env::var_os("MSLPROF_PLT").is_none_or(|v| v != "0") {
+    if plt && audit.exists() {
         let mut value = OsString::from(audit.as_os_str());
         if let Some(old) = std::env::var_os("LD_AUDIT").filter(|v| !v.is_empty()) {
             value.push(":");
@@ -117,6 +117,11 @@ pub(crate) fn profiling_environment(cmd: &mut Command, lib: &Path) {
         }
         cmd.env("LD_AUDIT", value);
     }
+}
+
+/// Whether PLT calls are counted unless asked otherwise: yes, except with `MSLPROF_PLT=0`.
+pub(crate) fn plt_by_default() -> bool {
+    std::env::var_os("MSLPROF_PLT").is_none_or(|v| v != "0")
 }
 
 /// Run `program args` under the runtime in `cwd`; returns the profile written and the exit status.
@@ -130,7 +135,7 @@ fn run_profiled(
     let started = SystemTime::now();
     let mut cmd = Command::new(program);
     cmd.args(args).current_dir(cwd);
-    profiling_environment(&mut cmd, &lib);
+    profiling_environment(&mut cmd, &lib, plt_by_default());
     if quiet {
         cmd.stdout(std::process::Stdio::null());
     }

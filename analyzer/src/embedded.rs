@@ -1,9 +1,11 @@
-//! The runtime embedded in release builds of `mslprof` (see `build.rs`), written out when no
-//! `libmslprof.so` is found on disk, so that an installed binary runs programs with nothing else installed.
+//! The runtime and the PLT-counting audit module embedded in release builds of `mslprof` (see `build.rs`),
+//! written out when no `libmslprof.so` is found on disk, so that an installed binary runs programs (and counts
+//! their calls through the PLT) with nothing else installed.
 //!
-//! It goes to `$TMPDIR/mslprof-<uid>/<hash>/libmslprof.so`: a folder of the user's own (mode 0700, checked
+//! They go to `$TMPDIR/mslprof-<uid>/<hash>/` (`libmslprof.so` and, beside it where `mslprof run` looks for
+//! it, `libmslprof_audit.so`): a folder of the user's own (mode 0700, checked
 //! to be a real folder owned by the user), named by a hash of the bytes so that every run of one build
-//! reuses one file and different builds never mix. A file rather than a `memfd`: descendants that outlive
+//! reuses one pair of files and different builds never mix. A file rather than a `memfd`: descendants that outlive
 //! `mslprof` can still load it, and the profile records a path that later reports can read.
 
 use std::hash::{Hash, Hasher};
@@ -12,6 +14,7 @@ use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::PathBuf;
 
 const RUNTIME: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libmslprof.so"));
+const AUDIT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libmslprof_audit.so"));
 
 /// The embedded runtime written to the user's private folder; `None` when nothing is embedded.
 pub fn runtime_file() -> Option<Result<PathBuf, String>> {
@@ -26,6 +29,7 @@ fn write_out() -> Result<PathBuf, String> {
     let base = std::env::temp_dir().join(format!("mslprof-{uid}"));
     let mut hasher = std::hash::DefaultHasher::new();
     RUNTIME.hash(&mut hasher);
+    AUDIT.hash(&mut hasher);
     let dir = base.join(format!("{:016x}", hasher.finish()));
     let err = |what: &std::path::Path, e: std::io::Error| format!("{}: {e}", what.display());
     for d in [&base, &dir] {
@@ -42,12 +46,23 @@ fn write_out() -> Result<PathBuf, String> {
             ));
         }
     }
-    let file = dir.join("libmslprof.so");
-    if std::fs::read(&file).is_ok_and(|b| b == RUNTIME) {
+    // The audit module first: once the runtime is there, it is looked for beside it.
+    if !AUDIT.is_empty() {
+        write_file(&dir, "libmslprof_audit.so", AUDIT)?;
+    }
+    write_file(&dir, "libmslprof.so", RUNTIME)
+}
+
+/// Writes `bytes` to `dir/name` unless that file holds them already (through a temporary file renamed into
+/// place, so a concurrent run never loads a half-written library).
+fn write_file(dir: &std::path::Path, name: &str, bytes: &[u8]) -> Result<PathBuf, String> {
+    let err = |what: &std::path::Path, e: std::io::Error| format!("{}: {e}", what.display());
+    let file = dir.join(name);
+    if std::fs::read(&file).is_ok_and(|b| b == bytes) {
         return Ok(file);
     }
-    let mut tmp = tempfile::NamedTempFile::new_in(&dir).map_err(|e| err(&dir, e))?;
-    tmp.write_all(RUNTIME).map_err(|e| err(tmp.path(), e))?;
+    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(|e| err(dir, e))?;
+    tmp.write_all(bytes).map_err(|e| err(tmp.path(), e))?;
     tmp.persist(&file).map_err(|e| err(&file, e.error))?;
     Ok(file)
 }

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 
 const USAGE: &str = "usage: mslprof run [--profile LIST] [--bucket-size 16|32] [--hz N] [-o FILE] \
-[--report FILE] [--no-report] [report options] [--] PROGRAM [ARGS...]";
+[--plt|--no-plt] [--report FILE] [--no-report] [report options] [--] PROGRAM [ARGS...]";
 
 /// What `mslprof run` was asked to do.
 #[derive(Default)]
@@ -25,6 +25,8 @@ struct RunArgs {
     output: Option<PathBuf>,
     report: Option<PathBuf>,
     no_report: bool,
+    /// `--plt` / `--no-plt`; `None` follows `MSLPROF_PLT`.
+    plt: Option<bool>,
     report_opts: Vec<String>,
     command: Vec<String>,
 }
@@ -77,6 +79,8 @@ fn parse(args: &[String]) -> Result<RunArgs, String> {
             "-o" | "--output" => r.output = Some(PathBuf::from(value("-o")?)),
             "--report" => r.report = Some(PathBuf::from(value("--report")?)),
             "--no-report" => r.no_report = true,
+            "--plt" => r.plt = Some(true),
+            "--no-plt" => r.plt = Some(false),
             _ => r.report_opts.push(a.clone()),
         }
     }
@@ -84,6 +88,20 @@ fn parse(args: &[String]) -> Result<RunArgs, String> {
         return Err(USAGE.into());
     }
     Ok(r)
+}
+
+/// Checks that the runtime `lib` is a shared object before the program runs: ld.so would only warn that it
+/// cannot preload it and run the program unprofiled.
+fn loadable_library(lib: &Path) -> Result<(), String> {
+    use object::Object;
+    let data = std::fs::read(lib).map_err(|e| format!("{}: {e}", lib.display()))?;
+    match object::File::parse(&*data) {
+        Ok(f) if f.kind() == object::ObjectKind::Dynamic => Ok(()),
+        _ => Err(format!(
+            "{}: not a loadable shared library, so the runtime cannot be preloaded (check MSLPROF_LIBRARY)",
+            lib.display()
+        )),
+    }
 }
 
 /// The program's exit status as a shell gives it.
@@ -118,10 +136,10 @@ fn self_run(args: &[OsString], stdout: Stdio, cwd: &Path, quiet: bool) -> Result
 
 /// `mslprof run ...`.
 const RUN_USAGE: &str = "\
-Usage: mslprof run [--profile LIST] [--bucket-size 16|32] [--hz N] [-o FILE] [--report FILE] [--no-report]
-                   [REPORT OPTIONS] [--] PROGRAM [ARGS...]
+Usage: mslprof run [--profile LIST] [--bucket-size 16|32] [--hz N] [-o FILE] [--plt|--no-plt]
+                   [--report FILE] [--no-report] [REPORT OPTIONS] [--] PROGRAM [ARGS...]
 
-Runs PROGRAM under libmslprof.so (and PLT call counting unless MSLPROF_PLT=0), sums the profiles of every
+Runs PROGRAM under libmslprof.so (and PLT call counting unless --no-plt or MSLPROF_PLT=0), sums the profiles of every
 process of the run into FILE (default gmon.out; the parts are kept in FILE.parts/ when there are several),
 and prints the report on stderr (or into --report FILE; none with --no-report). The program's stdin, stdout
 and stderr are its own, and the exit status is the program's.
@@ -130,6 +148,7 @@ and stderr are its own, and the exit status is the program's.
   --bucket-size 16|32  histogram bucket width (LD_PROFILEBUCKET_SIZE)
   --hz N               sampling rate (MSLPROF_HZ)
   -o FILE              where the (summed) profile goes
+  --plt, --no-plt      count calls through the PLT into code built without -pg, or not (default: MSLPROF_PLT)
   --report FILE        write the report to FILE instead of stderr
   --no-report          print no report
 REPORT OPTIONS are mslprof's (see mslprof --help).";
@@ -151,6 +170,7 @@ fn run_inner(args: &[String]) -> Result<u8, (String, u8)> {
     let fail = |m: String| (m, 1u8);
     let r = parse(args).map_err(fail)?;
     let lib = crate::commands::runtime_library().map_err(fail)?;
+    loadable_library(&lib).map_err(fail)?;
     let output = r
         .output
         .clone()
@@ -169,7 +189,9 @@ fn run_inner(args: &[String]) -> Result<u8, (String, u8)> {
     let program = &r.command[0];
     let mut cmd = Command::new(program);
     cmd.args(&r.command[1..]);
-    crate::commands::profiling_environment(&mut cmd, &lib);
+    let plt = r.plt.unwrap_or_else(crate::commands::plt_by_default);
+    crate::commands::profiling_environment(&mut cmd, &lib, plt);
+    cmd.env("MSLPROF_PLT", if plt { "1" } else { "0" });
     cmd.env("GPROFDIR", parts.path())
         .env_remove("GMON_OUT_PREFIX")
         .env_remove("MSLPROF_ROOT_PID");
@@ -205,7 +227,8 @@ fn run_inner(args: &[String]) -> Result<u8, (String, u8)> {
     let no_profile = |m: String| (m, if code == 0 { 1 } else { code });
     if files.is_empty() {
         return Err(no_profile(format!(
-            "{program} wrote no profile (not dynamically linked, or killed by SIGKILL?)"
+            "{program} wrote no profile (not dynamically linked, killed by SIGKILL, or {} not loaded?)",
+            lib.display()
         )));
     }
     let mut kept = output.clone().into_os_string();

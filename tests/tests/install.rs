@@ -1,6 +1,7 @@
 //! Issue 12: `cargo install --path analyzer --root DIR`, then `DIR/bin/mslprof run -- ./app` works with
 //! nothing else: the release binary carries the runtime and writes it to a private folder when no
-//! `libmslprof.so` is found beside it. (A release build from scratch: about a minute and a half here.)
+//! `libmslprof.so` is found beside it, with the PLT-counting audit module beside it, so calls from code built
+//! without -pg are counted too (`--no-plt` turns that off). (A release build from scratch: about two minutes.)
 
 use std::path::Path;
 use std::process::Command;
@@ -60,4 +61,68 @@ fn installed_binary_runs_programs_with_nothing_else() {
             .any(|l| l.ends_with(" leaf") && l.split_whitespace().nth(3) == Some("1000")),
         "{err}"
     );
+
+    // Built without -pg: calls into libleaf.so (also without -pg) and into libc are counted at the PLT by the
+    // embedded audit module, written beside the embedded runtime.
+    std::fs::write(
+        dir.join("leaf.c"),
+        "int plt_leaf(int x) { return x * 3 + 1; }\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("plain.c"),
+        "#include <stdlib.h>\nint plt_leaf(int);\n\
+         int main(void) { int s = 0; for (int i = 0; i < 777; i++) s += plt_leaf(i); \
+         for (int i = 0; i < 333; i++) s += abs(-i); return s > 0 ? 0 : 1; }\n",
+    )
+    .unwrap();
+    assert_success(
+        &run(Command::new("cc").current_dir(&*dir).args([
+            "-O0",
+            "-fPIC",
+            "-shared",
+            "-o",
+            "libleaf.so",
+            "leaf.c",
+        ])),
+        "cc libleaf.so",
+    );
+    assert_success(
+        &run(Command::new("cc").current_dir(&*dir).args([
+            "-O0",
+            "-fno-builtin",
+            "-o",
+            "plain",
+            "plain.c",
+            "-L.",
+            "-lleaf",
+            "-Wl,-rpath,$ORIGIN",
+        ])),
+        "cc plain",
+    );
+    let calls = |extra: &[&str]| {
+        let out = run(Command::new(bin.join("mslprof"))
+            .current_dir(&*dir)
+            .env_remove("MSLPROF_LIBRARY")
+            .env_remove("MSLPROF_PLT")
+            .env_remove("LD_AUDIT")
+            .env_remove("LD_PRELOAD")
+            .env("TMPDIR", &*dir)
+            .arg("run")
+            .args(extra)
+            .args(["-b", "-p", "--", "./plain"]));
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        let count = |name: &str| {
+            err.lines()
+                .find(|l| l.ends_with(&format!(" {name} (PLT)")))
+                .and_then(|l| l.split_whitespace().nth(3).map(str::to_string))
+        };
+        (count("plt_leaf"), count("abs"), err)
+    };
+    let (leaf, abs, err) = calls(&[]);
+    assert_eq!(leaf.as_deref(), Some("777"), "{err}");
+    assert_eq!(abs.as_deref(), Some("333"), "{err}");
+    let (leaf, abs, err) = calls(&["--no-plt"]);
+    assert_eq!((leaf, abs), (None, None), "{err}");
 }

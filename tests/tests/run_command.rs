@@ -172,6 +172,20 @@ fn shell_children_are_summed_and_statuses_pass_through() {
         &["--no-report", "no-such-command-here"],
     ));
     assert_eq!(missing.status.code(), Some(127));
+    // A runtime that cannot be loaded: said so, naming the file, before the program runs unprofiled.
+    std::fs::write(dir.join("not-a-library.so"), "just text\n").unwrap();
+    let unloadable = run(mslprof_run(&dir, &["--no-report", "/bin/true"])
+        .env("MSLPROF_LIBRARY", dir.join("not-a-library.so")));
+    assert_eq!(unloadable.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&unloadable.stderr);
+    assert_eq!(
+        err,
+        format!(
+            "mslprof: run: {}: not a loadable shared library, so the runtime cannot be preloaded \
+             (check MSLPROF_LIBRARY)\n",
+            dir.join("not-a-library.so").display()
+        )
+    );
     let bad = run(&mut mslprof_run(&dir, &["--hz", "0", "/bin/true"]));
     assert_eq!(bad.status.code(), Some(1));
 }
