@@ -92,3 +92,10 @@ fn a_directory_named_as_a_file_is_called_a_directory() {
         format!("mslprof: {path}: Is a directory (os error 21)\n")
     );
 }
+
+#[test]
+fn export_refuses_extra_arguments() {
+    let output = mslprof(&["export", "a", "b", "c"]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&output.stderr).starts_with("mslprof: export: usage:"));
+}

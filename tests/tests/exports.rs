@@ -585,3 +585,20 @@ fn gprof2dot_parses_the_text_call_graph() {
         "an edge with main's 200 calls:\n{dot}"
     );
 }
+
+#[test]
+fn gmon_export_makes_the_folder_it_is_given_but_never_its_parents() {
+    let Some(ws) = profiled_demo() else { return };
+    let output = mslprof(
+        ws.path(),
+        &["export", "--format", "gmon", "-o", "missing/deeper"],
+    );
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    assert!(
+        !ws.join("missing").exists(),
+        "a parent folder was made: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    mslprof_ok(ws.path(), &["export", "--format", "gmon", "-o", "made"]);
+    assert!(ws.join("made").is_dir());
+}

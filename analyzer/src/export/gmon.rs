@@ -18,7 +18,11 @@ use super::Prepared;
 /// Write one GNU gmon.out per profiled module into `outdir`; returns `(module path, file written)`.
 pub fn write(p: &Prepared, outdir: &Path) -> Result<Vec<(String, PathBuf)>, String> {
     let merged = &p.profile;
-    std::fs::create_dir_all(outdir).map_err(|e| format!("{}: {e}", outdir.display()))?;
+    // The folder named is made if missing, but never its parents: a typo must not leave a tree of
+    // folders behind.
+    if !outdir.is_dir() {
+        std::fs::create_dir(outdir).map_err(|e| format!("{}: {e}", outdir.display()))?;
+    }
     let mut written = Vec::new();
     for (i, m) in merged.modules.iter().enumerate() {
         if m.flags & module_flags::PROFILED == 0 || m.histogram.is_none() || m.path.is_empty() {
