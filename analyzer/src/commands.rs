@@ -4,7 +4,6 @@
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
-use std::time::SystemTime;
 
 use mslprof_format::GnuTarget;
 
@@ -73,27 +72,6 @@ pub(crate) fn preload_value(lib: &Path) -> OsString {
     v
 }
 
-/// Where the runtime writes the profile of process `pid` started in `cwd`.
-fn profile_path(cwd: &Path, pid: u32, program: &str) -> PathBuf {
-    match std::env::var_os("GPROFDIR") {
-        Some(d) if !d.is_empty() => {
-            let name = Path::new(program)
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            PathBuf::from(d).join(format!("{pid}.{name}"))
-        }
-        _ => match std::env::var_os("GMON_OUT_PREFIX") {
-            Some(p) if !p.is_empty() => {
-                let mut s = p;
-                s.push(format!(".{pid}"));
-                cwd.join(s)
-            }
-            _ => cwd.join("gmon.out"),
-        },
-    }
-}
-
 /// Sets up `cmd` to run under the runtime `lib`: `LD_PRELOAD`, `LD_PROFILE` moved aside from glibc's ld.so,
 /// and, with `plt`, the PLT-counting audit module next to the runtime in `LD_AUDIT`. Shared by `mslprof run`
 /// and `mslprof demo`.
@@ -124,7 +102,10 @@ pub(crate) fn plt_by_default() -> bool {
     std::env::var_os("MSLPROF_PLT").is_none_or(|v| v != "0")
 }
 
-/// Run `program args` under the runtime in `cwd`; returns the profile written and the exit status.
+/// Run `program args` under the runtime in `cwd`, a folder made fresh for this run; returns the profile
+/// written and the exit status. The output-naming variables are cleared, so the runtime writes `gmon.out`
+/// there, and any `gmon.out` in the fresh folder is this run's: no timestamps are compared (`mslprof run`
+/// uses a private folder the same way).
 fn run_profiled(
     cwd: &Path,
     program: &Path,
@@ -132,29 +113,26 @@ fn run_profiled(
     quiet: bool,
 ) -> Result<(PathBuf, i32), String> {
     let lib = runtime_library()?;
-    let started = SystemTime::now();
     let mut cmd = Command::new(program);
-    cmd.args(args).current_dir(cwd);
+    cmd.args(args)
+        .current_dir(cwd)
+        .env_remove("GPROFDIR")
+        .env_remove("GMON_OUT_PREFIX")
+        .env_remove("MSLPROF_ROOT_PID");
     profiling_environment(&mut cmd, &lib, plt_by_default());
     if quiet {
         cmd.stdout(std::process::Stdio::null());
     }
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| format!("{}: {e}", program.display()))?;
-    let pid = child.id();
-    let status = child
-        .wait()
+    let status = cmd
+        .status()
         .map_err(|e| format!("{}: {e}", program.display()))?;
     let code = status.code().unwrap_or(1);
-    let path = profile_path(cwd, pid, &program.to_string_lossy());
-    let fresh = std::fs::metadata(&path)
-        .and_then(|m| m.modified())
-        .is_ok_and(|t| t >= started);
-    if !fresh {
+    let path = cwd.join("gmon.out");
+    if !path.is_file() {
         return Err(format!(
-            "{}: the program wrote no profile (is GPROFDIR empty, or did it not start?)",
-            path.display()
+            "{}: the program wrote no profile (did it start, and did {} load?)",
+            path.display(),
+            lib.display()
         ));
     }
     Ok((path, code))
