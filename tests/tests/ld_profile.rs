@@ -150,13 +150,21 @@ fn mslprof_run_keeps_ld_profile_away_from_ld_so() {
 #[test]
 fn a_script_keeps_its_name_and_arguments() {
     let ws = Workspace::new();
-    let script = ws.join("script.sh");
+    // Written under another name and copied by `cp`: a file this process opened for writing could still be
+    // open in a child another test thread forks meanwhile, and executing it would fail with ETXTBSY.
+    let text = ws.join("script.txt");
     std::fs::write(
-        &script,
+        &text,
         "#!/bin/sh\necho \"$0 $# [$1] [$2] LD_PROFILE=$LD_PROFILE\"\ncat /proc/$$/comm\nexit 4\n",
     )
     .unwrap();
-    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let copied = run(ws.command(Path::new("cp")).arg(&text).arg("script.sh"));
+    assert!(copied.status.success(), "cp: {copied:?}");
+    std::fs::set_permissions(
+        ws.join("script.sh"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
     let outputs: Vec<Output> = [false, true]
         .into_iter()
         .map(|with_runtime| {
