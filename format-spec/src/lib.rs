@@ -5,6 +5,7 @@
 //!   the runtime uses directly.
 //! - [`write_gnu`] writes a single-module profile as a GNU gmon.out for GNU gprof.
 
+pub mod address;
 mod bsd;
 mod decode;
 pub mod error;
@@ -17,6 +18,7 @@ mod write;
 
 use std::io;
 
+pub use address::{LinkAddress, LoadBias, RuntimeAddress};
 pub use bsd::BsdLayout;
 pub use error::{ErrorKind, ReadError};
 pub use gnu::RecordCounts;

@@ -1,0 +1,86 @@
+//! The project's address vocabulary: a runtime address (what the running process sees), a link-time address
+//! (what the module's ELF file states, and what every profile file records) and the load bias between them.
+//!
+//! Files never hold runtime addresses (SPEC.md §2: ASLR must not matter), so the one step that turns a
+//! runtime address into a link-time one is [`LoadBias::link_address`], and the way back is
+//! [`LoadBias::runtime_address`]. Arithmetic wraps: a bias can be "negative" (a prelinked module loaded below
+//! its link address).
+
+use core::fmt;
+
+/// An address in the running process, not yet relative to any module (a PC, a segment start).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RuntimeAddress(pub u64);
+
+/// An address of a module as its ELF file states it: runtime address − load bias. The addresses in profile
+/// files, symbol tables and reports.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct LinkAddress(pub u64);
+
+/// How far one load instance of a module sits from its link-time addresses.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct LoadBias(pub u64);
+
+impl LoadBias {
+    /// The module-relative (link-time) address of `address`, a runtime address inside this load instance.
+    #[inline]
+    pub const fn link_address(self, address: RuntimeAddress) -> LinkAddress {
+        LinkAddress(address.0.wrapping_sub(self.0))
+    }
+
+    /// Where the link-time `address` of this load instance is in the running process.
+    #[inline]
+    pub const fn runtime_address(self, address: LinkAddress) -> RuntimeAddress {
+        RuntimeAddress(address.0.wrapping_add(self.0))
+    }
+}
+
+impl RuntimeAddress {
+    /// The address of a pointer-sized value in this process (a PC, a segment start).
+    #[inline]
+    pub const fn from_usize(address: usize) -> RuntimeAddress {
+        RuntimeAddress(address as u64)
+    }
+
+    /// As a pointer-sized value (exact: runtime addresses come from this process).
+    #[inline]
+    pub const fn as_usize(self) -> usize {
+        self.0 as usize
+    }
+}
+
+impl fmt::LowerHex for LinkAddress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::LowerHex::fmt(&self.0, f)
+    }
+}
+
+impl fmt::LowerHex for RuntimeAddress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::LowerHex::fmt(&self.0, f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn link_and_runtime_addresses_convert_both_ways_and_wrap() {
+        let bias = LoadBias(0x5555_0000_0000);
+        let link = LinkAddress(0x1234);
+        let runtime = bias.runtime_address(link);
+        assert_eq!(runtime, RuntimeAddress(0x5555_0000_1234));
+        assert_eq!(bias.link_address(runtime), link);
+        // A module loaded below its link address.
+        let below = LoadBias(0u64.wrapping_sub(0x1000));
+        assert_eq!(
+            below.runtime_address(LinkAddress(0x40_1000)),
+            RuntimeAddress(0x40_0000)
+        );
+        assert_eq!(
+            below.link_address(RuntimeAddress(0x40_0000)),
+            LinkAddress(0x40_1000)
+        );
+    }
+}
