@@ -50,15 +50,9 @@ const CACHE_GROWTH: usize = 4;
 /// Times a thread's cache can grow: at most `FIRST_CACHE_SETS * 64` sets (524 288 entries, 16 MiB
 /// of address space, of which only the pages used become resident). A cache grows only after
 /// displacing as many entries as it holds, so only a thread with that many hot arcs gets there.
-const CACHE_GROWTHS: usize = 3;
+const CACHE_GROWTHS: usize = 4;
 /// Most sets a thread's cache can have.
 pub const MAX_CACHE_SETS: usize = FIRST_CACHE_SETS * CACHE_GROWTH.pow(CACHE_GROWTHS as u32);
-/// A pair's set is `(hash(selfpc) >> (64 - CACHE_INDEX_BITS)) + (frompc >> 2)`, masked with the
-/// thread's `set_mask` (the assembly fast path in `sys` computes the same): call sites of one
-/// callee that are close in the code use neighbouring sets.
-const CACHE_INDEX_BITS: u32 = 20;
-
-const _: () = assert!(MAX_CACHE_SETS <= 1 << CACHE_INDEX_BITS);
 
 /// Bytes of a cache of `sets` sets.
 const fn cache_bytes(sets: usize) -> usize {
@@ -69,6 +63,7 @@ const fn cache_bytes(sets: usize) -> usize {
 /// bit 0 is set by `moncontrol(0)` (paused), bit 1 is always set (so a cache generation is never
 /// 0), bits 2.. count fork-time resets. A thread's cache is valid while its generation equals
 /// `modules::CURRENT ^ CACHE_STATE`: a new module table, a reset or a pause all change it.
+pub static MISSES: AtomicU64 = AtomicU64::new(0);
 pub(crate) static CACHE_STATE: AtomicUsize = AtomicUsize::new(STATE_FIXED);
 
 /// Bit of [`CACHE_STATE`] set while counting is paused.
@@ -223,7 +218,7 @@ impl ThreadCache {
     fn count_eviction(&mut self) {
         self.evictions = self.evictions.saturating_add(1);
         let sets = self.sets();
-        if (self.evictions as usize) < sets * 2 || sets >= MAX_CACHE_SETS || self.entries.is_null()
+        if (self.evictions as usize) < sets / 2 || sets >= MAX_CACHE_SETS || self.entries.is_null()
         {
             return;
         }
@@ -237,6 +232,7 @@ impl ThreadCache {
             return;
         };
         debug_assert!(slot.is_null());
+        sys::prefer_huge_pages(base, cache_bytes(larger));
         let old = self.entries;
         sys::discard(old.cast(), cache_bytes(sets));
         self.retired[growth] = old;
@@ -301,8 +297,7 @@ pub fn thread_cache_sets() -> usize {
 #[inline(always)]
 /// Index of the first way of the pair's set.
 fn cache_index(frompc: usize, selfpc: usize, set_mask: u32) -> usize {
-    let callee_part =
-        selfpc.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (usize::BITS - CACHE_INDEX_BITS);
+    let callee_part = (selfpc >> 4) & 1;
     (callee_part.wrapping_add(frompc >> 2) as u32 & set_mask) as usize * 2
 }
 
@@ -353,6 +348,7 @@ pub extern "C" fn record_call(frompc: usize, selfpc: usize) {
             }
         }
         None => {
+            MISSES.fetch_add(1, Ordering::Relaxed);
             let stripe = thread_stripe(cache);
             let counter = record_uncached(stripe, frompc, selfpc, true);
             if let Some(counter) = counter

@@ -1,12 +1,24 @@
-//! Per-call overhead of call counting: the same fib program run plain, under glibc's `-pg` mcount and under
-//! mslprof's mcount, on one and two threads.
+//! Per-call cost of call counting, measured so that it reproduces: mslprof's `mcount` against glibc's and
+//! against the floor (a preloaded `mcount` that only returns), on fib (1, 16 and 64 threads), on generated
+//! programs with 2 000 to 1 000 000 distinct arcs, and on Lua 5.4.
+//!
+//! Every figure is a slope, not a whole-run time: each configuration runs the same program at two amounts of
+//! work, and the per-call cost is the difference in CPU time divided by the difference in calls, minus the same
+//! slope of the plain (non `-pg`) build. Fixed costs (start-up, the dump at exit, glibc's buffer allocation)
+//! cancel out; they were what made the whole-run figures of one machine differ from another's
+//! (runtime/CALLCOUNTS.md). Each trial runs every configuration once at both sizes, interleaved, and yields
+//! one per-call figure per configuration; tables give the median and the range (min–max) over the trials.
 
-use crate::measure::{Invocation, interleaved};
-use crate::report::{Section, ms};
-use crate::{Env, Scale, fixtures};
+use std::path::{Path, PathBuf};
+
+use crate::fixtures::{self, Builds};
+use crate::measure::{Invocation, run_once};
+use crate::report::Section;
+use crate::workingset::{self, CalleeOrder};
+use crate::{Env, Scale};
 
 /// Calls of `fib` that computing fib(n) makes: C(n) = 1 + C(n-1) + C(n-2), C(0) = C(1) = 1.
-fn calls_for(n: u64) -> u64 {
+fn fib_calls(n: u64) -> u64 {
     let (mut a, mut b) = (1u64, 1u64);
     for _ in 1..n {
         (a, b) = (b, 1 + a + b);
@@ -14,131 +26,400 @@ fn calls_for(n: u64) -> u64 {
     b
 }
 
-/// The real workload: Lua 5.4 as a `-pg` shared library. glibc's mcount runs on every call but keeps only the
-/// main program's arcs (so gprof sees nothing of liblua); mslprof counts them all. The number of calls comes
-/// from mslprof's own profile of the run.
-fn lua_rows(env: &Env, rows: &mut Vec<Vec<String>>, notes: &mut Vec<String>) -> Result<(), String> {
-    let dir = env.scratch.join("lua");
+/// The ways of running a `-pg` program that the tables compare.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Counter {
+    /// The build without `-pg`: the baseline every slope is taken against.
+    Plain,
+    /// `-pg` with a preloaded `mcount` that only returns.
+    Floor,
+    /// `-pg` under glibc's own `mcount`.
+    Glibc,
+    /// `-pg` with `LD_PRELOAD=libmslprof.so`.
+    Mslprof,
+}
+
+const COUNTERS: [Counter; 4] = [
+    Counter::Plain,
+    Counter::Floor,
+    Counter::Glibc,
+    Counter::Mslprof,
+];
+
+impl Counter {
+    fn label(self) -> &'static str {
+        match self {
+            Counter::Plain => "plain (no -pg)",
+            Counter::Floor => "floor: no-op mcount",
+            Counter::Glibc => "glibc -pg",
+            Counter::Mslprof => "mslprof",
+        }
+    }
+
+    fn invocation(self, env: &Env, builds: &Builds, floor: &Path, dir: &Path) -> Invocation {
+        match self {
+            Counter::Plain => Invocation::new(self.label(), &builds.plain, dir),
+            Counter::Floor => Invocation::new(self.label(), &builds.pg, dir)
+                .env("LD_PRELOAD", floor.to_string_lossy()),
+            Counter::Glibc => Invocation::new(self.label(), &builds.pg, dir),
+            Counter::Mslprof => Invocation::new(self.label(), &builds.pg, dir)
+                .env("LD_PRELOAD", env.runtime.to_string_lossy()),
+        }
+    }
+}
+
+/// Per-call overhead of each counter over the trials, in ns (index = position in [`COUNTERS`]; the plain
+/// entry is empty).
+struct Slopes {
+    per_counter: Vec<Vec<f64>>,
+}
+
+impl Slopes {
+    fn of(&self, counter: Counter) -> Spread {
+        Spread::of(&self.per_counter[counter as usize])
+    }
+}
+
+/// Median and range of one figure over the trials.
+#[derive(Clone, Copy, Debug)]
+pub struct Spread {
+    pub min: f64,
+    pub median: f64,
+    pub max: f64,
+}
+
+impl Spread {
+    fn of(values: &[f64]) -> Spread {
+        let mut v = values.to_vec();
+        v.sort_by(f64::total_cmp);
+        if v.is_empty() {
+            return Spread {
+                min: f64::NAN,
+                median: f64::NAN,
+                max: f64::NAN,
+            };
+        }
+        Spread {
+            min: v[0],
+            median: v[v.len() / 2],
+            max: v[v.len() - 1],
+        }
+    }
+
+    /// "2.31 (2.10–2.52)".
+    fn show(&self) -> String {
+        format!("{:.2} ({:.2}–{:.2})", self.median, self.min, self.max)
+    }
+}
+
+/// One program measured at two amounts of work.
+struct Workload<'a> {
+    builds: &'a Builds,
+    dir: &'a Path,
+    /// Arguments of the small and of the large run.
+    small: Vec<String>,
+    large: Vec<String>,
+    /// Profiled calls of the large run minus those of the small run.
+    extra_calls: u64,
+}
+
+/// Runs `trials` interleaved trials of every counter at both sizes and returns the per-call slopes.
+fn measure(env: &Env, floor: &Path, work: &Workload, trials: usize) -> Result<Slopes, String> {
+    let invs: Vec<(Invocation, Invocation)> = COUNTERS
+        .iter()
+        .map(|c| {
+            let base = c.invocation(env, work.builds, floor, work.dir);
+            (
+                base.clone().args(work.small.clone()),
+                base.args(work.large.clone()),
+            )
+        })
+        .collect();
+    let mut per_counter = vec![Vec::new(); COUNTERS.len()];
+    for _ in 0..trials {
+        let mut slope = Vec::with_capacity(COUNTERS.len());
+        for (small, large) in &invs {
+            let s = run_once(small)?.cpu.as_secs_f64();
+            let l = run_once(large)?.cpu.as_secs_f64();
+            slope.push((l - s) / work.extra_calls as f64 * 1e9);
+        }
+        for (i, c) in COUNTERS.iter().enumerate() {
+            if *c != Counter::Plain {
+                per_counter[i].push(slope[i] - slope[Counter::Plain as usize]);
+            }
+        }
+    }
+    Ok(Slopes { per_counter })
+}
+
+/// Builds the floor library (`noop_mcount.c`) into `dir`.
+fn build_floor(dir: &Path) -> Result<PathBuf, String> {
+    let src = fixtures::source_dir().join("noop_mcount.c");
+    fixtures::cc(
+        dir,
+        &[
+            "-shared",
+            "-fPIC",
+            "-o",
+            "libnoop_mcount.so",
+            &src.to_string_lossy(),
+        ],
+    )?;
+    Ok(dir.join("libnoop_mcount.so"))
+}
+
+/// Total of every arc count in the `gmon.out` that the mslprof run of `dir` left, with the number of distinct
+/// arcs: the benchmark refuses figures from a run that did not count exactly.
+fn counted_calls(dir: &Path) -> Result<(u64, usize), String> {
+    let gmon = dir.join("gmon.out");
+    let bytes = std::fs::read(&gmon).map_err(|e| format!("{}: {e}", gmon.display()))?;
+    let profile = mslprof_format::read(&bytes, mslprof_format::GnuTarget::default())
+        .map_err(|e| format!("{}: {e}", gmon.display()))?;
+    let arcs: Vec<&mslprof_format::Arc> = profile.modules.iter().flat_map(|m| &m.arcs).collect();
+    Ok((arcs.iter().map(|a| a.count).sum(), arcs.len()))
+}
+
+fn row(workload: &str, counter: Counter, spread: Spread, glibc: Spread, floor: Spread) -> Vec<String> {
+    let vs = |other: Spread| {
+        if counter == Counter::Mslprof && other.median > 0.0 {
+            format!("{:.2}×", spread.median / other.median)
+        } else {
+            String::new()
+        }
+    };
+    vec![
+        workload.to_string(),
+        counter.label().to_string(),
+        spread.show(),
+        vs(glibc),
+        vs(floor),
+    ]
+}
+
+/// fib through a function pointer on 1, 16 and 64 threads.
+fn fib_section(env: &Env, floor: &Path, trials: usize) -> Result<Section, String> {
+    let dir = env.scratch.join("calls-fib");
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let builds = fixtures::build_fib(&dir)?;
+    let quick = env.scale == Scale::Quick;
+    // Per-thread fib arguments (small, large): about 7 M extra calls in every configuration.
+    let configs: [(u32, u64, u64); 3] = if quick {
+        [(1, 22, 27), (16, 18, 22), (64, 16, 20)]
+    } else {
+        [(1, 27, 32), (16, 23, 28), (64, 21, 26)]
+    };
+    let mut rows = Vec::new();
+    let mut notes = Vec::new();
+    let mut one_thread: Option<Spread> = None;
+    let mut per_thread_ratio = Vec::new();
+    for (threads, small, large) in configs {
+        let work = Workload {
+            builds: &builds,
+            dir: &dir,
+            small: vec![threads.to_string(), small.to_string()],
+            large: vec![threads.to_string(), large.to_string()],
+            extra_calls: (fib_calls(large) - fib_calls(small)) * u64::from(threads),
+        };
+        let slopes = measure(env, floor, &work, trials)?;
+        let (glibc, fl, ours) = (
+            slopes.of(Counter::Glibc),
+            slopes.of(Counter::Floor),
+            slopes.of(Counter::Mslprof),
+        );
+        let label = format!("fib, {threads} thread{}", if threads == 1 { "" } else { "s" });
+        for c in [Counter::Floor, Counter::Glibc, Counter::Mslprof] {
+            rows.push(row(&label, c, slopes.of(c), glibc, fl));
+        }
+        if threads == 1 {
+            one_thread = Some(ours);
+        } else if let Some(one) = one_thread {
+            per_thread_ratio.push(format!(
+                "{threads} threads / 1 thread: {:.2}×",
+                ours.median / one.median
+            ));
+        }
+        // Exactness: the last mslprof run (large) counted every call.
+        let (counted, _) = counted_calls(&dir)?;
+        let expected = fib_calls(large) * u64::from(threads) + u64::from(threads) + 1;
+        if counted != expected {
+            return Err(format!(
+                "fib on {threads} threads: mslprof counted {counted} calls, expected {expected}"
+            ));
+        }
+    }
+    notes.push(format!(
+        "mslprof's per-call overhead (medians), {} (target ≤ 1.5×). On this 2-core machine 16 and 64 threads are time-sliced.",
+        per_thread_ratio.join(", ")
+    ));
+    notes.push("Every mslprof run's gmon.out was checked: it counts exactly fib's calls, plus each worker's and main's.".into());
+    notes.push("Targets: mslprof ≤ 0.5× glibc on one thread. glibc's mcount on several threads skips calls that race (its lock is a try-lock), so its figures there are not exact counts.".into());
+    Ok(Section {
+        title: "Call counting: fib through a function pointer".into(),
+        intro: format!(
+            "`tests/fixtures/bench/fib_fp.c` built with `cc -O2` (plain) and `cc -O2 -pg`. Per-call overhead in ns, median (min–max) over {trials} interleaved trials, \
+             each the CPU-time slope between fib(small) and fib(large) per thread, minus the plain build's slope. \
+             The floor is a preloaded `mcount` that only returns (`tests/fixtures/bench/noop_mcount.c`): what any counter pays before doing anything."
+        ),
+        header: ["workload", "counter", "ns/call (median, min–max)", "vs glibc", "vs floor"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
+        rows,
+        notes,
+    })
+}
+
+/// Generated programs with 2 k to 1 M distinct arcs.
+fn working_set_section(env: &Env, floor: &Path, trials: usize) -> Result<Section, String> {
+    let dir = env.scratch.join("calls-ws");
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let sizes: &[usize] = match env.scale {
+        Scale::Quick => &[2_000, 20_000],
+        _ => &[2_000, 20_000, 200_000, 1_000_000],
+    };
+    let mut rows = Vec::new();
+    let mut notes = Vec::new();
+    for &sites in sizes {
+        for order in [CalleeOrder::Address, CalleeOrder::Scrambled] {
+            eprintln!("bench: working set of {sites} arcs, {}", order.label());
+            let program = workingset::build(&dir, sites, order)?;
+            // About 4 M extra calls between the small and the large run (at least 2 extra sweeps).
+            let per_sweep = program.calls_per_sweep();
+            let small = 2u64;
+            let large = small + (4_000_000 / per_sweep).max(2);
+            let work = Workload {
+                builds: &program.builds,
+                dir: &dir,
+                small: vec![small.to_string()],
+                large: vec![large.to_string()],
+                extra_calls: (large - small) * per_sweep,
+            };
+            let slopes = measure(env, floor, &work, trials)?;
+            let (counted, distinct) = counted_calls(&dir)?;
+            let expected = large * per_sweep + 1;
+            if counted != expected || distinct < sites {
+                return Err(format!(
+                    "{sites} arcs: mslprof counted {counted} calls in {distinct} arcs, expected {expected} in at least {sites}"
+                ));
+            }
+            // The first sweep: every call a miss that inserts its arc (slow path), against the plain build.
+            let first = first_sweep_cost(env, &program.builds, &dir, per_sweep, trials)?;
+            let label = format!(
+                "{sites} arcs over {} functions, {}",
+                program.functions,
+                order.label()
+            );
+            let (glibc, fl) = (slopes.of(Counter::Glibc), slopes.of(Counter::Floor));
+            for c in [Counter::Floor, Counter::Glibc, Counter::Mslprof] {
+                rows.push(row(&label, c, slopes.of(c), glibc, fl));
+            }
+            notes.push(format!(
+                "{sites} arcs, {}: first sweep (every call inserts its arc) costs mslprof {} ns per call over the plain build",
+                order.label(),
+                first.show()
+            ));
+        }
+    }
+    notes.insert(0, "glibc's mcount gives up on these programs beyond a few thousand arcs (\"mcount: call graph buffer size limit exceeded, gmon.out will not be generated\") and then only returns: its rows there show what it costs once it has stopped counting.".into());
+    notes.push("Every mslprof run's gmon.out was checked: total count = sweeps × calls per sweep + 1 (main), and at least as many distinct arcs as call sites.".into());
+    notes.push("Target: at every size, mslprof at or below glibc's per-call overhead on fib with one thread (the first table).".into());
+    Ok(Section {
+        title: "Call counting: large working sets".into(),
+        intro: format!(
+            "Generated `-pg` programs (`tests/src/bin/bench/workingset.rs`, built with `cc -O1`): N distinct call sites in drivers of 1 000 direct calls each, over min(N, 2 000) tiny functions, \
+             swept in address order; the callees of a driver's sites are in address order or scrambled. Per-call overhead in ns, median (min–max) over {trials} trials of the CPU-time slope between 2 sweeps and about 4 M more calls."
+        ),
+        header: ["workload", "counter", "ns/call (median, min–max)", "vs glibc", "vs floor"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
+        rows,
+        notes,
+    })
+}
+
+/// CPU time per call of the first sweep under mslprof (sweeps 1 minus sweeps 0), minus the plain build's.
+fn first_sweep_cost(
+    env: &Env,
+    builds: &Builds,
+    dir: &Path,
+    per_sweep: u64,
+    trials: usize,
+) -> Result<Spread, String> {
+    let ours = Invocation::new("mslprof", &builds.pg, dir).env("LD_PRELOAD", env.runtime.to_string_lossy());
+    let plain = Invocation::new("plain", &builds.plain, dir);
+    let mut values = Vec::new();
+    for _ in 0..trials {
+        let slope = |inv: &Invocation| -> Result<f64, String> {
+            let zero = run_once(&inv.clone().arg("0"))?.cpu.as_secs_f64();
+            let one = run_once(&inv.clone().arg("1"))?.cpu.as_secs_f64();
+            Ok((one - zero) / per_sweep as f64 * 1e9)
+        };
+        values.push(slope(&ours)? - slope(&plain)?);
+    }
+    Ok(Spread::of(&values))
+}
+
+/// Lua 5.4 as a `-pg` shared library: one size (its fixed costs are small next to 78 M calls), whole-run CPU
+/// time against the plain build, per trial.
+fn lua_section(env: &Env, floor: &Path, trials: usize) -> Result<Option<Section>, String> {
+    let dir = env.scratch.join("calls-lua");
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let builds = match fixtures::build_lua(&env.workspace, &dir) {
         Ok(b) => b,
         Err(e) => {
-            notes.push(format!("Lua workload skipped: {e}"));
-            return Ok(());
+            eprintln!("bench: Lua workload skipped: {e}");
+            return Ok(None);
         }
     };
     let pg_dir = builds.pg.parent().ok_or("no folder")?.to_path_buf();
-    let invs = [
-        Invocation::new("Lua plain", &builds.plain, &pg_dir),
-        Invocation::new("Lua glibc -pg", &builds.pg, &pg_dir),
-        Invocation::new("Lua mslprof", &builds.pg, &pg_dir)
-            .env("LD_PRELOAD", env.runtime.to_string_lossy()),
-    ];
-    let med = interleaved(&invs, env.runs)?;
-    let gmon = pg_dir.join("gmon.out");
-    let bytes = std::fs::read(&gmon).map_err(|e| format!("{}: {e}", gmon.display()))?;
-    let profile = mslprof_format::read(&bytes, mslprof_format::GnuTarget::default())
-        .map_err(|e| format!("{}: {e}", gmon.display()))?;
-    let calls: u64 = profile
-        .modules
+    let invs: Vec<Invocation> = COUNTERS
         .iter()
-        .flat_map(|m| &m.arcs)
-        .map(|a| a.count)
-        .sum();
-    let base = med[0].cpu.as_secs_f64();
-    let per_call = |i: usize| (med[i].cpu.as_secs_f64() - base) / calls as f64 * 1e9;
-    for (i, inv) in invs.iter().enumerate() {
-        rows.push(vec![
-            "1".into(),
-            inv.label.clone(),
-            format!("`{}`", inv.shell_line()),
-            ms(med[i].wall),
-            ms(med[i].cpu),
-            if i == 0 {
-                "—".into()
-            } else {
-                format!("{:.2}", per_call(i))
-            },
-            if i == 2 && per_call(1) > 0.0 {
-                format!("{:.2}× glibc", per_call(2) / per_call(1))
-            } else {
-                String::new()
-            },
-        ]);
+        .map(|c| c.invocation(env, &builds, floor, &pg_dir))
+        .collect();
+    let mut per_counter = vec![Vec::new(); COUNTERS.len()];
+    let mut calls = 0;
+    for _ in 0..trials {
+        let times: Vec<f64> = invs
+            .iter()
+            .map(|inv| run_once(inv).map(|r| r.cpu.as_secs_f64()))
+            .collect::<Result<_, _>>()?;
+        // The last run was mslprof's: its profile says how many calls there were.
+        calls = counted_calls(&pg_dir)?.0;
+        for (i, c) in COUNTERS.iter().enumerate() {
+            if *c != Counter::Plain {
+                per_counter[i].push((times[i] - times[0]) / calls as f64 * 1e9);
+            }
+        }
     }
-    notes.push(format!(
-        "Lua 5.4 (`liblua.so` built with `-pg`, driver `tests/golden/analyzer/lua/driver.c`): {calls} calls, counted by mslprof in every module; \
-         glibc's mcount pays for them too but keeps only the main program's."
-    ));
-    Ok(())
+    let slopes = Slopes { per_counter };
+    let (glibc, fl) = (slopes.of(Counter::Glibc), slopes.of(Counter::Floor));
+    let rows = [Counter::Floor, Counter::Glibc, Counter::Mslprof]
+        .into_iter()
+        .map(|c| row("Lua 5.4", c, slopes.of(c), glibc, fl))
+        .collect();
+    Ok(Some(Section {
+        title: "Call counting: Lua 5.4".into(),
+        intro: format!(
+            "`liblua.so` built with `-pg` and the driver `tests/golden/analyzer/lua/driver.c`: {calls} calls, counted by mslprof in every module (glibc's mcount pays for them too but keeps only the main program's). \
+             Per-call overhead in ns over the plain build, median (min–max) over {trials} interleaved trials."
+        ),
+        header: ["workload", "counter", "ns/call (median, min–max)", "vs glibc", "vs floor"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
+        rows,
+        notes: vec!["Target: mslprof ≤ 0.5× glibc.".into()],
+    }))
 }
 
-pub fn run(env: &Env) -> Result<Section, String> {
+pub fn run(env: &Env) -> Result<Vec<Section>, String> {
     let dir = env.scratch.join("calls");
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-    let builds = fixtures::build_fib(&dir)?;
-    let n: u64 = if env.scale == Scale::Quick { 27 } else { 32 };
-    let calls = calls_for(n);
-    let mut rows = Vec::new();
-    let mut notes = Vec::new();
-    let mut mslprof_one_thread = None;
-    for threads in [1u32, 2] {
-        let args = [threads.to_string(), n.to_string()];
-        let plain = Invocation::new("plain", &builds.plain, &dir).args(args.clone());
-        let glibc = Invocation::new("glibc -pg", &builds.pg, &dir).args(args.clone());
-        let ours = Invocation::new("mslprof", &builds.pg, &dir)
-            .args(args.clone())
-            .env("LD_PRELOAD", env.runtime.to_string_lossy());
-        let invs = [plain, glibc, ours];
-        let med = interleaved(&invs, env.runs)?;
-        // CPU time (user + system, all threads) is steadier than wall time on a shared machine.
-        let base = med[0].cpu.as_secs_f64();
-        let total_calls = calls as f64 * f64::from(threads);
-        let per_call = |i: usize| (med[i].cpu.as_secs_f64() - base) / total_calls * 1e9;
-        let (g, m) = (per_call(1), per_call(2));
-        if threads == 1 {
-            mslprof_one_thread = Some(m);
-        }
-        for (i, inv) in invs.iter().enumerate() {
-            let overhead = if i == 0 {
-                "—".to_string()
-            } else {
-                format!("{:.2}", per_call(i))
-            };
-            rows.push(vec![
-                threads.to_string(),
-                inv.label.clone(),
-                format!("`{}`", inv.shell_line()),
-                ms(med[i].wall),
-                ms(med[i].cpu),
-                overhead,
-                if i == 2 && g > 0.0 {
-                    format!("{:.2}× glibc", m / g)
-                } else {
-                    String::new()
-                },
-            ]);
-        }
-        if threads == 2
-            && let Some(one) = mslprof_one_thread
-            && one > 0.0
-        {
-            notes.push(format!(
-                "mslprof per-call overhead with 2 threads / with 1 thread: {:.2}× (target ≤ 1.5×)",
-                m / one
-            ));
-        }
-    }
-    lua_rows(env, &mut rows, &mut notes)?;
-    notes.insert(0, format!("fib({n}) makes {calls} calls per thread; overhead per call = (profiled − plain CPU time) / calls, CPU time summed over threads."));
-    notes.push("Target: mslprof ≤ 0.5× glibc's per-call overhead on one thread.".into());
-    Ok(Section {
-        title: "Call counting: fib through a function pointer".into(),
-        intro: "`tests/fixtures/bench/fib_fp.c` built with `cc -O2` (plain) and `cc -O2 -pg`; the `-pg` binary is run as is \
-                (glibc's mcount, writes its gmon.out) and with `LD_PRELOAD=libmslprof.so` (mslprof's mcount)."
-            .into(),
-        header: ["threads", "run", "command", "wall ms (median)", "CPU ms (median)", "ns/call overhead", "vs glibc"].iter().map(|s| s.to_string()).collect(),
-        rows,
-        notes,
-    })
+    let floor = build_floor(&dir)?;
+    let trials = env.runs;
+    let mut sections = vec![fib_section(env, &floor, trials)?];
+    sections.push(working_set_section(env, &floor, trials)?);
+    sections.extend(lua_section(env, &floor, trials)?);
+    Ok(sections)
 }

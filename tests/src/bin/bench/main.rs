@@ -2,7 +2,8 @@
 //! rewrites BENCHMARKS.md with medians and ratios.
 //!
 //! Run it with `cargo run --release -p mslprof-tests --bin bench` (add `-- --quick` for a fast smoke run with
-//! fewer repetitions and smaller inputs, `-- --full` for the slow large-input gprof comparisons). It builds the
+//! fewer repetitions and smaller inputs, `-- --full` for the slow large-input gprof comparisons, `-- --only
+//! calls|sampling|analysis` to run one suite and replace only its sections of BENCHMARKS.md). It builds the
 //! release runtime and analyzer itself.
 //!
 //! Every mslprof run profiles every module by leaving `LD_PROFILE` unset (which means ALL): any value of that
@@ -16,6 +17,7 @@ mod measure;
 mod report;
 mod sampling;
 mod sys;
+mod workingset;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -102,8 +104,8 @@ fn run() -> Result<(), String> {
     let mut sections = Vec::new();
     let wanted = |name: &str| only.as_deref().is_none_or(|o| o == name);
     if wanted("calls") {
-        eprintln!("bench: call counting (fib through a function pointer)");
-        sections.push(calls::run(&env)?);
+        eprintln!("bench: call counting (fib, large working sets, Lua)");
+        sections.extend(calls::run(&env)?);
     }
     if wanted("sampling") {
         eprintln!("bench: sampling overhead and RSS");
@@ -113,8 +115,13 @@ fn run() -> Result<(), String> {
         eprintln!("bench: report generation, mslprof against GNU gprof");
         sections.push(analysis::run(&env)?);
     }
-    let text = report::render(&env, &sections);
     let out = workspace.join("BENCHMARKS.md");
+    // With --only, the other suites' sections of the existing file are kept as they are.
+    let kept = match &only {
+        Some(_) => std::fs::read_to_string(&out).unwrap_or_default(),
+        None => String::new(),
+    };
+    let text = report::render(&env, &sections, &kept);
     std::fs::write(&out, text).map_err(|e| format!("{}: {e}", out.display()))?;
     let _ = std::fs::remove_dir_all(&scratch);
     eprintln!("bench: wrote {}", out.display());

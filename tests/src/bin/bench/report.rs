@@ -41,31 +41,70 @@ fn machine() -> String {
     )
 }
 
-pub fn render(env: &Env, sections: &[Section]) -> String {
+/// The whole of BENCHMARKS.md: the header, then `sections`. Sections of `kept` (the previous file, when only
+/// some suites ran) whose titles are not among `sections` stay, in their old place.
+pub fn render(env: &Env, sections: &[Section], kept: &str) -> String {
     let mut s = String::new();
     s.push_str("# Benchmarks\n\n");
     s.push_str("Written by `cargo run --release -p mslprof-tests --bin bench` (the one benchmark command; see README.md). ");
-    s.push_str("Every figure is a median over interleaved runs. Do not edit by hand.\n\n");
+    s.push_str("Every figure is a median over interleaved runs or trials, with the range where a table gives one. Do not edit by hand.\n\n");
     s.push_str(&format!("- Machine: {}\n", machine()));
     s.push_str("- Peak RSS is the child's `ru_maxrss`, which includes the harness's own few MB at spawn time (a child inherits its parent's high-water mark through fork and exec): small figures are a floor, not the program's own.\n");
     s.push_str(&format!(
-        "- Scale: {:?}, {} runs per configuration unless a table says otherwise\n\n",
+        "- Scale of the last run: {:?}, {} runs or trials per configuration unless a table says otherwise\n\n",
         env.scale, env.runs
     ));
-    for sec in sections {
-        s.push_str(&format!("## {}\n\n{}\n\n", sec.title, sec.intro));
-        s.push_str(&format!("| {} |\n", sec.header.join(" | ")));
-        s.push_str(&format!("|{}\n", "---|".repeat(sec.header.len())));
-        for r in &sec.rows {
-            s.push_str(&format!("| {} |\n", r.join(" | ")));
+    let fresh: Vec<(String, String)> = sections
+        .iter()
+        .map(|sec| (sec.title.clone(), render_section(sec)))
+        .collect();
+    let mut written = vec![false; fresh.len()];
+    for (title, old_text) in old_sections(kept) {
+        match fresh.iter().position(|(t, _)| *t == title) {
+            Some(i) => {
+                if !written[i] {
+                    s.push_str(&fresh[i].1);
+                    written[i] = true;
+                }
+            }
+            None => s.push_str(&old_text),
         }
-        s.push('\n');
-        for n in &sec.notes {
-            s.push_str(&format!("- {n}\n"));
-        }
-        if !sec.notes.is_empty() {
-            s.push('\n');
+    }
+    for (i, (_, text)) in fresh.iter().enumerate() {
+        if !written[i] {
+            s.push_str(text);
         }
     }
     s
+}
+
+fn render_section(sec: &Section) -> String {
+    let mut s = format!("## {}\n\n{}\n\n", sec.title, sec.intro);
+    s.push_str(&format!("| {} |\n", sec.header.join(" | ")));
+    s.push_str(&format!("|{}\n", "---|".repeat(sec.header.len())));
+    for r in &sec.rows {
+        s.push_str(&format!("| {} |\n", r.join(" | ")));
+    }
+    s.push('\n');
+    for n in &sec.notes {
+        s.push_str(&format!("- {n}\n"));
+    }
+    if !sec.notes.is_empty() {
+        s.push('\n');
+    }
+    s
+}
+
+/// The `## ` sections of an existing BENCHMARKS.md, each with its full text (heading included).
+fn old_sections(text: &str) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    for line in text.split_inclusive('\n') {
+        if let Some(title) = line.strip_prefix("## ") {
+            out.push((title.trim_end().to_string(), String::new()));
+        }
+        if let Some((_, body)) = out.last_mut() {
+            body.push_str(line);
+        }
+    }
+    out
 }
