@@ -13,12 +13,13 @@ use mslprof::modules::{self, ModulePolicy};
 use mslprof::selection::Selection;
 
 const BIAS: usize = 0x7000_0000_0000;
-/// More distinct arcs than the largest cache has sets, so every growth step is taken.
+/// Distinct arcs whose call sites span more sets than the largest cache has, so every growth step
+/// is taken.
 const SITES: usize = 300_000;
 const ROUNDS: u64 = 6;
 
 /// End of the fake modules' code (link-time).
-const TEXT_END: u64 = 0x20_0000;
+const TEXT_END: u64 = 0x200_0000;
 
 fn arcs() -> BTreeMap<(u64, u64), u64> {
     let mut arcs = BTreeMap::new();
@@ -35,7 +36,9 @@ fn sweep() {
     for site in 0..SITES {
         // Two callees, so sites share sets with different callees too.
         let callee = BIAS + 0x8_0000 + (site % 2) * 0x100;
-        mcount::record_call(BIAS + 0x1000 + site * 5, callee);
+        // Call sites 64 bytes apart: the cache's sets follow call-site addresses, and these span
+        // more sets than the largest cache has.
+        mcount::record_call(BIAS + 0x1000 + site * 64, callee);
     }
 }
 

@@ -179,7 +179,13 @@ fn counted_calls(dir: &Path) -> Result<(u64, usize), String> {
     Ok((arcs.iter().map(|a| a.count).sum(), arcs.len()))
 }
 
-fn row(workload: &str, counter: Counter, spread: Spread, glibc: Spread, floor: Spread) -> Vec<String> {
+fn row(
+    workload: &str,
+    counter: Counter,
+    spread: Spread,
+    glibc: Spread,
+    floor: Spread,
+) -> Vec<String> {
     let vs = |other: Spread| {
         if counter == Counter::Mslprof && other.median > 0.0 {
             format!("{:.2}×", spread.median / other.median)
@@ -226,7 +232,10 @@ fn fib_section(env: &Env, floor: &Path, trials: usize) -> Result<Section, String
             slopes.of(Counter::Floor),
             slopes.of(Counter::Mslprof),
         );
-        let label = format!("fib, {threads} thread{}", if threads == 1 { "" } else { "s" });
+        let label = format!(
+            "fib, {threads} thread{}",
+            if threads == 1 { "" } else { "s" }
+        );
         for c in [Counter::Floor, Counter::Glibc, Counter::Mslprof] {
             rows.push(row(&label, c, slopes.of(c), glibc, fl));
         }
@@ -260,10 +269,16 @@ fn fib_section(env: &Env, floor: &Path, trials: usize) -> Result<Section, String
              each the CPU-time slope between fib(small) and fib(large) per thread, minus the plain build's slope. \
              The floor is a preloaded `mcount` that only returns (`tests/fixtures/bench/noop_mcount.c`): what any counter pays before doing anything."
         ),
-        header: ["workload", "counter", "ns/call (median, min–max)", "vs glibc", "vs floor"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect(),
+        header: [
+            "workload",
+            "counter",
+            "ns/call (median, min–max)",
+            "vs glibc",
+            "vs floor",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect(),
         rows,
         notes,
     })
@@ -329,10 +344,16 @@ fn working_set_section(env: &Env, floor: &Path, trials: usize) -> Result<Section
             "Generated `-pg` programs (`tests/src/bin/bench/workingset.rs`, built with `cc -O1`): N distinct call sites in drivers of 1 000 direct calls each, over min(N, 2 000) tiny functions, \
              swept in address order; the callees of a driver's sites are in address order or scrambled. Per-call overhead in ns, median (min–max) over {trials} trials of the CPU-time slope between 2 sweeps and about 4 M more calls."
         ),
-        header: ["workload", "counter", "ns/call (median, min–max)", "vs glibc", "vs floor"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect(),
+        header: [
+            "workload",
+            "counter",
+            "ns/call (median, min–max)",
+            "vs glibc",
+            "vs floor",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect(),
         rows,
         notes,
     })
@@ -346,7 +367,8 @@ fn first_sweep_cost(
     per_sweep: u64,
     trials: usize,
 ) -> Result<Spread, String> {
-    let ours = Invocation::new("mslprof", &builds.pg, dir).env("LD_PRELOAD", env.runtime.to_string_lossy());
+    let ours = Invocation::new("mslprof", &builds.pg, dir)
+        .env("LD_PRELOAD", env.runtime.to_string_lossy());
     let plain = Invocation::new("plain", &builds.plain, dir);
     let mut values = Vec::new();
     for _ in 0..trials {
@@ -404,10 +426,16 @@ fn lua_section(env: &Env, floor: &Path, trials: usize) -> Result<Option<Section>
             "`liblua.so` built with `-pg` and the driver `tests/golden/analyzer/lua/driver.c`: {calls} calls, counted by mslprof in every module (glibc's mcount pays for them too but keeps only the main program's). \
              Per-call overhead in ns over the plain build, median (min–max) over {trials} interleaved trials."
         ),
-        header: ["workload", "counter", "ns/call (median, min–max)", "vs glibc", "vs floor"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect(),
+        header: [
+            "workload",
+            "counter",
+            "ns/call (median, min–max)",
+            "vs glibc",
+            "vs floor",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect(),
         rows,
         notes: vec!["Target: mslprof ≤ 0.5× glibc.".into()],
     }))

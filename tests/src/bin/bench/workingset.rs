@@ -104,7 +104,11 @@ pub fn build(dir: &Path, sites: usize, order: CalleeOrder) -> Result<Program, St
     let functions = sites.min(2000);
     let stem = format!(
         "ws_{sites}_{}",
-        if order == CalleeOrder::Address { "a" } else { "s" }
+        if order == CalleeOrder::Address {
+            "a"
+        } else {
+            "s"
+        }
     );
     let src: PathBuf = dir.join(format!("{stem}.c"));
     std::fs::write(&src, source(sites, functions, order))

@@ -1,11 +1,11 @@
 //! The Rust half of the mcount family: turns one profiling call into one arc count.
 //!
-//! Entry points: `mcount`, `_mcount` and `__fentry__` (assembly stubs in `sys`, which save the
+//! Entry points: `mcount`, `_mcount` and `__fentry__` (assembly stubs in `x86_64`, which save the
 //! registers and call [`record_call`]), and `__cyg_profile_func_enter` / `__cyg_profile_func_exit`
 //! (`-finstrument-functions`, ordinary C calls, defined here).
 //!
 //! **Fast path.** Each thread has a two-way set-associative cache, [`FIRST_CACHE_SETS`] sets at
-//! first (header in static TLS, `sys::thread_cache_block`; entries in a private mapping whose
+//! first (header in static TLS, `x86_64::thread_cache_block`; entries in a private mapping whose
 //! pages are touched as used, unmapped at thread exit), mapping the raw pair (frompc, selfpc) to
 //! the arc's counter in the thread's own stripe of the callee module's
 //! [`ArcTable`]. A hit is handled by the assembly stub alone: a few loads
@@ -36,6 +36,9 @@ use crate::arcs::{self, ArcTable};
 use crate::modules;
 use crate::sys;
 
+#[cfg(target_arch = "x86_64")]
+mod x86_64;
+
 /// Caller key of an arc whose call site is in no known module (SPEC.md §5).
 pub const UNKNOWN_KEY: u32 = 0xFFFF_FFFF;
 
@@ -50,7 +53,7 @@ const CACHE_GROWTH: usize = 4;
 /// Times a thread's cache can grow: at most `FIRST_CACHE_SETS * 64` sets (524 288 entries, 16 MiB
 /// of address space, of which only the pages used become resident). A cache grows only after
 /// displacing as many entries as it holds, so only a thread with that many hot arcs gets there.
-const CACHE_GROWTHS: usize = 4;
+const CACHE_GROWTHS: usize = 5;
 /// Most sets a thread's cache can have.
 pub const MAX_CACHE_SETS: usize = FIRST_CACHE_SETS * CACHE_GROWTH.pow(CACHE_GROWTHS as u32);
 
@@ -121,7 +124,7 @@ fn start_before_own_constructor() -> bool {
     }
     // SAFETY: `start` is an ordinary function that never unwinds (ensure_started catches panics);
     // this is x86_64.
-    unsafe { sys::call_preserving_vector_state(start) }
+    unsafe { x86_64::call_preserving_vector_state(start) }
 }
 
 /// One cached arc: raw PCs and the counter (null: callee in an unprofiled module). Two of them,
@@ -133,7 +136,7 @@ struct CacheEntry {
     counter: *const AtomicU64,
 }
 
-/// The per-thread cache header, overlaid on `sys::thread_cache_block` (static TLS); the entries
+/// The per-thread cache header, overlaid on `x86_64::thread_cache_block` (static TLS); the entries
 /// are a private mapping of [`cache_bytes`]`(sets)`, unmapped when the thread exits.
 ///
 /// The assembly fast path only reads it. It must not use an entry that a signal handler rewrote
@@ -143,9 +146,10 @@ struct CacheEntry {
 /// the counter pointer, and takes the slow path otherwise.
 #[repr(C)]
 struct ThreadCache {
-    /// `modules::CURRENT ^ CACHE_STATE` the entries were made under; 0 = never used.
+    /// `modules::CURRENT ^ CACHE_STATE` the entries were made under. 0 (which no generation is) while
+    /// the Rust side may be changing the entries, and while there are none: the fast path then misses.
     generation: usize,
-    /// Odd while the Rust side may be changing the entries; see above.
+    /// Bumped by every `record_call` at the top level; see above.
     writes: u32,
     /// Nesting depth of `record_call` on this thread.
     depth: u32,
@@ -166,18 +170,10 @@ struct ThreadCache {
     /// thread exit: a signal handler may grow the cache while the interrupted fast path is
     /// reading the old entries, which must stay mapped.
     retired: [*mut CacheEntry; CACHE_GROWTHS],
+    /// Where cached calls of unprofiled callees are added (and never read), so that the fast path
+    /// needs no null test: entries of such pairs point here.
+    unprofiled_sink: AtomicU64,
 }
-
-// The assembly fast path in `sys` depends on this layout.
-const _: () = {
-    assert!(core::mem::size_of::<ThreadCache>() <= sys::THREAD_CACHE_BYTES);
-    assert!(core::mem::offset_of!(ThreadCache, generation) == 0);
-    assert!(core::mem::offset_of!(ThreadCache, writes) == 8);
-    assert!(core::mem::offset_of!(ThreadCache, entries) == 16);
-    assert!(core::mem::offset_of!(ThreadCache, set_mask) == 24);
-    assert!(core::mem::offset_of!(ThreadCache, shared_stripe) == 28);
-    assert!(core::mem::size_of::<CacheEntry>() == 32);
-};
 
 impl ThreadCache {
     /// The entries, mapping them on first use. Empty when they cannot be had.
@@ -256,12 +252,13 @@ fn register_thread_exit(base: *mut u8) {
 /// Thread-exit destructor: clears this thread's pointer first (instrumented code may still run
 /// in later destructors on this thread), then unmaps the entries and the retired mappings.
 unsafe extern "C" fn release_thread_cache(_first_mapping: *mut libc::c_void) {
-    let cache = sys::thread_cache_block().cast::<ThreadCache>();
+    let cache = x86_64::thread_cache_block().cast::<ThreadCache>();
     // SAFETY: the exiting thread's own header; a signal handler running now sees `depth` as usual
     // and, once the pointer is null, never touches the entries.
     let cache = unsafe { &mut *cache };
     let entries = cache.entries;
     let sets = cache.sets();
+    cache.generation = 0;
     cache.entries = core::ptr::null_mut();
     cache.released = true;
     compiler_fence(Ordering::SeqCst);
@@ -286,7 +283,7 @@ unsafe extern "C" fn release_thread_cache(_first_mapping: *mut libc::c_void) {
 /// Sets of the calling thread's call cache (0 before its first counted call or after its release).
 pub fn thread_cache_sets() -> usize {
     // SAFETY: as in `record_call`; only reads this thread's own header.
-    let cache = unsafe { &*sys::thread_cache_block().cast::<ThreadCache>() };
+    let cache = unsafe { &*x86_64::thread_cache_block().cast::<ThreadCache>() };
     if cache.entries.is_null() {
         0
     } else {
@@ -308,7 +305,7 @@ pub extern "C" fn record_call(frompc: usize, selfpc: usize) {
     if state & STATE_PAUSED != 0 {
         return;
     }
-    let cache = sys::thread_cache_block().cast::<ThreadCache>();
+    let cache = x86_64::thread_cache_block().cast::<ThreadCache>();
     // SAFETY: the block is this thread's own, zero-initialised (a valid ThreadCache: integers,
     // false, null pointers), aligned and large enough (checked above). Only this thread touches
     // it; a signal handler on this thread sees `depth != 0` and stays away from the entries.
@@ -320,12 +317,14 @@ pub extern "C" fn record_call(frompc: usize, selfpc: usize) {
     }
     cache.depth = 1;
     cache.writes = cache.writes.wrapping_add(1);
+    // While this runs, a signal handler's fast path must not read the entries: it misses and its
+    // call, nested, is counted without the cache.
+    let made_under = core::mem::replace(&mut cache.generation, 0);
     compiler_fence(Ordering::SeqCst);
     // Never 0 (STATE_FIXED; the table pointer is aligned), so a zeroed cache is always stale.
     let generation = modules::generation() ^ state;
-    if cache.generation != generation {
+    if made_under != generation {
         cache.clear();
-        cache.generation = generation;
     }
     // Maps the entries on first use, which sets the mask.
     cache.entries();
@@ -356,6 +355,14 @@ pub extern "C" fn record_call(frompc: usize, selfpc: usize) {
             {
                 increment(counter, cache.shared_stripe);
             }
+            // An unprofiled callee's entry points at the thread's sink, never null (see `ThreadCache`).
+            let counter = counter.map(|c| {
+                if c.is_null() {
+                    &cache.unprofiled_sink as *const AtomicU64
+                } else {
+                    c
+                }
+            });
             if let (Some(counter), Some([first, second])) =
                 (counter, cache.entries().get_mut(index..index + 2))
             {
@@ -375,6 +382,10 @@ pub extern "C" fn record_call(frompc: usize, selfpc: usize) {
     }
     compiler_fence(Ordering::SeqCst);
     cache.writes = cache.writes.wrapping_add(1);
+    // Only entries that exist may be read by the fast path.
+    if !cache.entries.is_null() {
+        cache.generation = generation;
+    }
     cache.depth = 0;
 }
 
@@ -415,7 +426,8 @@ fn thread_stripe(cache: &mut ThreadCache) -> usize {
 /// The counter behind a pointer returned by [`record_uncached`] (null: unprofiled callee).
 fn unsafe_counter(counter: *const AtomicU64) -> Option<&'static AtomicU64> {
     // SAFETY: non-null pointers from `record_uncached` point into arc tables of leaked
-    // LiveModules, valid for the rest of the process.
+    // LiveModules, valid for the rest of the process; cached ones may also be the calling thread's
+    // `unprofiled_sink`, valid while the thread runs (the reference does not outlive this call).
     unsafe { counter.as_ref() }
 }
 
@@ -424,7 +436,7 @@ fn increment(counter: &AtomicU64, shared: bool) {
     if shared {
         counter.fetch_add(1, Ordering::Relaxed);
     } else {
-        sys::increment_unshared(counter);
+        x86_64::increment_unshared(counter);
     }
 }
 
