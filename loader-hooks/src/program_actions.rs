@@ -138,3 +138,82 @@ pub unsafe fn call_handler(
         sys::call_program_handler(handler, flags & sys::SA_SIGINFO != 0, signal, info, context)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    extern "C" fn plain(_: c_int) {}
+
+    /// A handler value as the program would pass it.
+    fn action(handler: usize, flags: c_int, blocked: c_int) -> SignalAction {
+        let mut action = sys::empty_action();
+        action.sa_sigaction = handler;
+        action.sa_flags = flags;
+        action.sa_mask = sys::mask_from_words(&{
+            let mut words = [0u64; MASK_WORDS];
+            words[0] = 1 << (blocked - 1);
+            words
+        });
+        action
+    }
+
+    fn same(a: &SignalAction, b: &SignalAction) -> bool {
+        a.sa_sigaction == b.sa_sigaction
+            && a.sa_flags == b.sa_flags
+            && sys::mask_words(&a.sa_mask) == sys::mask_words(&b.sa_mask)
+    }
+
+    #[test]
+    fn exchange_answers_like_sigaction_and_keeps_handler_flags_and_mask() {
+        let program = ProgramAction::new();
+        let first = action(plain as usize, sys::SA_RESTART, sys::SIGINT);
+        let mut old = action(1234, 0, sys::SIGHUP);
+        // SAFETY: valid pointers.
+        assert!(unsafe { program.exchange(&first, &mut old) });
+        assert!(
+            same(&old, &sys::empty_action()),
+            "SIG_DFL before anything was recorded"
+        );
+        // A query records nothing and reports what was set.
+        // SAFETY: null action, valid old.
+        assert!(!unsafe { program.exchange(std::ptr::null(), &mut old) });
+        assert!(same(&old, &first));
+        assert!(same(&program.current(), &first));
+        assert_eq!(program.handler(), plain as usize);
+        assert_eq!(
+            sys::mask_words(&program.mask()),
+            sys::mask_words(&first.sa_mask)
+        );
+    }
+
+    #[test]
+    fn deliver_decides_as_the_kernel_does() {
+        let program = ProgramAction::new();
+        assert_eq!(program.deliver(), Delivery::Default);
+        program.record(&action(sys::SIG_IGN, 0, sys::SIGINT));
+        assert_eq!(program.deliver(), Delivery::Ignore);
+        let flags = sys::SA_RESTART | sys::SA_SIGINFO;
+        program.record(&action(plain as usize, flags, sys::SIGINT));
+        for _ in 0..2 {
+            let handler = plain as usize;
+            assert_eq!(program.deliver(), Delivery::Handler { handler, flags });
+        }
+        // SA_RESETHAND: this delivery runs the handler, the next one gets the default action; the flags stay
+        // (what `sigaction` reports afterwards without mslprof too).
+        let flags = sys::SA_RESETHAND | sys::SA_RESTART;
+        program.record(&action(plain as usize, flags, sys::SIGINT));
+        let handler = plain as usize;
+        assert_eq!(program.deliver(), Delivery::Handler { handler, flags });
+        assert_eq!(program.deliver(), Delivery::Default);
+        assert_eq!(program.current().sa_flags, flags);
+    }
+
+    #[test]
+    fn every_classic_signal_has_its_own_slot() {
+        let term = of(sys::SIGTERM).unwrap();
+        let prof = of(sys::SIGPROF).unwrap();
+        assert!(!std::ptr::eq(term, prof));
+        assert!(of(-1).is_none() && of(MAX_SIGNAL as c_int).is_none());
+    }
+}
