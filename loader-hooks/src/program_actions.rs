@@ -145,6 +145,11 @@ mod tests {
 
     extern "C" fn plain(_: c_int) {}
 
+    /// [`plain`] as a handler value.
+    fn plain_handler() -> usize {
+        plain as *const () as usize
+    }
+
     /// A handler value as the program would pass it.
     fn action(handler: usize, flags: c_int, blocked: c_int) -> SignalAction {
         let mut action = sys::empty_action();
@@ -167,7 +172,7 @@ mod tests {
     #[test]
     fn exchange_answers_like_sigaction_and_keeps_handler_flags_and_mask() {
         let program = ProgramAction::new();
-        let first = action(plain as usize, sys::SA_RESTART, sys::SIGINT);
+        let first = action(plain_handler(), sys::SA_RESTART, sys::SIGINT);
         let mut old = action(1234, 0, sys::SIGHUP);
         // SAFETY: valid pointers.
         assert!(unsafe { program.exchange(&first, &mut old) });
@@ -180,7 +185,7 @@ mod tests {
         assert!(!unsafe { program.exchange(std::ptr::null(), &mut old) });
         assert!(same(&old, &first));
         assert!(same(&program.current(), &first));
-        assert_eq!(program.handler(), plain as usize);
+        assert_eq!(program.handler(), plain_handler());
         assert_eq!(
             sys::mask_words(&program.mask()),
             sys::mask_words(&first.sa_mask)
@@ -194,16 +199,16 @@ mod tests {
         program.record(&action(sys::SIG_IGN, 0, sys::SIGINT));
         assert_eq!(program.deliver(), Delivery::Ignore);
         let flags = sys::SA_RESTART | sys::SA_SIGINFO;
-        program.record(&action(plain as usize, flags, sys::SIGINT));
+        program.record(&action(plain_handler(), flags, sys::SIGINT));
         for _ in 0..2 {
-            let handler = plain as usize;
+            let handler = plain_handler();
             assert_eq!(program.deliver(), Delivery::Handler { handler, flags });
         }
         // SA_RESETHAND: this delivery runs the handler, the next one gets the default action; the flags stay
         // (what `sigaction` reports afterwards without mslprof too).
         let flags = sys::SA_RESETHAND | sys::SA_RESTART;
-        program.record(&action(plain as usize, flags, sys::SIGINT));
-        let handler = plain as usize;
+        program.record(&action(plain_handler(), flags, sys::SIGINT));
+        let handler = plain_handler();
         assert_eq!(program.deliver(), Delivery::Handler { handler, flags });
         assert_eq!(program.deliver(), Delivery::Default);
         assert_eq!(program.current().sa_flags, flags);
