@@ -35,7 +35,8 @@ const CASES: &[(&str, &str)] = &[
     ("i.txt", "-i"),
 ];
 
-/// The modules the recorded run profiles (the runtime too, for its `[mslprof_overhead]` row).
+/// The modules the recorded run profiles (the runtime too: the module table marks it as profiling
+/// overhead).
 const PROFILED: &str = "a.out:libcore.so:libplugin.so:libmslprof.so";
 
 fn golden_dir() -> PathBuf {
