@@ -29,13 +29,54 @@
 
 use core::cell::Cell;
 use core::ptr;
-use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering, fence};
 
 use crate::sys;
 
-/// Counter stripes per arc. Threads 0..STRIPES-1 (in order of their first recorded call) each own
-/// one stripe; every later thread shares the last stripe.
-pub const STRIPES: usize = 8;
+/// Counter stripes per arc. A counting thread takes a free stripe of its own (returned when it
+/// exits); while all of the first `STRIPES - 1` are taken, further threads share the last one,
+/// [`SHARED_STRIPE`], with atomic adds.
+pub const STRIPES: usize = 64;
+/// The stripe threads without one of their own share.
+pub const SHARED_STRIPE: usize = STRIPES - 1;
+
+/// Stripes no live thread owns (bit i: stripe i), all but the shared one at first.
+static FREE_STRIPES: AtomicU64 = AtomicU64::new((1 << SHARED_STRIPE) - 1);
+
+/// A stripe for a thread that starts counting: one no other live thread owns, or
+/// [`SHARED_STRIPE`] when there is none. Lock-free and async-signal-safe.
+pub fn take_stripe() -> usize {
+    let mut free = FREE_STRIPES.load(Ordering::Relaxed);
+    loop {
+        if free == 0 {
+            return SHARED_STRIPE;
+        }
+        let stripe = free.trailing_zeros() as usize;
+        match FREE_STRIPES.compare_exchange_weak(
+            free,
+            free & !(1 << stripe),
+            Ordering::Acquire,
+            Ordering::Relaxed,
+        ) {
+            Ok(_) => return stripe,
+            Err(now) => free = now,
+        }
+    }
+}
+
+/// Gives an exiting thread's stripe back (its counts stay; the next owner adds to them). The thread
+/// must not add to the stripe with plain adds afterwards.
+pub fn release_stripe(stripe: usize) {
+    if stripe < SHARED_STRIPE {
+        FREE_STRIPES.fetch_or(1 << stripe, Ordering::Release);
+    }
+}
+
+/// In a forked child, the only thread: every stripe but `own` (its own, if it has one) is free again.
+pub fn reset_stripes_after_fork(own: Option<usize>) {
+    let own_bit = own.filter(|&s| s < SHARED_STRIPE).map_or(0, |s| 1u64 << s);
+    FREE_STRIPES.store(((1 << SHARED_STRIPE) - 1) & !own_bit, Ordering::Relaxed);
+}
 /// Slots of the first level (a power of two).
 pub const FIRST_LEVEL_SLOTS: usize = 1 << 12;
 /// Number of levels; level `i` has `FIRST_LEVEL_SLOTS << i` slots.
@@ -83,6 +124,11 @@ pub struct ArcTable {
     levels: [AtomicPtr<u8>; MAX_LEVELS],
     used: [AtomicUsize; MAX_LEVELS],
     dropped: AtomicU64,
+    /// Bit i set once a thread has been handed a counter of stripe i: the only stripes the dump sums.
+    stripes_used: AtomicU64,
+    /// Set when two racing insertions may have put one arc in two slots: only then does
+    /// [`ArcTable::for_each`] look for duplicates to sum (a probe of every level per arc).
+    maybe_duplicates: AtomicBool,
 }
 
 impl core::fmt::Debug for ArcTable {
@@ -143,8 +189,10 @@ impl<'table> Level<'table> {
         )
     }
 
-    fn total(&self, slot: usize) -> u64 {
+    /// The sum of the arc's counters in the stripes of `stripes` (a bit mask).
+    fn total(&self, slot: usize, stripes: u64) -> u64 {
         (0..STRIPES)
+            .filter(|stripe| stripes & (1 << stripe) != 0)
             .map(|stripe| self.count(stripe, slot).load(Ordering::Relaxed))
             .fold(0u64, u64::wrapping_add)
     }
@@ -168,26 +216,20 @@ fn hash(caller_key: u32, caller_addr: u64, callee_addr: u64) -> u64 {
 }
 
 thread_local! {
-    /// This thread's counter stripe, assigned on first use (`u32::MAX` = not yet).
+    /// This thread's counter stripe for [`ArcTable::record`], taken on first use (`u32::MAX` = not
+    /// yet) and never returned.
     static THREAD_STRIPE: Cell<u32> = const { Cell::new(u32::MAX) };
 }
 
-static NEXT_THREAD_NUMBER: AtomicU32 = AtomicU32::new(0);
-
-/// A new thread number: 0, 1, 2, … in order of first use.
-pub fn next_thread_number() -> u32 {
-    NEXT_THREAD_NUMBER.fetch_add(1, Ordering::Relaxed)
-}
-
-/// The stripe of the calling thread. Const-initialised TLS: no allocation, usable from a signal
-/// handler.
+/// The stripe of the calling thread for [`ArcTable::record`]. Const-initialised TLS: no allocation,
+/// usable from a signal handler.
 pub fn current_stripe() -> usize {
     let stripe = THREAD_STRIPE.with(|cell| {
         let current = cell.get();
         if current != u32::MAX {
             return current;
         }
-        let assigned = ArcTable::stripe_of_thread(next_thread_number()) as u32;
+        let assigned = take_stripe() as u32;
         cell.set(assigned);
         assigned
     });
@@ -201,6 +243,8 @@ impl ArcTable {
             levels: [const { AtomicPtr::new(ptr::null_mut()) }; MAX_LEVELS],
             used: [const { AtomicUsize::new(0) }; MAX_LEVELS],
             dropped: AtomicU64::new(0),
+            stripes_used: AtomicU64::new(0),
+            maybe_duplicates: AtomicBool::new(false),
         }
     }
 
@@ -216,12 +260,6 @@ impl ArcTable {
     /// Counts one call of the arc in the calling thread's stripe.
     pub fn record(&self, caller_key: u32, caller_addr: u64, callee_addr: u64) {
         self.record_in_stripe(current_stripe(), caller_key, caller_addr, callee_addr);
-    }
-
-    /// The thread-number-to-stripe rule: thread numbers below `STRIPES - 1` own their stripe
-    /// alone; all later threads share the last one.
-    pub fn stripe_of_thread(number: u32) -> usize {
-        (number as usize).min(STRIPES - 1)
     }
 
     /// Counts one call of the arc in counter stripe `stripe % STRIPES`. Lock-free and
@@ -252,6 +290,10 @@ impl ArcTable {
         callee_addr: u64,
     ) -> Option<&AtomicU64> {
         let stripe = stripe % STRIPES;
+        let bit = 1u64 << stripe;
+        if self.stripes_used.load(Ordering::Relaxed) & bit == 0 {
+            self.stripes_used.fetch_or(bit, Ordering::Relaxed);
+        }
         let tag = u64::from(caller_key) + 2;
         let hash = hash(caller_key, caller_addr, callee_addr);
         // Newest (largest) level first: it holds the most arcs, so a lookup that finds its arc
@@ -310,11 +352,49 @@ impl ArcTable {
             // A level takes new arcs until half full, so probe sequences stay short.
             let used = &self.used[level_index];
             if used.load(Ordering::Relaxed) < level.slots / 2
-                && let Some(slot) = claim(&level, used, hash, tag, caller_addr, callee_addr)
+                && let Some((slot, fresh)) =
+                    claim(&level, used, hash, tag, caller_addr, callee_addr)
             {
+                if fresh {
+                    self.note_if_duplicated(hash, tag, caller_addr, callee_addr);
+                }
                 return Some(level.count(stripe, slot));
             }
             level_index += 1;
+        }
+    }
+
+    /// After publishing a new slot: if the arc now occupies two slots (an insertion raced with ours,
+    /// on another thread or in a signal handler), remember that the dump must merge. Of two racing
+    /// insertions at least one sees the other here: each publishes its slot, then fences, then looks
+    /// (the store-fence-load pattern), so no duplicate goes unnoticed.
+    #[cold]
+    fn note_if_duplicated(&self, hash: u64, tag: u64, caller_addr: u64, callee_addr: u64) {
+        fence(Ordering::SeqCst);
+        let mut occurrences = 0;
+        for index in 0..MAX_LEVELS {
+            let Some(level) = self.level(index) else {
+                break;
+            };
+            let mask = level.slots - 1;
+            let mut slot = hash as usize & mask;
+            for _ in 0..MAX_PROBE {
+                let key = level.key(slot);
+                let found = key.tag.load(Ordering::Acquire);
+                if found == TAG_EMPTY {
+                    break;
+                }
+                if found == tag
+                    && key.caller_addr.load(Ordering::Relaxed) == caller_addr
+                    && key.callee_addr.load(Ordering::Relaxed) == callee_addr
+                {
+                    occurrences += 1;
+                }
+                slot = (slot + 1) & mask;
+            }
+        }
+        if occurrences > 1 {
+            self.maybe_duplicates.store(true, Ordering::Relaxed);
         }
     }
 
@@ -380,6 +460,8 @@ impl ArcTable {
     /// nothing. Each count is read once, so threads still running while the dump is written make
     /// it a snapshot of some moment during the walk, never a torn value.
     pub fn for_each(&self, mut visit: impl FnMut(ArcRecord)) {
+        let merge = self.maybe_duplicates.load(Ordering::Relaxed);
+        let stripes = self.stripes_used.load(Ordering::Relaxed);
         for index in 0..MAX_LEVELS {
             let Some(level) = self.level(index) else {
                 break;
@@ -392,7 +474,12 @@ impl ArcTable {
                 }
                 let caller_addr = key.caller_addr.load(Ordering::Relaxed);
                 let callee_addr = key.callee_addr.load(Ordering::Relaxed);
-                if let Some(count) = self.merged_count(index, slot, tag, caller_addr, callee_addr)
+                let count = if merge {
+                    self.merged_count(index, slot, tag, caller_addr, callee_addr, stripes)
+                } else {
+                    Some(level.total(slot, stripes))
+                };
+                if let Some(count) = count
                     && count != 0
                 {
                     visit(ArcRecord {
@@ -415,6 +502,7 @@ impl ArcTable {
         tag: u64,
         caller_addr: u64,
         callee_addr: u64,
+        stripes: u64,
     ) -> Option<u64> {
         let hash = hash((tag - 2) as u32, caller_addr, callee_addr);
         let mut first = None;
@@ -436,7 +524,7 @@ impl ArcTable {
                     && key.callee_addr.load(Ordering::Relaxed) == callee_addr
                 {
                     first.get_or_insert((index, probe_slot));
-                    total = total.wrapping_add(level.total(probe_slot));
+                    total = total.wrapping_add(level.total(probe_slot, stripes));
                 }
                 probe_slot = (probe_slot + 1) & mask;
             }
@@ -456,6 +544,8 @@ impl ArcTable {
             self.used[index].store(0, Ordering::Relaxed);
         }
         self.dropped.store(0, Ordering::Relaxed);
+        self.maybe_duplicates.store(false, Ordering::Relaxed);
+        self.stripes_used.store(0, Ordering::Relaxed);
     }
 }
 
@@ -490,7 +580,7 @@ fn claim(
     tag: u64,
     caller_addr: u64,
     callee_addr: u64,
-) -> Option<usize> {
+) -> Option<(usize, bool)> {
     let mask = level.slots - 1;
     let mut slot = hash as usize & mask;
     for _ in 0..MAX_PROBE {
@@ -505,14 +595,14 @@ fn claim(
                 key.callee_addr.store(callee_addr, Ordering::Relaxed);
                 key.counter.store(counter as u64, Ordering::Relaxed);
                 key.tag.store(tag, Ordering::Release);
-                return Some(slot);
+                return Some((slot, true));
             }
             Err(found) => {
                 if found == tag
                     && key.caller_addr.load(Ordering::Relaxed) == caller_addr
                     && key.callee_addr.load(Ordering::Relaxed) == callee_addr
                 {
-                    return Some(slot);
+                    return Some((slot, false));
                 }
             }
         }
@@ -656,24 +746,31 @@ mod tests {
     #[test]
     fn duplicate_slots_are_merged() {
         let table = ArcTable::new();
-        table.record(1, 0x10, 0x20);
-        // Plant a second slot with the same key right after the first, as a racing insertion that
-        // skipped a BUSY slot would leave it.
+        table.record(9, 0x90, 0x20);
+        // Insertion A of the arc has claimed its home slot (BUSY) but not published it yet, when
+        // insertion B (another thread, or a signal handler) of the same arc skips that slot and
+        // claims the next one.
         let level = table.level(0).unwrap();
-        let home = hash(1, 0x10, 0x20) as usize & (level.slots - 1);
-        assert_eq!(level.total(home), 1);
+        let tag = 1 + 2;
+        let home_hash = hash(1, 0x10, 0x20);
+        let home = home_hash as usize & (level.slots - 1);
+        level.key(home).tag.store(TAG_BUSY, Ordering::Relaxed);
+        table.record(1, 0x10, 0x20);
         let duplicate = (home + 1) & (level.slots - 1);
-        let key = level.key(duplicate);
+        assert_eq!(level.total(duplicate, u64::MAX), 1);
+        // A finishes as `claim` and `insert` do, and counts 5 calls.
+        let key = level.key(home);
         key.caller_addr.store(0x10, Ordering::Relaxed);
         key.callee_addr.store(0x20, Ordering::Relaxed);
         let counter = table.used[0].fetch_add(1, Ordering::Relaxed);
         key.counter.store(counter as u64, Ordering::Relaxed);
-        key.tag.store(1 + 2, Ordering::Release);
-        level.count(2, duplicate).fetch_add(5, Ordering::Relaxed);
+        key.tag.store(tag, Ordering::Release);
+        table.note_if_duplicated(home_hash, tag, 0x10, 0x20);
+        level.count(2, home).fetch_add(5, Ordering::Relaxed);
         let arcs = snapshot(&table);
-        assert_eq!(arcs.len(), 1);
+        assert_eq!(arcs.len(), 2);
         assert_eq!(arcs[&(1, 0x10, 0x20)], 6);
-        // Recording again finds the first occurrence.
+        // Recording again finds one of the occurrences.
         table.record(1, 0x10, 0x20);
         assert_eq!(snapshot(&table)[&(1, 0x10, 0x20)], 7);
     }

@@ -231,13 +231,31 @@ where
     I: IntoIterator<Item = S>,
     S: AsRef<OsStr>,
 {
+    if let Err(message) = try_compile(compiler, dir, args) {
+        panic!("{message}");
+    }
+}
+
+/// As [`compile`], returning the failure (the command line and the compiler's messages) instead of
+/// panicking: for the benchmark harness, which skips a workload it cannot build.
+pub fn try_compile<I, S>(compiler: &str, dir: &Path, args: I) -> Result<(), String>
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
     let args: Vec<_> = args
         .into_iter()
         .map(|a| a.as_ref().to_os_string())
         .collect();
-    let output = run(Command::new(compiler).args(&args).current_dir(dir));
-    assert!(
-        output.status.success(),
+    let output = Command::new(compiler)
+        .args(&args)
+        .current_dir(dir)
+        .output()
+        .map_err(|e| format!("cannot run {compiler}: {e}"))?;
+    if output.status.success() {
+        return Ok(());
+    }
+    Err(format!(
         "{compiler} {} failed in {}:\n{}",
         args.iter()
             .map(|a| a.to_string_lossy())
@@ -245,7 +263,7 @@ where
             .join(" "),
         dir.display(),
         String::from_utf8_lossy(&output.stderr)
-    );
+    ))
 }
 
 /// Runs `command`, returning its output; panics if it could not be started.

@@ -8,7 +8,7 @@
 //! first (header in static TLS, `x86_64::thread_cache_block`; entries in a private mapping whose
 //! pages are touched as used, unmapped at thread exit), mapping the raw pair (frompc, selfpc) to
 //! the arc's counter in the thread's own stripe of the callee module's
-//! [`ArcTable`]. A hit is handled by the assembly stub alone: a few loads
+//! [`ArcTable`](crate::arcs::ArcTable). A hit is handled by the assembly stub alone: a few loads
 //! and one add, the only write; nothing shared is written. A thread that owns its stripe adds with
 //! one non-locked instruction, later threads (sharing the last stripe) with an atomic add. The
 //! cache is emptied when the module table changes (load/unload: `modules::CURRENT`), the arcs are
@@ -32,7 +32,7 @@
 use core::ffi::c_void;
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, compiler_fence};
 
-use crate::arcs::{self, ArcTable};
+use crate::arcs;
 use crate::modules;
 use crate::sys;
 
@@ -107,6 +107,10 @@ pub fn reset_after_fork() {
     for module in modules::all() {
         module.arcs.reset();
     }
+    // SAFETY: as in `record_call`; only this (the only) thread's own header is read.
+    let cache = unsafe { &*x86_64::thread_cache_block().cast::<ThreadCache>() };
+    let own = (cache.stripe != 0).then(|| (cache.stripe - 1) as usize);
+    arcs::reset_stripes_after_fork(own);
 }
 
 static START_TRIED: AtomicBool = AtomicBool::new(false);
@@ -261,7 +265,14 @@ unsafe extern "C" fn release_thread_cache(_first_mapping: *mut libc::c_void) {
     cache.generation = 0;
     cache.entries = core::ptr::null_mut();
     cache.released = true;
+    // Calls this thread still makes (later destructors) add atomically to the shared stripe; its
+    // own goes back to the pool for the next thread.
+    let stripe = core::mem::replace(&mut cache.stripe, arcs::SHARED_STRIPE as u32 + 1);
+    cache.shared_stripe = true;
     compiler_fence(Ordering::SeqCst);
+    if stripe != 0 {
+        arcs::release_stripe((stripe - 1) as usize);
+    }
     if !entries.is_null() {
         // SAFETY: `entries` is this thread's current mapping of `sets` sets; the only pointer to
         // it was just cleared.
@@ -415,9 +426,8 @@ fn record_nested(cache: &mut ThreadCache, depth: u32, frompc: usize, selfpc: usi
 
 fn thread_stripe(cache: &mut ThreadCache) -> usize {
     if cache.stripe == 0 {
-        let number = arcs::next_thread_number();
-        let stripe = ArcTable::stripe_of_thread(number);
-        cache.shared_stripe = stripe == arcs::STRIPES - 1;
+        let stripe = arcs::take_stripe();
+        cache.shared_stripe = stripe == arcs::SHARED_STRIPE;
         cache.stripe = stripe as u32 + 1;
     }
     (cache.stripe - 1) as usize

@@ -8,21 +8,9 @@ pub fn source_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/bench")
 }
 
-/// Runs `cc` with `args` in `dir`, failing with cc's own message.
+/// Runs `cc` with `args` in `dir` (the tests' one compiler helper), failing with cc's own message.
 pub fn cc(dir: &Path, args: &[&str]) -> Result<(), String> {
-    let out = Command::new("cc")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .map_err(|e| format!("cannot run cc: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "cc {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    Ok(())
+    mslprof_tests::try_compile("cc", dir, args)
 }
 
 /// A benchmark program built twice: plain and with `-pg`, both -O2.

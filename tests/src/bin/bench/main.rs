@@ -16,7 +16,6 @@ mod fixtures;
 mod measure;
 mod report;
 mod sampling;
-mod sys;
 mod workingset;
 
 use std::path::{Path, PathBuf};

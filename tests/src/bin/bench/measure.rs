@@ -1,6 +1,5 @@
 //! Running one configuration of a benchmark several times and reducing the runs to medians.
 
-use crate::sys;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -101,13 +100,13 @@ pub fn run_once(inv: &Invocation) -> Result<RunFigures, String> {
     let child = cmd
         .spawn()
         .map_err(|e| format!("{}: {e}", inv.program.display()))?;
-    let usage = sys::wait_with_usage(child.id()).map_err(|e| format!("wait: {e}"))?;
+    let usage = mslprof_tests::wait_with_usage(child.id()).map_err(|e| format!("wait: {e}"))?;
     let wall = start.elapsed();
-    if usage.exit_code != Some(0) {
+    if usage.status.code() != Some(0) {
         return Err(format!(
             "`{}` exited with {:?}",
             inv.shell_line(),
-            usage.exit_code
+            usage.status
         ));
     }
     Ok(RunFigures {
