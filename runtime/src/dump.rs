@@ -277,13 +277,6 @@ pub fn allow_another_dump() {
 
 /// Writes the profile once, at normal termination. Later calls do nothing.
 pub fn write_at_exit(settings: &Settings) {
-    if std::env::var_os("MSLPROF_DEBUG_CACHE").is_some() {
-        eprintln!(
-            "DEBUG sets={} misses={}",
-            crate::mcount::thread_cache_sets(),
-            crate::mcount::MISSES.load(core::sync::atomic::Ordering::Relaxed)
-        );
-    }
     if DUMPED.swap(true, Ordering::SeqCst) {
         return;
     }

@@ -66,7 +66,6 @@ const fn cache_bytes(sets: usize) -> usize {
 /// bit 0 is set by `moncontrol(0)` (paused), bit 1 is always set (so a cache generation is never
 /// 0), bits 2.. count fork-time resets. A thread's cache is valid while its generation equals
 /// `modules::CURRENT ^ CACHE_STATE`: a new module table, a reset or a pause all change it.
-pub static MISSES: AtomicU64 = AtomicU64::new(0);
 pub(crate) static CACHE_STATE: AtomicUsize = AtomicUsize::new(STATE_FIXED);
 
 /// Bit of [`CACHE_STATE`] set while counting is paused.
@@ -358,7 +357,6 @@ pub extern "C" fn record_call(frompc: usize, selfpc: usize) {
             }
         }
         None => {
-            MISSES.fetch_add(1, Ordering::Relaxed);
             let stripe = thread_stripe(cache);
             let counter = record_uncached(stripe, frompc, selfpc, true);
             if let Some(counter) = counter
