@@ -13,6 +13,7 @@ mod gnu;
 mod layout;
 pub mod model;
 mod mslprof;
+pub mod naming;
 pub mod stream;
 mod write;
 

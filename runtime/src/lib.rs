@@ -7,14 +7,14 @@
 pub mod arcs;
 pub mod config;
 pub mod dump;
+pub mod ending;
+pub mod exports;
 pub mod glibc_gmon;
 pub mod histogram;
-mod interpose;
 pub mod lifecycle;
 pub mod mcount;
 pub mod modules;
 pub mod on_demand;
-pub mod plt;
 pub mod program_sigprof;
 mod reexec;
 pub mod sampler;
@@ -115,13 +115,13 @@ fn start(explicit: bool) -> u8 {
             table.add(info);
         }
     });
-    dump::note_start();
+    dump::DUMP.note_start();
     if !sampler::start(settings.hz) {
         sys::stderr_line(&[b"mslprof: cannot install the SIGPROF handler; profiling is off\n"]);
         return INERT;
     }
     sys::at_exit(dump_at_exit);
-    lifecycle::install();
+    lifecycle::install(settings);
     on_demand::start_from_environment();
     ACTIVE
 }

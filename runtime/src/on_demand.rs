@@ -1,18 +1,20 @@
 //! Profiles written while the program runs, for long-running programs (MSLP's paper, 2.2.2): the C call
 //! `mslprof_dump(path)`, a signal named by `MSLPROF_DUMP_SIGNAL` and a period given by
-//! `MSLPROF_DUMP_INTERVAL`. Every snapshot goes through the dump's one writer ([`dump::write_file`]: a temporary file renamed into place, so a reader never sees a torn file). Counting
+//! `MSLPROF_DUMP_INTERVAL`. Every snapshot goes through the dump's one pipeline ([`dump::write_file`]: a
+//! temporary file renamed into place, so a reader never sees a torn file). Counting
 //! goes on; nothing is reset, so each snapshot holds everything since the start.
 //!
 //! The signal handler only writes one byte to a pipe. A helper thread, started only when one of the two
 //! variables is set, waits on that pipe (with the interval as its timeout) and writes the snapshot.
 
-use std::ffi::{CStr, OsStr, c_char, c_int};
 use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 
-use crate::{dump, mcount, sampler, sys};
+use crate::config::Settings;
+use crate::dump::{self, DUMP};
+use crate::ending::ENDING;
+use crate::{mcount, sampler, sys};
 
 /// The last `.N` used by a snapshot written to the usual path.
 static SNAPSHOTS: AtomicU32 = AtomicU32::new(0);
@@ -27,23 +29,27 @@ pub type Errno = i32;
 /// Writes the profile collected so far to `path`, or to the usual path (`gmon.out`, `GPROFDIR/PID.prog`,
 /// `GMON_OUT_PREFIX.PID`) with `.N` appended, N = 1, 2, ... Sampling pauses while the file is written and
 /// then goes on (unless `moncontrol(0)` had paused it); call counting never stops.
-pub fn snapshot(path: Option<&Path>) -> Result<(), Errno> {
+pub fn snapshot(path: Option<&[u8]>) -> Result<(), Errno> {
     let Some(settings) = crate::settings().filter(|_| crate::is_active()) else {
         return Err(libc::ENOTSUP);
     };
+    write_snapshot(settings, path)
+}
+
+fn write_snapshot(settings: &Settings, path: Option<&[u8]>) -> Result<(), Errno> {
     let _one_at_a_time = DUMPING.lock().unwrap_or_else(|e| e.into_inner());
-    if dump::exit_dump_written() {
+    if DUMP.exit_dump_written() {
         return Err(libc::ENOTSUP);
     }
     let target = match path {
-        Some(p) => p.as_os_str().as_bytes().to_vec(),
+        Some(p) => p.to_vec(),
         None => {
             let pid = sys::getpid();
-            let forked = crate::lifecycle::writes_pid_named_file(dump::in_forked_child());
-            let Some(usual) = settings.output.path(pid, &settings.program_name, forked) else {
+            let pid_named = DUMP.in_forked_child() || ENDING.writes_pid_named_file();
+            let Some(usual) = settings.output_path(pid, pid_named) else {
                 return Err(libc::ENOTSUP);
             };
-            let mut usual = crate::lifecycle::output_path(usual);
+            let mut usual = ENDING.output_path(usual);
             let n = SNAPSHOTS.fetch_add(1, Ordering::Relaxed) + 1;
             usual.extend_from_slice(format!(".{n}").as_bytes());
             usual
@@ -52,37 +58,11 @@ pub fn snapshot(path: Option<&Path>) -> Result<(), Errno> {
     let was_sampling = sampler::is_sampling();
     sampler::stop_and_quiesce();
     // SAFETY: sampling is stopped and quiesced until the file is written.
-    let written = unsafe { dump::write_file(settings, Path::new(OsStr::from_bytes(&target))) };
-    if was_sampling && !mcount::is_paused() && !dump::exit_dump_written() {
+    let written = unsafe { dump::write_file(settings, &target) };
+    if was_sampling && !mcount::is_paused() && !DUMP.exit_dump_written() {
         sampler::resume();
     }
-    written.map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))
-}
-
-/// C: `int mslprof_dump(const char *path)`: writes the profile so far (see [`snapshot`]); NULL means the
-/// usual path with `.N` appended. Returns 0, or -1 with errno set (ENOTSUP when profiling is not active).
-///
-/// # Safety
-/// `path` is NULL or a NUL-terminated string.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn mslprof_dump(path: *const c_char) -> c_int {
-    let path = (!path.is_null()).then(|| {
-        // SAFETY: a non-null path is a NUL-terminated string (the caller's promise).
-        let bytes = unsafe { CStr::from_ptr(path) }.to_bytes();
-        Path::new(OsStr::from_bytes(bytes))
-    });
-    match std::panic::catch_unwind(|| snapshot(path)) {
-        Ok(Ok(())) => 0,
-        Ok(Err(errno)) => {
-            sys::set_errno(errno);
-            -1
-        }
-        Err(_) => {
-            crate::internal_fault(b"mslprof_dump");
-            sys::set_errno(libc::EIO);
-            -1
-        }
-    }
+    written
 }
 
 /// `MSLPROF_DUMP_SIGNAL`: the signal that asks for a snapshot (not SIGPROF, SIGKILL or SIGSTOP).
@@ -147,7 +127,7 @@ pub fn start_from_environment() {
         .spawn(move || {
             loop {
                 sys::wait_and_drain(read_end, timeout_ms);
-                if dump::exit_dump_written() {
+                if DUMP.exit_dump_written() {
                     return;
                 }
                 // ENOTSUP: profiling is not (or no longer) active; nothing to say.

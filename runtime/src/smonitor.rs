@@ -113,7 +113,7 @@ fn add_one(buffer: usize, bucket: usize) {
 }
 
 /// Stops filling the current buffer and waits until no handler writes to it.
-fn stop() -> bool {
+pub fn stop() -> bool {
     let was = ACTIVE.swap(false, Ordering::SeqCst);
     for _ in 0..100_000 {
         if RECORDING.load(Ordering::SeqCst) == 0 {
@@ -129,11 +129,12 @@ fn refuse(why: &[u8]) {
     sys::stderr_line(&[b"mslprof: smonitor: ", why, b"; not collecting\n"]);
 }
 
-/// The Rust side of [`smonitor`].
+/// The Rust side of the exported `smonitor` (see `exports.rs`).
 ///
 /// # Safety
-/// As for [`smonitor`].
-unsafe fn start(
+/// `regions` points to `nregions` regions; `buffer` is `bufsize` writable bytes that stay valid until the
+/// next call (or the end of the process).
+pub unsafe fn start(
     regions: *const TextRegion,
     nregions: c_int,
     buffer: *mut c_void,
@@ -184,33 +185,6 @@ unsafe fn start(
     GRANULARITY.store(g, Ordering::Relaxed);
     WIDE.store(width == 4, Ordering::Relaxed);
     ACTIVE.store(true, Ordering::SeqCst);
-}
-
-/// C: `void smonitor(struct text_region *regions, int nregions, void *buffer, size_t bufsize, int nfunc,
-/// unsigned flags)`. Writes the profile collected so far when an earlier call is collecting, stops that
-/// collection, and (unless `regions` is NULL or `nregions` is 0) starts adding the samples in `regions` to
-/// `buffer`. `nfunc` is unused, as in the paper. Bad arguments: one stderr line, nothing collected.
-///
-/// # Safety
-/// `regions` points to `nregions` regions; `buffer` is `bufsize` writable bytes that stay valid until the
-/// next call (or the end of the process).
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn smonitor(
-    regions: *const TextRegion,
-    nregions: c_int,
-    buffer: *mut c_void,
-    bufsize: usize,
-    _nfunc: c_int,
-    flags: c_uint,
-) {
-    let errno = sys::SavedErrno::save();
-    // SAFETY: the caller's arguments, passed on.
-    let call = || unsafe { start(regions, nregions, buffer, bufsize, flags) };
-    if std::panic::catch_unwind(call).is_err() {
-        stop();
-        crate::internal_fault(b"smonitor");
-    }
-    drop(errno);
 }
 
 #[cfg(test)]

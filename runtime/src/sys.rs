@@ -4,22 +4,6 @@
 use std::ffi::CStr;
 use std::os::raw::c_void;
 
-/// Reserves `len` bytes of zeroed, private, anonymous memory that costs nothing until touched.
-pub fn reserve_zeroed(len: usize) -> Option<usize> {
-    // SAFETY: an anonymous private mapping at an address the kernel picks has no preconditions.
-    let address = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-            -1,
-            0,
-        )
-    };
-    (address != libc::MAP_FAILED).then_some(address as usize)
-}
-
 /// Writes the concatenation of `parts` to stderr with one write(2) call when it fits 1 KiB (so lines from
 /// several processes do not interleave). No allocation; safe in a signal handler. errno is preserved.
 pub fn stderr_line(parts: &[&[u8]]) {
@@ -124,7 +108,7 @@ pub fn clock_ns(clock: libc::clockid_t) -> i64 {
         .saturating_add(now.tv_nsec)
 }
 
-pub use libc::CLOCK_REALTIME;
+pub use libc::{CLOCK_PROCESS_CPUTIME_ID, CLOCK_REALTIME};
 
 /// The whole process's (all threads', finished ones included) user and system CPU time in nanoseconds, from
 /// `getrusage(RUSAGE_SELF)`; `None` on failure. A plain syscall: no allocation, errno preserved, safe in a
@@ -298,6 +282,52 @@ pub unsafe fn call_sigaction(
     unsafe { real(signal, action, old) }
 }
 
+/// A thread's start routine, as `pthread_create` takes it.
+pub type ThreadStartRoutine = extern "C" fn(*mut c_void) -> *mut c_void;
+type PthreadCreateFn = unsafe extern "C" fn(
+    *mut libc::pthread_t,
+    *const libc::pthread_attr_t,
+    ThreadStartRoutine,
+    *mut c_void,
+) -> i32;
+
+/// Calls the real `pthread_create` (found with [`next_symbol`]; our own exported one interposes it).
+///
+/// # Safety
+/// `real` must be libc's `pthread_create`; the arguments are those of `pthread_create(3)`.
+pub unsafe fn call_pthread_create(
+    real: usize,
+    thread: *mut libc::pthread_t,
+    attributes: *const libc::pthread_attr_t,
+    routine: ThreadStartRoutine,
+    argument: *mut c_void,
+) -> i32 {
+    // SAFETY: `real` is libc's pthread_create (caller's guarantee), whose signature is PthreadCreateFn.
+    let real: PthreadCreateFn = unsafe { std::mem::transmute::<usize, PthreadCreateFn>(real) };
+    // SAFETY: the caller's arguments, as pthread_create(3) requires.
+    unsafe { real(thread, attributes, routine, argument) }
+}
+
+type SetitimerFn = unsafe extern "C" fn(i32, *const libc::itimerval, *mut libc::itimerval) -> i32;
+
+/// Calls libc's `setitimer` (the next definition after ours); -1 when there is none.
+///
+/// # Safety
+/// The arguments are those of `setitimer(2)`.
+pub unsafe fn next_setitimer(
+    which: i32,
+    value: *const libc::itimerval,
+    old: *mut libc::itimerval,
+) -> i32 {
+    let Some(real) = next_symbol(c"setitimer") else {
+        return -1;
+    };
+    // SAFETY: `real` is libc's setitimer, whose signature is SetitimerFn.
+    let real: SetitimerFn = unsafe { std::mem::transmute::<usize, SetitimerFn>(real) };
+    // SAFETY: the caller's arguments.
+    unsafe { real(which, value, old) }
+}
+
 /// A sigaction that runs `handler` with SA_SIGINFO | SA_RESTART and nothing else blocked.
 pub fn sampling_action(handler: SignalHandler) -> libc::sigaction {
     // SAFETY: sigaction is plain data; all-zero is valid (empty mask, no flags).
@@ -353,15 +383,15 @@ pub fn argv0() -> Vec<u8> {
         .unwrap_or_default()
 }
 
-/// Which pages of `[address, address + len)` are resident (`mincore`); `None` if the kernel refuses.
-/// `address` must be page-aligned.
-pub fn resident_pages(address: usize, len: usize) -> Option<Vec<bool>> {
-    let page = page_size();
-    let pages = len.div_ceil(page);
-    let mut vector = vec![0u8; pages];
-    // SAFETY: `vector` has one byte per page of the range; mincore only writes into it.
-    let result = unsafe { libc::mincore(address as *mut c_void, len, vector.as_mut_ptr()) };
-    (result == 0).then(|| vector.iter().map(|b| b & 1 != 0).collect())
+/// Which pages of `[address, address + len)` are resident (`mincore`): bit 0 of `pages[i]` for page i. False
+/// when the kernel refuses or `pages` is too short. `address` must be page-aligned. Allocates nothing.
+pub fn resident_pages(address: usize, len: usize, pages: &mut [u8]) -> bool {
+    if len.div_ceil(page_size()) > pages.len() {
+        return false;
+    }
+    let _errno = SavedErrno::save();
+    // SAFETY: `pages` has at least one byte per page of the range (checked above); mincore only writes into it.
+    unsafe { libc::mincore(address as *mut c_void, len, pages.as_mut_ptr()) == 0 }
 }
 
 pub fn page_size() -> usize {
@@ -370,40 +400,22 @@ pub fn page_size() -> usize {
     if size > 0 { size as usize } else { 4096 }
 }
 
-// ==== rt-mcount section: memory for arc tables, gmon interposition helpers ====
-
-/// Runs `f` and restores `errno` afterwards, so calls made from `mcount` or a signal handler leave
-/// the interrupted code's `errno` untouched.
-fn preserving_errno<T>(f: impl FnOnce() -> T) -> T {
-    // SAFETY: __errno_location returns the calling thread's errno slot; it is always valid and
-    // async-signal-safe.
-    let slot = unsafe { libc::__errno_location() };
-    // SAFETY: `slot` points to this thread's errno.
-    let saved = unsafe { *slot };
-    let result = f();
-    // SAFETY: as above.
-    unsafe { *slot = saved };
-    result
-}
-
 /// Maps `len` bytes of zeroed, private, anonymous memory; `None` if the kernel refuses.
 /// Async-signal-safe (one system call), errno preserved.
 pub fn map_zeroed(len: usize) -> Option<*mut u8> {
-    preserving_errno(|| {
-        // SAFETY: an anonymous private mapping at an address of the kernel's choice touches no
-        // existing memory.
-        let base = unsafe {
-            libc::mmap(
-                core::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
-        };
-        (base != libc::MAP_FAILED).then_some(base.cast::<u8>())
-    })
+    let _errno = SavedErrno::save();
+    // SAFETY: an anonymous private mapping at an address of the kernel's choice touches no existing memory.
+    let base = unsafe {
+        libc::mmap(
+            core::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    (base != libc::MAP_FAILED).then_some(base.cast::<u8>())
 }
 
 /// Unmaps memory obtained from [`map_zeroed`].
@@ -412,24 +424,18 @@ pub fn map_zeroed(len: usize) -> Option<*mut u8> {
 /// `base` and `len` must be exactly a mapping returned by [`map_zeroed`], and nothing may use it
 /// afterwards.
 pub unsafe fn unmap(base: *mut u8, len: usize) {
-    preserving_errno(|| {
-        // SAFETY: the caller guarantees the range is one of our mappings that nothing uses.
-        unsafe { libc::munmap(base.cast(), len) };
-    });
+    let _errno = SavedErrno::save();
+    // SAFETY: the caller guarantees the range is one of our mappings that nothing uses.
+    unsafe { libc::munmap(base.cast(), len) };
 }
 
 /// Gives the pages of a [`map_zeroed`] mapping back to the kernel; they read as zero afterwards.
 pub fn discard(base: *mut u8, len: usize) {
-    preserving_errno(|| {
-        // SAFETY: MADV_DONTNEED on a private anonymous mapping of ours only zeroes its pages; the
-        // callers (fork-time reset) guarantee nothing writes it concurrently.
-        unsafe { libc::madvise(base.cast(), len, libc::MADV_DONTNEED) };
-    });
+    let _errno = SavedErrno::save();
+    // SAFETY: MADV_DONTNEED on a private anonymous mapping of ours only zeroes its pages; the callers
+    // (fork-time reset) guarantee nothing writes it concurrently.
+    unsafe { libc::madvise(base.cast(), len, libc::MADV_DONTNEED) };
 }
-
-// ==== end of rt-mcount section ====
-
-// ==== lh section: loader events (lifecycle.rs) ====
 
 /// Sets an environment variable (the root-process marker), at start-up.
 pub fn set_environment_variable(name: &str, value: &str) {
@@ -439,8 +445,8 @@ pub fn set_environment_variable(name: &str, value: &str) {
 }
 
 /// Creates `path` (NUL-terminated) for writing: new file only, never through a symlink, mode 0644 minus the
-/// umask. Async-signal-safe. Returns the descriptor.
-pub fn create_new_file(path: &[u8]) -> Option<i32> {
+/// umask. Async-signal-safe. Returns the descriptor or errno.
+pub fn create_new_file(path: &[u8]) -> Result<i32, i32> {
     debug_assert_eq!(path.last(), Some(&0));
     // SAFETY: `path` is NUL-terminated; open has no other preconditions.
     let fd = unsafe {
@@ -450,7 +456,7 @@ pub fn create_new_file(path: &[u8]) -> Option<i32> {
             0o644 as libc::c_uint,
         )
     };
-    (fd >= 0).then_some(fd)
+    if fd >= 0 { Ok(fd) } else { Err(errno()) }
 }
 
 /// Closes a descriptor. Async-signal-safe.
@@ -459,15 +465,16 @@ pub fn close_file(fd: i32) {
     unsafe { libc::close(fd) };
 }
 
-/// `rename(from, to)`, both NUL-terminated. Async-signal-safe.
-pub fn rename_file(from: &[u8], to: &[u8]) -> bool {
+/// `rename(from, to)`, both NUL-terminated. Async-signal-safe. Errno on failure.
+pub fn rename_file(from: &[u8], to: &[u8]) -> Result<(), i32> {
     // SAFETY: both are NUL-terminated paths.
-    unsafe {
+    let renamed = unsafe {
         libc::rename(
             from.as_ptr() as *const libc::c_char,
             to.as_ptr() as *const libc::c_char,
         ) == 0
-    }
+    };
+    if renamed { Ok(()) } else { Err(errno()) }
 }
 
 /// `unlink(path)`, NUL-terminated. Async-signal-safe.
@@ -595,8 +602,6 @@ pub fn signal_number(name: &[u8]) -> Option<i32> {
     Some(n)
 }
 
-// ==== re-exec section: LD_PROFILE without glibc's own profiler (reexec.rs) ====
-
 /// The process's environment array (`environ`), as getenv and the program see it.
 pub fn environment_array() -> *mut *const libc::c_char {
     unsafe extern "C" {
@@ -636,7 +641,7 @@ pub fn same_file(a: &CStr, b: &CStr) -> bool {
 pub fn execute(path: &CStr, argv: &[*const libc::c_char], envp: &[*const libc::c_char]) -> i32 {
     debug_assert!(argv.last().is_some_and(|p| p.is_null()));
     debug_assert!(envp.last().is_some_and(|p| p.is_null()));
-    let saved = errno();
+    let _errno = SavedErrno::save();
     // SAFETY: `path` is NUL-terminated and both arrays are NULL-terminated arrays of NUL-terminated strings
     // that outlive the call. The system call itself: the loader hooks interpose execve (exec events).
     unsafe {
@@ -647,10 +652,7 @@ pub fn execute(path: &CStr, argv: &[*const libc::c_char], envp: &[*const libc::c
             envp.as_ptr(),
         )
     };
-    let failure = errno();
-    // SAFETY: restoring this thread's errno.
-    unsafe { *libc::__errno_location() = saved };
-    failure
+    errno()
 }
 
 /// Stops the process's `ITIMER_PROF` timer and returns its previous setting.
