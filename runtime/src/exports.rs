@@ -150,7 +150,12 @@ pub unsafe extern "C" fn smonitor(
 ) {
     let errno = sys::SavedErrno::save();
     // SAFETY: the caller's arguments, passed on.
-    let call = || unsafe { smonitor::start(regions, nregions, buffer, bufsize, flags) };
+    let call = || unsafe {
+        smonitor::start(regions, nregions, buffer, bufsize, flags, || {
+            // Failing to write (profiling not active) is not the program's concern; the exit dump follows.
+            let _ = on_demand::snapshot(None);
+        })
+    };
     if std::panic::catch_unwind(call).is_err() {
         smonitor::stop();
         crate::internal_fault(b"smonitor");

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 use crate::config::Settings;
 use crate::dump::{self, DUMP};
 use crate::ending::ENDING;
-use crate::{mcount, sampler, sys};
+use crate::{mcount, sampler, status, sys};
 
 /// The last `.N` used by a snapshot written to the usual path.
 static SNAPSHOTS: AtomicU32 = AtomicU32::new(0);
@@ -30,7 +30,7 @@ pub type Errno = i32;
 /// `GMON_OUT_PREFIX.PID`) with `.N` appended, N = 1, 2, ... Sampling pauses while the file is written and
 /// then goes on (unless `moncontrol(0)` had paused it); call counting never stops.
 pub fn snapshot(path: Option<&[u8]>) -> Result<(), Errno> {
-    let Some(settings) = crate::settings().filter(|_| crate::is_active()) else {
+    let Some(settings) = status::settings().filter(|_| status::is_active()) else {
         return Err(libc::ENOTSUP);
     };
     write_snapshot(settings, path)

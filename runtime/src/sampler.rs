@@ -361,7 +361,8 @@ extern "C" fn start_sampled_thread(start: *mut c_void) -> *mut c_void {
     // SAFETY: `start` is the Box leaked by `create_thread` for exactly this thread.
     let ThreadStart { routine, argument } = *unsafe { Box::from_raw(start as *mut ThreadStart) };
     if std::panic::catch_unwind(arm_current_thread).is_err() {
-        crate::internal_fault(b"thread start");
+        stop_and_quiesce();
+        crate::status::turn_off(b"thread start");
     }
     routine(argument)
 }

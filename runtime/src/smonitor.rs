@@ -2,7 +2,8 @@
 //! over text regions and a buffer of 16-bit (`PROF_USHORT`) or 32-bit (`PROF_UINT`) buckets, and the
 //! sampler adds each sample whose PC lies in a region to that buffer too, on top of the runtime's own
 //! per-module histograms. A later call first writes the profile collected so far through the usual dump
-//! path (as `mslprof_dump(NULL)` does), then collects into its own buffer.
+//! path (as `mslprof_dump(NULL)` does; `exports.rs` asks `on_demand` for it), then collects into its own
+//! buffer.
 //!
 //! The layout is one granularity `G` for all regions: the smallest whole number of bytes per bucket such
 //! that the buckets of every region, `ceil(size / G)` each, fit in the buffer; region i's buckets follow
@@ -134,18 +135,19 @@ fn refuse(why: &[u8]) {
 /// # Safety
 /// `regions` points to `nregions` regions; `buffer` is `bufsize` writable bytes that stay valid until the
 /// next call (or the end of the process).
+/// When an earlier call was collecting, `collected` runs after that collection stopped (the caller writes
+/// the profile then: what it collected is in the runtime's histograms too).
 pub unsafe fn start(
     regions: *const TextRegion,
     nregions: c_int,
     buffer: *mut c_void,
     bufsize: usize,
     flags: c_uint,
+    collected: impl FnOnce(),
 ) {
     let _one_at_a_time = CALLS.lock().unwrap_or_else(|e| e.into_inner());
     if stop() {
-        // What the previous call collected is in the runtime's histograms too: write the profile now.
-        // Failing to write (profiling not active) is not the program's concern; the exit dump follows.
-        let _ = crate::on_demand::snapshot(None);
+        collected();
     }
     if regions.is_null() || nregions <= 0 || buffer.is_null() || bufsize == 0 {
         return;
