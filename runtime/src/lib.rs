@@ -25,6 +25,8 @@ mod sys;
 
 use std::sync::atomic::Ordering;
 
+use mslprof_format::{LinkAddress, LoadBias, RuntimeAddress};
+
 use modules::ModulePolicy;
 use status::{ACTIVE, EMBEDDED, INERT, NOT_STARTED, STARTING, STATE};
 pub use status::{is_active, settings};
@@ -80,12 +82,13 @@ fn start(explicit: bool) -> u8 {
         return INERT;
     }
     let scan = mslprof_loader_hooks::scan();
-    let here = ensure_started as *const () as usize;
+    let here = RuntimeAddress::from_usize(ensure_started as *const () as usize);
     let inside_main_program = scan.modules.iter().any(|m| {
+        let LinkAddress(here) = LoadBias(m.bias as u64).link_address(here);
         m.is_main
             && m.exec_ranges
                 .iter()
-                .any(|r| (r.start..r.end).contains(&(here.wrapping_sub(m.bias) as u64)))
+                .any(|r| (r.start..r.end).contains(&here))
     });
     if inside_main_program && !explicit {
         // Linked into an executable as an rlib (the runtime's own tests): not a profiling session.

@@ -21,6 +21,7 @@
 
 use std::sync::OnceLock;
 
+use mslprof_format::LoadBias;
 use mslprof_format::model::IncompleteCause;
 use mslprof_loader_hooks::{LoadCause, LoaderEvents, LoaderScan, ModuleInfo, ProcessEnd};
 
@@ -97,7 +98,7 @@ fn other_threads_still_run() -> bool {
 
 /// Same load instance? Key facts the loader gives: where, which file, which segments.
 fn same_instance(module: &LiveModule, info: &ModuleInfo) -> bool {
-    module.load_bias.0 == info.bias as u64
+    module.load_bias == LoadBias(info.bias as u64)
         && module.info.path == info.path
         && module.info.exec_ranges == info.exec_ranges
         && module.info.is_vdso == info.is_vdso
@@ -114,11 +115,11 @@ impl LoaderEvents for Lifecycle {
         };
         modules::update(&policy, |table| {
             // Loaded modules by (bias, path): a few hundred at most, compared in one pass each way.
-            let mut loaded: std::collections::HashMap<(u64, &[u8]), Vec<&'static LiveModule>> =
+            let mut loaded: std::collections::HashMap<(LoadBias, &[u8]), Vec<&'static LiveModule>> =
                 std::collections::HashMap::new();
             for module in table.loaded() {
                 loaded
-                    .entry((module.load_bias.0, module.info.path.as_slice()))
+                    .entry((module.load_bias, module.info.path.as_slice()))
                     .or_default()
                     .push(module);
             }
@@ -126,7 +127,7 @@ impl LoaderEvents for Lifecycle {
             let mut added = Vec::new();
             for info in &scan.modules {
                 let known = loaded
-                    .get(&(info.bias as u64, info.path.as_slice()))
+                    .get(&(LoadBias(info.bias as u64), info.path.as_slice()))
                     .and_then(|candidates| candidates.iter().find(|m| same_instance(m, info)));
                 match known {
                     Some(module) => {

@@ -16,12 +16,21 @@ use crate::dump::{self, DUMP};
 use crate::ending::ENDING;
 use crate::{mcount, sampler, status, sys};
 
-/// The last `.N` used by a snapshot written to the usual path.
-static SNAPSHOTS: AtomicU32 = AtomicU32::new(0);
-/// One snapshot at a time.
-static DUMPING: Mutex<()> = Mutex::new(());
-/// The wakeup pipe's write end (-1 before the helper thread exists).
-static WAKEUP_FD: AtomicI32 = AtomicI32::new(-1);
+/// The state of dumps on demand.
+struct OnDemand {
+    /// The last `.N` used by a snapshot written to the usual path.
+    snapshots: AtomicU32,
+    /// One snapshot at a time.
+    dumping: Mutex<()>,
+    /// The wakeup pipe's write end (-1 before the helper thread exists).
+    wakeup_fd: AtomicI32,
+}
+
+static ON_DEMAND: OnDemand = OnDemand {
+    snapshots: AtomicU32::new(0),
+    dumping: Mutex::new(()),
+    wakeup_fd: AtomicI32::new(-1),
+};
 
 /// Why a snapshot was not written, as an errno value.
 pub type Errno = i32;
@@ -37,7 +46,7 @@ pub fn snapshot(path: Option<&[u8]>) -> Result<(), Errno> {
 }
 
 fn write_snapshot(settings: &Settings, path: Option<&[u8]>) -> Result<(), Errno> {
-    let _one_at_a_time = DUMPING.lock().unwrap_or_else(|e| e.into_inner());
+    let _one_at_a_time = ON_DEMAND.dumping.lock().unwrap_or_else(|e| e.into_inner());
     if DUMP.exit_dump_written() {
         return Err(libc::ENOTSUP);
     }
@@ -50,7 +59,7 @@ fn write_snapshot(settings: &Settings, path: Option<&[u8]>) -> Result<(), Errno>
                 return Err(libc::ENOTSUP);
             };
             let mut usual = ENDING.output_path(usual);
-            let n = SNAPSHOTS.fetch_add(1, Ordering::Relaxed) + 1;
+            let n = ON_DEMAND.snapshots.fetch_add(1, Ordering::Relaxed) + 1;
             usual.extend_from_slice(format!(".{n}").as_bytes());
             usual
         }
@@ -91,7 +100,7 @@ fn dump_interval(value: Option<&[u8]>) -> Result<Option<u32>, ()> {
 }
 
 extern "C" fn on_dump_signal(_signal: i32) {
-    let fd = WAKEUP_FD.load(Ordering::Relaxed);
+    let fd = ON_DEMAND.wakeup_fd.load(Ordering::Relaxed);
     if fd >= 0 {
         sys::poke(fd);
     }
@@ -120,7 +129,7 @@ pub fn start_from_environment() {
         sys::stderr_line(&[b"mslprof: cannot create the dump pipe; no dumps on demand\n"]);
         return;
     };
-    WAKEUP_FD.store(write_end, Ordering::Relaxed);
+    ON_DEMAND.wakeup_fd.store(write_end, Ordering::Relaxed);
     let timeout_ms = interval.map_or(-1, |s| (s * 1000) as i32);
     let helper = std::thread::Builder::new()
         .name("mslprof-dump".into())
