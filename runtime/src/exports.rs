@@ -10,6 +10,19 @@ use std::ffi::{CStr, c_char, c_int, c_uint, c_ulong, c_void};
 use crate::smonitor::TextRegion;
 use crate::{glibc_gmon, on_demand, program_sigprof, sampler, smonitor, sys};
 
+/// Runs `call`; if it panics, profiling is turned off (one stderr line naming `what`) and `fallback` gives
+/// the result instead, so the program's call still happens.
+fn guarded<R>(
+    what: &[u8],
+    call: impl FnOnce() -> R + std::panic::UnwindSafe,
+    fallback: impl FnOnce() -> R,
+) -> R {
+    std::panic::catch_unwind(call).unwrap_or_else(|_| {
+        crate::internal_fault(what);
+        fallback()
+    })
+}
+
 // Interposed libc functions: every thread gets a CPU-time timer, and a program's own SIGPROF use is kept.
 // A fault of ours turns profiling off and the call still happens.
 
@@ -27,10 +40,7 @@ pub unsafe extern "C" fn pthread_create(
         let profiling = crate::ensure_started();
         sampler::create_thread(thread, attributes, routine, argument, profiling)
     };
-    std::panic::catch_unwind(call).unwrap_or_else(|_| {
-        crate::internal_fault(b"pthread_create");
-        libc::EAGAIN
-    })
+    guarded(b"pthread_create", call, || libc::EAGAIN)
 }
 
 /// # Safety
@@ -43,11 +53,9 @@ pub unsafe extern "C" fn sigaction(
 ) -> i32 {
     // SAFETY: the caller's arguments, passed on.
     let call = || unsafe { program_sigprof::program_sigaction(signal, action, old) };
-    std::panic::catch_unwind(call).unwrap_or_else(|_| {
-        crate::internal_fault(b"sigaction");
-        // SAFETY: the caller's arguments, passed on to libc.
-        unsafe { program_sigprof::sigaction_passthrough(signal, action, old) }
-    })
+    // SAFETY: the caller's arguments, passed on to libc.
+    let passthrough = || unsafe { program_sigprof::sigaction_passthrough(signal, action, old) };
+    guarded(b"sigaction", call, passthrough)
 }
 
 /// # Safety
@@ -56,10 +64,7 @@ pub unsafe extern "C" fn sigaction(
 pub unsafe extern "C" fn signal(signal: i32, handler: libc::sighandler_t) -> libc::sighandler_t {
     // SAFETY: the caller's arguments, passed on.
     let call = || unsafe { program_sigprof::program_signal(signal, handler) };
-    std::panic::catch_unwind(call).unwrap_or_else(|_| {
-        crate::internal_fault(b"signal");
-        libc::SIG_ERR
-    })
+    guarded(b"signal", call, || libc::SIG_ERR)
 }
 
 /// # Safety
