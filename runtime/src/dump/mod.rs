@@ -162,7 +162,7 @@ pub fn moment() -> Moment {
     if DUMP.in_forked_child() {
         flags |= header_flags::FORKED_CHILD;
     }
-    if program_sigprof::SHARED.load(Ordering::Relaxed) {
+    if program_sigprof::shared() {
         flags |= header_flags::SAMPLING_SHARED_TIMER;
     }
     Moment {
