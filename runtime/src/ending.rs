@@ -21,13 +21,7 @@ pub struct Ending {
 }
 
 /// The one end-of-process record of this process.
-pub static ENDING: Ending = Ending {
-    descendant: AtomicBool::new(false),
-    forked_child: AtomicBool::new(false),
-    cause: AtomicU32::new(0),
-    signal: AtomicU32::new(0),
-    pre_exec: AtomicBool::new(false),
-};
+pub static ENDING: Ending = Ending::new();
 
 /// What the header of a dump says about the ending: flags to add, incomplete cause and signal.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -38,6 +32,17 @@ pub struct EndingHeader {
 }
 
 impl Ending {
+    /// A root process that has not ended.
+    pub const fn new() -> Ending {
+        Ending {
+            descendant: AtomicBool::new(false),
+            forked_child: AtomicBool::new(false),
+            cause: AtomicU32::new(0),
+            signal: AtomicU32::new(0),
+            pre_exec: AtomicBool::new(false),
+        }
+    }
+
     pub fn set_descendant(&self, descendant: bool) {
         self.descendant.store(descendant, Ordering::Relaxed);
     }
@@ -103,5 +108,60 @@ impl Ending {
     pub fn reset_after_fork(&self) {
         self.forked_child.store(true, Ordering::Relaxed);
         self.clear();
+    }
+}
+
+impl Default for Ending {
+    fn default() -> Self {
+        Ending::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endings_name_the_file_and_fill_the_header() {
+        let ending = Ending::new();
+        assert!(!ending.writes_pid_named_file());
+        assert_eq!(ending.header(), EndingHeader::default());
+        assert_eq!(ending.output_path(b"gmon.out".to_vec()), b"gmon.out");
+
+        ending.record(IncompleteCause::Exec, 0, true);
+        assert_eq!(
+            ending.output_path(b"gmon.out".to_vec()),
+            b"gmon.out.pre-exec"
+        );
+        assert_eq!(
+            ending.header(),
+            EndingHeader {
+                flags: header_flags::INCOMPLETE | header_flags::PRE_EXEC,
+                cause: IncompleteCause::Exec,
+                signal: 0,
+            }
+        );
+        // The exec failed: the image goes on and ends normally.
+        ending.clear();
+        assert_eq!(ending.header(), EndingHeader::default());
+        assert!(!ending.is_incomplete());
+
+        ending.record(IncompleteCause::Signal, 11, false);
+        ending.reset_after_fork();
+        assert!(ending.writes_pid_named_file() && ending.is_forked_child());
+        assert_eq!(
+            ending.header(),
+            EndingHeader {
+                flags: header_flags::FORKED_CHILD,
+                ..EndingHeader::default()
+            }
+        );
+        ending.record(IncompleteCause::Signal, 11, false);
+        assert_eq!(ending.header().signal, 11);
+        assert_eq!(ending.output_path(b"p".to_vec()), b"p");
+
+        let descendant = Ending::new();
+        descendant.set_descendant(true);
+        assert!(descendant.writes_pid_named_file() && !descendant.is_forked_child());
     }
 }
