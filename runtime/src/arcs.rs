@@ -31,6 +31,8 @@ use core::cell::Cell;
 use core::ptr;
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering, fence};
 
+use mslprof_format::LinkAddress;
+
 use crate::sys;
 
 /// Counter stripes per arc. A counting thread takes a free stripe of its own (returned when it
@@ -112,9 +114,9 @@ pub struct ArcRecord {
     /// Load instance of the call site's module, or `UNKNOWN_KEY`.
     pub caller_key: u32,
     /// Link-time address of the call site (return address) in the caller's module.
-    pub caller_addr: u64,
+    pub caller_addr: LinkAddress,
     /// Link-time address of the instrumented function in the table's module.
-    pub callee_addr: u64,
+    pub callee_addr: LinkAddress,
     /// Exact number of calls.
     pub count: u64,
 }
@@ -258,7 +260,7 @@ impl ArcTable {
     }
 
     /// Counts one call of the arc in the calling thread's stripe.
-    pub fn record(&self, caller_key: u32, caller_addr: u64, callee_addr: u64) {
+    pub fn record(&self, caller_key: u32, caller_addr: LinkAddress, callee_addr: LinkAddress) {
         self.record_in_stripe(current_stripe(), caller_key, caller_addr, callee_addr);
     }
 
@@ -270,8 +272,8 @@ impl ArcTable {
         &self,
         stripe: usize,
         caller_key: u32,
-        caller_addr: u64,
-        callee_addr: u64,
+        caller_addr: LinkAddress,
+        callee_addr: LinkAddress,
     ) -> Option<&AtomicU64> {
         let counter = self.counter(stripe, caller_key, caller_addr, callee_addr)?;
         counter.fetch_add(1, Ordering::Relaxed);
@@ -286,9 +288,10 @@ impl ArcTable {
         &self,
         stripe: usize,
         caller_key: u32,
-        caller_addr: u64,
-        callee_addr: u64,
+        caller_addr: LinkAddress,
+        callee_addr: LinkAddress,
     ) -> Option<&AtomicU64> {
+        let (LinkAddress(caller_addr), LinkAddress(callee_addr)) = (caller_addr, callee_addr);
         let stripe = stripe % STRIPES;
         let bit = 1u64 << stripe;
         if self.stripes_used.load(Ordering::Relaxed) & bit == 0 {
@@ -484,8 +487,8 @@ impl ArcTable {
                 {
                     visit(ArcRecord {
                         caller_key: (tag - 2) as u32,
-                        caller_addr,
-                        callee_addr,
+                        caller_addr: LinkAddress(caller_addr),
+                        callee_addr: LinkAddress(callee_addr),
                         count,
                     });
                 }
@@ -633,7 +636,7 @@ mod tests {
         let mut arcs = BTreeMap::new();
         table.for_each(|arc| {
             let previous = arcs.insert(
-                (arc.caller_key, arc.caller_addr, arc.callee_addr),
+                (arc.caller_key, arc.caller_addr.0, arc.callee_addr.0),
                 arc.count,
             );
             assert!(previous.is_none(), "for_each yielded {arc:?} twice");
@@ -655,7 +658,7 @@ mod tests {
         for repeat in 0..5u64 {
             for arc in 0..100u64 {
                 for _ in 0..=arc {
-                    table.record(7, 0x1000 + arc, 0x2000 + arc % 3);
+                    table.record(7, LinkAddress(0x1000 + arc), LinkAddress(0x2000 + arc % 3));
                 }
             }
             let arcs = snapshot(&table);
@@ -674,10 +677,10 @@ mod tests {
     #[test]
     fn keys_distinguish_caller_module() {
         let table = ArcTable::new();
-        table.record(1, 0x10, 0x20);
-        table.record(2, 0x10, 0x20);
-        table.record(u32::MAX, 0, 0x20);
-        table.record(u32::MAX, 0, 0x20);
+        table.record(1, LinkAddress(0x10), LinkAddress(0x20));
+        table.record(2, LinkAddress(0x10), LinkAddress(0x20));
+        table.record(u32::MAX, LinkAddress(0), LinkAddress(0x20));
+        table.record(u32::MAX, LinkAddress(0), LinkAddress(0x20));
         let arcs = snapshot(&table);
         assert_eq!(arcs[&(1, 0x10, 0x20)], 1);
         assert_eq!(arcs[&(2, 0x10, 0x20)], 1);
@@ -689,11 +692,11 @@ mod tests {
         let table = ArcTable::new();
         let distinct = MAX_ARCS as u64 + 1000;
         for arc in 0..distinct {
-            table.record(3, arc * 16, 0x40);
+            table.record(3, LinkAddress(arc * 16), LinkAddress(0x40));
         }
         // Every arc once more: stored ones are found again, the others are dropped again.
         for arc in 0..distinct {
-            table.record(3, arc * 16, 0x40);
+            table.record(3, LinkAddress(arc * 16), LinkAddress(0x40));
         }
         let arcs = snapshot(&table);
         let stored = arcs.len() as u64;
@@ -718,8 +721,8 @@ mod tests {
                     for call in 0..CALLS {
                         // Shared arcs (every thread) and private ones; new arcs keep appearing
                         // while others are counted, so insertions race with lookups.
-                        table.record(1, call % 64, 0x100);
-                        table.record(2, thread, call % 3000);
+                        table.record(1, LinkAddress(call % 64), LinkAddress(0x100));
+                        table.record(2, LinkAddress(thread), LinkAddress(call % 3000));
                     }
                 });
             }
@@ -746,7 +749,7 @@ mod tests {
     #[test]
     fn duplicate_slots_are_merged() {
         let table = ArcTable::new();
-        table.record(9, 0x90, 0x20);
+        table.record(9, LinkAddress(0x90), LinkAddress(0x20));
         // Insertion A of the arc has claimed its home slot (BUSY) but not published it yet, when
         // insertion B (another thread, or a signal handler) of the same arc skips that slot and
         // claims the next one.
@@ -755,7 +758,7 @@ mod tests {
         let home_hash = hash(1, 0x10, 0x20);
         let home = home_hash as usize & (level.slots - 1);
         level.key(home).tag.store(TAG_BUSY, Ordering::Relaxed);
-        table.record(1, 0x10, 0x20);
+        table.record(1, LinkAddress(0x10), LinkAddress(0x20));
         let duplicate = (home + 1) & (level.slots - 1);
         assert_eq!(level.total(duplicate, u64::MAX), 1);
         // A finishes as `claim` and `insert` do, and counts 5 calls.
@@ -771,7 +774,7 @@ mod tests {
         assert_eq!(arcs.len(), 2);
         assert_eq!(arcs[&(1, 0x10, 0x20)], 6);
         // Recording again finds one of the occurrences.
-        table.record(1, 0x10, 0x20);
+        table.record(1, LinkAddress(0x10), LinkAddress(0x20));
         assert_eq!(snapshot(&table)[&(1, 0x10, 0x20)], 7);
     }
 
@@ -779,12 +782,12 @@ mod tests {
     fn reset_forgets_everything() {
         let table = ArcTable::new();
         for arc in 0..5000 {
-            table.record(1, arc, 2);
+            table.record(1, LinkAddress(arc), LinkAddress(2));
         }
         table.reset();
         assert_eq!(table.len(), 0);
         assert!(snapshot(&table).is_empty());
-        table.record(1, 1, 2);
+        table.record(1, LinkAddress(1), LinkAddress(2));
         assert_eq!(snapshot(&table)[&(1, 1, 2)], 1);
     }
 }

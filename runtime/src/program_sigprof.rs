@@ -72,8 +72,10 @@ pub fn install_sampling_handler(handler: SignalHandler) -> bool {
     } else if previous.sa_sigaction != SIG_DFL {
         // A handler was there before us: keep it as the program's. When it lives in ld.so, it is glibc's own
         // LD_PROFILE support (sprof), which reads the same variable when it holds a single name.
-        let in_dynamic_linker =
-            crate::modules::find(previous.sa_sigaction).is_some_and(|m| m.info.is_dynamic_linker);
+        let in_dynamic_linker = crate::modules::find_address(
+            mslprof_format::RuntimeAddress::from_usize(previous.sa_sigaction),
+        )
+        .is_some_and(|m| m.info.is_dynamic_linker);
         if in_dynamic_linker {
             SHARED.store(true, Ordering::Relaxed);
             if !WARNED.swap(true, Ordering::Relaxed) {

@@ -11,6 +11,7 @@ use mslprof::histogram::BucketBits;
 use mslprof::mcount;
 use mslprof::modules::{self, ModulePolicy};
 use mslprof::selection::Selection;
+use mslprof_format::RuntimeAddress;
 
 const BIAS: usize = 0x7000_0000_0000;
 /// Distinct arcs whose call sites span more sets than the largest cache has, so every growth step
@@ -23,11 +24,11 @@ const TEXT_END: u64 = 0x200_0000;
 
 fn arcs() -> BTreeMap<(u64, u64), u64> {
     let mut arcs = BTreeMap::new();
-    modules::find(BIAS + 0x1000)
+    modules::find_address(RuntimeAddress::from_usize(BIAS + 0x1000))
         .expect("module")
         .arcs
         .for_each(|arc| {
-            arcs.insert((arc.caller_addr, arc.callee_addr), arc.count);
+            arcs.insert((arc.caller_addr.0, arc.callee_addr.0), arc.count);
         });
     arcs
 }
@@ -83,5 +84,11 @@ fn a_large_working_set_grows_the_cache_and_counts_exactly() {
     let counted = arcs();
     assert_eq!(counted.len(), SITES);
     assert!(counted.values().all(|&count| count == ROUNDS + 1));
-    assert_eq!(modules::find(BIAS + 0x1000).unwrap().arcs.dropped(), 0);
+    assert_eq!(
+        modules::find_address(RuntimeAddress::from_usize(BIAS + 0x1000))
+            .unwrap()
+            .arcs
+            .dropped(),
+        0
+    );
 }

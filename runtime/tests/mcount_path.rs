@@ -14,6 +14,7 @@ use mslprof::histogram::BucketBits;
 use mslprof::mcount::{self, UNKNOWN_KEY};
 use mslprof::modules::{self, ModulePolicy};
 use mslprof::selection::Selection;
+use mslprof_format::RuntimeAddress;
 
 struct CountingAllocator;
 
@@ -65,12 +66,15 @@ const TEXT_END: u64 = 0x9000;
 /// (caller key, caller address, callee address) → count, for the module containing `pc`.
 fn arcs_at(pc: usize) -> BTreeMap<(u32, u64, u64), u64> {
     let mut arcs = BTreeMap::new();
-    modules::find(pc).expect("module").arcs.for_each(|arc| {
-        arcs.insert(
-            (arc.caller_key, arc.caller_addr, arc.callee_addr),
-            arc.count,
-        );
-    });
+    modules::find_address(RuntimeAddress::from_usize(pc))
+        .expect("module")
+        .arcs
+        .for_each(|arc| {
+            arcs.insert(
+                (arc.caller_key, arc.caller_addr.0, arc.callee_addr.0),
+                arc.count,
+            );
+        });
     arcs
 }
 

@@ -32,6 +32,8 @@
 use core::ffi::c_void;
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, compiler_fence};
 
+use mslprof_format::{LinkAddress, RuntimeAddress};
+
 use crate::arcs;
 use crate::modules;
 use crate::sys;
@@ -402,7 +404,7 @@ pub extern "C" fn record_call(frompc: usize, selfpc: usize) {
 #[cold]
 fn record_nested(cache: &mut ThreadCache, depth: u32, frompc: usize, selfpc: usize) {
     if depth >= MAX_DEPTH {
-        if let Some(callee) = modules::find(selfpc)
+        if let Some(callee) = modules::find_address(RuntimeAddress::from_usize(selfpc))
             && callee.profiled
         {
             callee.arcs.add_dropped(1);
@@ -462,34 +464,34 @@ fn record_uncached(
     selfpc: usize,
     top_level: bool,
 ) -> Option<*const AtomicU64> {
-    let callee = modules::find(selfpc)
+    // The stubs' raw PCs become typed here, the one boundary.
+    let (frompc, selfpc) = (
+        RuntimeAddress::from_usize(frompc),
+        RuntimeAddress::from_usize(selfpc),
+    );
+    let callee = modules::find_address(selfpc)
         .or_else(|| {
             (top_level && start_before_own_constructor())
-                .then(|| modules::find(selfpc))
+                .then(|| modules::find_address(selfpc))
                 .flatten()
         })
-        .or_else(|| crate::lifecycle::module_loaded_during_open(selfpc))?;
+        .or_else(|| modules::module_loaded_during_open(selfpc))?;
     if !callee.profiled {
         return Some(core::ptr::null());
     }
     // Most calls come from the callee's own module: no table search for those.
-    let caller = if callee.contains(frompc) {
+    let caller = if callee.contains_address(frompc) {
         Some(callee)
     } else {
-        modules::find(frompc)
+        modules::find_address(frompc)
     };
     let (caller_key, caller_addr) = match caller {
-        Some(caller) => (caller.key, frompc.wrapping_sub(caller.bias) as u64),
-        None => (UNKNOWN_KEY, 0),
+        Some(caller) => (caller.key, caller.link_address(frompc)),
+        None => (UNKNOWN_KEY, LinkAddress(0)),
     };
     callee
         .arcs
-        .counter(
-            stripe,
-            caller_key,
-            caller_addr,
-            selfpc.wrapping_sub(callee.bias) as u64,
-        )
+        .counter(stripe, caller_key, caller_addr, callee.link_address(selfpc))
         .map(|counter| counter as *const AtomicU64)
 }
 
