@@ -769,7 +769,7 @@ mod tests {
         key.counter.store(counter as u64, Ordering::Relaxed);
         key.tag.store(tag, Ordering::Release);
         table.note_if_duplicated(home_hash, tag, 0x10, 0x20);
-        level.count(2, home).fetch_add(5, Ordering::Relaxed);
+        level.count(current_stripe(), home).fetch_add(5, Ordering::Relaxed);
         let arcs = snapshot(&table);
         assert_eq!(arcs.len(), 2);
         assert_eq!(arcs[&(1, 0x10, 0x20)], 6);
