@@ -88,6 +88,12 @@ pub const MAX_ARCS: usize = (FIRST_LEVEL_SLOTS / 2) * ((1 << MAX_LEVELS) - 1);
 
 const _: () = assert!(MAX_ARCS == 1_046_528);
 
+/// The level whose mapping also maps the table's key filter (tables of more than about 6 000 arcs):
+/// from there on a lookup of a new arc probes only the newest level, not every level.
+const FILTER_FROM_LEVEL: usize = 2;
+/// 64-bit words of the key filter (2 MiB: 16 bits per arc at the largest table size).
+const FILTER_WORDS: usize = 1 << 18;
+
 /// Linear probing gives up after this many slots; the level then counts as full.
 const MAX_PROBE: usize = 64;
 
@@ -128,6 +134,14 @@ pub struct ArcTable {
     dropped: AtomicU64,
     /// Bit i set once a thread has been handed a counter of stripe i: the only stripes the dump sums.
     stripes_used: AtomicU64,
+    /// A blocked Bloom filter of the keys in the table ([`FILTER_WORDS`] words, mapped with level
+    /// [`FILTER_FROM_LEVEL`]; null before). "Absent" lets a lookup skip the older levels. It may
+    /// wrongly say absent for a key being inserted concurrently: that lookup then inserts a duplicate,
+    /// which `lookups_in_flight` reveals and the dump merges.
+    filter: AtomicPtr<AtomicU64>,
+    /// Lookups and insertions running now (any thread, any signal nesting); see
+    /// [`ArcTable::counter`].
+    lookups_in_flight: AtomicUsize,
     /// Set when two racing insertions may have put one arc in two slots: only then does
     /// [`ArcTable::for_each`] look for duplicates to sum (a probe of every level per arc).
     maybe_duplicates: AtomicBool,
@@ -246,6 +260,8 @@ impl ArcTable {
             used: [const { AtomicUsize::new(0) }; MAX_LEVELS],
             dropped: AtomicU64::new(0),
             stripes_used: AtomicU64::new(0),
+            filter: AtomicPtr::new(ptr::null_mut()),
+            lookups_in_flight: AtomicUsize::new(0),
             maybe_duplicates: AtomicBool::new(false),
         }
     }
@@ -299,14 +315,34 @@ impl ArcTable {
         }
         let tag = u64::from(caller_key) + 2;
         let hash = hash(caller_key, caller_addr, callee_addr);
+        // Counted from before the lookup until after any insertion is published (see `insert`).
+        self.lookups_in_flight.fetch_add(1, Ordering::SeqCst);
+        let counter = self.find_or_insert(stripe, hash, tag, caller_addr, callee_addr);
+        self.lookups_in_flight.fetch_sub(1, Ordering::Release);
+        counter
+    }
+
+    fn find_or_insert(
+        &self,
+        stripe: usize,
+        hash: u64,
+        tag: u64,
+        caller_addr: u64,
+        callee_addr: u64,
+    ) -> Option<&AtomicU64> {
         // Newest (largest) level first: it holds the most arcs, so a lookup that finds its arc
         // probes fewer levels. Any occurrence of the key will do (`for_each` merges duplicates).
-        // Only the newest level takes new arcs: its vacant slot is the candidate.
+        // Only the newest level takes new arcs: its vacant slot is the candidate. The older levels
+        // are probed only if the key filter does not rule the key out.
         let Some(newest) = self.newest_level_index() else {
             return self.insert(stripe, hash, tag, caller_addr, callee_addr, None);
         };
+        let older_may_hold_it = self.filter_may_contain(hash);
         let mut candidate = None;
         for index in (0..=newest).rev() {
+            if index != newest && !older_may_hold_it {
+                break;
+            }
             let Some(level) = self.level(index) else {
                 continue;
             };
@@ -317,6 +353,80 @@ impl ArcTable {
             }
         }
         self.insert(stripe, hash, tag, caller_addr, callee_addr, candidate)
+    }
+
+    /// The key filter's word and bits for `hash` (high bits: the slot index uses the low ones).
+    fn filter_position(hash: u64) -> (usize, u64) {
+        let word = (hash >> 40) as usize & (FILTER_WORDS - 1);
+        let bits = (1u64 << ((hash >> 28) & 63)) | (1u64 << ((hash >> 34) & 63));
+        (word, bits)
+    }
+
+    fn filter(&self) -> Option<&[AtomicU64]> {
+        let base = self.filter.load(Ordering::Acquire);
+        // SAFETY: a non-null filter is a live zero-initialised mapping of FILTER_WORDS words (all-zero
+        // AtomicU64s are valid), unmapped only by `Drop`, which has exclusive access.
+        (!base.is_null()).then(|| unsafe { core::slice::from_raw_parts(base, FILTER_WORDS) })
+    }
+
+    /// False only when the filter exists and rules the key out of every level.
+    fn filter_may_contain(&self, hash: u64) -> bool {
+        let Some(filter) = self.filter() else {
+            return true;
+        };
+        let (word, bits) = Self::filter_position(hash);
+        filter[word].load(Ordering::Relaxed) & bits == bits
+    }
+
+    fn filter_add(filter: &[AtomicU64], hash: u64) {
+        let (word, bits) = Self::filter_position(hash);
+        if filter[word].load(Ordering::Relaxed) & bits != bits {
+            filter[word].fetch_or(bits, Ordering::Relaxed);
+        }
+    }
+
+    /// Maps the key filter (with level [`FILTER_FROM_LEVEL`]) and adds the keys of the levels below.
+    /// A key published meanwhile may be missed: that only costs a duplicate, which is caught.
+    #[cold]
+    fn install_filter(&self) {
+        let bytes = FILTER_WORDS * 8;
+        let Some(fresh) = sys::map_zeroed(bytes) else {
+            return;
+        };
+        if self
+            .filter
+            .compare_exchange(
+                ptr::null_mut(),
+                fresh.cast(),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_err()
+        {
+            // SAFETY: `fresh` was mapped above with `bytes` bytes and was never published.
+            unsafe { sys::unmap(fresh, bytes) };
+            return;
+        }
+        let Some(filter) = self.filter() else {
+            return;
+        };
+        for index in 0..FILTER_FROM_LEVEL {
+            let Some(level) = self.level(index) else {
+                break;
+            };
+            for slot in 0..level.slots {
+                let key = level.key(slot);
+                let tag = key.tag.load(Ordering::Acquire);
+                if tag >= 2 {
+                    let hash = hash(
+                        (tag - 2) as u32,
+                        key.caller_addr.load(Ordering::Relaxed),
+                        key.callee_addr.load(Ordering::Relaxed),
+                    );
+                    Self::filter_add(filter, hash);
+                }
+            }
+        }
     }
 
     /// Slow path: the arc is in no level. Claims a slot in the newest level, or maps the next one.
@@ -359,7 +469,10 @@ impl ArcTable {
                     claim(&level, used, hash, tag, caller_addr, callee_addr)
             {
                 if fresh {
-                    self.note_if_duplicated(hash, tag, caller_addr, callee_addr);
+                    if let Some(filter) = self.filter() {
+                        Self::filter_add(filter, hash);
+                    }
+                    self.note_if_raced();
                 }
                 return Some(level.count(stripe, slot));
             }
@@ -367,36 +480,14 @@ impl ArcTable {
         }
     }
 
-    /// After publishing a new slot: if the arc now occupies two slots (an insertion raced with ours,
-    /// on another thread or in a signal handler), remember that the dump must merge. Of two racing
-    /// insertions at least one sees the other here: each publishes its slot, then fences, then looks
-    /// (the store-fence-load pattern), so no duplicate goes unnoticed.
-    #[cold]
-    fn note_if_duplicated(&self, hash: u64, tag: u64, caller_addr: u64, callee_addr: u64) {
+    /// After publishing a new slot: if another lookup ran at the same time (another thread, or a
+    /// signal handler), the arc may now occupy two slots; remember that the dump must merge. Two
+    /// insertions of one arc that each missed the other overlap in time, and of the two at least one
+    /// sees the other's count here: each counts itself in before its lookup and out after this check,
+    /// and publishes, fences, then reads (the store-fence-load pattern).
+    fn note_if_raced(&self) {
         fence(Ordering::SeqCst);
-        let mut occurrences = 0;
-        for index in 0..MAX_LEVELS {
-            let Some(level) = self.level(index) else {
-                break;
-            };
-            let mask = level.slots - 1;
-            let mut slot = hash as usize & mask;
-            for _ in 0..MAX_PROBE {
-                let key = level.key(slot);
-                let found = key.tag.load(Ordering::Acquire);
-                if found == TAG_EMPTY {
-                    break;
-                }
-                if found == tag
-                    && key.caller_addr.load(Ordering::Relaxed) == caller_addr
-                    && key.callee_addr.load(Ordering::Relaxed) == callee_addr
-                {
-                    occurrences += 1;
-                }
-                slot = (slot + 1) & mask;
-            }
-        }
-        if occurrences > 1 {
+        if self.lookups_in_flight.load(Ordering::SeqCst) > 1 {
             self.maybe_duplicates.store(true, Ordering::Relaxed);
         }
     }
@@ -418,11 +509,16 @@ impl ArcTable {
             Ordering::AcqRel,
             Ordering::Acquire,
         ) {
-            Ok(_) => Some(Level {
-                base: fresh,
-                slots,
-                table: core::marker::PhantomData,
-            }),
+            Ok(_) => {
+                if index == FILTER_FROM_LEVEL {
+                    self.install_filter();
+                }
+                Some(Level {
+                    base: fresh,
+                    slots,
+                    table: core::marker::PhantomData,
+                })
+            }
             Err(winner) => {
                 // SAFETY: `fresh` was mapped above with `bytes` bytes and was never published.
                 unsafe { sys::unmap(fresh, bytes) };
@@ -547,6 +643,10 @@ impl ArcTable {
             self.used[index].store(0, Ordering::Relaxed);
         }
         self.dropped.store(0, Ordering::Relaxed);
+        let filter = self.filter.load(Ordering::Acquire);
+        if !filter.is_null() {
+            sys::discard(filter.cast(), FILTER_WORDS * 8);
+        }
         self.maybe_duplicates.store(false, Ordering::Relaxed);
         self.stripes_used.store(0, Ordering::Relaxed);
     }
@@ -616,6 +716,12 @@ fn claim(
 
 impl Drop for ArcTable {
     fn drop(&mut self) {
+        let filter = *self.filter.get_mut();
+        if !filter.is_null() {
+            // SAFETY: the filter was mapped by `install_filter` with exactly this size; `&mut self`
+            // proves nothing else refers to it.
+            unsafe { sys::unmap(filter.cast(), FILTER_WORDS * 8) };
+        }
         for index in 0..MAX_LEVELS {
             let base = *self.levels[index].get_mut();
             if !base.is_null() {
@@ -750,13 +856,15 @@ mod tests {
     fn duplicate_slots_are_merged() {
         let table = ArcTable::new();
         table.record(9, LinkAddress(0x90), LinkAddress(0x20));
-        // Insertion A of the arc has claimed its home slot (BUSY) but not published it yet, when
-        // insertion B (another thread, or a signal handler) of the same arc skips that slot and
-        // claims the next one.
+        assert!(!table.maybe_duplicates.load(Ordering::Relaxed));
+        // Insertion A of the arc has looked it up (in flight) and claimed its home slot (BUSY) but
+        // not published it yet, when insertion B (another thread, or a signal handler) of the same
+        // arc skips that slot and claims the next one.
         let level = table.level(0).unwrap();
         let tag = 1 + 2;
         let home_hash = hash(1, 0x10, 0x20);
         let home = home_hash as usize & (level.slots - 1);
+        table.lookups_in_flight.fetch_add(1, Ordering::SeqCst);
         level.key(home).tag.store(TAG_BUSY, Ordering::Relaxed);
         table.record(1, LinkAddress(0x10), LinkAddress(0x20));
         let duplicate = (home + 1) & (level.slots - 1);
@@ -768,14 +876,40 @@ mod tests {
         let counter = table.used[0].fetch_add(1, Ordering::Relaxed);
         key.counter.store(counter as u64, Ordering::Relaxed);
         key.tag.store(tag, Ordering::Release);
-        table.note_if_duplicated(home_hash, tag, 0x10, 0x20);
-        level.count(current_stripe(), home).fetch_add(5, Ordering::Relaxed);
+        table.note_if_raced();
+        table.lookups_in_flight.fetch_sub(1, Ordering::SeqCst);
+        level
+            .count(current_stripe(), home)
+            .fetch_add(5, Ordering::Relaxed);
         let arcs = snapshot(&table);
         assert_eq!(arcs.len(), 2);
         assert_eq!(arcs[&(1, 0x10, 0x20)], 6);
         // Recording again finds one of the occurrences.
         table.record(1, LinkAddress(0x10), LinkAddress(0x20));
         assert_eq!(snapshot(&table)[&(1, 0x10, 0x20)], 7);
+    }
+
+    #[test]
+    fn arcs_of_the_oldest_levels_are_found_again_once_the_key_filter_exists() {
+        let table = ArcTable::new();
+        const ARCS: u64 = 40_000;
+        for round in 0..3 {
+            for arc in 0..ARCS {
+                table.record(4, LinkAddress(arc * 8), LinkAddress(0x400 + arc % 7));
+            }
+            if round == 0 {
+                assert!(
+                    table.filter().is_some(),
+                    "a table this large has a key filter"
+                );
+            }
+        }
+        // No duplicate slot was made: each arc was found again, wherever it lives.
+        assert!(!table.maybe_duplicates.load(Ordering::Relaxed));
+        assert_eq!(table.len(), ARCS as usize);
+        let arcs = snapshot(&table);
+        assert_eq!(arcs.len(), ARCS as usize);
+        assert!(arcs.values().all(|&count| count == 3));
     }
 
     #[test]
