@@ -11,21 +11,25 @@
 //!   [`ArcTable::for_each`] sums such duplicates, so counts stay exact.
 //! - **No shared cache line written on every call.** Each slot has [`STRIPES`] counters that live in
 //!   separate arrays (separate cache lines); a thread adds to the stripe of its own thread number
-//!   ([`ArcTable::stripe_of_thread`]), so two threads calling the same function do not bounce one
-//!   line between cores. The count of an arc is the sum of its stripes. Threads that share a stripe
-//!   still count exactly (atomic add); a thread that owns its stripe may use a plain
-//!   single-instruction add (see `mcount`), which a signal on the same thread cannot split.
+//!   ([`take_stripe`]: each of up to 63 live threads owns one, given back when it exits), so two
+//!   threads calling the same function do not bounce one line between cores. The count of an arc is
+//!   the sum of its stripes (only the stripes ever handed out are read). Threads that share a
+//!   stripe (the 64th live thread on) still count exactly (atomic add); a thread that owns its
+//!   stripe may use a plain single-instruction add (see `mcount`), which a signal on the same
+//!   thread cannot split.
 //! - **Bounded growth without locks.** Storage is a chain of up to [`MAX_LEVELS`] open-addressing
 //!   levels, level *i* having `FIRST_LEVEL_SLOTS << i` slots, each level one anonymous `mmap`. A level
 //!   accepts new arcs until it is half full; then the next one is mapped (the thread that wins the
-//!   compare-and-swap of the level pointer installs it, a loser unmaps its own). A slot costs 96
-//!   bytes (32 of key, 8 per stripe); nothing is mapped before a module's first arc, the first level
-//!   is 384 KiB of address space, and each level is mapped only when the previous ones hold about
-//!   as many arcs as it has slots, so address space stays within about 4 × 96 bytes per distinct
-//!   arc (and resident memory is the pages actually written), whatever the size of the module's
-//!   text. The bound is [`MAX_ARCS`] = 1 046 528 distinct arcs per module load instance (about
-//!   192 MiB of address space when reached); every call of an arc that does not fit is counted
-//!   in [`ArcTable::dropped`] and ends up in the dump, never lost silently.
+//!   compare-and-swap of the level pointer installs it, a loser unmaps its own). A slot costs 544
+//!   bytes of address space (32 of key, 8 per stripe), of which only the pages written become
+//!   resident: the keys, and the counters of the stripes in use, handed out densely. Nothing is
+//!   mapped before a module's first arc, the first level is 2.2 MiB of address space, and each level
+//!   is mapped only when the previous ones hold about as many arcs as it has slots, whatever the
+//!   size of the module's text. The bound is [`MAX_ARCS`] = 8 386 560 distinct arcs per module load
+//!   instance; every call of an arc that does not fit is counted in [`ArcTable::dropped`] and ends
+//!   up in the dump, never lost silently.
+//! - **New arcs cost one level's probe.** From the third level on, a Bloom filter of the table's
+//!   keys lets the lookup of an arc that is not there skip the older levels.
 
 use core::cell::Cell;
 use core::ptr;
@@ -82,11 +86,11 @@ pub fn reset_stripes_after_fork(own: Option<usize>) {
 /// Slots of the first level (a power of two).
 pub const FIRST_LEVEL_SLOTS: usize = 1 << 12;
 /// Number of levels; level `i` has `FIRST_LEVEL_SLOTS << i` slots.
-pub const MAX_LEVELS: usize = 9;
-/// Distinct arcs one table can hold: every level is filled to half its slots (1 046 528).
+pub const MAX_LEVELS: usize = 12;
+/// Distinct arcs one table can hold: every level is filled to half its slots (8 386 560).
 pub const MAX_ARCS: usize = (FIRST_LEVEL_SLOTS / 2) * ((1 << MAX_LEVELS) - 1);
 
-const _: () = assert!(MAX_ARCS == 1_046_528);
+const _: () = assert!(MAX_ARCS == 8_386_560);
 
 /// The level whose mapping also maps the table's key filter (tables of more than about 6 000 arcs):
 /// from there on a lookup of a new arc probes only the newest level, not every level.
@@ -131,6 +135,8 @@ pub struct ArcRecord {
 pub struct ArcTable {
     levels: [AtomicPtr<u8>; MAX_LEVELS],
     used: [AtomicUsize; MAX_LEVELS],
+    /// Levels this table may map: [`MAX_LEVELS`], or fewer in tests of the bound.
+    level_limit: usize,
     dropped: AtomicU64,
     /// Bit i set once a thread has been handed a counter of stripe i: the only stripes the dump sums.
     stripes_used: AtomicU64,
@@ -258,6 +264,7 @@ impl ArcTable {
         Self {
             levels: [const { AtomicPtr::new(ptr::null_mut()) }; MAX_LEVELS],
             used: [const { AtomicUsize::new(0) }; MAX_LEVELS],
+            level_limit: MAX_LEVELS,
             dropped: AtomicU64::new(0),
             stripes_used: AtomicU64::new(0),
             filter: AtomicPtr::new(ptr::null_mut()),
@@ -445,7 +452,7 @@ impl ArcTable {
             None => self.newest_level_index().map_or(0, |index| index + 1),
         };
         loop {
-            if level_index >= MAX_LEVELS {
+            if level_index >= self.level_limit {
                 self.dropped.fetch_add(1, Ordering::Relaxed);
                 return None;
             }
@@ -795,7 +802,11 @@ mod tests {
 
     #[test]
     fn grows_through_levels_then_counts_overflow_as_dropped() {
-        let table = ArcTable::new();
+        // The bound of a table of 9 levels (1 046 528 arcs): the mechanism is the same at 12.
+        const LEVELS: usize = 9;
+        const MAX_ARCS: usize = (FIRST_LEVEL_SLOTS / 2) * ((1 << LEVELS) - 1);
+        let mut table = ArcTable::new();
+        table.level_limit = LEVELS;
         let distinct = MAX_ARCS as u64 + 1000;
         for arc in 0..distinct {
             table.record(3, LinkAddress(arc * 16), LinkAddress(0x40));
@@ -812,7 +823,8 @@ mod tests {
         );
         assert!(arcs.values().all(|&count| count == 2));
         assert_eq!(stored * 2 + table.dropped(), distinct * 2);
-        assert!(table.level(MAX_LEVELS - 1).is_some());
+        assert!(table.level(LEVELS - 1).is_some());
+        assert!(table.level(LEVELS).is_none());
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! A thread whose working set is far larger than a first call cache: the cache grows (3 times) while
+//! A thread whose working set is far larger than a first call cache: the cache grows (5 times) while
 //! counting, across a module-table change and a pause, and every count stays exact; the thread
 //! then exits (its grown and retired cache mappings are unmapped) and another thread counts on.
 
