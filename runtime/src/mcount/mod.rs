@@ -10,20 +10,21 @@
 //! the arc's counter in the thread's own stripe of the callee module's
 //! [`ArcTable`](crate::arcs::ArcTable). A hit is handled by the assembly stub alone: a few loads
 //! and one add, the only write; nothing shared is written. A thread that owns its stripe adds with
-//! one non-locked instruction, later threads (sharing the last stripe) with an atomic add. The
+//! one non-locked instruction, threads beyond the 63rd alive at once (sharing the last stripe) with
+//! an atomic add. runtime/CALLCOUNTS.md goes through the stub instruction by instruction. The
 //! cache is emptied when the module table changes (load/unload: `modules::CURRENT`), the arcs are
 //! reset (fork) or counting is paused: all three change `CURRENT ^ CACHE_STATE`, the generation
 //! the cache was filled under. A cache that keeps displacing entries (a working set larger than
 //! itself) grows, up to [`MAX_CACHE_SETS`] sets.
 //!
 //! **Slow path** (cache miss): map selfpc to its module load instance; a callee in a module that
-//! LD_PROFILE did not select returns at once (remembered in the cache with a null counter, so the
-//! next call is cheap too). The caller may be in any module (key and link-time address), or in none
+//! LD_PROFILE did not select returns at once (remembered in the cache with the thread's sink as
+//! its counter, so the next call is cheap too). The caller may be in any module (key and link-time address), or in none
 //! (`UNKNOWN_KEY`, address 0). The arc is recorded in the table and the counter cached.
 //!
-//! **Reentrancy.** The cache header holds a nesting depth and a write sequence (odd while this
-//! Rust side may change the entries; the stub checks it before and after reading an entry, see
-//! `ThreadCache`). A signal handler that interrupts `record_call` and calls instrumented code
+//! **Reentrancy.** The cache header holds a nesting depth and a write sequence (bumped by every
+//! top-level `record_call`; the stub checks it before and after reading an entry), and its
+//! generation is 0 while this Rust side may change the entries (see `ThreadCache`). A signal handler that interrupts `record_call` and calls instrumented code
 //! takes the slow path without touching the cache (so it cannot tear an entry the interrupted call
 //! is reading) and still counts exactly: the table is lock-free and reentrant. Nesting deeper than
 //! [`MAX_DEPTH`] (runaway recursion, e.g. when code the runtime calls is itself instrumented) is
@@ -52,9 +53,11 @@ pub const MAX_DEPTH: u32 = 3;
 pub const FIRST_CACHE_SETS: usize = 1 << 12;
 /// Each growth of a thread's cache multiplies its sets by this.
 const CACHE_GROWTH: usize = 4;
-/// Times a thread's cache can grow: at most `FIRST_CACHE_SETS * 64` sets (524 288 entries, 16 MiB
-/// of address space, of which only the pages used become resident). A cache grows only after
-/// displacing as many entries as it holds, so only a thread with that many hot arcs gets there.
+/// Times a thread's cache can grow: at most `FIRST_CACHE_SETS * 1024` sets (8 388 608 entries,
+/// 256 MiB of address space, of which only the pages used become resident). Sets follow call-site
+/// addresses (4 bytes of code per set), so that covers 16 MiB of densely calling code. A cache
+/// grows only after displacing half as many entries as it has sets, so only a thread whose hot
+/// call sites do not fit gets there.
 const CACHE_GROWTHS: usize = 5;
 /// Most sets a thread's cache can have.
 pub const MAX_CACHE_SETS: usize = FIRST_CACHE_SETS * CACHE_GROWTH.pow(CACHE_GROWTHS as u32);
@@ -144,10 +147,10 @@ struct CacheEntry {
 /// The per-thread cache header, overlaid on `x86_64::thread_cache_block` (static TLS); the entries
 /// are a private mapping of [`cache_bytes`]`(sets)`, unmapped when the thread exits.
 ///
-/// The assembly fast path only reads it. It must not use an entry that a signal handler rewrote
-/// while it was reading it, nor one that the interrupted Rust code was writing, hence `writes`:
-/// odd while `record_call` (top level) runs, so it is bumped twice by every call that may change
-/// the entries. The fast path reads it before the entry and checks it is unchanged after loading
+/// The assembly fast path only reads it. It must not use an entry that the interrupted Rust code
+/// was writing, hence `generation` is 0 (a miss) while `record_call` (top level) runs; nor one that
+/// a signal handler rewrote while it was reading it, hence `writes`, bumped by every top-level
+/// `record_call`: the fast path reads it before the entry and checks it is unchanged after loading
 /// the counter pointer, and takes the slow path otherwise.
 #[repr(C)]
 struct ThreadCache {
@@ -212,7 +215,7 @@ impl ThreadCache {
         }
     }
 
-    /// Counts a displaced entry; once a cache has displaced as many entries as it holds, the
+    /// Counts a displaced entry; once a cache has displaced half as many entries as it has sets, the
     /// thread's working set does not fit: replaces it with one [`CACHE_GROWTH`] times larger
     /// (empty; it fills on the next misses). The old mapping's pages are discarded at once, the
     /// mapping itself is kept until thread exit (see `retired`).

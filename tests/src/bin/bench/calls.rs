@@ -1,6 +1,6 @@
 //! Per-call cost of call counting, measured so that it reproduces: mslprof's `mcount` against glibc's and
 //! against the floor (a preloaded `mcount` that only returns), on fib (1, 16 and 64 threads), on generated
-//! programs with 2 000 to 1 000 000 distinct arcs, and on Lua 5.4.
+//! programs with 2 000 to 1 000 000 distinct arcs, on Lua 5.4 and on a C++ program of many small functions.
 //!
 //! Every figure is a slope, not a whole-run time: each configuration runs the same program at two amounts of
 //! work, and the per-call cost is the difference in CPU time divided by the difference in calls, minus the same
@@ -382,22 +382,29 @@ fn first_sweep_cost(
     Ok(Spread::of(&values))
 }
 
-/// Lua 5.4 as a `-pg` shared library: one size (its fixed costs are small next to 78 M calls), whole-run CPU
-/// time against the plain build, per trial.
-fn lua_section(env: &Env, floor: &Path, trials: usize) -> Result<Option<Section>, String> {
-    let dir = env.scratch.join("calls-lua");
-    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-    let builds = match fixtures::build_lua(&env.workspace, &dir) {
-        Ok(b) => b,
-        Err(e) => {
-            eprintln!("bench: Lua workload skipped: {e}");
-            return Ok(None);
-        }
-    };
-    let pg_dir = builds.pg.parent().ok_or("no folder")?.to_path_buf();
+/// A real program run whole, at one size (its fixed costs are small next to its tens of millions of calls):
+/// per-call overhead of each counter over the plain build, per trial. The number of calls is the one
+/// mslprof's profile of the same run counts.
+struct WholeRun<'a> {
+    label: &'a str,
+    builds: &'a Builds,
+    dir: &'a Path,
+    args: Vec<String>,
+}
+
+/// The table rows of `run` and the calls it made.
+fn whole_run_rows(
+    env: &Env,
+    floor: &Path,
+    run: &WholeRun,
+    trials: usize,
+) -> Result<(Vec<Vec<String>>, u64), String> {
     let invs: Vec<Invocation> = COUNTERS
         .iter()
-        .map(|c| c.invocation(env, &builds, floor, &pg_dir))
+        .map(|c| {
+            c.invocation(env, run.builds, floor, run.dir)
+                .args(run.args.clone())
+        })
         .collect();
     let mut per_counter = vec![Vec::new(); COUNTERS.len()];
     let mut calls = 0;
@@ -407,7 +414,7 @@ fn lua_section(env: &Env, floor: &Path, trials: usize) -> Result<Option<Section>
             .map(|inv| run_once(inv).map(|r| r.cpu.as_secs_f64()))
             .collect::<Result<_, _>>()?;
         // The last run was mslprof's: its profile says how many calls there were.
-        calls = counted_calls(&pg_dir)?.0;
+        calls = counted_calls(run.dir)?.0;
         for (i, c) in COUNTERS.iter().enumerate() {
             if *c != Counter::Plain {
                 per_counter[i].push((times[i] - times[0]) / calls as f64 * 1e9);
@@ -418,13 +425,54 @@ fn lua_section(env: &Env, floor: &Path, trials: usize) -> Result<Option<Section>
     let (glibc, fl) = (slopes.of(Counter::Glibc), slopes.of(Counter::Floor));
     let rows = [Counter::Floor, Counter::Glibc, Counter::Mslprof]
         .into_iter()
-        .map(|c| row("Lua 5.4", c, slopes.of(c), glibc, fl))
+        .map(|c| row(run.label, c, slopes.of(c), glibc, fl))
         .collect();
-    Ok(Some(Section {
-        title: "Call counting: Lua 5.4".into(),
+    Ok((rows, calls))
+}
+
+/// Lua 5.4 as a `-pg` shared library and a C++ program of many small functions.
+fn real_programs_section(env: &Env, floor: &Path, trials: usize) -> Result<Section, String> {
+    let mut rows = Vec::new();
+    let mut notes = Vec::new();
+    let lua_dir = env.scratch.join("calls-lua");
+    std::fs::create_dir_all(&lua_dir).map_err(|e| e.to_string())?;
+    match fixtures::build_lua(&env.workspace, &lua_dir) {
+        Ok(builds) => {
+            let pg_dir = builds.pg.parent().ok_or("no folder")?.to_path_buf();
+            let run = WholeRun {
+                label: "Lua 5.4",
+                builds: &builds,
+                dir: &pg_dir,
+                args: Vec::new(),
+            };
+            let (lua_rows, calls) = whole_run_rows(env, floor, &run, trials)?;
+            rows.extend(lua_rows);
+            notes.push(format!(
+                "Lua 5.4: `liblua.so` built with `-pg -O2` and the driver `tests/golden/analyzer/lua/driver.c`; {calls} calls, counted by mslprof in every module (glibc's mcount pays for them too but keeps only the main program's)."
+            ));
+        }
+        Err(e) => notes.push(format!("Lua workload skipped: {e}")),
+    }
+    let cxx_dir = env.scratch.join("calls-cxx");
+    std::fs::create_dir_all(&cxx_dir).map_err(|e| e.to_string())?;
+    let builds = fixtures::build_cxx(&cxx_dir)?;
+    let rounds = if env.scale == Scale::Quick { 300 } else { 1000 };
+    let run = WholeRun {
+        label: "C++ small functions",
+        builds: &builds,
+        dir: &cxx_dir,
+        args: vec![rounds.to_string()],
+    };
+    let (cxx_rows, calls) = whole_run_rows(env, floor, &run, trials)?;
+    rows.extend(cxx_rows);
+    notes.push(format!(
+        "C++: `tests/fixtures/bench/cxx_small_functions.cpp` (std::sort, std::map, std::unordered_map, std::priority_queue, std::function, virtual calls) built with `g++ -O1` and `-O1 -pg`, {rounds} rounds: {calls} calls of mostly tiny template functions."
+    ));
+    notes.push("Target: mslprof ≤ 0.5× glibc.".into());
+    Ok(Section {
+        title: "Call counting: real programs".into(),
         intro: format!(
-            "`liblua.so` built with `-pg` and the driver `tests/golden/analyzer/lua/driver.c`: {calls} calls, counted by mslprof in every module (glibc's mcount pays for them too but keeps only the main program's). \
-             Per-call overhead in ns over the plain build, median (min–max) over {trials} interleaved trials."
+            "Whole runs, per-call overhead in ns over the plain build (fixed costs are small next to the calls here), median (min–max) over {trials} interleaved trials."
         ),
         header: [
             "workload",
@@ -437,8 +485,8 @@ fn lua_section(env: &Env, floor: &Path, trials: usize) -> Result<Option<Section>
         .map(|s| s.to_string())
         .collect(),
         rows,
-        notes: vec!["Target: mslprof ≤ 0.5× glibc.".into()],
-    }))
+        notes,
+    })
 }
 
 pub fn run(env: &Env) -> Result<Vec<Section>, String> {
@@ -448,6 +496,6 @@ pub fn run(env: &Env) -> Result<Vec<Section>, String> {
     let trials = env.runs;
     let mut sections = vec![fib_section(env, &floor, trials)?];
     sections.push(working_set_section(env, &floor, trials)?);
-    sections.extend(lua_section(env, &floor, trials)?);
+    sections.push(real_programs_section(env, &floor, trials)?);
     Ok(sections)
 }

@@ -30,6 +30,18 @@ pub fn build_fib(dir: &Path) -> Result<Builds, String> {
     })
 }
 
+/// The C++ program of many small functions, built with `g++ -O1`, plain and with `-pg`.
+pub fn build_cxx(dir: &Path) -> Result<Builds, String> {
+    let src = source_dir().join("cxx_small_functions.cpp");
+    let src = src.to_string_lossy();
+    mslprof_tests::try_compile("g++", dir, ["-O1", "-o", "cxx_plain", &src])?;
+    mslprof_tests::try_compile("g++", dir, ["-O1", "-pg", "-o", "cxx_pg", &src])?;
+    Ok(Builds {
+        plain: dir.join("cxx_plain"),
+        pg: dir.join("cxx_pg"),
+    })
+}
+
 /// The CPU-bound program spinning in the main program and two shared libraries (no -pg).
 pub fn build_spin(dir: &Path) -> Result<PathBuf, String> {
     let src = source_dir().join("spin_libs.c");
