@@ -58,16 +58,24 @@ pub fn render(env: &Env, sections: &[Section], kept: &str) -> String {
         .iter()
         .map(|sec| (sec.title.clone(), render_section(sec)))
         .collect();
+    let old = old_sections(kept);
     let mut written = vec![false; fresh.len()];
-    for (title, old_text) in old_sections(kept) {
-        match fresh.iter().position(|(t, _)| *t == title) {
+    for (title, old_text) in &old {
+        match fresh.iter().position(|(t, _)| t == title) {
             Some(i) => {
-                if !written[i] {
-                    s.push_str(&fresh[i].1);
-                    written[i] = true;
+                // This section, then the new ones that follow it in this run and had no place yet.
+                for j in i..fresh.len() {
+                    let placed = old.iter().any(|(t, _)| *t == fresh[j].0);
+                    if j > i && placed {
+                        break;
+                    }
+                    if !written[j] {
+                        s.push_str(&fresh[j].1);
+                        written[j] = true;
+                    }
                 }
             }
-            None => s.push_str(&old_text),
+            None => s.push_str(old_text),
         }
     }
     for (i, (_, text)) in fresh.iter().enumerate() {
