@@ -11,18 +11,27 @@ use mslprof_format::{
 use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
 use std::path::{Path, PathBuf};
 
-/// A small deterministic pseudo-random sequence (xorshift64*), so the synthetic profile is the same every run.
-struct Xorshift(u64);
+/// A small deterministic pseudo-random sequence (xorshift64*), so the synthetic inputs (this suite's profile,
+/// the generated call-counting programs) are the same every run.
+pub struct Xorshift(pub u64);
 
 impl Xorshift {
-    fn next(&mut self) -> u64 {
+    pub fn next(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
         self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
     }
-    fn below(&mut self, n: u64) -> u64 {
+    pub fn below(&mut self, n: u64) -> u64 {
         self.next() % n.max(1)
+    }
+
+    /// Shuffles `items` (Fisher–Yates).
+    pub fn permute<T>(&mut self, items: &mut [T]) {
+        for i in (1..items.len()).rev() {
+            let j = self.below(i as u64 + 1) as usize;
+            items.swap(i, j);
+        }
     }
 }
 

@@ -179,6 +179,20 @@ fn counted_calls(dir: &Path) -> Result<(u64, usize), String> {
     Ok((arcs.iter().map(|a| a.count).sum(), arcs.len()))
 }
 
+/// The columns of every call-counting table.
+fn table_header() -> Vec<String> {
+    [
+        "workload",
+        "counter",
+        "ns/call (median, min–max)",
+        "vs glibc",
+        "vs floor",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
 fn row(
     workload: &str,
     counter: Counter,
@@ -269,16 +283,7 @@ fn fib_section(env: &Env, floor: &Path, trials: usize) -> Result<Section, String
              each the CPU-time slope between fib(small) and fib(large) per thread, minus the plain build's slope. \
              The floor is a preloaded `mcount` that only returns (`tests/fixtures/bench/noop_mcount.c`): what any counter pays before doing anything."
         ),
-        header: [
-            "workload",
-            "counter",
-            "ns/call (median, min–max)",
-            "vs glibc",
-            "vs floor",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect(),
+        header: table_header(),
         rows,
         notes,
     })
@@ -344,16 +349,7 @@ fn working_set_section(env: &Env, floor: &Path, trials: usize) -> Result<Section
             "Generated `-pg` programs (`tests/src/bin/bench/workingset.rs`, built with `cc -O1`): N distinct call sites in drivers of 1 000 direct calls each, over min(N, 2 000) tiny functions, \
              swept in address order; the callees of a driver's sites are in address order or scrambled. Per-call overhead in ns, median (min–max) over {trials} trials of the CPU-time slope between 2 sweeps and about 4 M more calls."
         ),
-        header: [
-            "workload",
-            "counter",
-            "ns/call (median, min–max)",
-            "vs glibc",
-            "vs floor",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect(),
+        header: table_header(),
         rows,
         notes,
     })
@@ -474,16 +470,7 @@ fn real_programs_section(env: &Env, floor: &Path, trials: usize) -> Result<Secti
         intro: format!(
             "Whole runs, per-call overhead in ns over the plain build (fixed costs are small next to the calls here), median (min–max) over {trials} interleaved trials."
         ),
-        header: [
-            "workload",
-            "counter",
-            "ns/call (median, min–max)",
-            "vs glibc",
-            "vs floor",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect(),
+        header: table_header(),
         rows,
         notes,
     })

@@ -7,6 +7,7 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+use crate::analysis::Xorshift;
 use crate::fixtures::{Builds, cc};
 
 /// Calls per generated driver function.
@@ -43,25 +44,6 @@ impl Program {
     }
 }
 
-/// A small deterministic generator (xorshift64*), so every machine benchmarks the same program.
-struct Shuffle(u64);
-
-impl Shuffle {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn permute<T>(&mut self, items: &mut [T]) {
-        for i in (1..items.len()).rev() {
-            let j = (self.next() % (i as u64 + 1)) as usize;
-            items.swap(i, j);
-        }
-    }
-}
-
 /// The C source of a program with `sites` call sites over `functions` callees. `main(sweeps)` runs every
 /// driver `sweeps` times and prints a checksum.
 pub fn source(sites: usize, functions: usize, order: CalleeOrder) -> String {
@@ -71,7 +53,7 @@ pub fn source(sites: usize, functions: usize, order: CalleeOrder) -> String {
     for f in 0..functions {
         let _ = writeln!(c, "__attribute__((noinline)) void f{f}(void) {{ sink++; }}");
     }
-    let mut shuffle = Shuffle(0x9E37_79B9_7F4A_7C15);
+    let mut shuffle = Xorshift(0x9E37_79B9_7F4A_7C15);
     let mut site = 0;
     for d in 0..drivers {
         let count = CALLS_PER_DRIVER.min(sites - site);
