@@ -215,14 +215,14 @@ impl ThreadCache {
         }
     }
 
-    /// Counts a displaced entry; once a cache has displaced half as many entries as it has sets, the
+    /// Counts a displaced entry; once a cache has displaced an eighth as many entries as it has sets, the
     /// thread's working set does not fit: replaces it with one [`CACHE_GROWTH`] times larger
     /// (empty; it fills on the next misses). The old mapping's pages are discarded at once, the
     /// mapping itself is kept until thread exit (see `retired`).
     fn count_eviction(&mut self) {
         self.evictions = self.evictions.saturating_add(1);
         let sets = self.sets();
-        if (self.evictions as usize) < sets / 2 || sets >= MAX_CACHE_SETS || self.entries.is_null()
+        if (self.evictions as usize) < sets / 8 || sets >= MAX_CACHE_SETS || self.entries.is_null()
         {
             return;
         }
