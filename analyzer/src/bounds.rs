@@ -19,7 +19,7 @@ use addr2line::gimli;
 use gimli::UnwindSection as _;
 use object::{Object, ObjectSection, ObjectSymbol, ObjectSymbolTable, SectionFlags};
 
-use crate::symbols::FunctionSymbol;
+use crate::symtab::FunctionSymbol;
 
 /// Ranges shorter than this between two known functions are taken as padding of the first.
 const PADDING: u64 = 64;
@@ -159,7 +159,7 @@ pub fn layout(
         let e = sizes.entry(s.addr).or_insert(0);
         *e = (*e).max(s.size);
     }
-    let chosen = crate::symbols::finalize(syms, 0);
+    let chosen = crate::symtab::finalize(syms, 0);
     let mut pieces: Vec<Piece> = chosen
         .into_iter()
         .map(|s| Piece {

@@ -81,7 +81,7 @@ pub fn export(args: &[String]) -> ExitCode {
 }
 
 fn load(profiles: &[PathBuf]) -> Result<Prepared, String> {
-    let p = Prepared::load(profiles).map_err(|f| format!("{}: {}", f.file, f.problem))?;
+    let p = Prepared::load(profiles).map_err(|e| e.to_string())?;
     for w in &p.warnings {
         eprintln!("mslprof: warning: {w}");
     }

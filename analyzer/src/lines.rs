@@ -13,7 +13,7 @@ use std::borrow::Cow;
 use addr2line::gimli;
 use object::{Object, ObjectSection};
 
-use crate::symbols::FunctionSymbol;
+use crate::symtab::FunctionSymbol;
 
 /// The DWARF line and function lookup of one ELF file.
 pub type Context<'a> = addr2line::Context<gimli::EndianSlice<'a, gimli::RunTimeEndian>>;

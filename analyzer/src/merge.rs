@@ -9,7 +9,7 @@ use mslprof_format::model::{
     UNKNOWN_KEY, header_flags, module_flags,
 };
 
-use crate::report::{Failure, Input};
+use crate::input::{Error, Input, Mismatch};
 
 /// A merged profile and, per module, how many load instances went into it.
 pub struct Merged {
@@ -20,7 +20,7 @@ pub struct Merged {
 type RangeSums = Vec<(u64, u64, u64, BTreeMap<u64, u64>)>;
 
 /// Merge `inputs` (all mslprof). With `separate_instances`, load instances stay apart.
-pub fn merge(inputs: &[Input], separate_instances: bool) -> Result<Merged, Failure> {
+pub fn merge(inputs: &[Input], separate_instances: bool) -> Result<Merged, Error> {
     let mut header = Header::default();
     let mut modules: Vec<Module> = Vec::new();
     let mut sums: Vec<(u8, u32, RangeSums)> = Vec::new();
@@ -86,12 +86,11 @@ pub fn merge(inputs: &[Input], separate_instances: bool) -> Result<Merged, Failu
                     let slot = match s.2.iter().position(|x| x.0 == r.start && x.1 == r.end) {
                         Some(i) if s.2[i].2 == len => i,
                         Some(_) => {
-                            return Err(Failure {
-                                file: input.path.display().to_string(),
-                                problem: format!(
-                                    "module {}: histogram ranges of one file differ in size",
-                                    String::from_utf8_lossy(&m.name)
-                                ),
+                            return Err(Error::Mismatch {
+                                path: input.path.clone(),
+                                mismatch: Mismatch::ModuleRangeSizes {
+                                    module: String::from_utf8_lossy(&m.name).into_owned(),
+                                },
                             });
                         }
                         None => {
