@@ -13,6 +13,7 @@
 //!
 //! GNU `gmon.out` input never comes here: gprof's own rules apply to it, byte for byte.
 
+use mslprof_format::LinkAddress;
 use std::collections::HashMap;
 
 use addr2line::gimli;
@@ -35,7 +36,7 @@ struct Piece {
 fn synthetic(name: String, addr: u64, qualified: bool) -> FunctionSymbol {
     FunctionSymbol {
         name,
-        addr,
+        addr: LinkAddress(addr),
         is_func: true,
         is_static: true,
         synthetic: qualified,
@@ -156,15 +157,15 @@ pub fn layout(
     // The largest size given to an address (aliases may have a size where the chosen name has none).
     let mut sizes: HashMap<u64, u64> = HashMap::new();
     for s in &syms {
-        let e = sizes.entry(s.addr).or_insert(0);
+        let e = sizes.entry(s.addr.0).or_insert(0);
         *e = (*e).max(s.size);
     }
-    let chosen = crate::symtab::finalize(syms, 0);
+    let chosen = crate::symtab::finalize(syms, LinkAddress(0));
     let mut pieces: Vec<Piece> = chosen
         .into_iter()
         .map(|s| Piece {
-            addr: s.addr,
-            size: sizes.get(&s.addr).copied().unwrap_or(0),
+            addr: s.addr.0,
+            size: sizes.get(&s.addr.0).copied().unwrap_or(0),
             sym: s,
         })
         .collect();
@@ -243,7 +244,7 @@ pub fn layout(
             .map_or_else(|| exec_end.max(p.addr + p.size.max(1)), |q| q.addr);
         let mut s = p.sym.clone();
         s.size = p.size;
-        s.end_addr = next.wrapping_sub(1);
+        s.end_addr = LinkAddress(next.wrapping_sub(1));
         out.push(s);
     }
     out

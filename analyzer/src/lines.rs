@@ -8,6 +8,7 @@
 //! without gprof's cost on a big program. The function name is the innermost (inlined) function's, as
 //! BFD gives it; where DWARF has no function, the ELF function symbol containing the address.
 
+use mslprof_format::LinkAddress;
 use std::borrow::Cow;
 
 use addr2line::gimli;
@@ -101,9 +102,11 @@ fn source_of(
 
 /// The function symbol whose range holds `addr` (gprof's `sym_lookup`).
 fn containing(funcs: &[FunctionSymbol], addr: u64) -> Option<&FunctionSymbol> {
-    let i = funcs.partition_point(|s| s.addr <= addr).checked_sub(1)?;
+    let i = funcs
+        .partition_point(|s| s.addr <= LinkAddress(addr))
+        .checked_sub(1)?;
     let s = &funcs[i];
-    (addr <= s.end_addr).then_some(s)
+    (addr <= s.end_addr.0).then_some(s)
 }
 
 /// The line symbols of `text` (the range gprof walks, usually `.text`), in address order. `funcs` are the
@@ -123,7 +126,7 @@ pub fn line_symbols(
     if let Ok(rows) = ctx.find_location_range(text.start, text.end) {
         starts.extend(rows.map(|(addr, _, _)| addr.max(text.start)));
     }
-    starts.extend(funcs.iter().map(|f| f.addr).filter(|a| text.contains(a)));
+    starts.extend(funcs.iter().map(|f| f.addr.0).filter(|a| text.contains(a)));
     starts.sort_unstable();
     starts.dedup();
     let mut out: Vec<FunctionSymbol> = Vec::new();
@@ -144,8 +147,8 @@ pub fn line_symbols(
         };
         out.push(FunctionSymbol {
             name,
-            addr,
-            end_addr: 0,
+            addr: LinkAddress(addr),
+            end_addr: LinkAddress(0),
             is_func: false,
             is_static,
             file: Some(file),

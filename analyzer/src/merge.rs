@@ -2,6 +2,7 @@
 //! number of runs become one module whose histograms and arcs are added up. Addresses are
 //! module-relative, so runs with different ASLR layouts add up directly.
 
+use mslprof_format::LinkAddress;
 use std::collections::{BTreeMap, HashMap};
 
 use mslprof_format::model::{
@@ -17,7 +18,7 @@ pub struct Merged {
     pub instances: Vec<u32>,
 }
 
-type RangeSums = Vec<(u64, u64, u64, BTreeMap<u64, u64>)>;
+type RangeSums = Vec<(LinkAddress, LinkAddress, u64, BTreeMap<u64, u64>)>;
 
 /// Merge `inputs` (all mslprof). With `separate_instances`, load instances stay apart.
 pub fn merge(inputs: &[Input], separate_instances: bool) -> Result<Merged, Error> {
@@ -25,7 +26,7 @@ pub fn merge(inputs: &[Input], separate_instances: bool) -> Result<Merged, Error
     let mut modules: Vec<Module> = Vec::new();
     let mut sums: Vec<(u8, u32, RangeSums)> = Vec::new();
     let mut instances: Vec<u32> = Vec::new();
-    let mut arcs: Vec<HashMap<(u32, u64, u64), u64>> = Vec::new();
+    let mut arcs: Vec<HashMap<(u32, LinkAddress, LinkAddress), u64>> = Vec::new();
     let mut identity: HashMap<(Vec<u8>, Vec<u8>, u32, usize), usize> = HashMap::new();
     for (n, input) in inputs.iter().enumerate() {
         let p = &input.profile;
@@ -113,7 +114,7 @@ pub fn merge(inputs: &[Input], separate_instances: bool) -> Result<Merged, Error
                     keymap.get(&a.caller_key).copied().unwrap_or(UNKNOWN_KEY)
                 };
                 let addr = if caller == UNKNOWN_KEY {
-                    0
+                    LinkAddress(0)
                 } else {
                     a.caller_address
                 };

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use iced_x86::{Decoder, DecoderOptions, Instruction, Mnemonic, OpKind};
+use mslprof_format::LinkAddress;
 use object::{Object, ObjectSection, ObjectSymbol, SectionKind};
 
 use crate::graph::Graph;
@@ -21,7 +22,7 @@ pub fn add_static_arcs(
     g: &mut Graph,
     module: usize,
     path: &Path,
-    accept: &dyn Fn(u64) -> bool,
+    accept: &dyn Fn(LinkAddress) -> bool,
     cross_module: bool,
     debug: &mut DebugLines,
 ) -> Result<(), String> {
@@ -61,22 +62,22 @@ pub fn add_static_arcs(
         let end = if parent + 1 < range.end {
             g.syms[parent + 1].symbol.addr
         } else {
-            g.syms[parent].symbol.end_addr.saturating_add(1)
+            LinkAddress(g.syms[parent].symbol.end_addr.0.saturating_add(1))
         };
-        let Some(code) = code_bytes(&file, start, end) else {
+        let Some(code) = code_bytes(&file, start.0, end.0) else {
             continue;
         };
-        let mut decoder = Decoder::with_ip(64, code, start, DecoderOptions::NONE);
+        let mut decoder = Decoder::with_ip(64, code, start.0, DecoderOptions::NONE);
         let mut ins = Instruction::default();
         while decoder.can_decode() {
             decoder.decode_out(&mut ins);
             if ins.mnemonic() != Mnemonic::Call || ins.op0_kind() != OpKind::NearBranch64 {
                 continue;
             }
-            let target = ins.near_branch_target();
+            let target = LinkAddress(ins.near_branch_target());
             // A call into the PLT goes to the function its slot names, in another module of the profile
             // (its stub, `name@plt` in an mslprof report, is not a function of its own here).
-            let child = match plt.get(&target) {
+            let child = match plt.get(&target.0) {
                 Some(name) => by_name.get(name.as_str()).copied(),
                 None => g
                     .lookup(module, target)

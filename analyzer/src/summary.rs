@@ -61,8 +61,8 @@ pub fn gnu(
     out.extend_from_slice(&[0u8; 12]);
     for r in &hist.ranges {
         out.push(0);
-        out.extend_from_slice(&r.start.to_le_bytes());
-        out.extend_from_slice(&r.end.to_le_bytes());
+        out.extend_from_slice(&r.start.0.to_le_bytes());
+        out.extend_from_slice(&r.end.0.to_le_bytes());
         out.extend_from_slice(&(r.buckets.len() as u32).to_le_bytes());
         out.extend_from_slice(&hz.to_le_bytes());
         let mut d = [0u8; 15];
@@ -83,8 +83,8 @@ pub fn gnu(
         for &a in g.syms[s].children.iter().rev() {
             let arc = &g.arcs[a];
             out.push(1);
-            out.extend_from_slice(&g.syms[arc.parent].symbol.addr.to_le_bytes());
-            out.extend_from_slice(&g.syms[arc.child].symbol.addr.to_le_bytes());
+            out.extend_from_slice(&g.syms[arc.parent].symbol.addr.0.to_le_bytes());
+            out.extend_from_slice(&g.syms[arc.child].symbol.addr.0.to_le_bytes());
             out.extend_from_slice(&(arc.count as u32).to_le_bytes());
         }
     }
@@ -96,7 +96,7 @@ pub fn gnu(
         out.push(2);
         out.extend_from_slice(&(bbs.len() as u32).to_le_bytes());
         for b in bbs {
-            out.extend_from_slice(&b.address.to_le_bytes());
+            out.extend_from_slice(&b.address.0.to_le_bytes());
             out.extend_from_slice(&b.count.to_le_bytes());
         }
     }

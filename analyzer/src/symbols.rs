@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use object::{Object, ObjectSection, ObjectSymbol, SectionFlags, SymbolFlags, SymbolSection};
 
-pub use crate::symtab::{FunctionSymbol, finalize};
+pub use crate::symtab::{FunctionSymbol, LinkAddress, finalize};
 
 /// What was read from one module's ELF file.
 #[derive(Clone, Debug, Default)]
@@ -292,8 +292,8 @@ fn collect<'d>(
         let is_func = matches!(sym.flags(), SymbolFlags::Elf { st_info, .. } if st_info & 0xf == object::elf::STT_FUNC);
         out.push(FunctionSymbol {
             name: name.to_string(),
-            addr: sym.address(),
-            end_addr: 0,
+            addr: LinkAddress(sym.address()),
+            end_addr: LinkAddress(0),
             is_func,
             is_static,
             file: None,
@@ -306,20 +306,19 @@ fn collect<'d>(
     out
 }
 
-fn text_end_of(file: &object::File<'_>, opts: SelectOptions) -> u64 {
-    if opts.keep_split_parts {
-        return file
-            .sections()
+fn text_end_of(file: &object::File<'_>, opts: SelectOptions) -> LinkAddress {
+    let last = if opts.keep_split_parts {
+        file.sections()
             .filter(|s| {
                 matches!(s.flags(), SectionFlags::Elf { sh_flags } if sh_flags & u64::from(object::elf::SHF_EXECINSTR) != 0)
             })
             .map(|s| (s.address() + s.size()).wrapping_sub(1))
             .max()
-            .unwrap_or(0);
-    }
-    file.section_by_name(".text")
-        .map(|s| (s.address() + s.size()).wrapping_sub(1))
-        .unwrap_or(0)
+    } else {
+        file.section_by_name(".text")
+            .map(|s| (s.address() + s.size()).wrapping_sub(1))
+    };
+    LinkAddress(last.unwrap_or(0))
 }
 
 /// Add the files of `syms` not in `files` yet, in the order of `syms`.
@@ -337,7 +336,7 @@ fn add_source_files(files: &mut Vec<String>, syms: &[FunctionSymbol]) {
 fn attach_sources(file: &object::File<'_>, syms: &mut [FunctionSymbol]) -> Vec<String> {
     crate::lines::with_dwarf(file, |ctx| {
         for s in syms.iter_mut() {
-            if let Ok(Some(loc)) = ctx.find_location(s.addr)
+            if let Ok(Some(loc)) = ctx.find_location(s.addr.0)
                 && let (Some(f), Some(l)) = (loc.file, loc.line)
                 && l != 0
             {
@@ -357,7 +356,7 @@ fn with_line_symbols(
     dwarf: &object::File<'_>,
     module: &object::File<'_>,
     funcs: Vec<FunctionSymbol>,
-    text_end: u64,
+    text_end: LinkAddress,
 ) -> Vec<FunctionSymbol> {
     let funcs = finalize(funcs, text_end);
     let Some(text) = module
@@ -649,8 +648,8 @@ mod tests {
     fn sym(name: &str, addr: u64, is_func: bool, is_static: bool) -> FunctionSymbol {
         FunctionSymbol {
             name: name.into(),
-            addr,
-            end_addr: 0,
+            addr: LinkAddress(addr),
+            end_addr: LinkAddress(0),
             is_func,
             is_static,
             ..FunctionSymbol::default()
@@ -666,11 +665,11 @@ mod tests {
                 sym("real", 0x10, true, false),
                 sym("next", 0x20, true, false),
             ],
-            0x2f,
+            LinkAddress(0x2f),
         );
         assert_eq!(out.len(), 2);
         assert_eq!(out[0].name, "real");
-        assert_eq!(out[0].end_addr, 0x1f);
-        assert_eq!(out[1].end_addr, 0x2f);
+        assert_eq!(out[0].end_addr, LinkAddress(0x1f));
+        assert_eq!(out[1].end_addr, LinkAddress(0x2f));
     }
 }

@@ -2,14 +2,16 @@
 //! address, one symbol per address, each covering the addresses up to the next one. The symbol readers
 //! (ELF symbols, DWARF lines, unwind-table bounds, `-R` maps) all produce and finalize these.
 
+pub use mslprof_format::LinkAddress;
+
 /// One selected symbol before analysis.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct FunctionSymbol {
     pub name: String,
     /// Link-time address (the ELF `st_value`).
-    pub addr: u64,
+    pub addr: LinkAddress,
     /// Last address covered (inclusive), filled in by [`finalize`].
-    pub end_addr: u64,
+    pub end_addr: LinkAddress,
     /// ELF `STT_FUNC`.
     pub is_func: bool,
     /// Local binding.
@@ -27,7 +29,7 @@ pub struct FunctionSymbol {
 
 /// Sort by address and keep one symbol per address as gprof's `symtab_finalize` does; set `end_addr`
 /// where it is not set yet.
-pub fn finalize(mut syms: Vec<FunctionSymbol>, text_end: u64) -> Vec<FunctionSymbol> {
+pub fn finalize(mut syms: Vec<FunctionSymbol>, text_end: LinkAddress) -> Vec<FunctionSymbol> {
     syms.sort_by(|l, r| {
         l.addr
             .cmp(&r.addr)
@@ -59,18 +61,18 @@ pub fn finalize(mut syms: Vec<FunctionSymbol>, text_end: u64) -> Vec<FunctionSym
             continue;
         }
         if let Some(last) = out.last_mut()
-            && last.end_addr == 0
+            && last.end_addr == LinkAddress(0)
         {
             last.end_addr = src.addr.wrapping_sub(1);
         }
         // A symbol whose range was set by an earlier pass (function symbols under `-l`) is kept only if
         // that range is not empty, as in gprof.
-        if src.end_addr == 0 || src.addr <= src.end_addr {
+        if src.end_addr == LinkAddress(0) || src.addr <= src.end_addr {
             out.push(src);
         }
     }
     if let Some(last) = out.last_mut()
-        && last.end_addr == 0
+        && last.end_addr == LinkAddress(0)
     {
         last.end_addr = text_end;
     }

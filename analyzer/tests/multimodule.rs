@@ -8,6 +8,7 @@ use std::process::Command;
 
 use mslprof_analyzer::symbols::{self, SelectOptions};
 use mslprof_format::model::*;
+use mslprof_format::{LinkAddress, LoadBias};
 
 const APP: &str = r#"
 int work_in_foo(int); int cb(int v) { return v * 3; }
@@ -80,6 +81,7 @@ fn addr_of(module: &Path, name: &str) -> u64 {
         .find(|s| s.name == name)
         .unwrap_or_else(|| panic!("{name} not in {}", module.display()))
         .addr
+        .0
 }
 
 fn build_id(module: &Path) -> Vec<u8> {
@@ -100,8 +102,8 @@ fn histogram(lo: u64, hi: u64, samples: &[(u64, u16)]) -> Histogram {
     Histogram {
         bucket_bits: 16,
         ranges: vec![HistRange {
-            start: lo,
-            end: hi,
+            start: LinkAddress(lo),
+            end: LinkAddress(hi),
             buckets: Buckets::Dense16(b),
         }],
     }
@@ -129,8 +131,8 @@ fn module(key: u32, path: &Path, flags: u32, samples: u64) -> Module {
 fn arc(caller_key: u32, caller_address: u64, callee_address: u64, count: u64) -> Arc {
     Arc {
         caller_key,
-        caller_address,
-        callee_address,
+        caller_address: LinkAddress(caller_address),
+        callee_address: LinkAddress(callee_address),
         count,
     }
 }
@@ -145,7 +147,7 @@ fn profiled_module(
     arcs: Vec<Arc>,
 ) -> Module {
     let (a, b) = functions;
-    m.load_bias = bias;
+    m.load_bias = LoadBias(bias);
     m.histogram = Some(histogram(a.min(b), a.max(b) + 64, &[hit]));
     m.arcs = arcs;
     m

@@ -232,8 +232,8 @@ pub unsafe fn write_profile<S: Sink>(
                 m.arcs.for_each(|arc| {
                     emit(Arc {
                         caller_key: arc.caller_key,
-                        caller_address: arc.caller_addr,
-                        callee_address: arc.callee_addr,
+                        caller_address: mslprof_format::LinkAddress(arc.caller_addr),
+                        callee_address: mslprof_format::LinkAddress(arc.callee_addr),
                         count: arc.count,
                     });
                 });

@@ -605,8 +605,8 @@ fn write_without_heap() -> bool {
                 if open {
                     open = emit(ArcRecordOut {
                         caller_key: record.caller_key,
-                        caller_address: record.caller_addr,
-                        callee_address: record.callee_addr,
+                        caller_address: mslprof_format::LinkAddress(record.caller_addr),
+                        callee_address: mslprof_format::LinkAddress(record.callee_addr),
                         count: record.count,
                     });
                 }

@@ -57,7 +57,7 @@ pub fn write(p: &Prepared, out: &mut dyn Write) -> io::Result<()> {
             for (i, count) in r.buckets.nonzero() {
                 let addr = r.start + i * width;
                 if let Some(s) = g.lookup(m, addr) {
-                    *own[s].entry(addr).or_insert(0) += u64::from(count);
+                    *own[s].entry(addr.0).or_insert(0) += u64::from(count);
                     total += u64::from(count);
                 }
             }

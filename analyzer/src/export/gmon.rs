@@ -8,6 +8,7 @@
 //! for the module's functions are the same as mslprof's. A module without `_init` uses its
 //! lowest-addressed function instead.
 
+use mslprof_format::LinkAddress;
 use std::path::{Path, PathBuf};
 
 use mslprof_format::GnuTarget;
@@ -59,7 +60,7 @@ pub fn write(p: &Prepared, outdir: &Path) -> Result<Vec<(String, PathBuf)>, Stri
 
 /// The link-time address that stands for every caller outside module `m`: its `_init`, else its first
 /// function (`None` when its symbols are unknown).
-fn outside_caller(p: &Prepared, m: usize) -> Option<u64> {
+fn outside_caller(p: &Prepared, m: usize) -> Option<LinkAddress> {
     let g = &p.analysis.graph;
     let syms = &g.syms[g.modules.get(m)?.syms.clone()];
     syms.iter()

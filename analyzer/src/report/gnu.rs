@@ -1,6 +1,7 @@
 //! The GNU adapter: GNU or BSD gmon.out files against one executable, giving exactly GNU gprof's report
 //! (or its `-i` summary, or `gmon.sum`).
 
+use mslprof_format::LinkAddress;
 use std::cell::Cell;
 use std::path::Path;
 
@@ -61,7 +62,7 @@ pub fn run(
     }
     let credited = samples::assign_gnu(&mut g, &sum, &filters);
     if opts.static_calls && have_arcs && opts.external_symbols.is_none() {
-        let accept = |t: u64| sum.hist.ranges.iter().any(|r| r.start <= t && t < r.end);
+        let accept = |t: LinkAddress| sum.hist.ranges.iter().any(|r| r.contains(t));
         arcs::static_arcs(&mut g, 0, exe, &accept, false, opts, &mut warnings);
     }
     // Samples are credited and arcs tallied: the raw data is no longer needed.

@@ -3,6 +3,7 @@
 
 use std::path::Path;
 
+use mslprof_format::LinkAddress;
 use mslprof_format::model::{Profile, UNKNOWN_KEY};
 
 use crate::arcs::{RawArc, TallyStats, tally};
@@ -75,7 +76,7 @@ pub fn static_arcs(
     g: &mut Graph,
     module: usize,
     path: &Path,
-    accept: &dyn Fn(u64) -> bool,
+    accept: &dyn Fn(LinkAddress) -> bool,
     cross_module: bool,
     opts: &Options,
     warnings: &mut Vec<String>,

@@ -2,6 +2,7 @@
 //! ELF file (or from an nm-style table given with `-S`), with the warnings reading them gives. Nothing
 //! here knows about arcs or samples.
 
+use mslprof_format::LinkAddress;
 use std::path::{Path, PathBuf};
 
 use mslprof_format::model::{Module, Profile, module_flags};
@@ -51,7 +52,7 @@ pub fn gnu(
     let mut source_files = Vec::new();
     let mut file_map = None;
     let syms = if let Some(ext) = &opts.external_symbols {
-        symbols::finalize(external(ext)?, 0)
+        symbols::finalize(external(ext)?, LinkAddress(0))
     } else {
         if let Some(p) = &opts.file_order {
             file_map = Some(FileMap::read(p).map_err(|problem| Error::MapFile {
@@ -107,8 +108,8 @@ fn external(path: &Path) -> Result<Vec<FunctionSymbol>, Error> {
         };
         out.push(FunctionSymbol {
             name: n.to_string(),
-            addr,
-            end_addr: 0,
+            addr: LinkAddress(addr),
+            end_addr: LinkAddress(0),
             is_func: true,
             is_static: t == "t",
             ..FunctionSymbol::default()
@@ -201,7 +202,7 @@ pub fn mslprof(
             if !opts.hide_overhead {
                 let whole = FunctionSymbol {
                     name: OVERHEAD_ROW.into(),
-                    end_addr: u64::MAX - 1,
+                    end_addr: LinkAddress(u64::MAX - 1),
                     is_func: true,
                     ..FunctionSymbol::default()
                 };

@@ -112,7 +112,7 @@ pub fn profile(p: &Prepared) -> Profile {
         let limit = g.modules[m]
             .syms
             .clone()
-            .map(|s| g.syms[s].symbol.end_addr.saturating_add(1))
+            .map(|s| g.syms[s].symbol.end_addr.0.saturating_add(1))
             .max()
             .unwrap_or(0);
         let path = String::from_utf8_lossy(&module.path).into_owned();
@@ -137,7 +137,7 @@ pub fn profile(p: &Prepared) -> Profile {
                 for (i, count) in r.buckets.nonzero() {
                     let addr = r.start + i * width;
                     let Some(s) = g.lookup(m, addr) else { continue };
-                    let loc = b.location(m, addr, s);
+                    let loc = b.location(m, addr.0, s);
                     b.out.sample.push(Sample {
                         location_id: vec![loc],
                         value: vec![i64::from(count), 0],
@@ -151,11 +151,11 @@ pub fn profile(p: &Prepared) -> Profile {
                 continue;
             };
             let entry = g.syms[callee].symbol.addr;
-            let mut frames = vec![b.location(m, entry, callee)];
+            let mut frames = vec![b.location(m, entry.0, callee)];
             if a.caller_key != UNKNOWN_KEY {
                 let cm = a.caller_key as usize - 1;
                 if let Some(caller) = g.lookup(cm, a.caller_address) {
-                    frames.push(b.location(cm, a.caller_address, caller));
+                    frames.push(b.location(cm, a.caller_address.0, caller));
                 }
             }
             b.out.sample.push(Sample {
