@@ -9,6 +9,8 @@ use std::process::Command;
 use mslprof_analyzer::symbols::{self, SelectOptions};
 use mslprof_format::model::*;
 use mslprof_format::{LinkAddress, LoadBias};
+use mslprof_tests::analyzer::have;
+use mslprof_tests::cc;
 
 const APP: &str = r#"
 int work_in_foo(int); int cb(int v) { return v * 3; }
@@ -34,15 +36,11 @@ struct Built {
     bar: PathBuf,
 }
 
-fn cc(dir: &Path, args: &[&str]) -> bool {
-    Command::new("cc")
-        .args(args)
-        .current_dir(dir)
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
 fn build(name: &str) -> Option<Built> {
+    if !have("cc") {
+        eprintln!("SKIPPED: no `cc`");
+        return None;
+    }
     let tmp = tempfile::Builder::new()
         .prefix(&format!("mslprof-mm-{name}-"))
         .tempdir()
@@ -51,20 +49,18 @@ fn build(name: &str) -> Option<Built> {
     std::fs::write(dir.join("app.c"), APP).unwrap();
     std::fs::write(dir.join("foo.c"), FOO).unwrap();
     std::fs::write(dir.join("bar.c"), BAR).unwrap();
-    let ok = cc(
+    cc(
         &dir,
-        &["-pg", "-O0", "-fPIC", "-shared", "-o", "libfoo.so", "foo.c"],
-    ) && cc(
-        &dir,
-        &["-pg", "-O0", "-fPIC", "-shared", "-o", "libbar.so", "bar.c"],
-    ) && cc(
-        &dir,
-        &["-pg", "-O0", "-o", "app", "app.c", "-L.", "-lfoo", "-lbar"],
+        ["-pg", "-O0", "-fPIC", "-shared", "-o", "libfoo.so", "foo.c"],
     );
-    if !ok {
-        eprintln!("SKIPPED: no working `cc`");
-        return None;
-    }
+    cc(
+        &dir,
+        ["-pg", "-O0", "-fPIC", "-shared", "-o", "libbar.so", "bar.c"],
+    );
+    cc(
+        &dir,
+        ["-pg", "-O0", "-o", "app", "app.c", "-L.", "-lfoo", "-lbar"],
+    );
     Some(Built {
         app: dir.join("app"),
         foo: dir.join("libfoo.so"),

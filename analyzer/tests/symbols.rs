@@ -6,6 +6,8 @@ use std::path::Path;
 use std::process::Command;
 
 use mslprof_analyzer::symbols::{self, SelectOptions};
+use mslprof_tests::analyzer::have;
+use mslprof_tests::cc;
 
 fn run(dir: &Path, prog: &str, args: &[&str]) -> bool {
     Command::new(prog)
@@ -36,10 +38,11 @@ fn built_program(name: &str) -> Option<tempfile::TempDir> {
     let tmp = scratch(name);
     let dir = tmp.path();
     std::fs::write(dir.join("p.c"), SRC).unwrap();
-    if !run(dir, "cc", &["-O0", "-o", "p", "p.c"]) {
+    if !have("cc") {
         eprintln!("SKIPPED: no `cc`");
         return None;
     }
+    cc(dir, ["-O0", "-o", "p", "p.c"]);
     Some(tmp)
 }
 
@@ -101,13 +104,13 @@ fn stripped_library_falls_back_to_dynamic_symbols() {
         SRC.replace("int main(void) { return exported(3) == 0; }", ""),
     )
     .unwrap();
-    if !run(
-        dir,
-        "cc",
-        &["-O0", "-fPIC", "-shared", "-o", "libl.so", "l.c"],
-    ) || !run(dir, "strip", &["libl.so"])
-    {
-        eprintln!("SKIPPED: no `cc`/`strip`");
+    if !have("cc") {
+        eprintln!("SKIPPED: no `cc`");
+        return;
+    }
+    cc(dir, ["-O0", "-fPIC", "-shared", "-o", "libl.so", "l.c"]);
+    if !run(dir, "strip", &["libl.so"]) {
+        eprintln!("SKIPPED: no `strip`");
         return;
     }
     let (syms, dynamic_only) = names(&dir.join("libl.so"), SelectOptions::default());

@@ -2,7 +2,8 @@
 //!
 //! # Mechanism (see also loader-hooks/README.md)
 //!
-//! libmslprof.so defines `dlopen`, `dlmopen` and `dlclose`. Each is a small assembly stub (in sys.rs) that
+//! libmslprof.so defines `dlopen`, `dlmopen` and `dlclose` (exports.rs). Each is a small assembly stub
+//! (stubs.rs) that
 //!
 //! 1. takes the *loader lock* (a re-entrant lock of ours, see [`LoaderLock`]) so that our table and the
 //!    loader's list of objects change together: no other thread can map a new object over a range that was just
@@ -36,7 +37,9 @@
 
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
-use crate::events::LoadCause;
+use mslprof_format::RuntimeAddress;
+
+use crate::events::{self, LoadCause};
 use crate::scan::{self, LoaderScan};
 use crate::sys;
 
@@ -194,30 +197,18 @@ pub(crate) fn resolve_real_functions() {
     }
 }
 
-/// Where the stub must jump and which return address the real function must see.
-#[repr(C)]
-pub(crate) struct Dispatch {
-    /// Address of a `ret` instruction in the caller's module (or in our stub if none can be found).
-    caller_ret: usize,
-    /// The real function.
-    real: usize,
-}
-
-/// Called by the stubs before the real function: take the loader lock, find the `ret` to return through.
-pub(crate) extern "C" fn before_loader_call(return_address: usize, entry: u32) -> Dispatch {
+/// Called by the stubs (through `stubs::dispatch_loader_call`) before the real function: take the loader lock,
+/// find a `ret` in the caller's module to return through (None: not found, the stub uses its own), and the real
+/// function.
+pub(crate) fn before_loader_call(return_address: usize, entry: u32) -> (Option<usize>, usize) {
     let _errno = sys::SavedErrno::save();
     LOADER_LOCK.lock();
     let entry = Entry::from_raw(entry);
-    let caller_ret =
-        std::panic::catch_unwind(|| return_instruction_in_module_of(return_address)).unwrap_or(0);
-    Dispatch {
-        caller_ret: if caller_ret == 0 {
-            fallback_ret_address()
-        } else {
-            caller_ret
-        },
-        real: entry.real(),
-    }
+    let caller_ret = std::panic::catch_unwind(|| {
+        return_instruction_in_module_of(RuntimeAddress::from_usize(return_address))
+    })
+    .unwrap_or(None);
+    (caller_ret.map(RuntimeAddress::as_usize), entry.real())
 }
 
 /// Called by the stubs after the real function returned `result`: rescan if the loader's counters moved,
@@ -249,7 +240,7 @@ fn refresh_locked(cause: LoadCause) {
 fn deliver(current: &LoaderScan, cause: LoadCause) {
     SEEN_ADDS.store(current.adds, Ordering::Relaxed);
     SEEN_SUBS.store(current.subs, Ordering::Relaxed);
-    if let Some(events) = crate::events_handler() {
+    if let Some(events) = events::handler() {
         events.modules_changed(current, cause);
     }
 }
@@ -332,7 +323,7 @@ pub(crate) fn unlock_after_fork_in_parent(lock: ForkLock) {
 
 /// In the child only the forking thread exists: it keeps the lock if it held it before the fork (a fork from a
 /// constructor run by `dlopen`), otherwise the lock and the rescan flag start free.
-pub(crate) fn unlock_after_fork_in_child(lock: ForkLock) {
+pub(crate) fn reset_after_fork(lock: ForkLock) {
     if lock.held_before {
         LOADER_LOCK.adopt_in_child();
         if lock.took {
@@ -346,45 +337,37 @@ pub(crate) fn unlock_after_fork_in_child(lock: ForkLock) {
 
 /// A `ret` instruction inside the executable segment of the module that contains `address` (the caller's
 /// return address); inside the main program when `address` is in no module, since glibc then treats the main
-/// program as the caller too. 0 if none is found.
-fn return_instruction_in_module_of(address: usize) -> usize {
+/// program as the caller too. None if none is found.
+fn return_instruction_in_module_of(address: RuntimeAddress) -> Option<RuntimeAddress> {
     const RET: u8 = 0xC3;
-    const PT_LOAD: u32 = 1;
-    const PF_X: u32 = 1;
-    const PF_R: u32 = 4;
     let main_phdr = sys::aux_value(sys::AT_PHDR);
-    let mut in_caller = 0usize;
-    let mut in_main = 0usize;
+    let mut in_caller = None;
+    let mut in_main = None;
     sys::for_each_loaded_object(&mut |object| {
-        if in_caller != 0 {
+        if in_caller.is_some() {
             return;
         }
-        let contains_address = object.program_headers.iter().any(|h| {
-            let start = object.bias.wrapping_add(h.p_vaddr as usize);
-            h.p_type == PT_LOAD && address >= start && address < start + h.p_memsz as usize
-        });
+        let contains_address = scan::load_segments(object).any(|s| s.contains(address));
         let is_main = object.program_headers.as_ptr() as usize == main_phdr;
-        let wanted = contains_address || (is_main && in_main == 0);
+        let wanted = contains_address || (is_main && in_main.is_none());
         if !wanted {
             return;
         }
-        for header in object.program_headers {
-            if header.p_type != PT_LOAD || header.p_flags & (PF_X | PF_R) != (PF_X | PF_R) {
-                continue;
-            }
-            let start = object.bias.wrapping_add(header.p_vaddr as usize);
-            let len = header.p_filesz as usize;
+        for segment in scan::load_segments(object).filter(|s| s.readable && s.executable) {
             // SAFETY: a readable, executable PT_LOAD segment of an object that the loader lock (held by us)
             // keeps mapped for the duration of this look-up.
-            let text = unsafe { sys::mapped_bytes(start, len) };
+            let text = unsafe { sys::mapped_bytes(segment.start, segment.file_len) };
             // Prefer the `ret` that ends the caller's own function: the first one after the return address.
-            let from = address.saturating_sub(start).min(len);
+            let from = usize::try_from(address.0.saturating_sub(segment.start.0))
+                .unwrap_or(usize::MAX)
+                .min(text.len());
             let found = text[from..]
                 .iter()
                 .position(|&b| b == RET)
-                .map(|i| start + from + i)
-                .or_else(|| text.iter().position(|&b| b == RET).map(|i| start + i));
-            if let Some(ret) = found {
+                .map(|i| from + i)
+                .or_else(|| text.iter().position(|&b| b == RET));
+            if let Some(offset) = found {
+                let ret = Some(RuntimeAddress(segment.start.0 + offset as u64));
                 if contains_address {
                     in_caller = ret;
                 } else {
@@ -394,45 +377,29 @@ fn return_instruction_in_module_of(address: usize) -> usize {
             }
         }
     });
-    if in_caller != 0 { in_caller } else { in_main }
+    in_caller.or(in_main)
 }
-
-/// The address of the `ret` inside our own stub: used only if no `ret` can be found in the caller's module, in
-/// which case the call behaves like an ordinary interposer's (libmslprof.so is the caller).
-fn fallback_ret_address() -> usize {
-    sys::stub_ret_address()
-}
-
-// The dlopen/dlmopen/dlclose stubs themselves (assembly that calls `before_loader_call`, jumps to the
-// real function through the caller's `ret`, then calls `after_loader_call`) and the fallback `ret`
-// (`loader_ret`) live in sys.rs, section "Assembly: loader stubs"; the symbols stay exported under the
-// libc names.
-pub use crate::sys::{dlclose, dlmopen, dlopen};
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[inline(never)]
-    fn somewhere_in_this_module() -> usize {
-        somewhere_in_this_module as *const () as usize
+    fn somewhere_in_this_module() -> RuntimeAddress {
+        RuntimeAddress::from_usize(somewhere_in_this_module as *const () as usize)
     }
 
     #[test]
     fn the_ret_found_is_a_ret_in_the_callers_module() {
         let address = somewhere_in_this_module();
-        let ret = return_instruction_in_module_of(address);
-        assert_ne!(ret, 0);
+        let ret = return_instruction_in_module_of(address).expect("a ret");
         // SAFETY: `ret` lies in a mapped executable segment of this test program.
         assert_eq!(unsafe { sys::mapped_bytes(ret, 1) }, [0xC3]);
-        let module_of = |pc: usize| {
+        let module_of = |pc: RuntimeAddress| {
             let mut found = None;
             sys::for_each_loaded_object(&mut |object| {
-                for h in object.program_headers {
-                    let start = object.bias.wrapping_add(h.p_vaddr as usize);
-                    if h.p_type == 1 && pc >= start && pc < start + h.p_memsz as usize {
-                        found = Some(object.bias);
-                    }
+                if scan::load_segments(object).any(|s| s.contains(pc)) {
+                    found = Some(object.bias);
                 }
             });
             found
@@ -446,8 +413,8 @@ mod tests {
 
     #[test]
     fn an_address_in_no_module_uses_the_main_program() {
-        let ret = return_instruction_in_module_of(8);
-        assert_ne!(ret, 0, "the main program has a ret");
+        let ret = return_instruction_in_module_of(RuntimeAddress(8));
+        assert!(ret.is_some(), "the main program has a ret");
     }
 
     #[test]
@@ -485,27 +452,5 @@ mod tests {
             thread.join().unwrap();
         }
         assert_eq!(counter.load(Ordering::Relaxed), 4000);
-    }
-
-    #[test]
-    fn dlopen_and_dlclose_through_the_stubs_return_what_libc_returns() {
-        // The test program itself defines the stubs, so these calls go through them.
-        let name = c"libm.so.6";
-        // SAFETY: a valid NUL-terminated name and mode.
-        let handle = unsafe { dlopen(name.as_ptr(), libc::RTLD_NOW) };
-        assert!(!handle.is_null());
-        // SAFETY: `handle` came from dlopen.
-        let cos = unsafe { sys::symbol_address(handle, c"cos") };
-        assert_ne!(cos, 0);
-        // SAFETY: as above.
-        assert_eq!(unsafe { dlclose(handle) }, 0);
-        // SAFETY: a name that does not exist: NULL, with dlerror set.
-        let missing = unsafe { dlopen(c"libdoes-not-exist.so".as_ptr(), libc::RTLD_NOW) };
-        assert!(missing.is_null());
-        assert!(
-            sys::loader_error_pending(),
-            "dlerror still reports the failure"
-        );
-        assert!(!LOADER_LOCK.is_held(), "the stubs release the lock");
     }
 }

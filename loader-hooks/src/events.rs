@@ -6,7 +6,22 @@
 //! by loader-hooks from the thread where the event happened; which callbacks may run inside a signal handler
 //! is said on each one.
 
+use std::sync::OnceLock;
+
 use crate::scan::LoaderScan;
+
+/// The runtime's event handler: set once by [`crate::install`], never replaced.
+static HANDLER: OnceLock<&'static dyn LoaderEvents> = OnceLock::new();
+
+/// Records the runtime's handler; false if one was recorded already.
+pub(crate) fn set_handler(events: &'static dyn LoaderEvents) -> bool {
+    HANDLER.set(events).is_ok()
+}
+
+/// The runtime's event handler, once installed. Lock-free (an atomic load once set).
+pub(crate) fn handler() -> Option<&'static dyn LoaderEvents> {
+    HANDLER.get().copied()
+}
 
 /// Why the set of loaded modules is being looked at again.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

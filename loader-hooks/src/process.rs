@@ -1,5 +1,6 @@
-//! Process events: fork (atfork handlers, SIGPROF blocked across it), the exec family (the image's profile
-//! is written before `execve` replaces it) and `_exit`/`_Exit` (which skip atexit handlers).
+//! Which process this is and how it ends: the profiled pid, the exec family (the image's profile is written
+//! before `execve` replaces it), `_exit`/`_Exit` (which skip atexit handlers) and the one report of the end that
+//! fatal signals use too. Fork is in fork.rs.
 //!
 //! Only the process that installed loader-hooks (or a child it forked, after the child handler ran) acts on
 //! these events: a `vfork` child shares the parent's memory and must not write the parent's data, and a
@@ -8,22 +9,16 @@
 
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 
-use crate::events::ProcessEnd;
-use crate::{dynamic_loading, sys};
+use crate::events::{self, ProcessEnd};
+use crate::sys;
 
 /// The pid whose profile this memory holds (set at install and in a forked child).
 static PROFILED_PID: AtomicI32 = AtomicI32::new(0);
 /// Whether abnormal ends (`_exit`, fatal signals) are dumped (`MSLPROF_ABNORMAL_DUMP=0` turns it off).
-pub(crate) static ABNORMAL_DUMP: AtomicBool = AtomicBool::new(true);
+static ABNORMAL_DUMP: AtomicBool = AtomicBool::new(true);
 /// Whether the image is being replaced or the process is ending through one of our hooks: the first event
 /// dumps, later ones (e.g. `_exit` from a signal handler after a crash dump) do not.
-pub(crate) static ENDING: AtomicBool = AtomicBool::new(false);
-thread_local! {
-    /// Set by the fork prepare handler on the forking thread (several threads may fork at once): whether
-    /// SIGPROF was already blocked on it, and what prepare did with the loader lock.
-    static FORK_STATE: std::cell::Cell<(bool, dynamic_loading::ForkLock)> =
-        const { std::cell::Cell::new((false, dynamic_loading::ForkLock::NOT_TAKEN)) };
-}
+static ENDING: AtomicBool = AtomicBool::new(false);
 
 /// The pid whose data the runtime holds, 0 before install.
 pub fn profiled_pid() -> i32 {
@@ -42,6 +37,11 @@ pub fn on_main_thread() -> bool {
     sys::thread_id() == sys::process_id()
 }
 
+/// Whether abnormal ends are dumped (false with `MSLPROF_ABNORMAL_DUMP=0`, read at install).
+pub(crate) fn abnormal_dumps_enabled() -> bool {
+    ABNORMAL_DUMP.load(Ordering::Relaxed)
+}
+
 pub(crate) fn install() {
     PROFILED_PID.store(sys::process_id(), Ordering::Relaxed);
     if sys::environment_value(b"MSLPROF_ABNORMAL_DUMP\0") == Some(b"0") {
@@ -51,40 +51,12 @@ pub(crate) fn install() {
         entry.resolve();
     }
     REAL_EXIT.store(sys::next_definition(b"_exit\0"), Ordering::Relaxed);
-    sys::register_fork_handlers(fork_prepare, fork_parent, fork_child);
 }
 
-unsafe extern "C" fn fork_prepare() {
-    let sigprof_was_blocked = sys::block_signal(libc::SIGPROF);
-    let lock = dynamic_loading::lock_for_fork();
-    FORK_STATE.with(|state| state.set((sigprof_was_blocked, lock)));
-    if let Some(events) = crate::events_handler() {
-        let _ = std::panic::catch_unwind(|| events.before_fork());
-    }
-}
-
-unsafe extern "C" fn fork_parent() {
-    let (sigprof_was_blocked, lock) = FORK_STATE.with(|state| state.get());
-    if let Some(events) = crate::events_handler() {
-        let _ = std::panic::catch_unwind(|| events.after_fork_in_parent());
-    }
-    dynamic_loading::unlock_after_fork_in_parent(lock);
-    if !sigprof_was_blocked {
-        sys::unblock_signal(libc::SIGPROF);
-    }
-}
-
-unsafe extern "C" fn fork_child() {
-    let (sigprof_was_blocked, lock) = FORK_STATE.with(|state| state.get());
+/// In a forked child: this process is now the profiled one, and it has not begun to end.
+pub(crate) fn reset_after_fork() {
     PROFILED_PID.store(sys::process_id(), Ordering::Relaxed);
     ENDING.store(false, Ordering::Relaxed);
-    dynamic_loading::unlock_after_fork_in_child(lock);
-    if let Some(events) = crate::events_handler() {
-        let _ = std::panic::catch_unwind(|| events.after_fork_in_child());
-    }
-    if !sigprof_was_blocked {
-        sys::unblock_signal(libc::SIGPROF);
-    }
 }
 
 /// Tells the runtime that the process (image) ends, once, if this process is the profiled one.
@@ -93,13 +65,13 @@ pub(crate) fn report_end(end: ProcessEnd) -> bool {
     if !is_profiled_process() {
         return false;
     }
-    if !matches!(end, ProcessEnd::Exec) && !ABNORMAL_DUMP.load(Ordering::Relaxed) {
+    if !matches!(end, ProcessEnd::Exec) && !abnormal_dumps_enabled() {
         return false;
     }
     if ENDING.swap(true, Ordering::AcqRel) {
         return false;
     }
-    match crate::events_handler() {
+    match events::handler() {
         Some(events) => {
             events.process_ending(end);
             true
@@ -164,33 +136,17 @@ pub(crate) extern "C" fn before_exec(entry: u32) -> usize {
     exec.resolve()
 }
 
-// The exec-family stubs themselves (assembly that calls `before_exec` and jumps to the real function)
-// live in sys.rs, section "Assembly: exec-family stubs"; the symbols stay exported under the libc names.
-pub use crate::sys::{execl, execle, execlp, execv, execve, execveat, execvp, execvpe, fexecve};
-
 /// libc's `_exit`, resolved at install (0: use the system call directly).
 static REAL_EXIT: AtomicUsize = AtomicUsize::new(0);
 
-fn end_now(status: libc::c_int) -> ! {
+/// `_exit` and `_Exit` (exports.rs): the profile is written (INCOMPLETE, cause `_exit`), then the process ends
+/// with `status` through libc's `_exit` (or the system call if it was not found).
+pub(crate) fn exit_after_dump(status: i32) -> ! {
+    let _ = std::panic::catch_unwind(|| report_end(ProcessEnd::UnderscoreExit { status }));
     let real = REAL_EXIT.load(Ordering::Relaxed);
     if real != 0 {
         // SAFETY: `real` is libc's `_exit`, found by dlsym(RTLD_NEXT, "_exit").
-        let real: extern "C" fn(libc::c_int) -> ! = unsafe { std::mem::transmute(real) };
-        real(status)
+        unsafe { sys::call_exit(real, status) }
     }
     sys::exit_group(status)
-}
-
-/// `_exit`, interposed: the profile is written (INCOMPLETE, cause `_exit`), then the process ends with `status`.
-#[unsafe(no_mangle)]
-pub extern "C" fn _exit(status: libc::c_int) -> ! {
-    let _ = std::panic::catch_unwind(|| report_end(ProcessEnd::UnderscoreExit { status }));
-    end_now(status)
-}
-
-/// `_Exit`, interposed like [`_exit`].
-#[unsafe(no_mangle)]
-pub extern "C" fn _Exit(status: libc::c_int) -> ! {
-    let _ = std::panic::catch_unwind(|| report_end(ProcessEnd::UnderscoreExit { status }));
-    end_now(status)
 }

@@ -2,7 +2,10 @@
 //!
 //! Everything is read from the loader's own records (`dl_iterate_phdr`) and from the objects' mapped memory:
 //! no file is opened except `/proc/self/exe` (to name the main program). Addresses of executable ranges are
-//! link-time addresses (runtime address − load bias), the space symbol tables use.
+//! link-time addresses (runtime address − load bias), the space symbol tables use; every step from a link-time
+//! address of the loader's records to a runtime one is [`LoadBias::runtime_address`].
+
+use mslprof_format::{LinkAddress, LoadBias, RuntimeAddress};
 
 use crate::sys::{self, LoadedObject, ProgramHeader};
 
@@ -29,6 +32,16 @@ pub struct LinkRange {
 }
 
 impl LinkRange {
+    /// The first address of the range.
+    pub fn start_address(&self) -> LinkAddress {
+        LinkAddress(self.start)
+    }
+
+    /// The first address after the range.
+    pub fn end_address(&self) -> LinkAddress {
+        LinkAddress(self.end)
+    }
+
     pub fn len(&self) -> u64 {
         self.end - self.start
     }
@@ -41,7 +54,7 @@ impl LinkRange {
 /// What the loader knows about one loaded ELF module.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct ModuleInfo {
-    /// Load bias: runtime address = link-time address + bias.
+    /// Load bias: runtime address = link-time address + bias ([`ModuleInfo::load_bias`] is the typed view).
     pub bias: usize,
     /// Full path as the loader knew it (`/proc/self/exe` for the main program, empty for the vDSO).
     pub path: Vec<u8>,
@@ -59,15 +72,77 @@ pub struct ModuleInfo {
 }
 
 impl ModuleInfo {
+    /// The load bias, typed: the one conversion between this module's link-time and runtime addresses.
+    pub fn load_bias(&self) -> LoadBias {
+        LoadBias(self.bias as u64)
+    }
+
+    /// The executable ranges as runtime `[start, end)`, in the order of `exec_ranges`.
+    pub fn runtime_ranges(&self) -> impl Iterator<Item = (RuntimeAddress, RuntimeAddress)> + '_ {
+        let bias = self.load_bias();
+        self.exec_ranges.iter().map(move |range| {
+            (
+                bias.runtime_address(range.start_address()),
+                bias.runtime_address(range.end_address()),
+            )
+        })
+    }
+
     /// Runtime address range `[lowest start, highest end)` covering every executable segment.
-    pub fn runtime_span(&self) -> Option<(usize, usize)> {
+    pub fn runtime_span(&self) -> Option<(RuntimeAddress, RuntimeAddress)> {
+        let bias = self.load_bias();
         let first = self.exec_ranges.first()?;
         let last = self.exec_ranges.last()?;
         Some((
-            self.bias.wrapping_add(first.start as usize),
-            self.bias.wrapping_add(last.end as usize),
+            bias.runtime_address(first.start_address()),
+            bias.runtime_address(last.end_address()),
         ))
     }
+}
+
+/// One PT_LOAD segment of a loaded object, at runtime addresses.
+pub(crate) struct LoadSegment {
+    /// Where the segment's memory starts.
+    pub start: RuntimeAddress,
+    /// The end of its memory image (`p_memsz`; past the file-backed part it is zero-filled).
+    pub end: RuntimeAddress,
+    /// How many bytes from `start` hold the file's bytes (`p_filesz`).
+    pub file_len: usize,
+    pub readable: bool,
+    pub executable: bool,
+}
+
+impl LoadSegment {
+    pub fn contains(&self, address: RuntimeAddress) -> bool {
+        self.start <= address && address < self.end
+    }
+}
+
+/// The runtime address of a program header's link-time `vaddr` in `object`.
+fn runtime_address(object: &LoadedObject<'_>, vaddr: u64) -> RuntimeAddress {
+    object.bias.runtime_address(LinkAddress(vaddr))
+}
+
+/// The PT_LOAD segments of `object`, in program-header order.
+pub(crate) fn load_segments<'a>(
+    object: &'a LoadedObject<'_>,
+) -> impl Iterator<Item = LoadSegment> + 'a {
+    object
+        .program_headers
+        .iter()
+        .filter(|h| h.p_type == PT_LOAD)
+        .map(|h| LoadSegment {
+            start: runtime_address(object, h.p_vaddr),
+            end: runtime_address(object, h.p_vaddr.wrapping_add(h.p_memsz)),
+            file_len: h.p_filesz as usize,
+            readable: h.p_flags & PF_R != 0,
+            executable: h.p_flags & PF_X != 0,
+        })
+}
+
+/// `address + offset`, None past the end of the address space.
+fn advance(address: RuntimeAddress, offset: usize) -> Option<RuntimeAddress> {
+    Some(RuntimeAddress(address.0.checked_add(offset as u64)?))
 }
 
 /// The result of one scan: the modules and the loader's add/remove counters at that moment.
@@ -116,10 +191,10 @@ fn describe(object: &LoadedObject<'_>, identity: &ProcessIdentity, exe_path: &[u
     let lowest_vaddr = headers
         .iter()
         .filter(|h| h.p_type == PT_LOAD)
-        .map(|h| h.p_vaddr as usize & !(page_size() - 1))
+        .map(|h| h.p_vaddr & !(page_size() as u64 - 1))
         .min()
         .unwrap_or(0);
-    let base = object.bias.wrapping_add(lowest_vaddr);
+    let base = runtime_address(object, lowest_vaddr).as_usize();
     let phdr_address = headers.as_ptr() as usize;
     let is_main = identity.main_phdr != 0 && phdr_address == identity.main_phdr;
     let is_vdso = identity.vdso_base != 0 && base == identity.vdso_base;
@@ -158,7 +233,7 @@ fn describe(object: &LoadedObject<'_>, identity: &ProcessIdentity, exe_path: &[u
     exec_ranges.sort();
 
     ModuleInfo {
-        bias: object.bias,
+        bias: object.bias.0 as usize,
         path,
         file_name,
         soname: memory.soname(headers).unwrap_or_default(),
@@ -176,22 +251,17 @@ fn page_size() -> usize {
 
 /// The readable memory of one loaded object, with bounds-checked reads.
 struct ModuleMemory {
-    bias: usize,
-    /// Readable PT_LOAD segments as runtime `[start, end)`.
-    readable: Vec<(usize, usize)>,
+    bias: LoadBias,
+    /// Readable PT_LOAD segments as runtime `[start, end)`. Only the file-backed part is sure to hold the file's
+    /// bytes; the rest is zero-filled but mapped.
+    readable: Vec<(RuntimeAddress, RuntimeAddress)>,
 }
 
 impl ModuleMemory {
     fn new(object: &LoadedObject<'_>) -> Self {
-        let readable = object
-            .program_headers
-            .iter()
-            .filter(|h| h.p_type == PT_LOAD && h.p_flags & PF_R != 0)
-            .map(|h| {
-                let start = object.bias.wrapping_add(h.p_vaddr as usize);
-                // Only the file-backed part is sure to hold the file's bytes; the rest is zero-filled but mapped.
-                (start, start.wrapping_add(h.p_memsz as usize))
-            })
+        let readable = load_segments(object)
+            .filter(|segment| segment.readable)
+            .map(|segment| (segment.start, segment.end))
             .collect();
         ModuleMemory {
             bias: object.bias,
@@ -200,8 +270,8 @@ impl ModuleMemory {
     }
 
     /// `len` bytes at runtime `address`, if they lie inside one readable segment.
-    fn bytes(&self, address: usize, len: usize) -> Option<&[u8]> {
-        let end = address.checked_add(len)?;
+    fn bytes(&self, address: RuntimeAddress, len: usize) -> Option<&[u8]> {
+        let end = advance(address, len)?;
         if !self.readable.iter().any(|&(s, e)| s <= address && end <= e) {
             return None;
         }
@@ -210,19 +280,19 @@ impl ModuleMemory {
         Some(unsafe { sys::mapped_bytes(address, len) })
     }
 
-    /// The bytes of the segment `header` (runtime address = bias + p_vaddr).
+    /// The bytes of the segment `header`.
     fn segment(&self, header: &ProgramHeader) -> Option<&[u8]> {
         self.bytes(
-            self.bias.wrapping_add(header.p_vaddr as usize),
+            self.bias.runtime_address(LinkAddress(header.p_vaddr)),
             header.p_filesz as usize,
         )
     }
 
     /// A dynamic-section pointer value as a runtime address. glibc relocates DT_STRTAB in place for ordinary
     /// objects (absolute) but not for the vDSO (link-time); tell them apart by which one is readable.
-    fn dynamic_pointer(&self, value: u64) -> Option<usize> {
-        let absolute = value as usize;
-        let relocated = self.bias.wrapping_add(value as usize);
+    fn dynamic_pointer(&self, value: u64) -> Option<RuntimeAddress> {
+        let absolute = RuntimeAddress(value);
+        let relocated = self.bias.runtime_address(LinkAddress(value));
         [absolute, relocated]
             .into_iter()
             .find(|&a| self.bytes(a, 1).is_some())
@@ -252,11 +322,11 @@ impl ModuleMemory {
             return None;
         }
         let available = (limit - offset).min(MAX_SONAME);
-        let start = strtab.checked_add(offset)?;
+        let start = advance(strtab, offset)?;
         // Read as much as is readable, up to the first NUL.
         let mut name = Vec::new();
         for i in 0..available {
-            let byte = *self.bytes(start + i, 1)?.first()?;
+            let byte = *self.bytes(advance(start, i)?, 1)?.first()?;
             if byte == 0 {
                 return Some(name);
             }
@@ -362,13 +432,15 @@ mod tests {
         let pc = exec_ranges_are_link_time_and_contain_this_function as *const () as usize;
         let modules = scan_loaded_modules();
         let main = modules.iter().find(|m| m.is_main).unwrap();
-        let link_pc = (pc - main.bias) as u64;
+        let pc = RuntimeAddress::from_usize(pc);
+        let link_pc = main.load_bias().link_address(pc);
         assert!(
             main.exec_ranges
                 .iter()
-                .any(|r| r.start <= link_pc && link_pc < r.end),
+                .any(|r| r.start_address() <= link_pc && link_pc < r.end_address()),
             "{main:#?} {link_pc:#x}"
         );
+        assert!(main.runtime_ranges().any(|(lo, hi)| lo <= pc && pc < hi));
         let (lo, hi) = main.runtime_span().unwrap();
         assert!(lo <= pc && pc < hi);
     }

@@ -16,117 +16,89 @@
 //!   SIG_DFL back and re-raises (the usual crash-handler pattern), the profile is written then.
 //!
 //! The runtime's `sigaction`/`signal` interposers route these signals to [`program_sigaction`], which records
-//! the program's action and answers queries with it, so the program always sees the disposition it set.
+//! the program's action in [`crate::program_actions`] (shared with the runtime's SIGPROF policy) and answers
+//! queries with it, so the program always sees the disposition it set.
 //! `MSLPROF_ABNORMAL_DUMP=0` turns all of this off (nothing is watched, nothing installed). SIGKILL and SIGSTOP
 //! cannot be caught: a process killed by SIGKILL leaves no profile. Code that bypasses libc (raw
 //! `rt_sigaction`) is not seen.
 
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::ffi::{c_int, c_void};
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::events::ProcessEnd;
 use crate::process;
-use crate::sys::{self, SignalAction};
-
-pub use crate::sys::call_program_handler;
+use crate::program_actions::{self, Delivery, ProgramAction};
+use crate::sys::{self, SignalAction, SignalInfo};
 
 /// The watched signals, with whether a kernel-generated instance re-faults when the handler returns.
-const WATCHED_SIGNALS: [(libc::c_int, bool); 8] = [
-    (libc::SIGSEGV, true),
-    (libc::SIGBUS, true),
-    (libc::SIGILL, true),
-    (libc::SIGFPE, true),
-    (libc::SIGABRT, false),
-    (libc::SIGTERM, false),
-    (libc::SIGINT, false),
-    (libc::SIGHUP, false),
+const WATCHED_SIGNALS: [(c_int, bool); 8] = [
+    (sys::SIGSEGV, true),
+    (sys::SIGBUS, true),
+    (sys::SIGILL, true),
+    (sys::SIGFPE, true),
+    (sys::SIGABRT, false),
+    (sys::SIGTERM, false),
+    (sys::SIGINT, false),
+    (sys::SIGHUP, false),
 ];
 
-/// Highest signal number (exclusive) we keep state for.
-const MAX_SIGNAL: usize = 32;
-const MASK_WORDS: usize = std::mem::size_of::<libc::sigset_t>() / 8;
+/// Bit `n` set: signal `n` is watched (its real action is ours, its program action kept in program_actions).
+static WATCHED: AtomicU32 = AtomicU32::new(0);
 
-/// The program's action for one signal, readable from the signal handler (atomics only).
-struct ProgramAction {
-    watched: AtomicBool,
-    handler: AtomicUsize,
-    flags: AtomicI32,
-    mask: [AtomicU64; MASK_WORDS],
-}
-
-impl ProgramAction {
-    const fn new() -> Self {
-        ProgramAction {
-            watched: AtomicBool::new(false),
-            handler: AtomicUsize::new(0),
-            flags: AtomicI32::new(0),
-            mask: [const { AtomicU64::new(0) }; MASK_WORDS],
-        }
-    }
-
-    fn store(&self, action: &SignalAction) {
-        self.handler.store(action.sa_sigaction, Ordering::Relaxed);
-        self.flags.store(action.sa_flags, Ordering::Relaxed);
-        // SAFETY: sigset_t is plain data, MASK_WORDS 64-bit words.
-        let words: [u64; MASK_WORDS] = unsafe { std::mem::transmute_copy(&action.sa_mask) };
-        for (slot, word) in self.mask.iter().zip(words) {
-            slot.store(word, Ordering::Relaxed);
-        }
-    }
-
-    fn load(&self) -> SignalAction {
-        let mut words = [0u64; MASK_WORDS];
-        for (word, slot) in words.iter_mut().zip(&self.mask) {
-            *word = slot.load(Ordering::Relaxed);
-        }
-        let mut action = sys::empty_action();
-        action.sa_sigaction = self.handler.load(Ordering::Relaxed);
-        action.sa_flags = self.flags.load(Ordering::Relaxed);
-        // SAFETY: same size, plain data.
-        action.sa_mask = unsafe { std::mem::transmute_copy(&words) };
-        action
-    }
-}
-
-static PROGRAM: [ProgramAction; MAX_SIGNAL] = [const { ProgramAction::new() }; MAX_SIGNAL];
-
-/// 0: no dump yet; 1: a thread is dumping; 2: the dump is written.
+/// 0: no dump yet; 1: a thread is dumping; 2: the dump is written. Per process (see [`reset_after_fork`]).
 static DUMP_STATE: AtomicU32 = AtomicU32::new(0);
 
-fn slot(signal: libc::c_int) -> Option<&'static ProgramAction> {
-    PROGRAM.get(usize::try_from(signal).ok()?)
+/// Whether loader-hooks keeps the program's action for `signal`.
+pub fn is_watched(signal: c_int) -> bool {
+    u32::try_from(signal)
+        .ok()
+        .and_then(|n| 1u32.checked_shl(n))
+        .is_some_and(|bit| WATCHED.load(Ordering::Acquire) & bit != 0)
 }
 
-/// Whether loader-hooks keeps the program's action for `signal`.
-pub fn is_watched(signal: libc::c_int) -> bool {
-    slot(signal).is_some_and(|s| s.watched.load(Ordering::Acquire))
+/// The program's action for a watched signal.
+fn watched(signal: c_int) -> Option<&'static ProgramAction> {
+    program_actions::of(signal).filter(|_| is_watched(signal))
 }
 
 pub(crate) fn install() {
-    if !process::ABNORMAL_DUMP.load(Ordering::Relaxed) || !sys::resolve_real_sigaction() {
+    if !process::abnormal_dumps_enabled() || !sys::resolve_real_sigaction() {
         return;
     }
     for (signal, _) in WATCHED_SIGNALS {
-        let Some(state) = slot(signal) else { continue };
+        let Some(program) = program_actions::of(signal) else {
+            continue;
+        };
         let mut current = sys::empty_action();
         if !sys::set_and_get_action(signal, None, Some(&mut current)) {
             continue;
         }
-        state.store(&current);
-        state.watched.store(true, Ordering::Release);
-        apply(signal, state);
+        program.record(&current);
+        WATCHED.fetch_or(1 << signal, Ordering::Release);
+        apply(signal, program);
     }
 }
 
+/// In a forked child: no dump is in progress in this process (a parent's thread that was dumping does not
+/// exist here).
+pub(crate) fn reset_after_fork() {
+    DUMP_STATE.store(0, Ordering::Relaxed);
+}
+
 /// Installs the real action that corresponds to the program's action (see the module documentation).
-fn apply(signal: libc::c_int, state: &ProgramAction) {
-    let program = state.load();
-    let real = if program.sa_sigaction == libc::SIG_IGN {
-        program
-    } else if program.sa_sigaction == libc::SIG_DFL {
-        sys::handler_action(on_signal, libc::SA_ONSTACK | libc::SA_RESTART, None)
+fn apply(signal: c_int, program: &ProgramAction) {
+    let action = program.current();
+    let real = if action.sa_sigaction == sys::SIG_IGN {
+        action
+    } else if action.sa_sigaction == sys::SIG_DFL {
+        sys::handler_action(
+            on_signal,
+            sys::SA_ONSTACK | sys::SA_RESTART,
+            &sys::all_signals(),
+        )
     } else {
-        let kept = program.sa_flags & (libc::SA_RESTART | libc::SA_ONSTACK | libc::SA_NODEFER);
-        sys::handler_action(on_signal, kept, Some(&program.sa_mask))
+        let kept = action.sa_flags & (sys::SA_RESTART | sys::SA_ONSTACK | sys::SA_NODEFER);
+        sys::handler_action(on_signal, kept, &action.sa_mask)
     };
     sys::set_and_get_action(signal, Some(&real), None);
 }
@@ -137,59 +109,40 @@ fn apply(signal: libc::c_int, state: &ProgramAction) {
 /// # Safety
 /// `action` and `old` are null or valid, as for `sigaction(2)`.
 pub unsafe fn program_sigaction(
-    signal: libc::c_int,
+    signal: c_int,
     action: *const SignalAction,
     old: *mut SignalAction,
-) -> Option<libc::c_int> {
-    let state = slot(signal).filter(|s| s.watched.load(Ordering::Acquire))?;
-    // SAFETY: the caller passes null or a valid pointer.
-    if let Some(old) = unsafe { old.as_mut() } {
-        *old = state.load();
-    }
-    // SAFETY: the caller passes null or a valid pointer.
-    if let Some(action) = unsafe { action.as_ref() } {
-        state.store(action);
-        apply(signal, state);
+) -> Option<c_int> {
+    let program = watched(signal)?;
+    // SAFETY: the caller's pointers, null or valid.
+    if unsafe { program.exchange(action, old) } {
+        apply(signal, program);
     }
     Some(0)
 }
 
-extern "C" fn on_signal(
-    signal: libc::c_int,
-    info: *mut libc::siginfo_t,
-    context: *mut libc::c_void,
-) {
+extern "C" fn on_signal(signal: c_int, info: *mut SignalInfo, context: *mut c_void) {
     let _errno = sys::SavedErrno::save();
-    let Some(state) = slot(signal) else { return };
-    let handler = state.handler.load(Ordering::Relaxed);
-    let flags = state.flags.load(Ordering::Relaxed);
+    let Some(program) = program_actions::of(signal) else {
+        return;
+    };
     let refaults = WATCHED_SIGNALS.iter().any(|&(s, r)| s == signal && r);
-    // SAFETY: the kernel passes a valid siginfo_t to an SA_SIGINFO handler.
-    let sent_by_kernel = !info.is_null() && unsafe { (*info).si_code } > 0;
-    if handler != libc::SIG_DFL && handler != libc::SIG_IGN {
-        if flags & libc::SA_RESETHAND != 0 {
-            let mut default = state.load();
-            default.sa_sigaction = libc::SIG_DFL;
-            default.sa_flags &= !libc::SA_RESETHAND;
-            state.store(&default);
-            apply(signal, state);
+    // SAFETY: the kernel passes a valid siginfo_t (or null) to an SA_SIGINFO handler.
+    let sent_by_kernel = unsafe { sys::sent_by_kernel(info) };
+    match program.deliver() {
+        Delivery::Handler { handler, flags } => {
+            if flags & sys::SA_RESETHAND != 0 {
+                // deliver() put SIG_DFL back as the program's action: make the real action follow.
+                apply(signal, program);
+            }
+            // SAFETY: the program installed `handler` for `signal` with these flags; info/context are the
+            // kernel's for this delivery, and the kernel applied the program's mask (our real action has it).
+            unsafe { program_actions::call_handler(handler, flags, signal, info, context) };
+            return;
         }
-        // SAFETY: the program installed `handler` for `signal` with these flags; info/context are the
-        // kernel's for this delivery.
-        unsafe {
-            sys::call_program_handler(
-                handler,
-                flags & libc::SA_SIGINFO != 0,
-                signal,
-                info,
-                context,
-            )
-        };
-        return;
-    }
-    if handler == libc::SIG_IGN && !(refaults && sent_by_kernel) {
         // Only in the instant between the program's sigaction and ours: ignored, as the program asked.
-        return;
+        Delivery::Ignore if !(refaults && sent_by_kernel) => return,
+        Delivery::Ignore | Delivery::Default => {}
     }
     // The default action ends the process: write the profile once, then end it the same way.
     match DUMP_STATE.compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire) {

@@ -1,18 +1,24 @@
-//! The one place where loader-hooks calls libc or uses assembly: dl_iterate_phdr, getauxval, raw reads of mapped
-//! ELF memory, the loader-event calls (dlsym, futex, signals, exit_group) and the naked-assembly stubs that
-//! interpose the exec family and dlopen/dlmopen/dlclose.
+//! The one place where loader-hooks calls libc or makes system calls: dl_iterate_phdr, getauxval, raw reads of
+//! mapped ELF memory, dlsym, the futex behind the loader lock, fork handlers, signal actions and masks, and the
+//! process-ending calls. The assembly (exec-family and loader stubs) is in stubs.rs.
+//!
+//! The signal part is public: the runtime's SIGPROF policy (`program_sigprof.rs`) uses the same wrappers and
+//! types, so the program's signal actions are read and set one way in the whole library.
 
 use std::ffi::CStr;
-use std::os::raw::{c_int, c_void};
+use std::os::raw::{c_char, c_int, c_void};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+
+use mslprof_format::{LoadBias, RuntimeAddress};
 
 /// ELF program header. mslprof supports 64-bit Linux targets (x86_64, aarch64) only.
 #[cfg(target_pointer_width = "64")]
-pub type ProgramHeader = libc::Elf64_Phdr;
+pub(crate) type ProgramHeader = libc::Elf64_Phdr;
 
 /// One object as `dl_iterate_phdr` reports it, borrowed for the duration of the callback.
-pub struct LoadedObject<'a> {
+pub(crate) struct LoadedObject<'a> {
     /// `dlpi_addr`: the load bias (runtime address − link-time address).
-    pub bias: usize,
+    pub bias: LoadBias,
     /// `dlpi_name` (empty for the main program).
     pub name: &'a [u8],
     pub program_headers: &'a [ProgramHeader],
@@ -22,7 +28,7 @@ pub struct LoadedObject<'a> {
 }
 
 /// Calls `visit` once per loaded object, in the loader's order, while the loader's lock is held.
-pub fn for_each_loaded_object(visit: &mut dyn FnMut(&LoadedObject<'_>)) {
+pub(crate) fn for_each_loaded_object(visit: &mut dyn FnMut(&LoadedObject<'_>)) {
     unsafe extern "C" fn callback(
         info: *mut libc::dl_phdr_info,
         size: libc::size_t,
@@ -47,7 +53,7 @@ pub fn for_each_loaded_object(visit: &mut dyn FnMut(&LoadedObject<'_>)) {
         // dlpi_adds/dlpi_subs exist only when the loader's struct is big enough to hold them.
         let has_counters = size >= std::mem::offset_of!(libc::dl_phdr_info, dlpi_subs) + 8;
         let object = LoadedObject {
-            bias: info.dlpi_addr as usize,
+            bias: LoadBias(info.dlpi_addr),
             name,
             program_headers,
             adds: if has_counters { info.dlpi_adds } else { 0 },
@@ -70,13 +76,13 @@ pub fn for_each_loaded_object(visit: &mut dyn FnMut(&LoadedObject<'_>)) {
 }
 
 /// `getauxval(kind)`, 0 when absent.
-pub fn aux_value(kind: libc::c_ulong) -> usize {
+pub(crate) fn aux_value(kind: libc::c_ulong) -> usize {
     // SAFETY: getauxval has no preconditions.
     unsafe { libc::getauxval(kind) as usize }
 }
 
 /// The system page size (a power of two).
-pub fn page_size() -> usize {
+pub(crate) fn page_size() -> usize {
     // SAFETY: sysconf has no preconditions.
     let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     if size > 0 && (size as usize).is_power_of_two() {
@@ -86,49 +92,46 @@ pub fn page_size() -> usize {
     }
 }
 
-pub use libc::{AT_BASE, AT_PHDR, AT_SYSINFO_EHDR};
+pub(crate) use libc::{AT_BASE, AT_PHDR, AT_SYSINFO_EHDR};
 
 /// Borrows `len` bytes of the process's memory at `address`.
 ///
 /// # Safety
 /// `[address, address + len)` must lie in readable memory that stays mapped for `'a` (for example inside a
 /// readable PT_LOAD segment of an object that cannot be unloaded meanwhile).
-pub unsafe fn mapped_bytes<'a>(address: usize, len: usize) -> &'a [u8] {
+pub(crate) unsafe fn mapped_bytes<'a>(address: RuntimeAddress, len: usize) -> &'a [u8] {
     // SAFETY: guaranteed by the caller.
-    unsafe { std::slice::from_raw_parts(address as *const u8, len) }
+    unsafe { std::slice::from_raw_parts(address.as_usize() as *const u8, len) }
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// Loader events (owned by the loader-hooks engineer): symbol look-up of the functions we interpose, the
-// thread/process identity calls, the futex behind the loader lock, signals and the process-ending syscalls.
+// Loader events: symbol look-up of the functions we interpose, the thread/process identity calls, the futex
+// behind the loader lock, fork handlers, the environment, a short sleep.
 // ---------------------------------------------------------------------------------------------------------
-
-use std::os::raw::c_char;
-use std::sync::atomic::AtomicU32;
 
 /// The next definition of `name` after libmslprof.so in the lookup order (libc's), or 0.
 ///
 /// `name` must be NUL-terminated.
-pub fn next_definition(name: &[u8]) -> usize {
+pub(crate) fn next_definition(name: &[u8]) -> usize {
     debug_assert_eq!(name.last(), Some(&0));
     // SAFETY: `name` is NUL-terminated; RTLD_NEXT is a valid pseudo-handle for a caller inside a loaded object.
     unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr() as *const c_char) as usize }
 }
 
 /// The calling thread's kernel thread id. Async-signal-safe.
-pub fn thread_id() -> i32 {
+pub(crate) fn thread_id() -> i32 {
     // SAFETY: gettid has no preconditions and cannot fail.
     unsafe { libc::gettid() }
 }
 
 /// The calling process's id (never cached by glibc, so correct in a vfork/clone child). Async-signal-safe.
-pub fn process_id() -> i32 {
+pub(crate) fn process_id() -> i32 {
     // SAFETY: getpid has no preconditions and cannot fail.
     unsafe { libc::getpid() }
 }
 
 /// Blocks until `*word != expected` may hold (spurious wake-ups allowed).
-pub fn futex_wait(word: &AtomicU32, expected: u32) {
+pub(crate) fn futex_wait(word: &AtomicU32, expected: u32) {
     // SAFETY: `word` is a valid, aligned u32 for the whole call; FUTEX_WAIT_PRIVATE only reads it.
     unsafe {
         libc::syscall(
@@ -142,7 +145,7 @@ pub fn futex_wait(word: &AtomicU32, expected: u32) {
 }
 
 /// Wakes one thread blocked in [`futex_wait`] on `word`.
-pub fn futex_wake_one(word: &AtomicU32) {
+pub(crate) fn futex_wake_one(word: &AtomicU32) {
     // SAFETY: `word` is a valid, aligned u32; FUTEX_WAKE_PRIVATE does not access it.
     unsafe {
         libc::syscall(
@@ -172,7 +175,7 @@ impl Drop for SavedErrno {
 }
 
 /// Registers fork handlers (`pthread_atfork`). Returns false when glibc refused (out of memory).
-pub fn register_fork_handlers(
+pub(crate) fn register_fork_handlers(
     prepare: unsafe extern "C" fn(),
     parent: unsafe extern "C" fn(),
     child: unsafe extern "C" fn(),
@@ -181,34 +184,100 @@ pub fn register_fork_handlers(
     unsafe { libc::pthread_atfork(Some(prepare), Some(parent), Some(child)) == 0 }
 }
 
-/// Blocks `signal` in the calling thread; returns whether it was blocked already.
-pub fn block_signal(signal: c_int) -> bool {
-    // SAFETY: both sets are valid local values; pthread_sigmask and sigismember only read/write them.
-    unsafe {
-        let mut block: libc::sigset_t = std::mem::zeroed();
-        let mut old: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut block);
-        libc::sigaddset(&mut block, signal);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &block, &mut old);
-        libc::sigismember(&old, signal) == 1
+/// Reads an environment variable without allocating (`getenv`). Not for use in a signal handler.
+pub(crate) fn environment_value(name: &[u8]) -> Option<&'static [u8]> {
+    debug_assert_eq!(name.last(), Some(&0));
+    // SAFETY: `name` is NUL-terminated; getenv returns a pointer into the environment or NULL.
+    let value = unsafe { libc::getenv(name.as_ptr() as *const c_char) };
+    if value.is_null() {
+        None
+    } else {
+        // SAFETY: a non-NULL getenv result is a NUL-terminated string that lives as long as the environment
+        // entry; we read it immediately at start-up, before the program can change its environment.
+        Some(unsafe { CStr::from_ptr(value) }.to_bytes())
     }
 }
 
+/// Sleeps about 10 ms (nanosleep). Async-signal-safe.
+pub(crate) fn sleep_10ms() {
+    let pause = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 10_000_000,
+    };
+    // SAFETY: `pause` is a valid timespec; the remainder pointer may be NULL.
+    unsafe {
+        libc::nanosleep(&pause, std::ptr::null_mut());
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Signals: actions (through libc's own `sigaction`, since the runtime exports one), masks, delivery. Public for
+// the runtime's SIGPROF policy.
+// ---------------------------------------------------------------------------------------------------------
+
 /// A signal disposition as `sigaction` reports it.
 pub type SignalAction = libc::sigaction;
-
 /// The handler type of an SA_SIGINFO action.
-pub type SignalHandler = extern "C" fn(c_int, *mut libc::siginfo_t, *mut c_void);
+pub type SignalHandler = extern "C" fn(c_int, *mut SignalInfo, *mut c_void);
+/// What the kernel tells an SA_SIGINFO handler about one delivery.
+pub type SignalInfo = libc::siginfo_t;
+/// A set of signals (an action's mask, a thread's mask).
+pub type SignalMask = libc::sigset_t;
+/// A handler value as `signal(2)` takes and returns it (`SIG_DFL`, `SIG_IGN`, `SIG_ERR` or a function).
+pub type SignalDisposition = libc::sighandler_t;
+/// An interval timer's setting, as `setitimer(2)` takes it.
+pub type TimerSetting = libc::itimerval;
 
-/// libc's `sigaction` (the runtime exports its own `sigaction`, which must not be re-entered from here).
+pub use libc::{
+    ITIMER_PROF, SA_NODEFER, SA_ONSTACK, SA_RESETHAND, SA_RESTART, SA_SIGINFO, SIG_DFL, SIG_ERR,
+    SIG_IGN, SIGABRT, SIGBUS, SIGFPE, SIGHUP, SIGILL, SIGINT, SIGPROF, SIGSEGV, SIGTERM,
+};
+
+/// How many 64-bit words a [`SignalMask`] holds.
+pub const MASK_WORDS: usize = std::mem::size_of::<SignalMask>() / 8;
+
+/// The words of `mask`, to keep it in atomics.
+pub fn mask_words(mask: &SignalMask) -> [u64; MASK_WORDS] {
+    // SAFETY: sigset_t is plain data of exactly MASK_WORDS 64-bit words.
+    unsafe { std::mem::transmute_copy(mask) }
+}
+
+/// The mask made of `words` (the inverse of [`mask_words`]).
+pub fn mask_from_words(words: &[u64; MASK_WORDS]) -> SignalMask {
+    // SAFETY: same size, plain data; any bit pattern is a valid sigset_t.
+    unsafe { std::mem::transmute_copy(words) }
+}
+
+/// The empty mask.
+pub fn no_signals() -> SignalMask {
+    mask_from_words(&[0; MASK_WORDS])
+}
+
+/// The mask holding every signal.
+pub fn all_signals() -> SignalMask {
+    let mut mask = no_signals();
+    // SAFETY: a valid sigset_t of ours.
+    unsafe { libc::sigfillset(&mut mask) };
+    mask
+}
+
+/// The mask holding `signal` only.
+fn only(signal: c_int) -> SignalMask {
+    let mut mask = no_signals();
+    // SAFETY: a valid sigset_t of ours.
+    unsafe { libc::sigaddset(&mut mask, signal) };
+    mask
+}
+
+/// libc's `sigaction`, found once (the runtime exports its own `sigaction`, which must not be re-entered).
 fn real_sigaction() -> usize {
-    static REAL: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let known = REAL.load(std::sync::atomic::Ordering::Relaxed);
+    static REAL: AtomicUsize = AtomicUsize::new(0);
+    let known = REAL.load(Ordering::Relaxed);
     if known != 0 {
         return known;
     }
     let found = next_definition(b"sigaction\0");
-    REAL.store(found, std::sync::atomic::Ordering::Relaxed);
+    REAL.store(found, Ordering::Relaxed);
     found
 }
 
@@ -217,23 +286,37 @@ pub fn resolve_real_sigaction() -> bool {
     real_sigaction() != 0
 }
 
+/// libc's `sigaction(signal, action, old)` with its result and errno; -1 (errno untouched) if libc's cannot be
+/// found. Async-signal-safe once resolved.
+///
+/// # Safety
+/// As `sigaction(2)`: `action` and `old` are null or valid.
+pub unsafe fn real_sigaction_call(
+    signal: c_int,
+    action: *const SignalAction,
+    old: *mut SignalAction,
+) -> c_int {
+    let real = real_sigaction();
+    if real == 0 {
+        return -1;
+    }
+    type SigactionFn = unsafe extern "C" fn(c_int, *const SignalAction, *mut SignalAction) -> c_int;
+    // SAFETY: `real` is libc's sigaction, found by dlsym(RTLD_NEXT).
+    let real: SigactionFn = unsafe { std::mem::transmute::<usize, SigactionFn>(real) };
+    // SAFETY: null or valid pointers, as the caller guarantees.
+    unsafe { real(signal, action, old) }
+}
+
 /// libc's `sigaction(signal, new, old)`; false on failure. Async-signal-safe once resolved.
 pub fn set_and_get_action(
     signal: c_int,
     new: Option<&SignalAction>,
     old: Option<&mut SignalAction>,
 ) -> bool {
-    let real = real_sigaction();
-    if real == 0 {
-        return false;
-    }
-    type SigactionFn = unsafe extern "C" fn(c_int, *const SignalAction, *mut SignalAction) -> c_int;
-    // SAFETY: `real` is libc's sigaction, found by dlsym(RTLD_NEXT).
-    let real: SigactionFn = unsafe { std::mem::transmute::<usize, SigactionFn>(real) };
     let new = new.map_or(std::ptr::null(), |n| n as *const SignalAction);
     let old = old.map_or(std::ptr::null_mut(), |o| o as *mut SignalAction);
     // SAFETY: both pointers are null or valid sigaction structs.
-    unsafe { real(signal, new, old) == 0 }
+    unsafe { real_sigaction_call(signal, new, old) == 0 }
 }
 
 /// An all-zero action: SIG_DFL, empty mask, no flags.
@@ -242,28 +325,27 @@ pub fn empty_action() -> SignalAction {
     unsafe { std::mem::zeroed() }
 }
 
-/// An action running `handler` with `flags` (SA_SIGINFO added) and `mask` (None: every signal).
-pub fn handler_action(
-    handler: SignalHandler,
-    flags: c_int,
-    mask: Option<&libc::sigset_t>,
-) -> SignalAction {
+/// An action running `handler` with `flags` (SA_SIGINFO added) and `mask` blocked while it runs.
+pub fn handler_action(handler: SignalHandler, flags: c_int, mask: &SignalMask) -> SignalAction {
     let mut action = empty_action();
     action.sa_sigaction = handler as usize;
-    action.sa_flags = flags | libc::SA_SIGINFO;
-    match mask {
-        Some(mask) => action.sa_mask = *mask,
-        // SAFETY: a valid sigset_t inside our local struct.
-        None => unsafe {
-            libc::sigfillset(&mut action.sa_mask);
-        },
-    }
+    action.sa_flags = flags | SA_SIGINFO;
+    action.sa_mask = *mask;
     action
 }
 
-/// Calls a program's handler the way the kernel would have. The program's mask must already be in force (here
-/// the kernel applied it, since our real action carries the program's mask and flags; the runtime's SIGPROF
-/// handler blocks it itself).
+/// Whether the kernel itself generated this delivery (a fault; `si_code > 0`), rather than `kill`, `raise`
+/// or a timer.
+///
+/// # Safety
+/// `info` is null or the siginfo the kernel passed to an SA_SIGINFO handler.
+pub unsafe fn sent_by_kernel(info: *const SignalInfo) -> bool {
+    // SAFETY: null or valid, as the caller guarantees.
+    unsafe { info.as_ref() }.is_some_and(|info| info.si_code > 0)
+}
+
+/// Calls a program's handler the way the kernel would have: plain or SA_SIGINFO form. Masks are the caller's
+/// business.
 ///
 /// # Safety
 /// `handler` must be a real handler (not SIG_DFL/SIG_IGN) that the program installed for `signal`, with
@@ -272,7 +354,7 @@ pub unsafe fn call_program_handler(
     handler: usize,
     siginfo: bool,
     signal: c_int,
-    info: *mut libc::siginfo_t,
+    info: *mut SignalInfo,
     context: *mut c_void,
 ) {
     // SAFETY: guaranteed by the caller: `handler` has the form its SA_SIGINFO flag says.
@@ -288,14 +370,38 @@ pub unsafe fn call_program_handler(
     }
 }
 
+/// Blocks `signal` in the calling thread; returns whether it was blocked already.
+pub(crate) fn block_signal(signal: c_int) -> bool {
+    let mut old = no_signals();
+    // SAFETY: both sets are valid; pthread_sigmask and sigismember only read/write them.
+    unsafe {
+        libc::pthread_sigmask(libc::SIG_BLOCK, &only(signal), &mut old);
+        libc::sigismember(&old, signal) == 1
+    }
+}
+
 /// Unblocks `signal` in the calling thread. Async-signal-safe.
 pub fn unblock_signal(signal: c_int) {
-    // SAFETY: valid local sigset_t.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, signal);
-        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+    // SAFETY: a valid sigset_t; the old mask is not asked for.
+    unsafe { libc::pthread_sigmask(libc::SIG_UNBLOCK, &only(signal), std::ptr::null_mut()) };
+}
+
+/// Blocks the signals of a mask in this thread for the life of the guard. Async-signal-safe.
+pub struct BlockedSignals(SignalMask);
+
+impl BlockedSignals {
+    pub fn block(mask: &SignalMask) -> BlockedSignals {
+        let mut old = no_signals();
+        // SAFETY: both pointers are valid.
+        unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, mask, &mut old) };
+        BlockedSignals(old)
+    }
+}
+
+impl Drop for BlockedSignals {
+    fn drop(&mut self) {
+        // SAFETY: restoring the mask saved in `block`.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.0, std::ptr::null_mut()) };
     }
 }
 
@@ -312,8 +418,22 @@ pub fn raise_in_this_thread(signal: c_int) {
     }
 }
 
+// ---------------------------------------------------------------------------------------------------------
+// Ending the process.
+// ---------------------------------------------------------------------------------------------------------
+
+/// Calls libc's `_exit` found at `real`.
+///
+/// # Safety
+/// `real` must be libc's `_exit` (found with [`next_definition`]).
+pub(crate) unsafe fn call_exit(real: usize, status: c_int) -> ! {
+    // SAFETY: `real` is libc's `_exit` (caller's guarantee), whose signature this is.
+    let real: extern "C" fn(c_int) -> ! = unsafe { std::mem::transmute(real) };
+    real(status)
+}
+
 /// Ends the process at once with `status` (the exit_group system call). Async-signal-safe.
-pub fn exit_group(status: c_int) -> ! {
+pub(crate) fn exit_group(status: c_int) -> ! {
     // SAFETY: exit_group never returns.
     unsafe {
         libc::syscall(libc::SYS_exit_group, status as libc::c_long);
@@ -324,214 +444,26 @@ pub fn exit_group(status: c_int) -> ! {
     }
 }
 
-/// Reads an environment variable without allocating (`getenv`). Not for use in a signal handler.
-pub fn environment_value(name: &[u8]) -> Option<&'static [u8]> {
-    debug_assert_eq!(name.last(), Some(&0));
-    // SAFETY: `name` is NUL-terminated; getenv returns a pointer into the environment or NULL.
-    let value = unsafe { libc::getenv(name.as_ptr() as *const c_char) };
-    if value.is_null() {
-        None
-    } else {
-        // SAFETY: a non-NULL getenv result is a NUL-terminated string that lives as long as the environment
-        // entry; we read it immediately at start-up, before the program can change its environment.
-        Some(unsafe { CStr::from_ptr(value) }.to_bytes())
-    }
-}
-
-/// Sleeps about 10 ms (nanosleep). Async-signal-safe.
-pub fn sleep_10ms() {
-    let pause = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 10_000_000,
-    };
-    // SAFETY: `pause` is a valid timespec; the remainder pointer may be NULL.
-    unsafe {
-        libc::nanosleep(&pause, std::ptr::null_mut());
-    }
-}
-
 // ---------------------------------------------------------------------------------------------------------
 // Test-only look-ups for the dynamic_loading unit tests (dlsym on a handle, dlerror).
 // ---------------------------------------------------------------------------------------------------------
+
+#[cfg(test)]
+pub(crate) use libc::RTLD_NOW;
 
 /// `dlsym(handle, name)`: the address of `name` in the object behind `handle`, 0 if absent.
 ///
 /// # Safety
 /// `handle` must be a live handle returned by `dlopen` (not yet closed).
 #[cfg(test)]
-pub unsafe fn symbol_address(handle: *mut c_void, name: &CStr) -> usize {
+pub(crate) unsafe fn symbol_address(handle: *mut c_void, name: &CStr) -> usize {
     // SAFETY: `handle` is live (guaranteed by the caller) and `name` is NUL-terminated.
     unsafe { libc::dlsym(handle, name.as_ptr()) as usize }
 }
 
 /// Whether `dlerror` reports a failure of the last dl* call on this thread (reading it clears it).
 #[cfg(test)]
-pub fn loader_error_pending() -> bool {
+pub(crate) fn loader_error_pending() -> bool {
     // SAFETY: dlerror has no preconditions.
     !unsafe { libc::dlerror() }.is_null()
 }
-
-// ---------------------------------------------------------------------------------------------------------
-// Assembly: exec-family stubs. The Rust side (`before_exec`, which writes the PRE_EXEC profile and returns the
-// real function) is in process.rs.
-// ---------------------------------------------------------------------------------------------------------
-
-/// Generates a stub for one exec function. All argument registers and `al` (the vector-register count of a
-/// variadic call) are preserved and the stack is left exactly as the caller built it (variadic `execl` passes
-/// arguments beyond the sixth on the stack), then it jumps to the real function, which never returns here.
-macro_rules! exec_stub {
-    ($name:ident, $index:expr, fn($($arg:ident: $ty:ty),*)) => {
-        /// Interposed exec function: the profile of the current image is written first (flag PRE_EXEC).
-        ///
-        /// # Safety
-        /// The same contract as the libc function of the same name.
-        #[unsafe(naked)]
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name($($arg: $ty),*) -> libc::c_int {
-            core::arch::naked_asm!(
-                "endbr64",
-                "push rdi",
-                "push rsi",
-                "push rdx",
-                "push rcx",
-                "push r8",
-                "push r9",
-                "push rax",
-                "mov edi, {index}",
-                "call {before}",
-                "mov r11, rax",
-                "pop rax",
-                "pop r9",
-                "pop r8",
-                "pop rcx",
-                "pop rdx",
-                "pop rsi",
-                "pop rdi",
-                "test r11, r11",
-                "jz 3f",
-                "jmp r11",
-                "3:",
-                "mov eax, -1",
-                "ret",
-                index = const $index as u32,
-                before = sym crate::process::before_exec,
-            )
-        }
-    };
-}
-
-type CStrPtr = *const libc::c_char;
-type CStrArray = *const *const libc::c_char;
-
-exec_stub!(
-    execve,
-    0,
-    fn(path: CStrPtr, argv: CStrArray, envp: CStrArray)
-);
-exec_stub!(execv, 1, fn(path: CStrPtr, argv: CStrArray));
-exec_stub!(execvp, 2, fn(file: CStrPtr, argv: CStrArray));
-exec_stub!(
-    execvpe,
-    3,
-    fn(file: CStrPtr, argv: CStrArray, envp: CStrArray)
-);
-// The variadic ones are declared with their fixed arguments only; the stub forwards everything untouched.
-exec_stub!(execl, 4, fn(path: CStrPtr, arg0: CStrPtr));
-exec_stub!(execlp, 5, fn(file: CStrPtr, arg0: CStrPtr));
-exec_stub!(execle, 6, fn(path: CStrPtr, arg0: CStrPtr));
-exec_stub!(
-    fexecve,
-    7,
-    fn(fd: libc::c_int, argv: CStrArray, envp: CStrArray)
-);
-exec_stub!(
-    execveat,
-    8,
-    fn(dirfd: libc::c_int, path: CStrPtr, argv: CStrArray, envp: CStrArray, flags: libc::c_int)
-);
-
-// ---------------------------------------------------------------------------------------------------------
-// Assembly: loader stubs (dlopen, dlmopen, dlclose) that keep the caller's return address. The Rust side
-// (`before_loader_call`/`after_loader_call`: loader lock, finding the caller's `ret`, rescans) and the
-// mechanism's description are in dynamic_loading.rs.
-// ---------------------------------------------------------------------------------------------------------
-
-/// A lone `ret` in our own text: the fallback return address the loader stubs hand to the real function.
-///
-/// A naked Rust function rather than a label in `global_asm!`: a label there is local to the codegen unit
-/// that holds the assembly, so a release build (several codegen units) left the reference undefined and
-/// every program that preloaded the runtime died with "undefined symbol: mslprof_loader_ret".
-#[unsafe(naked)]
-extern "C" fn loader_ret() {
-    core::arch::naked_asm!("ret")
-}
-
-/// The address of the lone `ret` in our own text ([`loader_ret`]): the fallback return address the loader
-/// stubs hand to the real function when no `ret` is found in the caller's module.
-pub fn stub_ret_address() -> usize {
-    loader_ret as *const () as usize
-}
-
-/// Generates one interposing stub. On entry the stack holds the caller's return address R (rsp ≡ 8 mod 16).
-/// The argument registers are saved, `before_loader_call(R, entry)` returns the `ret` address G and the real
-/// function F, the arguments are restored, and the stack becomes `[G][continuation][R]` before jumping to F,
-/// so F sees G (in the caller's module) as its return address and runs with the ABI's alignment. F returns to
-/// G, whose `ret` pops the continuation, which calls `after_loader_call(entry)` and returns F's result to R.
-macro_rules! interposer {
-    ($(#[$doc:meta])* $name:ident, $entry:expr, fn($($arg:ident: $ty:ty),*) -> $ret:ty) => {
-        $(#[$doc])*
-        ///
-        /// # Safety
-        /// The same contract as the libc function of the same name.
-        #[unsafe(naked)]
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
-            core::arch::naked_asm!(
-                "endbr64",
-                "push rdi",
-                "push rsi",
-                "push rdx",
-                "push rcx",
-                "sub rsp, 8",
-                "mov rdi, [rsp + 40]",
-                "mov esi, {entry}",
-                "call {before}",
-                "mov r10, rax",
-                "mov r11, rdx",
-                "add rsp, 8",
-                "pop rcx",
-                "pop rdx",
-                "pop rsi",
-                "pop rdi",
-                "lea rax, [rip + 2f]",
-                "push rax",
-                "push r10",
-                "jmp r11",
-                "2:",
-                "push rax",
-                "mov edi, {entry}",
-                "call {after}",
-                "pop rax",
-                "ret",
-                entry = const $entry as u32,
-                before = sym crate::dynamic_loading::before_loader_call,
-                after = sym crate::dynamic_loading::after_loader_call,
-            )
-        }
-    };
-}
-
-interposer!(
-    /// `dlopen`, interposed: loads exactly what libc's would (same calling object), then reports the new modules.
-    dlopen, crate::dynamic_loading::Entry::Open,
-    fn(file: *const libc::c_char, mode: libc::c_int) -> *mut libc::c_void
-);
-interposer!(
-    /// `dlmopen`, interposed like [`dlopen`].
-    dlmopen, crate::dynamic_loading::Entry::OpenInNamespace,
-    fn(namespace: libc::Lmid_t, file: *const libc::c_char, mode: libc::c_int) -> *mut libc::c_void
-);
-interposer!(
-    /// `dlclose`, interposed: reports the modules it really unloaded (none if it only dropped a reference).
-    dlclose, crate::dynamic_loading::Entry::Close, fn(handle: *mut libc::c_void) -> libc::c_int
-);

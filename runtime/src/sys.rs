@@ -278,7 +278,6 @@ pub unsafe fn interrupted_pc(context: *const c_void) -> usize {
     }
 }
 
-pub type SignalHandler = extern "C" fn(i32, *mut libc::siginfo_t, *mut c_void);
 pub type SigactionFn =
     unsafe extern "C" fn(i32, *const libc::sigaction, *mut libc::sigaction) -> i32;
 
@@ -296,47 +295,6 @@ pub unsafe fn call_sigaction(
     let real: SigactionFn = unsafe { std::mem::transmute::<usize, SigactionFn>(real) };
     // SAFETY: pointers valid or null, as the caller guarantees.
     unsafe { real(signal, action, old) }
-}
-
-/// A sigaction that runs `handler` with SA_SIGINFO | SA_RESTART and nothing else blocked.
-pub fn sampling_action(handler: SignalHandler) -> libc::sigaction {
-    // SAFETY: sigaction is plain data; all-zero is valid (empty mask, no flags).
-    let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
-    action.sa_sigaction = handler as usize;
-    action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
-    action
-}
-
-/// Blocks the signals of `mask` in this thread for the life of the returned guard. Async-signal-safe.
-pub struct MaskGuard(libc::sigset_t);
-
-impl MaskGuard {
-    pub fn block(mask: &libc::sigset_t) -> MaskGuard {
-        // SAFETY: sigset_t is plain data.
-        let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
-        // SAFETY: both pointers are valid.
-        unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, mask, &mut old) };
-        MaskGuard(old)
-    }
-}
-
-impl Drop for MaskGuard {
-    fn drop(&mut self) {
-        // SAFETY: restoring the mask saved in `block`.
-        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.0, std::ptr::null_mut()) };
-    }
-}
-
-/// Unblocks `signal` in this thread and sends it to the thread (used to give a signal its default action).
-pub fn unblock_and_raise(signal: i32) {
-    // SAFETY: sigset_t is plain data; the calls get valid pointers.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, signal);
-        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
-        libc::raise(signal);
-    }
 }
 
 /// Registers `function` to run at `exit()` (in this library's `__cxa_atexit` list).

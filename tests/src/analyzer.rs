@@ -1,6 +1,7 @@
 //! Helpers of the analyzer tests (`tests/tests/analyzer*.rs`): building the `-pg` fixtures, running
 //! `mslprof` and GNU gprof side by side, and saying where two reports first differ.
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
@@ -86,17 +87,9 @@ pub fn build_and_run(
     prog: &str,
     gmon_name: &str,
 ) -> PathBuf {
-    let mut cmd = Command::new(compiler);
-    cmd.args(flags).arg("-o").arg(dir.join(prog));
-    for s in sources {
-        cmd.arg(fixtures().join(s));
-    }
-    let out = cmd.output().expect("run compiler");
-    assert!(
-        out.status.success(),
-        "compile failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let mut args: Vec<OsString> = flags.iter().chain(&["-o", prog]).map(Into::into).collect();
+    args.extend(sources.iter().map(|s| fixtures().join(s).into_os_string()));
+    crate::compile(compiler, dir, args);
     let run = Command::new(dir.join(prog))
         .current_dir(dir)
         .stdout(Stdio::null())
@@ -189,4 +182,37 @@ pub fn build_demo(ws: &crate::Workspace) -> PathBuf {
         &[demo.join("demo.c")],
         &["-pg", "-L.", "-lshapes", "-ltext", "-lm"],
     )
+}
+
+/// Builds `libbounds.so` and `prog` linked to it (RUNPATH `$ORIGIN`), both `-pg -O1`, from
+/// `tests/fixtures/bounds/` in `dir`.
+pub fn build_bounds_pg(dir: &Path) {
+    let src = crate::fixtures_dir("bounds");
+    let (library, main) = (src.join("libbounds.c"), src.join("bounds_main.c"));
+    let (library, main) = (library.to_str().unwrap(), main.to_str().unwrap());
+    crate::cc(
+        dir,
+        [
+            "-pg",
+            "-O1",
+            "-fPIC",
+            "-shared",
+            "-o",
+            "libbounds.so",
+            library,
+        ],
+    );
+    crate::cc(
+        dir,
+        [
+            "-pg",
+            "-O1",
+            "-o",
+            "prog",
+            "-Wl,-rpath,$ORIGIN",
+            main,
+            "-L.",
+            "-lbounds",
+        ],
+    );
 }

@@ -10,11 +10,14 @@ pub mod callcounts;
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, ExitStatus, Output};
+use std::time::{Duration, Instant};
 
 use mslprof_format::model::{Module, Profile};
 
 mod sys;
+
+pub use sys::{ChildUsage, wait_with_usage};
 
 /// `target/<profile>/`, found from the running test executable (`target/<profile>/deps/<test>-<hash>`).
 pub fn target_dir() -> PathBuf {
@@ -125,27 +128,13 @@ impl Workspace {
         self.dir.path().join(name)
     }
 
-    /// Runs `cc <args>` in this directory; panics with cc's output on failure.
+    /// Runs `cc <args>` in this directory ([`cc`]).
     pub fn cc<I, S>(&self, args: I)
     where
         I: IntoIterator<Item = S>,
         S: AsRef<OsStr>,
     {
-        let args: Vec<_> = args
-            .into_iter()
-            .map(|a| a.as_ref().to_os_string())
-            .collect();
-        let output = Command::new("cc")
-            .args(&args)
-            .current_dir(self.path())
-            .output()
-            .expect("running cc");
-        assert!(
-            output.status.success(),
-            "cc {:?} failed:\n{}",
-            args,
-            String::from_utf8_lossy(&output.stderr)
-        );
+        cc(self.path(), args);
     }
 
     /// Builds a shared library `file_name` from `sources` (paths) with extra flags, e.g. a soname.
@@ -225,6 +214,40 @@ impl Workspace {
     }
 }
 
+/// Runs the system C compiler, `cc <args>`, in `dir`: the one way the tests build C fixtures. Panics with the
+/// command line and the compiler's messages when it fails.
+pub fn cc<I, S>(dir: &Path, args: I)
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    compile("cc", dir, args);
+}
+
+/// As [`cc`], with another compiler driver named (`gcc`, `g++`), for the tests that compare with GNU gprof
+/// on the compiler gprof documents, or build C++.
+pub fn compile<I, S>(compiler: &str, dir: &Path, args: I)
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    let args: Vec<_> = args
+        .into_iter()
+        .map(|a| a.as_ref().to_os_string())
+        .collect();
+    let output = run(Command::new(compiler).args(&args).current_dir(dir));
+    assert!(
+        output.status.success(),
+        "{compiler} {} failed in {}:\n{}",
+        args.iter()
+            .map(|a| a.to_string_lossy())
+            .collect::<Vec<_>>()
+            .join(" "),
+        dir.display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
 /// Runs `command`, returning its output; panics if it could not be started.
 pub fn run(command: &mut Command) -> Output {
     command
@@ -243,14 +266,14 @@ pub fn assert_success(output: &Output, what: &str) {
     );
 }
 
-/// Like [`run`], and also returns the CPU time (user + system) the process used, from `wait4`.
+/// Like [`run`], and also returns the CPU time (user + system) the process used, from `wait4`
+/// ([`wait_with_usage`]).
 #[expect(
     clippy::zombie_processes,
     reason = "the child is reaped by wait4, which std's Child cannot do"
 )]
-pub fn run_measuring_cpu(command: &mut Command) -> (Output, std::time::Duration) {
+pub fn run_measuring_cpu(command: &mut Command) -> (Output, Duration) {
     use std::io::Read;
-    use std::os::unix::process::ExitStatusExt;
     use std::process::Stdio;
     let mut child = command
         .stdout(Stdio::piped())
@@ -271,14 +294,41 @@ pub fn run_measuring_cpu(command: &mut Command) -> (Output, std::time::Duration)
         .unwrap();
     let stderr = stderr.join().unwrap().unwrap();
     // Reaped here, not by `child`, which is dropped without waiting.
-    let (status, cpu) = sys::wait_with_cpu_time(child.id())
-        .unwrap_or_else(|e| panic!("cannot wait for {command:?}: {e}"));
+    let usage =
+        wait_with_usage(child.id()).unwrap_or_else(|e| panic!("cannot wait for {command:?}: {e}"));
     let output = Output {
-        status: std::process::ExitStatus::from_raw(status),
+        status: usage.status,
         stdout,
         stderr,
     };
-    (output, cpu)
+    (output, usage.cpu())
+}
+
+/// Calls `ready` on `child` every 20 ms until it gives a value, for 20 s at most: the one deadline the tests
+/// give a fixture that should end, or show something, within a second or two. Past it `child` is killed and
+/// reaped, and the test fails saying `hang`. `ready` may fail the test itself (a child that ended too early).
+pub fn wait_until<T>(
+    child: &mut Child,
+    hang: &str,
+    mut ready: impl FnMut(&mut Child) -> Option<T>,
+) -> T {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(value) = ready(child) {
+            return value;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{hang}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits for `child` to end, for 20 s at most ([`wait_until`]).
+pub fn wait_at_most_20s(child: &mut Child, hang: &str) -> ExitStatus {
+    wait_until(child, hang, |c| c.try_wait().expect("wait"))
 }
 
 /// Decodes a profile file with the format-spec reader; panics with the reader's error.

@@ -2,7 +2,7 @@
 //! by name in a module, and summing call counts over a module's load instances.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus};
+use std::process::Command;
 
 use mslprof_format::model::{Module, Profile, module_flags};
 
@@ -119,20 +119,4 @@ pub fn profile_files(workspace: &Workspace) -> Vec<String> {
         .collect();
     names.sort();
     names
-}
-
-/// Waits for `child` to end, for 20 s at most: past that it is killed and the test fails saying `hang`.
-pub fn wait_at_most_20s(child: &mut Child, hang: &str) -> ExitStatus {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            return status;
-        }
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{hang}");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
 }

@@ -1,9 +1,29 @@
-//! The test helpers' one use of raw libc: reaping a child with `wait4` to learn the CPU time it used.
+//! The test helpers' one use of raw libc: reaping a child with `wait4` to learn the resources it used.
 
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
 use std::time::Duration;
 
-/// Waits for the child `pid` and returns its raw wait status and its CPU time (user + system).
-pub fn wait_with_cpu_time(pid: u32) -> std::io::Result<(i32, Duration)> {
+/// What `wait4` reports about a child that ended.
+#[derive(Clone, Copy, Debug)]
+pub struct ChildUsage {
+    pub status: ExitStatus,
+    /// Peak resident set size in KiB.
+    pub max_rss_kib: u64,
+    pub user_cpu: Duration,
+    pub system_cpu: Duration,
+}
+
+impl ChildUsage {
+    /// User and system CPU time together.
+    pub fn cpu(&self) -> Duration {
+        self.user_cpu + self.system_cpu
+    }
+}
+
+/// Waits for the child `pid` (not yet reaped, e.g. a `std::process::Child` never waited for) to end and
+/// returns its exit status and resource usage.
+pub fn wait_with_usage(pid: u32) -> std::io::Result<ChildUsage> {
     let mut status = 0;
     // SAFETY: all-zero is a valid `rusage` (integers and timevals only).
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
@@ -18,7 +38,12 @@ pub fn wait_with_cpu_time(pid: u32) -> std::io::Result<(i32, Duration)> {
             return Err(error);
         }
     }
-    let micros = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
-    let cpu = Duration::from_micros(micros(usage.ru_utime) + micros(usage.ru_stime));
-    Ok((status, cpu))
+    let time =
+        |t: libc::timeval| Duration::from_micros(t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64);
+    Ok(ChildUsage {
+        status: ExitStatus::from_raw(status),
+        max_rss_kib: usage.ru_maxrss as u64,
+        user_cpu: time(usage.ru_utime),
+        system_cpu: time(usage.ru_stime),
+    })
 }

@@ -6,8 +6,8 @@
 
 use std::process::Command;
 
-use mslprof_tests::Workspace;
 use mslprof_tests::analyzer::{assert_same, build_and_run, have, scratch, tools_present};
+use mslprof_tests::{Workspace, compile};
 
 const LINE_OPTIONS: &[&str] = &[
     "-b -l -p",
@@ -105,9 +105,10 @@ fn annotated_source_is_searched_for_like_gprof() {
     for f in ["cycles_main.c", "cycles_other.c"] {
         std::fs::copy(mslprof_tests::analyzer::fixtures().join(f), dir.join(f)).unwrap();
     }
-    let built = Command::new("gcc")
-        .current_dir(&dir)
-        .args([
+    compile(
+        "gcc",
+        &dir,
+        [
             "-pg",
             "-g",
             "-O0",
@@ -115,10 +116,8 @@ fn annotated_source_is_searched_for_like_gprof() {
             "p",
             "cycles_main.c",
             "cycles_other.c",
-        ])
-        .status()
-        .unwrap();
-    assert!(built.success());
+        ],
+    );
     run_for_gmon(&dir, "p");
     std::fs::create_dir(dir.join("src")).unwrap();
     std::fs::rename(dir.join("cycles_main.c"), dir.join("src/cycles_main.c")).unwrap();
@@ -196,14 +195,7 @@ fn file_ordering_matches_gprof() {
     }
     let dir = scratch("lines-fileorder");
     let fx = mslprof_tests::analyzer::fixtures();
-    let cc = |args: &[&str]| {
-        let ok = Command::new("gcc")
-            .current_dir(&dir)
-            .args(args)
-            .status()
-            .unwrap();
-        assert!(ok.success(), "gcc {args:?}");
-    };
+    let cc = |args: &[&str]| compile("gcc", &dir, args);
     let (main_c, other_c) = (fx.join("cycles_main.c"), fx.join("cycles_other.c"));
     cc(&[
         "-pg",

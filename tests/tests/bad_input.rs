@@ -11,10 +11,7 @@ fn text_files_and_folders_are_refused() {
     // A real mslprof profile in the folder, which the bad arguments must not fall back to silently.
     let prog = dir.join("prog");
     std::fs::write(dir.join("main.c"), "int main(void) { return 0; }\n").unwrap();
-    let built = run(Command::new("cc")
-        .current_dir(&*dir)
-        .args(["-o", "prog", "main.c"]));
-    assert!(built.status.success());
+    mslprof_tests::cc(&dir, ["-o", "prog", "main.c"]);
     let ran = run(Command::new(&prog)
         .current_dir(&*dir)
         .env("LD_PRELOAD", mslprof_tests::runtime_library())

@@ -8,16 +8,11 @@ use std::process::Command;
 
 use mslprof_format::model::{Buckets, HistRange};
 use mslprof_tests::analyzer::{have, scratch};
-use mslprof_tests::{analyzer_binary, assert_success, fixtures_dir, run, runtime_library};
+use mslprof_tests::{analyzer_binary, assert_success, cc, fixtures_dir, run, runtime_library};
 use object::{Object, ObjectSymbol};
 
 fn fixture(name: &str) -> PathBuf {
     fixtures_dir("bounds").join(name)
-}
-
-fn cc(dir: &Path, args: &[&str]) {
-    let out = run(Command::new("cc").current_dir(dir).args(args));
-    assert_success(&out, "cc");
 }
 
 /// Builds `u/libbounds.so`, its stripped copy `s/libbounds.so` and `prog` linked against the copy.
@@ -27,7 +22,7 @@ fn build(dir: &Path) {
     let lib = fixture("libbounds.c");
     cc(
         dir,
-        &[
+        [
             "-O1",
             "-fPIC",
             "-shared",
@@ -44,7 +39,7 @@ fn build(dir: &Path) {
     let main = fixture("bounds_main.c");
     cc(
         dir,
-        &[
+        [
             "-O1",
             "-o",
             "prog",

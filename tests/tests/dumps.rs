@@ -5,12 +5,14 @@
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use mslprof_format::model::Profile;
 use mslprof_tests::analyzer::have;
 use mslprof_tests::loader::{calls_into, function};
-use mslprof_tests::{Workspace, assert_success, module, read_profile, run, runtime_library};
+use mslprof_tests::{
+    Workspace, assert_success, module, read_profile, run, runtime_library, wait_until,
+};
 
 fn source(name: &str) -> PathBuf {
     mslprof_tests::fixtures_dir("dumps").join(name)
@@ -98,20 +100,11 @@ fn header_compiles_from_c_and_cplusplus() {
             continue;
         }
         for weak in [None, Some("-DMSLPROF_WEAK")] {
-            let mut cmd = Command::new(compiler);
-            cmd.current_dir(ws.path())
-                .args([
-                    "-fsyntax-only",
-                    "-Wall",
-                    "-Wextra",
-                    "-Werror",
-                    "-pedantic",
-                    standard,
-                ])
-                .arg(&include)
-                .args(weak)
-                .arg(file);
-            assert_success(&run(&mut cmd), &format!("{compiler} {standard} {weak:?}"));
+            let mut args = vec!["-fsyntax-only", "-Wall", "-Wextra", "-Werror", "-pedantic"];
+            args.extend([standard, &include]);
+            args.extend(weak);
+            args.push(file);
+            mslprof_tests::compile(compiler, ws.path(), args);
         }
     }
 }
@@ -134,17 +127,12 @@ fn start_daemon(ws: &Workspace, threads: &str, env: &[(&str, &str)]) -> Child {
 
 /// Waits (20 s at most) until `ws` holds `name`; fails if the daemon ended meanwhile.
 fn wait_for(ws: &Workspace, name: &str, daemon: &mut Child) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !ws.join(name).exists() {
+    wait_until(daemon, &format!("no {name} after 20 s"), |daemon| {
         if let Some(status) = daemon.try_wait().unwrap() {
             panic!("the daemon ended ({status}) before {name} appeared");
         }
-        if Instant::now() > deadline {
-            let _ = daemon.kill();
-            panic!("no {name} after 20 s");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+        ws.join(name).exists().then_some(())
+    });
 }
 
 fn send_usr2(pid: u32) {

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::Command;
 
 use mslprof_tests::analyzer::scratch;
-use mslprof_tests::{assert_success, run};
+use mslprof_tests::{assert_success, cc, run};
 
 #[test]
 fn installed_binary_runs_programs_with_nothing_else() {
@@ -42,12 +42,7 @@ fn installed_binary_runs_programs_with_nothing_else() {
          int main(void) { volatile int a = 0; for (int i = 0; i < 1000; i++) a = leaf(a); return a == 1000 ? 3 : 0; }\n",
     )
     .unwrap();
-    assert_success(
-        &run(Command::new("cc")
-            .current_dir(&*dir)
-            .args(["-pg", "-O0", "-o", "app", "app.c"])),
-        "cc",
-    );
+    cc(&dir, ["-pg", "-O0", "-o", "app", "app.c"]);
     let out = run(Command::new(bin.join("mslprof"))
         .current_dir(&*dir)
         .env_remove("MSLPROF_LIBRARY")
@@ -76,29 +71,13 @@ fn installed_binary_runs_programs_with_nothing_else() {
          for (int i = 0; i < 333; i++) s += abs(-i); return s > 0 ? 0 : 1; }\n",
     )
     .unwrap();
-    assert_success(
-        &run(Command::new("cc").current_dir(&*dir).args([
-            "-O0",
-            "-fPIC",
-            "-shared",
-            "-o",
-            "libleaf.so",
-            "leaf.c",
-        ])),
-        "cc libleaf.so",
+    cc(
+        &dir,
+        ["-O0", "-fPIC", "-shared", "-o", "libleaf.so", "leaf.c"],
     );
-    assert_success(
-        &run(Command::new("cc").current_dir(&*dir).args([
-            "-O0",
-            "-fno-builtin",
-            "-o",
-            "plain",
-            "plain.c",
-            "-L.",
-            "-lleaf",
-            "-Wl,-rpath,$ORIGIN",
-        ])),
-        "cc plain",
+    cc(
+        &dir,
+        "-O0 -fno-builtin -o plain plain.c -L. -lleaf -Wl,-rpath,$ORIGIN".split(' '),
     );
     let calls = |extra: &[&str]| {
         let out = run(Command::new(bin.join("mslprof"))

@@ -8,9 +8,9 @@ use std::process::ExitStatus;
 use mslprof_format::model::{IncompleteCause, Profile, header_flags};
 use mslprof_tests::loader::{
     build_plugins, build_units_program, calls_into, calls_over_instances, function, instances,
-    is_unloaded, profile_files, source, wait_at_most_20s,
+    is_unloaded, profile_files, source,
 };
-use mslprof_tests::{Workspace, run};
+use mslprof_tests::{Workspace, run, wait_at_most_20s};
 
 /// Calls into `unit` (libunits.so) recorded in `profile`.
 fn unit_calls(workspace: &Workspace, profile: &Profile) -> u64 {

@@ -4,8 +4,8 @@
 use std::path::Path;
 use std::process::Command;
 
-use mslprof_tests::analyzer::scratch;
-use mslprof_tests::{analyzer_binary, assert_success, fixtures_dir, run, runtime_library};
+use mslprof_tests::analyzer::{build_bounds_pg, scratch};
+use mslprof_tests::{analyzer_binary, assert_success, run, runtime_library};
 
 fn report(dir: &Path, args: &[&str]) -> String {
     let out = run(Command::new(analyzer_binary()).current_dir(dir).args(args));
@@ -28,40 +28,7 @@ fn share_on_line(text: &str, what: &str) -> Option<String> {
 #[test]
 fn overhead_row_matches_module_table_and_shares_say_what_they_are() {
     let dir = scratch("report-shares");
-    let src = fixtures_dir("bounds");
-    for (args, what) in [
-        (
-            vec![
-                "-pg",
-                "-O1",
-                "-fPIC",
-                "-shared",
-                "-o",
-                "libbounds.so",
-                src.join("libbounds.c").to_str().unwrap().to_string().leak(),
-            ],
-            "library",
-        ),
-        (
-            vec![
-                "-pg",
-                "-O1",
-                "-o",
-                "prog",
-                src.join("bounds_main.c")
-                    .to_str()
-                    .unwrap()
-                    .to_string()
-                    .leak(),
-                "-L.",
-                "-lbounds",
-            ],
-            "program",
-        ),
-    ] {
-        let out = run(Command::new("cc").current_dir(&*dir).args(&args));
-        assert_success(&out, what);
-    }
+    build_bounds_pg(&dir);
     // Every module selected: the runtime's mcount is sampled too.
     let out = run(Command::new(dir.join("prog"))
         .arg("30000000")

@@ -5,8 +5,8 @@
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use mslprof_tests::analyzer::scratch;
-use mslprof_tests::{analyzer_binary, assert_success, fixtures_dir, run};
+use mslprof_tests::analyzer::{build_bounds_pg, scratch};
+use mslprof_tests::{analyzer_binary, assert_success, run};
 
 fn mslprof_run(dir: &Path, args: &[&str]) -> Command {
     let mut cmd = Command::new(analyzer_binary());
@@ -55,31 +55,10 @@ fn gzip_output_is_the_programs_own() {
     );
 }
 
-/// `prog` and `libbounds.so` (both `-pg`) built in `dir`.
-fn build_pg(dir: &Path) {
-    let src = fixtures_dir("bounds");
-    for args in [
-        vec!["-pg", "-O1", "-fPIC", "-shared", "-o", "libbounds.so"],
-        vec!["-pg", "-O1", "-o", "prog", "-Wl,-rpath,$ORIGIN"],
-    ] {
-        let source = if args.contains(&"-shared") {
-            src.join("libbounds.c")
-        } else {
-            src.join("bounds_main.c")
-        };
-        let mut cc = Command::new("cc");
-        cc.current_dir(dir).args(&args).arg(source);
-        if !args.contains(&"-shared") {
-            cc.args(["-L.", "-lbounds"]);
-        }
-        assert_success(&run(&mut cc), "cc");
-    }
-}
-
 #[test]
 fn helper_processes_stay_quiet_and_write_nothing() {
     let dir = scratch("run-quiet");
-    build_pg(&dir);
+    build_bounds_pg(&dir);
     // A wrapper running helpers before the real program: only the program has the selected library.
     let out = run(Command::new("sh")
         .args(["-c", "/bin/true; /bin/true; /bin/true; ./prog 1000"])
@@ -135,7 +114,7 @@ fn helper_processes_stay_quiet_and_write_nothing() {
 #[test]
 fn shell_children_are_summed_and_statuses_pass_through() {
     let dir = scratch("run-tree");
-    build_pg(&dir);
+    build_bounds_pg(&dir);
     let out = run(&mut mslprof_run(
         &dir,
         &[
