@@ -263,3 +263,40 @@ impl Files {
         Ok(inputs)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_read_file_then_problem() {
+        let refused = Error::refused("notes.txt", Refusal::NotElf);
+        assert_eq!(
+            refused.to_string(),
+            "notes.txt: not an ELF file or a profile"
+        );
+        let mismatch = Error::Mismatch {
+            path: "gmon.out".into(),
+            mismatch: Mismatch::ModuleRangeSizes {
+                module: "libfoo.so".into(),
+            },
+        };
+        assert_eq!(
+            mismatch.to_string(),
+            "gmon.out: module libfoo.so: histogram ranges of one file differ in size"
+        );
+        let foreign = Error::NotItsExecutable {
+            exe: "a.out".into(),
+            profile: "gmon.out".into(),
+        };
+        assert_eq!(
+            foreign.to_string(),
+            "a.out: does not belong to gmon.out: its code is not where the profile's samples are"
+        );
+        let io = Error::io("gmon.sum", std::io::Error::from_raw_os_error(libc::EACCES));
+        assert!(
+            io.to_string().starts_with("gmon.sum: Permission denied"),
+            "{io}"
+        );
+    }
+}

@@ -15,6 +15,18 @@ use crate::graph::Graph;
 /// Debugging lines (`-d` bit 256) describing what the scan found, one per call found.
 pub type DebugLines = Vec<String>;
 
+/// Why a module's machine code cannot be scanned for calls (`-c` then warns and goes on without it).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ScanError {
+    #[error("{0}")]
+    Read(#[from] std::io::Error),
+    #[error("{0}")]
+    Parse(#[from] object::Error),
+    #[error("-c is not supported for architecture {0:?}")]
+    Architecture(object::Architecture),
+}
+
 /// Add the static arcs of `module`'s functions to `g`, reading code from the ELF file at `path`.
 /// `accept` filters call targets (GNU input: the address must lie in a histogram range, as in gprof);
 /// `cross_module` resolves PLT calls to functions of the other modules of `g` by symbol name.
@@ -25,14 +37,11 @@ pub fn add_static_arcs(
     accept: &dyn Fn(LinkAddress) -> bool,
     cross_module: bool,
     debug: &mut DebugLines,
-) -> Result<(), String> {
-    let data = std::fs::read(path).map_err(|e| e.to_string())?;
-    let file = object::File::parse(&*data).map_err(|e| e.to_string())?;
+) -> Result<(), ScanError> {
+    let data = std::fs::read(path)?;
+    let file = object::File::parse(&*data)?;
     if file.architecture() != object::Architecture::X86_64 {
-        return Err(format!(
-            "-c is not supported for architecture {:?}",
-            file.architecture()
-        ));
+        return Err(ScanError::Architecture(file.architecture()));
     }
     let plt = if cross_module {
         plt_targets(&file)

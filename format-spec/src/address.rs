@@ -130,4 +130,15 @@ mod tests {
             LinkAddress(0x40_1000)
         );
     }
+
+    #[test]
+    fn link_addresses_take_byte_offsets_and_give_distances() {
+        let a = LinkAddress(0x1000);
+        assert_eq!(a + 0x10, LinkAddress(0x1010));
+        assert_eq!(a - 0x10, LinkAddress(0xff0));
+        assert_eq!(LinkAddress(0x1010) - a, 0x10);
+        assert_eq!(a.offset_from(LinkAddress(0x1010)), 0u64.wrapping_sub(0x10));
+        assert_eq!(LinkAddress(u64::MAX).wrapping_add(1), LinkAddress(0));
+        assert_eq!(LinkAddress(0).wrapping_sub(1), LinkAddress(u64::MAX));
+    }
 }

@@ -156,3 +156,61 @@ pub fn mslprof_hz(profile: &Profile) -> f64 {
         f64::from(header.hz.max(1))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mslprof_format::LinkAddress;
+
+    fn range(start: u64, end: u64, buckets: Vec<u16>) -> HistRange {
+        HistRange {
+            start: LinkAddress(start),
+            end: LinkAddress(end),
+            buckets: Buckets::Dense16(buckets),
+        }
+    }
+
+    fn histogram(ranges: Vec<HistRange>) -> Histogram {
+        Histogram {
+            bucket_bits: 16,
+            ranges,
+        }
+    }
+
+    #[test]
+    fn same_ranges_are_summed_and_others_kept() {
+        let mut sum = Vec::new();
+        add_histogram(
+            &mut sum,
+            histogram(vec![range(0x100, 0x108, vec![1, 0, 65535, 2])]),
+        )
+        .unwrap();
+        add_histogram(
+            &mut sum,
+            histogram(vec![range(0x100, 0x108, vec![4, 0, 1, 0])]),
+        )
+        .unwrap();
+        add_histogram(&mut sum, histogram(vec![range(0x200, 0x204, vec![7, 0])])).unwrap();
+        assert_eq!(sum.len(), 2);
+        // Sums beyond 16 bits are kept (gprof's gmon.sum then writes them in several records).
+        assert_eq!(
+            sum[0].buckets.nonzero().collect::<Vec<_>>(),
+            vec![(0, 5), (2, 65536), (3, 2)]
+        );
+        assert_eq!(sum[1].buckets.nonzero().collect::<Vec<_>>(), vec![(0, 7)]);
+    }
+
+    #[test]
+    fn overlapping_or_resized_ranges_are_refused() {
+        let mut sum = Vec::new();
+        add_histogram(&mut sum, histogram(vec![range(0x100, 0x108, vec![1; 4])])).unwrap();
+        assert!(matches!(
+            add_histogram(&mut sum, histogram(vec![range(0x104, 0x10c, vec![1; 4])])),
+            Err(Mismatch::Overlap)
+        ));
+        assert!(matches!(
+            add_histogram(&mut sum, histogram(vec![range(0x100, 0x108, vec![1; 2])])),
+            Err(Mismatch::RangeSizes)
+        ));
+    }
+}
