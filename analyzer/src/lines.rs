@@ -95,18 +95,16 @@ fn source_of(
     }
     let name = match name {
         Some(n) => n,
-        None => containing(funcs, addr)?.name.clone(),
+        None => containing(funcs, LinkAddress(addr))?.name.clone(),
     };
     Some((name, file.to_string(), line))
 }
 
 /// The function symbol whose range holds `addr` (gprof's `sym_lookup`).
-fn containing(funcs: &[FunctionSymbol], addr: u64) -> Option<&FunctionSymbol> {
-    let i = funcs
-        .partition_point(|s| s.addr <= LinkAddress(addr))
-        .checked_sub(1)?;
+fn containing(funcs: &[FunctionSymbol], addr: LinkAddress) -> Option<&FunctionSymbol> {
+    let i = funcs.partition_point(|s| s.addr <= addr).checked_sub(1)?;
     let s = &funcs[i];
-    (addr <= s.end_addr.0).then_some(s)
+    (addr <= s.end_addr).then_some(s)
 }
 
 /// The line symbols of `text` (the range gprof walks, usually `.text`), in address order. `funcs` are the
@@ -143,7 +141,7 @@ pub fn line_symbols(
         let is_static = if same_function {
             out.last().is_some_and(|p| p.is_static)
         } else {
-            containing(funcs, addr).is_some_and(|s| s.is_static)
+            containing(funcs, LinkAddress(addr)).is_some_and(|s| s.is_static)
         };
         out.push(FunctionSymbol {
             name,

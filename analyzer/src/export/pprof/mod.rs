@@ -9,6 +9,7 @@ pub mod proto;
 use std::collections::HashMap;
 use std::io::{self, Write};
 
+use mslprof_format::LinkAddress;
 use mslprof_format::model::UNKNOWN_KEY;
 use prost::Message as _;
 
@@ -21,7 +22,7 @@ struct Builder<'a> {
     out: Profile,
     strings: HashMap<String, i64>,
     functions: HashMap<usize, u64>,
-    locations: HashMap<(usize, u64), u64>,
+    locations: HashMap<(usize, LinkAddress), u64>,
 }
 
 impl Builder<'_> {
@@ -57,7 +58,7 @@ impl Builder<'_> {
     }
 
     /// The location of `address` in module `m`, in function `s`.
-    fn location(&mut self, m: usize, address: u64, s: usize) -> u64 {
+    fn location(&mut self, m: usize, address: LinkAddress, s: usize) -> u64 {
         if let Some(&id) = self.locations.get(&(m, address)) {
             return id;
         }
@@ -66,7 +67,7 @@ impl Builder<'_> {
         self.out.location.push(Location {
             id,
             mapping_id: m as u64 + 1,
-            address,
+            address: address.0,
             line: vec![Line {
                 function_id,
                 line: 0,
@@ -137,7 +138,7 @@ pub fn profile(p: &Prepared) -> Profile {
                 for (i, count) in r.buckets.nonzero() {
                     let addr = r.start + i * width;
                     let Some(s) = g.lookup(m, addr) else { continue };
-                    let loc = b.location(m, addr.0, s);
+                    let loc = b.location(m, addr, s);
                     b.out.sample.push(Sample {
                         location_id: vec![loc],
                         value: vec![i64::from(count), 0],
@@ -151,11 +152,11 @@ pub fn profile(p: &Prepared) -> Profile {
                 continue;
             };
             let entry = g.syms[callee].symbol.addr;
-            let mut frames = vec![b.location(m, entry.0, callee)];
+            let mut frames = vec![b.location(m, entry, callee)];
             if a.caller_key != UNKNOWN_KEY {
                 let cm = a.caller_key as usize - 1;
                 if let Some(caller) = g.lookup(cm, a.caller_address) {
-                    frames.push(b.location(cm, a.caller_address.0, caller));
+                    frames.push(b.location(cm, a.caller_address, caller));
                 }
             }
             b.out.sample.push(Sample {
