@@ -14,7 +14,7 @@ use crate::stages::samples::GnuHistogram;
 use crate::stages::{arcs, graph, render, samples, symbols};
 use crate::style::Style;
 
-use super::Outcome;
+use crate::report::outcome::Outcome;
 
 /// Analyse GNU gmon.out inputs against `exe`.
 ///

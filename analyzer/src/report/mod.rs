@@ -5,6 +5,7 @@
 
 pub mod gnu;
 pub mod mslprof;
+mod outcome;
 
 use std::path::{Path, PathBuf};
 
@@ -15,13 +16,7 @@ use crate::options::Options;
 use crate::output::Out;
 
 pub use mslprof::Analysis;
-
-/// What a report leaves besides its printed text: warnings for stderr, and the `gmon.sum` bytes when `-s`
-/// is given.
-pub struct Outcome {
-    pub warnings: Vec<String>,
-    pub summary: Option<Vec<u8>>,
-}
+pub use outcome::Outcome;
 
 /// Read the profiles and run the right analysis: mslprof profiles need no executable (`exe` replaces the
 /// main program's recorded path); GNU and BSD gmon.out are read against `exe` (default `a.out`).

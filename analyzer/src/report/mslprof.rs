@@ -18,7 +18,7 @@ use crate::stages::{arcs, graph, render, samples, symbols};
 use crate::style::Style;
 use crate::symspec::Filters;
 
-use super::Outcome;
+use crate::report::outcome::Outcome;
 
 /// The analysis of a merged mslprof profile that the report and the exports share: every profiled
 /// module's symbols, the arcs tallied between them and the samples credited to them (time is not yet
