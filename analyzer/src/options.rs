@@ -107,6 +107,20 @@ impl Options {
     }
 }
 
+/// A command line whose options cannot make a report (printed as `mslprof: PROBLEM`, exit status 1).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OptionsError {
+    #[error("unknown demangling style `{0}'")]
+    DemanglingStyle(String),
+    #[error("-r and -R cannot be combined; run them separately")]
+    FunctionAndFileOrder,
+    #[error("sorry, file format `prof' is not yet supported")]
+    ProfFormat,
+    #[error("unknown file format `{0}'")]
+    FileFormat(String),
+}
+
 /// gprof's `AOUTDEBUG` bit of `-d`: the symbol table.
 pub const DEBUG_SYMBOLS: u32 = 128;
 /// gprof's `CALLDEBUG` bit of `-d`: the static call graph (`-c`).

@@ -9,7 +9,7 @@ use clap::Parser;
 use mslprof_format::InputFormat;
 
 use mslprof_analyzer::input::{Error, is_mslprof_file};
-use mslprof_analyzer::options::Options;
+use mslprof_analyzer::options::{Options, OptionsError};
 use mslprof_analyzer::output::Out;
 use mslprof_analyzer::report::analyse;
 use mslprof_analyzer::symbols::Demangle;
@@ -304,7 +304,7 @@ fn normalize(args: &[String]) -> Vec<String> {
     out
 }
 
-fn options_from(cli: &Cli) -> Result<Options, String> {
+fn options_from(cli: &Cli) -> Result<Options, OptionsError> {
     let mut o = Options {
         no_static: cli.no_static,
         brief: cli.brief,
@@ -340,7 +340,7 @@ fn options_from(cli: &Cli) -> Result<Options, String> {
         o.demangle = Demangle::None;
     } else if let Some(style) = &cli.demangle {
         o.demangle = Demangle::from_style(style)
-            .ok_or_else(|| format!("unknown demangling style `{style}'"))?;
+            .ok_or_else(|| OptionsError::DemanglingStyle(style.clone()))?;
     }
     for s in &cli.flat_profile {
         if !s.is_empty() {
@@ -452,7 +452,7 @@ fn options_from(cli: &Cli) -> Result<Options, String> {
     if cli.function_ordering && cli.file_ordering.is_some() {
         // gprof runs the file order over the state its function order left behind; mslprof does not
         // reproduce that mix.
-        return Err("-r and -R cannot be combined; run them separately".into());
+        return Err(OptionsError::FunctionAndFileOrder);
     }
     if let Some(f) = &cli.file_format {
         o.file_format = match f.as_str() {
@@ -460,8 +460,8 @@ fn options_from(cli: &Cli) -> Result<Options, String> {
             "magic" => InputFormat::Magic,
             "bsd" => InputFormat::Bsd,
             "4.4bsd" => InputFormat::Bsd44,
-            "prof" => return Err("sorry, file format `prof' is not yet supported".into()),
-            other => return Err(format!("unknown file format `{other}'")),
+            "prof" => return Err(OptionsError::ProfFormat),
+            other => return Err(OptionsError::FileFormat(other.to_string())),
         };
     }
     Ok(o)
@@ -538,5 +538,38 @@ pub(crate) fn report_main(args: &[String]) -> ExitCode {
             }
         }
         Err(f) => fail(&f),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options_error(args: &[&str]) -> String {
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        let cli =
+            Cli::try_parse_from(std::iter::once("mslprof".to_string()).chain(normalize(&args)))
+                .expect("the command line parses");
+        match options_from(&cli) {
+            Ok(_) => panic!("{args:?} made options"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn option_errors_keep_gprof_wording() {
+        assert_eq!(
+            options_error(&["--demangle=foo"]),
+            "unknown demangling style `foo'"
+        );
+        assert_eq!(
+            options_error(&["-r", "-Rmap"]),
+            "-r and -R cannot be combined; run them separately"
+        );
+        assert_eq!(
+            options_error(&["-Oprof"]),
+            "sorry, file format `prof' is not yet supported"
+        );
+        assert_eq!(options_error(&["-O", "zzz"]), "unknown file format `zzz'");
     }
 }
