@@ -4,6 +4,7 @@
 //! - [`write()`] writes a [`Profile`] as an mslprof file; [`stream`] is the allocation-free encoder under it that
 //!   the runtime uses directly.
 //! - [`write_gnu`] writes a single-module profile as a GNU gmon.out for GNU gprof.
+//! - [`naming`] is the rule that names the runtime's output files (`GPROFDIR`, `GMON_OUT_PREFIX`, `gmon.out`).
 
 pub mod address;
 mod bsd;
@@ -13,6 +14,7 @@ mod gnu;
 mod layout;
 pub mod model;
 mod mslprof;
+pub mod naming;
 pub mod stream;
 mod write;
 

@@ -5,6 +5,8 @@
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
 
+pub use mslprof_format::naming::{OutputRule, output_rule};
+
 use crate::histogram::BucketBits;
 use crate::selection::Selection;
 use crate::sys;
@@ -16,19 +18,6 @@ pub const MAX_HZ: u32 = 100_000;
 /// The symbol a program may define to choose its bucket width at link time (`int`, 16 or 32).
 pub const BUCKET_SIZE_SYMBOL: &std::ffi::CStr = c"mslprof_profilebucketsize";
 
-/// Where the profile goes at exit.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum OutputRule {
-    /// `GPROFDIR` set to the empty string: no output.
-    Nothing,
-    /// `GPROFDIR=dir`: `dir/PID.progname`.
-    Directory(Vec<u8>),
-    /// `GMON_OUT_PREFIX=p`: `p.PID`.
-    Prefix(Vec<u8>),
-    /// `gmon.out` in the working directory at exit (`gmon.out.PID` in a forked child).
-    Default,
-}
-
 #[derive(Debug)]
 pub struct Settings {
     pub hz: u32,
@@ -37,6 +26,13 @@ pub struct Settings {
     pub output: OutputRule,
     /// argv[0] without its directories.
     pub program_name: Vec<u8>,
+}
+
+impl Settings {
+    /// The file process `pid` writes (`pid_named`: a forked child or a descendant); `None` for no file.
+    pub fn output_path(&self, pid: u32, pid_named: bool) -> Option<Vec<u8>> {
+        self.output.path(pid, &self.program_name, pid_named)
+    }
 }
 
 fn env(name: &str) -> Option<OsString> {
@@ -143,41 +139,6 @@ pub fn bucket_bits(value: Option<&[u8]>, link_time: Option<BucketBits>) -> Bucke
     }
 }
 
-/// GPROFDIR (even empty) wins over GMON_OUT_PREFIX, which wins over `gmon.out`.
-pub fn output_rule(gprofdir: Option<&[u8]>, prefix: Option<&[u8]>) -> OutputRule {
-    match (gprofdir, prefix) {
-        (Some([]), _) => OutputRule::Nothing,
-        (Some(dir), _) => OutputRule::Directory(dir.to_vec()),
-        (None, Some(prefix)) if !prefix.is_empty() => OutputRule::Prefix(prefix.to_vec()),
-        _ => OutputRule::Default,
-    }
-}
-
-impl OutputRule {
-    /// The file to write for process `pid`; `forked_child` selects `gmon.out.PID` for the default rule.
-    pub fn path(&self, pid: u32, program_name: &[u8], forked_child: bool) -> Option<Vec<u8>> {
-        let pid = pid.to_string();
-        match self {
-            OutputRule::Nothing => None,
-            OutputRule::Directory(dir) => {
-                let mut path = dir.clone();
-                if !path.ends_with(b"/") {
-                    path.push(b'/');
-                }
-                path.extend_from_slice(pid.as_bytes());
-                path.push(b'.');
-                path.extend_from_slice(program_name);
-                Some(path)
-            }
-            OutputRule::Prefix(prefix) => Some([prefix.as_slice(), b".", pid.as_bytes()].concat()),
-            OutputRule::Default if forked_child => {
-                Some([&b"gmon.out."[..], pid.as_bytes()].concat())
-            }
-            OutputRule::Default => Some(b"gmon.out".to_vec()),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -203,41 +164,5 @@ mod tests {
             bucket_bits(Some(b"64"), Some(BucketBits::ThirtyTwo)),
             BucketBits::ThirtyTwo
         );
-    }
-
-    #[test]
-    fn output_naming_rules() {
-        assert_eq!(output_rule(Some(b""), Some(b"p")), OutputRule::Nothing);
-        assert_eq!(
-            output_rule(Some(b"/tmp/d"), Some(b"p"))
-                .path(42, b"app", false)
-                .unwrap(),
-            b"/tmp/d/42.app"
-        );
-        assert_eq!(
-            output_rule(Some(b"d/"), None)
-                .path(42, b"app", true)
-                .unwrap(),
-            b"d/42.app"
-        );
-        assert_eq!(
-            output_rule(None, Some(b"out/prof"))
-                .path(7, b"app", false)
-                .unwrap(),
-            b"out/prof.7"
-        );
-        assert_eq!(
-            output_rule(None, Some(b"")).path(7, b"app", false).unwrap(),
-            b"gmon.out"
-        );
-        assert_eq!(
-            output_rule(None, None).path(7, b"app", false).unwrap(),
-            b"gmon.out"
-        );
-        assert_eq!(
-            output_rule(None, None).path(7, b"app", true).unwrap(),
-            b"gmon.out.7"
-        );
-        assert_eq!(OutputRule::Nothing.path(7, b"app", false), None);
     }
 }

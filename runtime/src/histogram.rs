@@ -10,6 +10,7 @@
 
 use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, Ordering};
 
+use mslprof_format::LinkAddress;
 use mslprof_loader_hooks::LinkRange;
 
 use crate::sys;
@@ -81,7 +82,7 @@ impl Histogram {
         let base = if bytes == 0 {
             0
         } else {
-            sys::reserve_zeroed(bytes)?
+            sys::map_zeroed(bytes)? as usize
         };
         Some(Histogram {
             base,
@@ -104,13 +105,19 @@ impl Histogram {
         self.bucket_count
     }
 
+    /// Bytes of bucket memory.
+    pub fn byte_len(&self) -> usize {
+        self.bucket_count * self.bucket_bits.bytes()
+    }
+
     /// How many 16-bit buckets reached 65535 and stopped counting.
     pub fn saturated_buckets(&self) -> u64 {
         self.saturated.load(Ordering::Relaxed)
     }
 
     /// The bucket index of a link-time address, if the histogram covers it.
-    pub fn bucket_of(&self, address: u64) -> Option<usize> {
+    pub fn bucket_of(&self, address: LinkAddress) -> Option<usize> {
+        let LinkAddress(address) = address;
         let range = self
             .ranges
             .iter()
@@ -120,7 +127,7 @@ impl Histogram {
 
     /// Counts one sample at a link-time address. Async-signal-safe: atomics only. Returns false when the
     /// address is outside the histogram.
-    pub fn record(&self, address: u64) -> bool {
+    pub fn record(&self, address: LinkAddress) -> bool {
         let Some(index) = self.bucket_of(address) else {
             return false;
         };
@@ -150,14 +157,14 @@ impl Histogram {
     /// Sets every bucket and the saturation count back to zero (a forked child starts afresh). Touches only
     /// pages that hold counts. Only valid while no handler can write (after fork there is one thread).
     pub fn reset(&self) {
-        for (index, _) in self.nonzero_buckets() {
+        self.for_each_nonzero(|index, _| {
             if let Some(bucket) = self.buckets16().get(index as usize) {
                 bucket.store(0, Ordering::Relaxed);
             }
             if let Some(bucket) = self.buckets32().get(index as usize) {
                 bucket.store(0, Ordering::Relaxed);
             }
-        }
+        });
         self.saturated.store(0, Ordering::Relaxed);
     }
 
@@ -200,19 +207,26 @@ impl Histogram {
         unsafe { std::slice::from_raw_parts(atomics.as_ptr() as *const u32, atomics.len()) }
     }
 
-    /// The non-zero buckets as (index, count), skipping pages that were never touched (they are all zero, and
-    /// reading them would only map the zero page). Meant for moments when no handler writes.
-    pub fn nonzero_buckets(&self) -> Vec<(u64, u32)> {
+    /// Visits the non-zero buckets as (index, count) in index order, skipping pages that were never touched
+    /// (they are all zero, and reading them would only map the zero page). Allocates nothing (the fatal-signal
+    /// dump uses it). Meant for moments when no handler writes.
+    pub fn for_each_nonzero(&self, mut visit: impl FnMut(u64, u32)) {
+        /// Pages asked about per `mincore` call (one byte each, on the stack).
+        const PAGES_PER_QUERY: usize = 256;
         let width = self.bucket_bits.bytes();
         let bytes = self.bucket_count * width;
         let page = sys::page_size();
-        let resident = sys::resident_pages(self.base, bytes);
-        let mut entries = Vec::new();
+        let mut resident = [0u8; PAGES_PER_QUERY];
         for (page_index, first_byte) in (0..bytes).step_by(page).enumerate() {
-            if resident
-                .as_ref()
-                .is_some_and(|r| !r.get(page_index).copied().unwrap_or(true))
-            {
+            let slot = page_index % PAGES_PER_QUERY;
+            if slot == 0 {
+                let len = (bytes - first_byte).min(PAGES_PER_QUERY * page);
+                // Unknown residency (the kernel refused): every page is read.
+                if !sys::resident_pages(self.base + first_byte, len, &mut resident) {
+                    resident.fill(1);
+                }
+            }
+            if resident[slot] & 1 == 0 {
                 continue;
             }
             let first = first_byte / width;
@@ -225,10 +239,16 @@ impl Histogram {
                     BucketBits::ThirtyTwo => self.buckets32()[index].load(Ordering::Relaxed),
                 };
                 if count != 0 {
-                    entries.push((index as u64, count));
+                    visit(index as u64, count);
                 }
             }
         }
+    }
+
+    /// The non-zero buckets as (index, count); see [`Histogram::for_each_nonzero`].
+    pub fn nonzero_buckets(&self) -> Vec<(u64, u32)> {
+        let mut entries = Vec::new();
+        self.for_each_nonzero(|index, count| entries.push((index, count)));
         entries
     }
 
@@ -327,12 +347,12 @@ mod tests {
             BucketBits::Sixteen,
         )
         .unwrap();
-        assert!(!h.record(0xfff));
-        assert!(!h.record(0x1100));
+        assert!(!h.record(LinkAddress(0xfff)));
+        assert!(!h.record(LinkAddress(0x1100)));
         for _ in 0..70_000 {
-            assert!(h.record(0x1005));
+            assert!(h.record(LinkAddress(0x1005)));
         }
-        h.record(0x10ff);
+        h.record(LinkAddress(0x10ff));
         assert_eq!(h.buckets16()[1].load(Ordering::Relaxed), u16::MAX);
         assert_eq!(h.buckets16()[63].load(Ordering::Relaxed), 1);
         assert_eq!(h.saturated_buckets(), 1);
@@ -343,7 +363,7 @@ mod tests {
     fn thirty_two_bit_buckets_count_past_65535() {
         let h = Histogram::new(&[LinkRange { start: 0, end: 64 }], BucketBits::ThirtyTwo).unwrap();
         for _ in 0..70_000 {
-            h.record(8);
+            h.record(LinkAddress(8));
         }
         assert_eq!(h.buckets32()[2].load(Ordering::Relaxed), 70_000);
         assert_eq!(h.saturated_buckets(), 0);
@@ -362,9 +382,9 @@ mod tests {
         )
         .unwrap();
         assert_eq!(h.bucket_count(), 1 << 28);
-        assert!(h.record(12_345_678));
-        assert!(h.record(12_345_678));
-        assert!(h.record(1 << 29));
+        assert!(h.record(LinkAddress(12_345_678)));
+        assert!(h.record(LinkAddress(12_345_678)));
+        assert!(h.record(LinkAddress(1 << 29)));
         assert_eq!(h.buckets16()[12_345_678 / 4].load(Ordering::Relaxed), 2);
         assert_eq!(h.buckets16()[1 << 27].load(Ordering::Relaxed), 1);
         assert_eq!(h.nonzero_buckets(), vec![(12_345_678 / 4, 2), (1 << 27, 1)]);

@@ -7,41 +7,29 @@
 pub mod arcs;
 pub mod config;
 pub mod dump;
+pub mod ending;
+pub mod exports;
 pub mod glibc_gmon;
 pub mod histogram;
-mod interpose;
 pub mod lifecycle;
 pub mod mcount;
 pub mod modules;
 pub mod on_demand;
-pub mod plt;
 pub mod program_sigprof;
 mod reexec;
 pub mod sampler;
 pub mod selection;
 pub mod smonitor;
+pub mod status;
 mod sys;
 
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::Ordering;
 
-use config::Settings;
+use mslprof_format::{LinkAddress, LoadBias, RuntimeAddress};
+
 use modules::ModulePolicy;
-
-const NOT_STARTED: u8 = 0;
-const STARTING: u8 = 1;
-const ACTIVE: u8 = 2;
-const INERT: u8 = 3;
-/// Linked into an executable as an rlib (the runtime's own tests): only [`start_explicitly`] starts it.
-const EMBEDDED: u8 = 4;
-
-static STATE: AtomicU8 = AtomicU8::new(NOT_STARTED);
-static SETTINGS: OnceLock<Settings> = OnceLock::new();
-
-/// The settings read at start-up (`None` before, or when the runtime is inert).
-pub fn settings() -> Option<&'static Settings> {
-    SETTINGS.get()
-}
+use status::{ACTIVE, EMBEDDED, INERT, NOT_STARTED, STARTING, STATE};
+pub use status::{is_active, settings};
 
 /// The policy for modules that join the table (start-up scan, and later loads).
 pub fn module_policy() -> Option<ModulePolicy<'static>> {
@@ -94,18 +82,19 @@ fn start(explicit: bool) -> u8 {
         return INERT;
     }
     let scan = mslprof_loader_hooks::scan();
-    let here = ensure_started as *const () as usize;
+    let here = RuntimeAddress::from_usize(ensure_started as *const () as usize);
     let inside_main_program = scan.modules.iter().any(|m| {
+        let LinkAddress(here) = LoadBias(m.bias as u64).link_address(here);
         m.is_main
             && m.exec_ranges
                 .iter()
-                .any(|r| (r.start..r.end).contains(&(here.wrapping_sub(m.bias) as u64)))
+                .any(|r| (r.start..r.end).contains(&here))
     });
     if inside_main_program && !explicit {
         // Linked into an executable as an rlib (the runtime's own tests): not a profiling session.
         return EMBEDDED;
     }
-    let settings = SETTINGS.get_or_init(Settings::from_environment);
+    let settings = status::settings_from_environment();
     let policy = ModulePolicy {
         selection: &settings.selection,
         bucket_bits: settings.bucket_bits,
@@ -115,20 +104,15 @@ fn start(explicit: bool) -> u8 {
             table.add(info);
         }
     });
-    dump::note_start();
+    dump::DUMP.note_start();
     if !sampler::start(settings.hz) {
         sys::stderr_line(&[b"mslprof: cannot install the SIGPROF handler; profiling is off\n"]);
         return INERT;
     }
     sys::at_exit(dump_at_exit);
-    lifecycle::install();
+    lifecycle::install(settings);
     on_demand::start_from_environment();
     ACTIVE
-}
-
-/// Whether profiling is active in this process.
-pub fn is_active() -> bool {
-    STATE.load(Ordering::Acquire) == ACTIVE
 }
 
 extern "C" fn dump_at_exit() {
@@ -146,12 +130,7 @@ extern "C" fn dump_at_exit() {
 /// Turns profiling off after an internal error: one stderr line, and the program carries on.
 pub fn internal_fault(what: &[u8]) {
     sampler::stop_and_quiesce();
-    STATE.store(INERT, Ordering::Release);
-    sys::stderr_line(&[
-        b"mslprof: internal error in ",
-        what,
-        b"; profiling is off\n",
-    ]);
+    status::turn_off(what);
 }
 
 /// glibc calls `.init_array` functions with the program's `argc`, `argv` and `envp`.

@@ -10,25 +10,21 @@
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
+use mslprof_format::{LinkAddress, LoadBias, RuntimeAddress};
 use mslprof_loader_hooks::ModuleInfo;
 
 use crate::histogram::{BucketBits, Histogram};
 use crate::selection::Selection;
-
-/// A program counter in the running process (not yet relative to any module).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct RuntimePc(pub usize);
-
-/// An address of a module as its ELF file states it: runtime address − load bias.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct LinkAddress(pub u64);
 
 /// One load instance of one module.
 #[derive(Debug)]
 pub struct LiveModule {
     /// Unique per load instance, never reused, never `UNKNOWN_KEY`.
     pub key: u32,
-    /// Runtime address = link-time address + bias.
+    /// Runtime address = link-time address + bias; [`LiveModule::link_address`] is the one conversion.
+    pub load_bias: LoadBias,
+    /// `load_bias` as a raw word, for mcount's arc recording only (`runtime/src/mcount/`, which should move
+    /// to [`LiveModule::link_address`]; then this field goes).
     pub bias: usize,
     /// LD_PROFILE selected it: it has a histogram (and, with the mcount half, arc storage).
     pub profiled: bool,
@@ -44,7 +40,7 @@ pub struct LiveModule {
     /// 0 while loaded; else the unload order number.
     unload_order: AtomicU32,
     /// Executable ranges as runtime addresses `[start, end)`, sorted.
-    runtime_ranges: Vec<(usize, usize)>,
+    runtime_ranges: Vec<(RuntimeAddress, RuntimeAddress)>,
 }
 
 impl LiveModule {
@@ -60,18 +56,20 @@ impl LiveModule {
         } else {
             None
         };
+        let load_bias = LoadBias(info.bias as u64);
         let runtime_ranges = info
             .exec_ranges
             .iter()
             .map(|r| {
                 (
-                    info.bias.wrapping_add(r.start as usize),
-                    info.bias.wrapping_add(r.end as usize),
+                    load_bias.runtime_address(LinkAddress(r.start)),
+                    load_bias.runtime_address(LinkAddress(r.end)),
                 )
             })
             .collect();
         LiveModule {
             key,
+            load_bias,
             bias: info.bias,
             profiled,
             load_order,
@@ -85,22 +83,27 @@ impl LiveModule {
     }
 
     /// Whether `pc` is in one of this module's executable segments.
-    pub fn contains(&self, pc: usize) -> bool {
+    pub fn contains_address(&self, pc: RuntimeAddress) -> bool {
         self.runtime_ranges
             .iter()
             .any(|&(start, end)| start <= pc && pc < end)
     }
 
-    /// The one conversion between the two address spaces.
-    pub fn link_address(&self, pc: RuntimePc) -> LinkAddress {
-        LinkAddress(pc.0.wrapping_sub(self.bias) as u64)
+    /// [`LiveModule::contains_address`] of a raw PC (mcount's boundary).
+    pub fn contains(&self, pc: usize) -> bool {
+        self.contains_address(RuntimeAddress::from_usize(pc))
+    }
+
+    /// The one conversion from the process's addresses to the module's: what histograms, arcs and files hold.
+    pub fn link_address(&self, pc: RuntimeAddress) -> LinkAddress {
+        self.load_bias.link_address(pc)
     }
 
     /// Counts one sample at `pc` (which must be in this module). Async-signal-safe.
-    pub fn record_sample(&self, pc: RuntimePc) {
+    pub fn record_sample(&self, pc: RuntimeAddress) {
         self.samples.fetch_add(1, Ordering::Relaxed);
         if let Some(histogram) = &self.histogram {
-            histogram.record(self.link_address(pc).0);
+            histogram.record(self.link_address(pc));
         }
     }
 
@@ -117,12 +120,12 @@ impl LiveModule {
 #[derive(Debug, Default)]
 pub(crate) struct Table {
     /// Executable ranges of loaded modules, sorted by start, non-overlapping.
-    by_address: Vec<(usize, usize, &'static LiveModule)>,
+    by_address: Vec<(RuntimeAddress, RuntimeAddress, &'static LiveModule)>,
     /// Every load instance ever created, loaded or not, in load order.
     all: Vec<&'static LiveModule>,
 }
 
-/// The published table (read directly by the mcount fast path in `sys` as its generation).
+/// The published table (read directly by the mcount fast path in `mcount/x86_64.rs` as its generation).
 pub(crate) static CURRENT: AtomicPtr<Table> = AtomicPtr::new(std::ptr::null_mut());
 static WRITER: Mutex<()> = Mutex::new(());
 static NEXT_KEY: AtomicU32 = AtomicU32::new(1);
@@ -135,12 +138,42 @@ fn current() -> Option<&'static Table> {
 }
 
 /// The loaded module whose executable segments contain `pc`. Lock-free and async-signal-safe.
-pub fn find(pc: usize) -> Option<&'static LiveModule> {
+pub fn find_address(pc: RuntimeAddress) -> Option<&'static LiveModule> {
     let table = current()?;
     let slots = &table.by_address;
     let after = slots.partition_point(|&(start, _, _)| start <= pc);
     let &(_, end, module) = slots.get(after.checked_sub(1)?)?;
     (pc < end).then_some(module)
+}
+
+/// [`find_address`] of a raw PC (mcount's boundary).
+pub fn find(pc: usize) -> Option<&'static LiveModule> {
+    find_address(RuntimeAddress::from_usize(pc))
+}
+
+/// mcount slow path: `selfpc` is in no known module. If the calling thread is inside `dlopen`, this is code of
+/// a module being initialised (a constructor): register the new modules now and return the callee's.
+/// Not async-signal-safe in that case (it scans), which is why only the `dlopen` thread does it.
+pub fn module_loaded_during_open(selfpc: usize) -> Option<&'static LiveModule> {
+    if !mslprof_loader_hooks::open_in_progress() {
+        return None;
+    }
+    if mslprof_loader_hooks::refresh_during_open() {
+        find(selfpc)
+    } else {
+        None
+    }
+}
+
+/// In a forked child, whose profile covers only the child: forgets every sample the parent had counted
+/// (the arcs are mcount's to reset). Only valid while no handler can write (after fork there is one thread).
+pub fn reset_samples_after_fork() {
+    for module in all() {
+        module.samples.store(0, Ordering::Relaxed);
+        if let Some(histogram) = &module.histogram {
+            histogram.reset();
+        }
+    }
 }
 
 /// Changes whenever a new table is published (a load or unload): a cache of lookups made under one
@@ -210,7 +243,7 @@ pub fn update<R>(policy: &ModulePolicy<'_>, change: impl FnOnce(&mut TableUpdate
         all: all().to_vec(),
     };
     let result = change(&mut pending);
-    let mut by_address: Vec<(usize, usize, &'static LiveModule)> = pending
+    let mut by_address: Vec<(RuntimeAddress, RuntimeAddress, &'static LiveModule)> = pending
         .loaded()
         .flat_map(|m| {
             m.runtime_ranges
@@ -272,9 +305,12 @@ mod tests {
         assert!(find(0x10_0fff).is_none());
         assert_eq!(find(0x20_0000).map(|m| m.key), Some(b.key));
         assert!(a.contains(0x10_1234) && !a.contains(0x20_0000));
-        assert_eq!(a.link_address(RuntimePc(0x10_1234)), LinkAddress(0x1234));
+        assert_eq!(
+            a.link_address(RuntimeAddress(0x10_1234)),
+            LinkAddress(0x1234)
+        );
 
-        a.record_sample(RuntimePc(0x10_1234));
+        a.record_sample(RuntimeAddress(0x10_1234));
         assert_eq!(a.samples.load(Ordering::Relaxed), 1);
         assert_eq!(a.histogram.as_ref().unwrap().total(), 1);
 

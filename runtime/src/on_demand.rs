@@ -1,25 +1,36 @@
 //! Profiles written while the program runs, for long-running programs (MSLP's paper, 2.2.2): the C call
 //! `mslprof_dump(path)`, a signal named by `MSLPROF_DUMP_SIGNAL` and a period given by
-//! `MSLPROF_DUMP_INTERVAL`. Every snapshot goes through the dump's one writer ([`dump::write_file`]: a temporary file renamed into place, so a reader never sees a torn file). Counting
+//! `MSLPROF_DUMP_INTERVAL`. Every snapshot goes through the dump's one pipeline ([`dump::write_file`]: a
+//! temporary file renamed into place, so a reader never sees a torn file). Counting
 //! goes on; nothing is reset, so each snapshot holds everything since the start.
 //!
 //! The signal handler only writes one byte to a pipe. A helper thread, started only when one of the two
 //! variables is set, waits on that pipe (with the interval as its timeout) and writes the snapshot.
 
-use std::ffi::{CStr, OsStr, c_char, c_int};
 use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 
-use crate::{dump, mcount, sampler, sys};
+use crate::config::Settings;
+use crate::dump::{self, DUMP};
+use crate::ending::ENDING;
+use crate::{mcount, sampler, status, sys};
 
-/// The last `.N` used by a snapshot written to the usual path.
-static SNAPSHOTS: AtomicU32 = AtomicU32::new(0);
-/// One snapshot at a time.
-static DUMPING: Mutex<()> = Mutex::new(());
-/// The wakeup pipe's write end (-1 before the helper thread exists).
-static WAKEUP_FD: AtomicI32 = AtomicI32::new(-1);
+/// The state of dumps on demand.
+struct OnDemand {
+    /// The last `.N` used by a snapshot written to the usual path.
+    snapshots: AtomicU32,
+    /// One snapshot at a time.
+    dumping: Mutex<()>,
+    /// The wakeup pipe's write end (-1 before the helper thread exists).
+    wakeup_fd: AtomicI32,
+}
+
+static ON_DEMAND: OnDemand = OnDemand {
+    snapshots: AtomicU32::new(0),
+    dumping: Mutex::new(()),
+    wakeup_fd: AtomicI32::new(-1),
+};
 
 /// Why a snapshot was not written, as an errno value.
 pub type Errno = i32;
@@ -27,24 +38,28 @@ pub type Errno = i32;
 /// Writes the profile collected so far to `path`, or to the usual path (`gmon.out`, `GPROFDIR/PID.prog`,
 /// `GMON_OUT_PREFIX.PID`) with `.N` appended, N = 1, 2, ... Sampling pauses while the file is written and
 /// then goes on (unless `moncontrol(0)` had paused it); call counting never stops.
-pub fn snapshot(path: Option<&Path>) -> Result<(), Errno> {
-    let Some(settings) = crate::settings().filter(|_| crate::is_active()) else {
+pub fn snapshot(path: Option<&[u8]>) -> Result<(), Errno> {
+    let Some(settings) = status::settings().filter(|_| status::is_active()) else {
         return Err(libc::ENOTSUP);
     };
-    let _one_at_a_time = DUMPING.lock().unwrap_or_else(|e| e.into_inner());
-    if dump::exit_dump_written() {
+    write_snapshot(settings, path)
+}
+
+fn write_snapshot(settings: &Settings, path: Option<&[u8]>) -> Result<(), Errno> {
+    let _one_at_a_time = ON_DEMAND.dumping.lock().unwrap_or_else(|e| e.into_inner());
+    if DUMP.exit_dump_written() {
         return Err(libc::ENOTSUP);
     }
     let target = match path {
-        Some(p) => p.as_os_str().as_bytes().to_vec(),
+        Some(p) => p.to_vec(),
         None => {
             let pid = sys::getpid();
-            let forked = crate::lifecycle::writes_pid_named_file(dump::in_forked_child());
-            let Some(usual) = settings.output.path(pid, &settings.program_name, forked) else {
+            let pid_named = DUMP.in_forked_child() || ENDING.writes_pid_named_file();
+            let Some(usual) = settings.output_path(pid, pid_named) else {
                 return Err(libc::ENOTSUP);
             };
-            let mut usual = crate::lifecycle::output_path(usual);
-            let n = SNAPSHOTS.fetch_add(1, Ordering::Relaxed) + 1;
+            let mut usual = ENDING.output_path(usual);
+            let n = ON_DEMAND.snapshots.fetch_add(1, Ordering::Relaxed) + 1;
             usual.extend_from_slice(format!(".{n}").as_bytes());
             usual
         }
@@ -52,37 +67,11 @@ pub fn snapshot(path: Option<&Path>) -> Result<(), Errno> {
     let was_sampling = sampler::is_sampling();
     sampler::stop_and_quiesce();
     // SAFETY: sampling is stopped and quiesced until the file is written.
-    let written = unsafe { dump::write_file(settings, Path::new(OsStr::from_bytes(&target))) };
-    if was_sampling && !mcount::is_paused() && !dump::exit_dump_written() {
+    let written = unsafe { dump::write_file(settings, &target) };
+    if was_sampling && !mcount::is_paused() && !DUMP.exit_dump_written() {
         sampler::resume();
     }
-    written.map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))
-}
-
-/// C: `int mslprof_dump(const char *path)`: writes the profile so far (see [`snapshot`]); NULL means the
-/// usual path with `.N` appended. Returns 0, or -1 with errno set (ENOTSUP when profiling is not active).
-///
-/// # Safety
-/// `path` is NULL or a NUL-terminated string.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn mslprof_dump(path: *const c_char) -> c_int {
-    let path = (!path.is_null()).then(|| {
-        // SAFETY: a non-null path is a NUL-terminated string (the caller's promise).
-        let bytes = unsafe { CStr::from_ptr(path) }.to_bytes();
-        Path::new(OsStr::from_bytes(bytes))
-    });
-    match std::panic::catch_unwind(|| snapshot(path)) {
-        Ok(Ok(())) => 0,
-        Ok(Err(errno)) => {
-            sys::set_errno(errno);
-            -1
-        }
-        Err(_) => {
-            crate::internal_fault(b"mslprof_dump");
-            sys::set_errno(libc::EIO);
-            -1
-        }
-    }
+    written
 }
 
 /// `MSLPROF_DUMP_SIGNAL`: the signal that asks for a snapshot (not SIGPROF, SIGKILL or SIGSTOP).
@@ -111,7 +100,7 @@ fn dump_interval(value: Option<&[u8]>) -> Result<Option<u32>, ()> {
 }
 
 extern "C" fn on_dump_signal(_signal: i32) {
-    let fd = WAKEUP_FD.load(Ordering::Relaxed);
+    let fd = ON_DEMAND.wakeup_fd.load(Ordering::Relaxed);
     if fd >= 0 {
         sys::poke(fd);
     }
@@ -140,14 +129,14 @@ pub fn start_from_environment() {
         sys::stderr_line(&[b"mslprof: cannot create the dump pipe; no dumps on demand\n"]);
         return;
     };
-    WAKEUP_FD.store(write_end, Ordering::Relaxed);
+    ON_DEMAND.wakeup_fd.store(write_end, Ordering::Relaxed);
     let timeout_ms = interval.map_or(-1, |s| (s * 1000) as i32);
     let helper = std::thread::Builder::new()
         .name("mslprof-dump".into())
         .spawn(move || {
             loop {
                 sys::wait_and_drain(read_end, timeout_ms);
-                if dump::exit_dump_written() {
+                if DUMP.exit_dump_written() {
                     return;
                 }
                 // ENOTSUP: profiling is not (or no longer) active; nothing to say.

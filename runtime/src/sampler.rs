@@ -20,29 +20,85 @@
 use std::os::raw::c_void;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
-use crate::modules::{self, RuntimePc};
+use mslprof_format::RuntimeAddress;
+
+use crate::modules;
 use crate::program_sigprof;
 use crate::sys;
 
 /// Marks our timers' signals: its address is the `si_value` of every sampling SIGPROF.
 static COOKIE: u8 = 0;
-static STARTED: AtomicBool = AtomicBool::new(false);
-static SAMPLING: AtomicBool = AtomicBool::new(false);
-static HANDLERS_RUNNING: AtomicUsize = AtomicUsize::new(0);
-static PERIOD_NS: AtomicU64 = AtomicU64::new(0);
-static THREAD_KEY: AtomicUsize = AtomicUsize::new(usize::MAX);
-static TIMER_FAILURES: AtomicU64 = AtomicU64::new(0);
-/// Process CPU time (ns) when the current stretch of sampling began (valid while `SAMPLING` is set).
-static STRETCH_START_CPU_NS: AtomicU64 = AtomicU64::new(0);
-/// Process CPU time (ns) of the stretches of sampling that have ended (pauses, dumps before exec).
-static ENDED_STRETCHES_CPU_NS: AtomicU64 = AtomicU64::new(0);
-/// The process the two CPU times above belong to: a forked child's CPU clock starts again from zero.
-static CPU_TIME_PID: AtomicU64 = AtomicU64::new(0);
 
-/// Process-wide sample counters.
-pub static TOTAL_SAMPLES: AtomicU64 = AtomicU64::new(0);
-pub static UNKNOWN_SAMPLES: AtomicU64 = AtomicU64::new(0);
-pub static OVERRUNS: AtomicU64 = AtomicU64::new(0);
+/// Samples in unknown code taken while a `dlopen` is in progress, waiting for the rescan (0 = empty slot).
+const PARKED_SLOTS: usize = 1024;
+
+/// The sampler's state: whether and how it samples, its CPU-time accounting and its counters. Atomics only
+/// (the SIGPROF handler reads and writes it).
+pub struct Sampler {
+    started: AtomicBool,
+    sampling: AtomicBool,
+    handlers_running: AtomicUsize,
+    period_ns: AtomicU64,
+    /// The pthread key whose destructor deletes a thread's timer (`usize::MAX`: none yet).
+    thread_key: AtomicUsize,
+    timer_failures: AtomicU64,
+    /// Process CPU time (ns) when the current stretch of sampling began (valid while `sampling` is set).
+    stretch_start_cpu_ns: AtomicU64,
+    /// Process CPU time (ns) of the stretches of sampling that have ended (pauses, dumps before exec).
+    ended_stretches_cpu_ns: AtomicU64,
+    /// The process the two CPU times above belong to: a forked child's CPU clock starts again from zero.
+    cpu_time_pid: AtomicU64,
+    total_samples: AtomicU64,
+    unknown_samples: AtomicU64,
+    overruns: AtomicU64,
+    /// libc's `pthread_create` (0: not looked up yet).
+    real_pthread_create: AtomicUsize,
+    parked: [AtomicUsize; PARKED_SLOTS],
+    parked_next: AtomicUsize,
+}
+
+/// The one sampler of this process.
+pub static SAMPLER: Sampler = Sampler {
+    started: AtomicBool::new(false),
+    sampling: AtomicBool::new(false),
+    handlers_running: AtomicUsize::new(0),
+    period_ns: AtomicU64::new(0),
+    thread_key: AtomicUsize::new(usize::MAX),
+    timer_failures: AtomicU64::new(0),
+    stretch_start_cpu_ns: AtomicU64::new(0),
+    ended_stretches_cpu_ns: AtomicU64::new(0),
+    cpu_time_pid: AtomicU64::new(0),
+    total_samples: AtomicU64::new(0),
+    unknown_samples: AtomicU64::new(0),
+    overruns: AtomicU64::new(0),
+    real_pthread_create: AtomicUsize::new(0),
+    parked: [const { AtomicUsize::new(0) }; PARKED_SLOTS],
+    parked_next: AtomicUsize::new(0),
+};
+
+impl Sampler {
+    /// Samples counted since start-up (or fork).
+    pub fn total_samples(&self) -> u64 {
+        self.total_samples.load(Ordering::Relaxed)
+    }
+
+    /// Samples in no known module.
+    pub fn unknown_samples(&self) -> u64 {
+        self.unknown_samples.load(Ordering::Relaxed)
+    }
+
+    /// In a forked child: the child's profile covers only the child, so the parent's counts and parked
+    /// samples go; timers are not inherited, so the child's one thread gets its own.
+    pub fn reset_after_fork(&self) {
+        for counter in [&self.total_samples, &self.unknown_samples, &self.overruns] {
+            counter.store(0, Ordering::Relaxed);
+        }
+        for slot in &self.parked {
+            slot.store(0, Ordering::Relaxed);
+        }
+        arm_current_thread();
+    }
+}
 
 fn cookie() -> usize {
     &COOKIE as *const u8 as usize
@@ -56,42 +112,46 @@ pub fn period_for(hz: u32) -> u64 {
 /// Installs the handler and starts the calling thread's timer. Later threads start theirs in
 /// [`thread_started`]. Returns false (and leaves the process untouched) when the handler cannot be installed.
 pub fn start(hz: u32) -> bool {
-    PERIOD_NS.store(period_for(hz), Ordering::Relaxed);
-    if THREAD_KEY.load(Ordering::Relaxed) == usize::MAX {
+    SAMPLER.period_ns.store(period_for(hz), Ordering::Relaxed);
+    if SAMPLER.thread_key.load(Ordering::Relaxed) == usize::MAX {
         match sys::create_thread_key(delete_thread_timer) {
-            Some(key) => THREAD_KEY.store(key as usize, Ordering::Relaxed),
+            Some(key) => SAMPLER.thread_key.store(key as usize, Ordering::Relaxed),
             None => return false,
         }
     }
     if !program_sigprof::install_sampling_handler(on_sigprof) {
         return false;
     }
-    CPU_TIME_PID.store(u64::from(sys::getpid()), Ordering::Relaxed);
-    ENDED_STRETCHES_CPU_NS.store(0, Ordering::Relaxed);
-    STRETCH_START_CPU_NS.store(process_cpu_ns(), Ordering::Relaxed);
-    STARTED.store(true, Ordering::Release);
-    SAMPLING.store(true, Ordering::Release);
+    SAMPLER
+        .cpu_time_pid
+        .store(u64::from(sys::getpid()), Ordering::Relaxed);
+    SAMPLER.ended_stretches_cpu_ns.store(0, Ordering::Relaxed);
+    SAMPLER
+        .stretch_start_cpu_ns
+        .store(process_cpu_ns(), Ordering::Relaxed);
+    SAMPLER.started.store(true, Ordering::Release);
+    SAMPLER.sampling.store(true, Ordering::Release);
     arm_current_thread();
     true
 }
 
 /// Starts the calling thread's CPU-time timer (also usable after fork, whose child has no timers).
 pub fn arm_current_thread() {
-    let period = PERIOD_NS.load(Ordering::Relaxed);
+    let period = SAMPLER.period_ns.load(Ordering::Relaxed);
     if period == 0 || !is_started() {
         return;
     }
     follow_fork();
     match sys::start_thread_cpu_timer(libc::SIGPROF, cookie(), first_expiry(period), period) {
         Ok(timer) => {
-            let key = THREAD_KEY.load(Ordering::Relaxed);
+            let key = SAMPLER.thread_key.load(Ordering::Relaxed);
             if key != usize::MAX {
                 // Stored +1 so that timer id 0 is not the "no value" null pointer.
                 sys::set_thread_value(key as libc::pthread_key_t, timer.id() + 1);
             }
         }
         Err(error) => {
-            if TIMER_FAILURES.fetch_add(1, Ordering::Relaxed) == 0 {
+            if SAMPLER.timer_failures.fetch_add(1, Ordering::Relaxed) == 0 {
                 let text = error.to_string();
                 sys::stderr_line(&[
                     b"mslprof: cannot start a CPU-time timer (errno ",
@@ -127,11 +187,11 @@ unsafe extern "C" fn delete_thread_timer(value: *mut c_void) {
 /// Stops counting and waits (briefly) until no handler is inside the counters, so the histograms can be read
 /// as plain memory. The timers keep firing into a handler that now returns at once.
 pub fn stop_and_quiesce() {
-    if SAMPLING.swap(false, Ordering::SeqCst) {
+    if SAMPLER.sampling.swap(false, Ordering::SeqCst) {
         end_stretch();
     }
     for _ in 0..100_000 {
-        if HANDLERS_RUNNING.load(Ordering::SeqCst) == 0 {
+        if SAMPLER.handlers_running.load(Ordering::SeqCst) == 0 {
             return;
         }
         std::hint::spin_loop();
@@ -141,57 +201,63 @@ pub fn stop_and_quiesce() {
 
 /// Resumes counting after [`stop_and_quiesce`].
 pub fn resume() {
-    if PERIOD_NS.load(Ordering::Relaxed) != 0 && !SAMPLING.load(Ordering::SeqCst) {
+    if SAMPLER.period_ns.load(Ordering::Relaxed) != 0 && !SAMPLER.sampling.load(Ordering::SeqCst) {
         follow_fork();
-        STRETCH_START_CPU_NS.store(process_cpu_ns(), Ordering::Relaxed);
-        SAMPLING.store(true, Ordering::SeqCst);
+        SAMPLER
+            .stretch_start_cpu_ns
+            .store(process_cpu_ns(), Ordering::Relaxed);
+        SAMPLER.sampling.store(true, Ordering::SeqCst);
     }
 }
 
 /// CPU time of the whole process (all its threads, living and ended) in nanoseconds. Async-signal-safe.
 fn process_cpu_ns() -> u64 {
-    sys::clock_ns(libc::CLOCK_PROCESS_CPUTIME_ID).max(0) as u64
+    sys::clock_ns(sys::CLOCK_PROCESS_CPUTIME_ID).max(0) as u64
 }
 
 /// Adds the stretch of sampling that just ended to the sampled CPU time.
 fn end_stretch() {
     follow_fork();
-    let stretch = process_cpu_ns().saturating_sub(STRETCH_START_CPU_NS.load(Ordering::Relaxed));
-    ENDED_STRETCHES_CPU_NS.fetch_add(stretch, Ordering::Relaxed);
+    let stretch =
+        process_cpu_ns().saturating_sub(SAMPLER.stretch_start_cpu_ns.load(Ordering::Relaxed));
+    SAMPLER
+        .ended_stretches_cpu_ns
+        .fetch_add(stretch, Ordering::Relaxed);
 }
 
 /// In a forked child (whose counts start afresh at the fork, see `lifecycle`), forgets the parent's CPU times:
 /// the child's CPU clock started from zero at the fork, which is where its sampling began.
 fn follow_fork() {
     let pid = u64::from(sys::getpid());
-    if CPU_TIME_PID.swap(pid, Ordering::Relaxed) != pid {
-        ENDED_STRETCHES_CPU_NS.store(0, Ordering::Relaxed);
-        STRETCH_START_CPU_NS.store(0, Ordering::Relaxed);
+    if SAMPLER.cpu_time_pid.swap(pid, Ordering::Relaxed) != pid {
+        SAMPLER.ended_stretches_cpu_ns.store(0, Ordering::Relaxed);
+        SAMPLER.stretch_start_cpu_ns.store(0, Ordering::Relaxed);
     }
 }
 
 /// CPU time of the process while sampling was on: the time the samples stand for.
 pub fn sampled_cpu_ns() -> u64 {
     follow_fork();
-    let mut sampled = ENDED_STRETCHES_CPU_NS.load(Ordering::Relaxed);
-    if SAMPLING.load(Ordering::SeqCst) {
-        sampled += process_cpu_ns().saturating_sub(STRETCH_START_CPU_NS.load(Ordering::Relaxed));
+    let mut sampled = SAMPLER.ended_stretches_cpu_ns.load(Ordering::Relaxed);
+    if SAMPLER.sampling.load(Ordering::SeqCst) {
+        sampled +=
+            process_cpu_ns().saturating_sub(SAMPLER.stretch_start_cpu_ns.load(Ordering::Relaxed));
     }
     sampled
 }
 
 /// The handler is installed and threads get timers (even while counting is paused).
 pub fn is_started() -> bool {
-    STARTED.load(Ordering::Acquire)
+    SAMPLER.started.load(Ordering::Acquire)
 }
 
 pub fn is_sampling() -> bool {
-    SAMPLING.load(Ordering::Relaxed)
+    SAMPLER.sampling.load(Ordering::Relaxed)
 }
 
 /// The requested period in nanoseconds (0 before [`start`]).
 pub fn requested_period_ns() -> u64 {
-    PERIOD_NS.load(Ordering::Relaxed)
+    SAMPLER.period_ns.load(Ordering::Relaxed)
 }
 
 /// The true average period of one sample: the CPU time sampled, divided by the samples (the requested period
@@ -202,7 +268,7 @@ pub fn requested_period_ns() -> u64 {
 /// that have no timer (created with a raw `clone`, or before the runtime started, or whose timer could not be
 /// created, which is reported) count in the process's CPU time but take no samples, and lengthen the period.
 pub fn measured_period_ns() -> u64 {
-    let samples = TOTAL_SAMPLES.load(Ordering::Relaxed);
+    let samples = SAMPLER.total_samples.load(Ordering::Relaxed);
     let sampled = sampled_cpu_ns();
     if samples == 0 || sampled == 0 {
         return requested_period_ns();
@@ -212,13 +278,44 @@ pub fn measured_period_ns() -> u64 {
 
 /// Counts one sample at `pc`. Async-signal-safe; also the test hook for the no-allocation test.
 pub fn record_pc(pc: usize) {
-    TOTAL_SAMPLES.fetch_add(1, Ordering::Relaxed);
+    SAMPLER.total_samples.fetch_add(1, Ordering::Relaxed);
     crate::smonitor::record(pc);
-    match modules::find(pc) {
-        Some(module) => module.record_sample(RuntimePc(pc)),
+    let pc = RuntimeAddress::from_usize(pc);
+    match modules::find_address(pc) {
+        Some(module) => module.record_sample(pc),
         None => {
-            if !crate::lifecycle::defer_unknown_sample(pc) {
-                UNKNOWN_SAMPLES.fetch_add(1, Ordering::Relaxed);
+            if !defer_unknown_sample(pc) {
+                SAMPLER.unknown_samples.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// SIGPROF slow path: `pc` is in no known module. While a `dlopen` is in progress the PC may be in a module
+/// that is being initialised: park it and return true; it is attributed after the rescan (or counted as
+/// unknown then). Async-signal-safe (atomics only).
+fn defer_unknown_sample(pc: RuntimeAddress) -> bool {
+    if pc.0 == 0 || !mslprof_loader_hooks::open_in_progress() {
+        return false;
+    }
+    let slot = SAMPLER.parked_next.fetch_add(1, Ordering::Relaxed) % PARKED_SLOTS;
+    SAMPLER.parked[slot]
+        .compare_exchange(0, pc.as_usize(), Ordering::Release, Ordering::Relaxed)
+        .is_ok()
+}
+
+/// Gives each parked sample to the module that now contains it, or counts it as unknown.
+pub fn attribute_parked_samples() {
+    for slot in &SAMPLER.parked {
+        let pc = slot.swap(0, Ordering::Acquire);
+        if pc == 0 {
+            continue;
+        }
+        let pc = RuntimeAddress::from_usize(pc);
+        match modules::find_address(pc) {
+            Some(module) => module.record_sample(pc),
+            None => {
+                SAMPLER.unknown_samples.fetch_add(1, Ordering::Relaxed);
             }
         }
     }
@@ -233,28 +330,30 @@ extern "C" fn on_sigprof(signal: i32, info: *mut libc::siginfo_t, context: *mut 
         unsafe { program_sigprof::forward(signal, info, context) };
         return;
     }
-    HANDLERS_RUNNING.fetch_add(1, Ordering::SeqCst);
+    SAMPLER.handlers_running.fetch_add(1, Ordering::SeqCst);
     // The counting path cannot panic (checked indexing only); should it ever, sampling stops instead of
     // unwinding into the interrupted program.
     let counted = std::panic::catch_unwind(|| {
-        if SAMPLING.load(Ordering::SeqCst) {
+        if SAMPLER.sampling.load(Ordering::SeqCst) {
             if origin.overrun > 0 {
-                OVERRUNS.fetch_add(origin.overrun as u64, Ordering::Relaxed);
+                SAMPLER
+                    .overruns
+                    .fetch_add(origin.overrun as u64, Ordering::Relaxed);
             }
             // SAFETY: the kernel passed `context` to this SA_SIGINFO handler.
             let pc = unsafe { sys::interrupted_pc(context) };
             record_pc(pc);
         }
     });
-    HANDLERS_RUNNING.fetch_sub(1, Ordering::SeqCst);
-    if counted.is_err() && SAMPLING.swap(false, Ordering::SeqCst) {
+    SAMPLER.handlers_running.fetch_sub(1, Ordering::SeqCst);
+    if counted.is_err() && SAMPLER.sampling.swap(false, Ordering::SeqCst) {
         sys::stderr_line(&[b"mslprof: internal error in the SIGPROF handler; profiling is off\n"]);
     }
 }
 
 /// What our `pthread_create` hands to the real one: the program's start routine and argument.
 struct ThreadStart {
-    routine: extern "C" fn(*mut c_void) -> *mut c_void,
+    routine: sys::ThreadStartRoutine,
     argument: *mut c_void,
 }
 
@@ -262,48 +361,41 @@ extern "C" fn start_sampled_thread(start: *mut c_void) -> *mut c_void {
     // SAFETY: `start` is the Box leaked by `create_thread` for exactly this thread.
     let ThreadStart { routine, argument } = *unsafe { Box::from_raw(start as *mut ThreadStart) };
     if std::panic::catch_unwind(arm_current_thread).is_err() {
-        crate::internal_fault(b"thread start");
+        stop_and_quiesce();
+        crate::status::turn_off(b"thread start");
     }
     routine(argument)
 }
-
-type PthreadCreate = unsafe extern "C" fn(
-    *mut libc::pthread_t,
-    *const libc::pthread_attr_t,
-    extern "C" fn(*mut c_void) -> *mut c_void,
-    *mut c_void,
-) -> i32;
-
-static REAL_PTHREAD_CREATE: AtomicUsize = AtomicUsize::new(0);
 
 /// Our `pthread_create`: the program's thread, started through [`start_sampled_thread`] so it gets a timer.
 ///
 /// # Safety
 /// The arguments are those of `pthread_create(3)`.
+/// `profiling` tells whether profiling is active (the caller starts it if need be).
 pub unsafe fn create_thread(
     thread: *mut libc::pthread_t,
     attributes: *const libc::pthread_attr_t,
-    routine: extern "C" fn(*mut c_void) -> *mut c_void,
+    routine: sys::ThreadStartRoutine,
     argument: *mut c_void,
+    profiling: bool,
 ) -> i32 {
-    let mut real = REAL_PTHREAD_CREATE.load(Ordering::Relaxed);
+    let mut real = SAMPLER.real_pthread_create.load(Ordering::Relaxed);
     if real == 0 {
         real = sys::next_symbol(c"pthread_create").unwrap_or(0);
-        REAL_PTHREAD_CREATE.store(real, Ordering::Relaxed);
+        SAMPLER.real_pthread_create.store(real, Ordering::Relaxed);
     }
     if real == 0 {
         return libc::EAGAIN;
     }
-    // SAFETY: `real` is the next pthread_create, with this signature.
-    let real: PthreadCreate = unsafe { std::mem::transmute::<usize, PthreadCreate>(real) };
-    if !crate::ensure_started() || !is_started() {
-        // SAFETY: plain pass-through of the caller's arguments.
-        return unsafe { real(thread, attributes, routine, argument) };
+    if !profiling || !is_started() {
+        // SAFETY: `real` is the next pthread_create; plain pass-through of the caller's arguments.
+        return unsafe { sys::call_pthread_create(real, thread, attributes, routine, argument) };
     }
     let start = Box::into_raw(Box::new(ThreadStart { routine, argument }));
     // SAFETY: the caller's arguments, with our start routine, which takes ownership of `start`.
     let result = unsafe {
-        real(
+        sys::call_pthread_create(
+            real,
             thread,
             attributes,
             start_sampled_thread,
@@ -317,38 +409,25 @@ pub unsafe fn create_thread(
     result
 }
 
-/// Test hook, exported from libmslprof.so: counts `count` samples at `pc` through the same path as the
-/// SIGPROF handler. It exists so tests can reach 16-bit saturation (65 535 samples in one bucket) without
-/// hours of CPU time; it does nothing unless profiling is active. Only in builds with the `test-hooks` feature.
-#[cfg(feature = "test-hooks")]
-#[unsafe(no_mangle)]
-pub extern "C" fn mslprof_test_inject_samples(pc: *const c_void, count: libc::c_ulong) {
-    let _ = std::panic::catch_unwind(|| {
-        if crate::ensure_started() && is_sampling() {
-            for _ in 0..count {
-                record_pc(pc as usize);
-            }
+/// Counts `count` samples at `pc` through the same path as the SIGPROF handler, when profiling is
+/// active and sampling (the `mslprof_test_inject_samples` test hook).
+pub fn inject_samples(pc: usize, count: u64) {
+    if is_sampling() {
+        for _ in 0..count {
+            record_pc(pc);
         }
-    });
+    }
 }
 
-/// Test hook, exported from libmslprof.so: the samples counted so far, in all modules when `pc` is null,
-/// else in the module whose code holds `pc` (0 if none); `c_ulong::MAX` when profiling is not active. The
-/// sampling fixtures burn CPU until they have enough samples: how often the kernel checks a thread's CPU
-/// timer on a busy machine is not theirs to choose. Only in builds with the `test-hooks` feature.
-#[cfg(feature = "test-hooks")]
-#[unsafe(no_mangle)]
-pub extern "C" fn mslprof_test_samples(pc: *const c_void) -> libc::c_ulong {
-    std::panic::catch_unwind(|| {
-        if !crate::ensure_started() || !is_sampling() {
-            return libc::c_ulong::MAX;
-        }
-        let samples = if pc.is_null() {
-            TOTAL_SAMPLES.load(Ordering::Relaxed)
-        } else {
-            modules::find(pc as usize).map_or(0, |m| m.samples.load(Ordering::Relaxed))
-        };
-        samples as libc::c_ulong
+/// The samples counted so far, in all modules when `pc` is `None`, else in the module whose code holds `pc`
+/// (0 if none); `None` when not sampling (the `mslprof_test_samples` test hook).
+pub fn samples_in(pc: Option<usize>) -> Option<u64> {
+    if !is_sampling() {
+        return None;
+    }
+    Some(match pc {
+        None => SAMPLER.total_samples(),
+        Some(pc) => modules::find_address(RuntimeAddress::from_usize(pc))
+            .map_or(0, |m| m.samples.load(Ordering::Relaxed)),
     })
-    .unwrap_or(libc::c_ulong::MAX)
 }

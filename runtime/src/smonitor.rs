@@ -2,7 +2,8 @@
 //! over text regions and a buffer of 16-bit (`PROF_USHORT`) or 32-bit (`PROF_UINT`) buckets, and the
 //! sampler adds each sample whose PC lies in a region to that buffer too, on top of the runtime's own
 //! per-module histograms. A later call first writes the profile collected so far through the usual dump
-//! path (as `mslprof_dump(NULL)` does), then collects into its own buffer.
+//! path (as `mslprof_dump(NULL)` does; `exports.rs` asks `on_demand` for it), then collects into its own
+//! buffer.
 //!
 //! The layout is one granularity `G` for all regions: the smallest whole number of bytes per bucket such
 //! that the buckets of every region, `ceil(size / G)` each, fit in the buffer; region i's buckets follow
@@ -32,22 +33,38 @@ pub struct TextRegion {
     pub high_pc: *const c_void,
 }
 
-#[allow(clippy::declare_interior_mutable_const)]
-const ZERO: AtomicUsize = AtomicUsize::new(0);
-static STARTS: [AtomicUsize; MAX_REGIONS] = [ZERO; MAX_REGIONS];
-static ENDS: [AtomicUsize; MAX_REGIONS] = [ZERO; MAX_REGIONS];
-static FIRST_BUCKETS: [AtomicUsize; MAX_REGIONS] = [ZERO; MAX_REGIONS];
-static REGIONS: AtomicUsize = AtomicUsize::new(0);
-static BUFFER: AtomicUsize = AtomicUsize::new(0);
-static BUCKETS: AtomicUsize = AtomicUsize::new(0);
-static GRANULARITY: AtomicUsize = AtomicUsize::new(1);
-static WIDE: AtomicBool = AtomicBool::new(false);
-/// The tables above describe a buffer being filled.
-static ACTIVE: AtomicBool = AtomicBool::new(false);
-/// Handlers inside [`record`] right now.
-static RECORDING: AtomicUsize = AtomicUsize::new(0);
-/// One `smonitor` call at a time.
-static CALLS: Mutex<()> = Mutex::new(());
+/// The program's buffer being filled, described in fixed tables the SIGPROF handler reads.
+struct Collection {
+    starts: [AtomicUsize; MAX_REGIONS],
+    ends: [AtomicUsize; MAX_REGIONS],
+    first_buckets: [AtomicUsize; MAX_REGIONS],
+    regions: AtomicUsize,
+    buffer: AtomicUsize,
+    buckets: AtomicUsize,
+    granularity: AtomicUsize,
+    wide: AtomicBool,
+    /// The tables above describe a buffer being filled.
+    active: AtomicBool,
+    /// Handlers inside [`record`] right now.
+    recording: AtomicUsize,
+    /// One `smonitor` call at a time.
+    calls: Mutex<()>,
+}
+
+/// The one collection of this process.
+static COLLECTION: Collection = Collection {
+    starts: [const { AtomicUsize::new(0) }; MAX_REGIONS],
+    ends: [const { AtomicUsize::new(0) }; MAX_REGIONS],
+    first_buckets: [const { AtomicUsize::new(0) }; MAX_REGIONS],
+    regions: AtomicUsize::new(0),
+    buffer: AtomicUsize::new(0),
+    buckets: AtomicUsize::new(0),
+    granularity: AtomicUsize::new(1),
+    wide: AtomicBool::new(false),
+    active: AtomicBool::new(false),
+    recording: AtomicUsize::new(0),
+    calls: Mutex::new(()),
+};
 
 /// The bytes per bucket for regions of `sizes` in `buckets` buckets (None if they cannot fit).
 pub fn granularity(sizes: &[usize], buckets: usize) -> Option<usize> {
@@ -75,32 +92,32 @@ pub fn granularity(sizes: &[usize], buckets: usize) -> Option<usize> {
 
 /// Adds one sample at `pc` to the program's buffer when a region holds it. Async-signal-safe.
 pub fn record(pc: usize) {
-    if !ACTIVE.load(Ordering::Acquire) {
+    if !COLLECTION.active.load(Ordering::Acquire) {
         return;
     }
-    RECORDING.fetch_add(1, Ordering::SeqCst);
-    if ACTIVE.load(Ordering::SeqCst) {
-        let regions = REGIONS.load(Ordering::Relaxed).min(MAX_REGIONS);
-        let g = GRANULARITY.load(Ordering::Relaxed).max(1);
+    COLLECTION.recording.fetch_add(1, Ordering::SeqCst);
+    if COLLECTION.active.load(Ordering::SeqCst) {
+        let regions = COLLECTION.regions.load(Ordering::Relaxed).min(MAX_REGIONS);
+        let g = COLLECTION.granularity.load(Ordering::Relaxed).max(1);
         for i in 0..regions {
             let (start, end) = (
-                STARTS[i].load(Ordering::Relaxed),
-                ENDS[i].load(Ordering::Relaxed),
+                COLLECTION.starts[i].load(Ordering::Relaxed),
+                COLLECTION.ends[i].load(Ordering::Relaxed),
             );
             if start <= pc && pc < end {
-                let bucket = FIRST_BUCKETS[i].load(Ordering::Relaxed) + (pc - start) / g;
-                if bucket < BUCKETS.load(Ordering::Relaxed) {
-                    add_one(BUFFER.load(Ordering::Relaxed), bucket);
+                let bucket = COLLECTION.first_buckets[i].load(Ordering::Relaxed) + (pc - start) / g;
+                if bucket < COLLECTION.buckets.load(Ordering::Relaxed) {
+                    add_one(COLLECTION.buffer.load(Ordering::Relaxed), bucket);
                 }
                 break;
             }
         }
     }
-    RECORDING.fetch_sub(1, Ordering::SeqCst);
+    COLLECTION.recording.fetch_sub(1, Ordering::SeqCst);
 }
 
 fn add_one(buffer: usize, bucket: usize) {
-    if WIDE.load(Ordering::Relaxed) {
+    if COLLECTION.wide.load(Ordering::Relaxed) {
         // SAFETY: `smonitor` checked that the buffer holds `BUCKETS` aligned 32-bit buckets, and the program
         // promised to keep it until the next call.
         let counter = unsafe { &*((buffer as *const AtomicU32).add(bucket)) };
@@ -113,10 +130,10 @@ fn add_one(buffer: usize, bucket: usize) {
 }
 
 /// Stops filling the current buffer and waits until no handler writes to it.
-fn stop() -> bool {
-    let was = ACTIVE.swap(false, Ordering::SeqCst);
+pub fn stop() -> bool {
+    let was = COLLECTION.active.swap(false, Ordering::SeqCst);
     for _ in 0..100_000 {
-        if RECORDING.load(Ordering::SeqCst) == 0 {
+        if COLLECTION.recording.load(Ordering::SeqCst) == 0 {
             break;
         }
         std::hint::spin_loop();
@@ -129,22 +146,24 @@ fn refuse(why: &[u8]) {
     sys::stderr_line(&[b"mslprof: smonitor: ", why, b"; not collecting\n"]);
 }
 
-/// The Rust side of [`smonitor`].
+/// The Rust side of the exported `smonitor` (see `exports.rs`).
 ///
 /// # Safety
-/// As for [`smonitor`].
-unsafe fn start(
+/// `regions` points to `nregions` regions; `buffer` is `bufsize` writable bytes that stay valid until the
+/// next call (or the end of the process).
+/// When an earlier call was collecting, `collected` runs after that collection stopped (the caller writes
+/// the profile then: what it collected is in the runtime's histograms too).
+pub unsafe fn start(
     regions: *const TextRegion,
     nregions: c_int,
     buffer: *mut c_void,
     bufsize: usize,
     flags: c_uint,
+    collected: impl FnOnce(),
 ) {
-    let _one_at_a_time = CALLS.lock().unwrap_or_else(|e| e.into_inner());
+    let _one_at_a_time = COLLECTION.calls.lock().unwrap_or_else(|e| e.into_inner());
     if stop() {
-        // What the previous call collected is in the runtime's histograms too: write the profile now.
-        // Failing to write (profiling not active) is not the program's concern; the exit dump follows.
-        let _ = crate::on_demand::snapshot(None);
+        collected();
     }
     if regions.is_null() || nregions <= 0 || buffer.is_null() || bufsize == 0 {
         return;
@@ -173,44 +192,17 @@ unsafe fn start(
     };
     let mut first = 0;
     for (i, r) in regions.iter().enumerate() {
-        STARTS[i].store(r.low_pc as usize, Ordering::Relaxed);
-        ENDS[i].store(r.high_pc as usize, Ordering::Relaxed);
-        FIRST_BUCKETS[i].store(first, Ordering::Relaxed);
+        COLLECTION.starts[i].store(r.low_pc as usize, Ordering::Relaxed);
+        COLLECTION.ends[i].store(r.high_pc as usize, Ordering::Relaxed);
+        COLLECTION.first_buckets[i].store(first, Ordering::Relaxed);
         first += sizes[i].div_ceil(g);
     }
-    REGIONS.store(count, Ordering::Relaxed);
-    BUFFER.store(buffer as usize, Ordering::Relaxed);
-    BUCKETS.store(buckets, Ordering::Relaxed);
-    GRANULARITY.store(g, Ordering::Relaxed);
-    WIDE.store(width == 4, Ordering::Relaxed);
-    ACTIVE.store(true, Ordering::SeqCst);
-}
-
-/// C: `void smonitor(struct text_region *regions, int nregions, void *buffer, size_t bufsize, int nfunc,
-/// unsigned flags)`. Writes the profile collected so far when an earlier call is collecting, stops that
-/// collection, and (unless `regions` is NULL or `nregions` is 0) starts adding the samples in `regions` to
-/// `buffer`. `nfunc` is unused, as in the paper. Bad arguments: one stderr line, nothing collected.
-///
-/// # Safety
-/// `regions` points to `nregions` regions; `buffer` is `bufsize` writable bytes that stay valid until the
-/// next call (or the end of the process).
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn smonitor(
-    regions: *const TextRegion,
-    nregions: c_int,
-    buffer: *mut c_void,
-    bufsize: usize,
-    _nfunc: c_int,
-    flags: c_uint,
-) {
-    let errno = sys::SavedErrno::save();
-    // SAFETY: the caller's arguments, passed on.
-    let call = || unsafe { start(regions, nregions, buffer, bufsize, flags) };
-    if std::panic::catch_unwind(call).is_err() {
-        stop();
-        crate::internal_fault(b"smonitor");
-    }
-    drop(errno);
+    COLLECTION.regions.store(count, Ordering::Relaxed);
+    COLLECTION.buffer.store(buffer as usize, Ordering::Relaxed);
+    COLLECTION.buckets.store(buckets, Ordering::Relaxed);
+    COLLECTION.granularity.store(g, Ordering::Relaxed);
+    COLLECTION.wide.store(width == 4, Ordering::Relaxed);
+    COLLECTION.active.store(true, Ordering::SeqCst);
 }
 
 #[cfg(test)]

@@ -58,7 +58,7 @@ fn main() {
     };
     // SAFETY: one region; the buffer is 64 aligned 32-bit buckets that live as long as the program.
     unsafe {
-        mslprof::smonitor::smonitor(
+        mslprof::exports::smonitor(
             &everything,
             1,
             BUFFER.as_ptr() as *mut c_void,
@@ -67,14 +67,12 @@ fn main() {
             mslprof::smonitor::PROF_UINT,
         )
     };
-    let samples_before = mslprof::sampler::TOTAL_SAMPLES.load(Ordering::SeqCst);
+    let samples_before = mslprof::sampler::SAMPLER.total_samples();
     let libc_pc = libc_function();
 
     let allocations_before = ALLOCATIONS.load(Ordering::SeqCst);
     let mut rounds = 0;
-    while mslprof::sampler::TOTAL_SAMPLES.load(Ordering::SeqCst) < samples_before + 100
-        && rounds < 10_000
-    {
+    while mslprof::sampler::SAMPLER.total_samples() < samples_before + 100 && rounds < 10_000 {
         spin(1_000_000);
         rounds += 1;
     }
@@ -83,7 +81,7 @@ fn main() {
         mslprof::sampler::record_pc(pc);
     }
     let allocations = ALLOCATIONS.load(Ordering::SeqCst) - allocations_before;
-    let samples = mslprof::sampler::TOTAL_SAMPLES.load(Ordering::SeqCst) - samples_before;
+    let samples = mslprof::sampler::SAMPLER.total_samples() - samples_before;
 
     assert!(samples >= 100, "only {samples} samples were taken");
     let in_buffer: u64 = BUFFER
@@ -102,9 +100,50 @@ fn main() {
         mslprof::modules::find(spin as *const () as usize).expect("the test program is a module");
     assert!(main_module.profiled && main_module.histogram.is_some());
     assert!(mslprof::modules::find(libc_pc).is_some_and(|m| !m.profiled));
-    assert!(mslprof::sampler::UNKNOWN_SAMPLES.load(Ordering::SeqCst) >= 1);
-    println!("no_alloc: {samples} samples, 0 allocations");
+    assert!(mslprof::sampler::SAMPLER.unknown_samples() >= 1);
+    let dumped = fatal_signal_dump_allocates_nothing();
+    println!(
+        "no_alloc: {samples} samples, 0 allocations; a {dumped}-byte fatal-signal dump, 0 allocations"
+    );
     println!("1 passed, 0 failed");
+}
+
+/// The fatal-signal dump (`dump::write_without_heap` once the output path is prepared): moment, descriptors,
+/// temporary file, rename, with no allocation. Returns the file's size.
+fn fatal_signal_dump_allocates_nothing() -> usize {
+    let scratch = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("no_alloc.{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&scratch);
+    std::fs::create_dir_all(&scratch).unwrap();
+    let path = scratch.join("gmon.out");
+    let prepared = Box::new(mslprof::dump::PreparedPath::new());
+    prepared.prepare(
+        Some(std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str())),
+        std::process::id(),
+    );
+    let program = mslprof::dump::build::Program {
+        name: b"no_alloc",
+        hz: 1000,
+    };
+    mslprof::sampler::stop_and_quiesce();
+    let allocations_before = ALLOCATIONS.load(Ordering::SeqCst);
+    let moment = mslprof::dump::moment();
+    // SAFETY: sampling was stopped and quiesced above.
+    let written = unsafe {
+        mslprof::dump::write_prepared(program, &moment, mslprof::modules::all(), &prepared)
+    };
+    let allocations = ALLOCATIONS.load(Ordering::SeqCst) - allocations_before;
+    assert_eq!(written, Some(Ok(())));
+    assert_eq!(
+        allocations, 0,
+        "{allocations} allocations in the fatal-signal dump"
+    );
+    let bytes = std::fs::read(&path).unwrap();
+    let profile = mslprof_format::read(&bytes, Default::default()).unwrap();
+    assert_eq!(profile.header.pid, std::process::id());
+    assert!(profile.modules.iter().any(|m| m.samples > 0));
+    std::fs::remove_dir_all(&scratch).unwrap();
+    bytes.len()
 }
 
 /// The address of libc's `getpid`, as the loader resolves it.

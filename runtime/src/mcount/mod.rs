@@ -1,11 +1,11 @@
 //! The Rust half of the mcount family: turns one profiling call into one arc count.
 //!
-//! Entry points: `mcount`, `_mcount` and `__fentry__` (assembly stubs in `sys`, which save the
+//! Entry points: `mcount`, `_mcount` and `__fentry__` (assembly stubs in `x86_64`, which save the
 //! registers and call [`record_call`]), and `__cyg_profile_func_enter` / `__cyg_profile_func_exit`
 //! (`-finstrument-functions`, ordinary C calls, defined here).
 //!
 //! **Fast path.** Each thread has a two-way set-associative cache, [`FIRST_CACHE_SETS`] sets at
-//! first (header in static TLS, `sys::thread_cache_block`; entries in a private mapping whose
+//! first (header in static TLS, `x86_64::thread_cache_block`; entries in a private mapping whose
 //! pages are touched as used, unmapped at thread exit), mapping the raw pair (frompc, selfpc) to
 //! the arc's counter in the thread's own stripe of the callee module's
 //! [`ArcTable`]. A hit is handled by the assembly stub alone: a few loads
@@ -36,6 +36,9 @@ use crate::arcs::{self, ArcTable};
 use crate::modules;
 use crate::sys;
 
+#[cfg(target_arch = "x86_64")]
+mod x86_64;
+
 /// Caller key of an arc whose call site is in no known module (SPEC.md §5).
 pub const UNKNOWN_KEY: u32 = 0xFFFF_FFFF;
 
@@ -54,7 +57,7 @@ const CACHE_GROWTHS: usize = 3;
 /// Most sets a thread's cache can have.
 pub const MAX_CACHE_SETS: usize = FIRST_CACHE_SETS * CACHE_GROWTH.pow(CACHE_GROWTHS as u32);
 /// A pair's set is `(hash(selfpc) >> (64 - CACHE_INDEX_BITS)) + (frompc >> 2)`, masked with the
-/// thread's `set_mask` (the assembly fast path in `sys` computes the same): call sites of one
+/// thread's `set_mask` (the assembly fast path in `x86_64` computes the same): call sites of one
 /// callee that are close in the code use neighbouring sets.
 const CACHE_INDEX_BITS: u32 = 20;
 
@@ -126,7 +129,7 @@ fn start_before_own_constructor() -> bool {
     }
     // SAFETY: `start` is an ordinary function that never unwinds (ensure_started catches panics);
     // this is x86_64.
-    unsafe { sys::call_preserving_vector_state(start) }
+    unsafe { x86_64::call_preserving_vector_state(start) }
 }
 
 /// One cached arc: raw PCs and the counter (null: callee in an unprofiled module). Two of them,
@@ -138,7 +141,7 @@ struct CacheEntry {
     counter: *const AtomicU64,
 }
 
-/// The per-thread cache header, overlaid on `sys::thread_cache_block` (static TLS); the entries
+/// The per-thread cache header, overlaid on `x86_64::thread_cache_block` (static TLS); the entries
 /// are a private mapping of [`cache_bytes`]`(sets)`, unmapped when the thread exits.
 ///
 /// The assembly fast path only reads it. It must not use an entry that a signal handler rewrote
@@ -172,17 +175,6 @@ struct ThreadCache {
     /// reading the old entries, which must stay mapped.
     retired: [*mut CacheEntry; CACHE_GROWTHS],
 }
-
-// The assembly fast path in `sys` depends on this layout.
-const _: () = {
-    assert!(core::mem::size_of::<ThreadCache>() <= sys::THREAD_CACHE_BYTES);
-    assert!(core::mem::offset_of!(ThreadCache, generation) == 0);
-    assert!(core::mem::offset_of!(ThreadCache, writes) == 8);
-    assert!(core::mem::offset_of!(ThreadCache, entries) == 16);
-    assert!(core::mem::offset_of!(ThreadCache, set_mask) == 24);
-    assert!(core::mem::offset_of!(ThreadCache, shared_stripe) == 28);
-    assert!(core::mem::size_of::<CacheEntry>() == 32);
-};
 
 impl ThreadCache {
     /// The entries, mapping them on first use. Empty when they cannot be had.
@@ -260,7 +252,7 @@ fn register_thread_exit(base: *mut u8) {
 /// Thread-exit destructor: clears this thread's pointer first (instrumented code may still run
 /// in later destructors on this thread), then unmaps the entries and the retired mappings.
 unsafe extern "C" fn release_thread_cache(_first_mapping: *mut libc::c_void) {
-    let cache = sys::thread_cache_block().cast::<ThreadCache>();
+    let cache = x86_64::thread_cache_block().cast::<ThreadCache>();
     // SAFETY: the exiting thread's own header; a signal handler running now sees `depth` as usual
     // and, once the pointer is null, never touches the entries.
     let cache = unsafe { &mut *cache };
@@ -290,7 +282,7 @@ unsafe extern "C" fn release_thread_cache(_first_mapping: *mut libc::c_void) {
 /// Sets of the calling thread's call cache (0 before its first counted call or after its release).
 pub fn thread_cache_sets() -> usize {
     // SAFETY: as in `record_call`; only reads this thread's own header.
-    let cache = unsafe { &*sys::thread_cache_block().cast::<ThreadCache>() };
+    let cache = unsafe { &*x86_64::thread_cache_block().cast::<ThreadCache>() };
     if cache.entries.is_null() {
         0
     } else {
@@ -313,7 +305,7 @@ pub extern "C" fn record_call(frompc: usize, selfpc: usize) {
     if state & STATE_PAUSED != 0 {
         return;
     }
-    let cache = sys::thread_cache_block().cast::<ThreadCache>();
+    let cache = x86_64::thread_cache_block().cast::<ThreadCache>();
     // SAFETY: the block is this thread's own, zero-initialised (a valid ThreadCache: integers,
     // false, null pointers), aligned and large enough (checked above). Only this thread touches
     // it; a signal handler on this thread sees `depth != 0` and stays away from the entries.
@@ -428,7 +420,7 @@ fn increment(counter: &AtomicU64, shared: bool) {
     if shared {
         counter.fetch_add(1, Ordering::Relaxed);
     } else {
-        sys::increment_unshared(counter);
+        x86_64::increment_unshared(counter);
     }
 }
 

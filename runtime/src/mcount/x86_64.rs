@@ -1,0 +1,346 @@
+//! The x86_64 assembly of the mcount family: the exported `mcount`/`_mcount`/`__fentry__` stubs with their
+//! fast path, the per-thread call-cache block in static TLS, and the xsave trampoline for early start-up.
+
+use super::{CacheEntry, ThreadCache};
+
+/// Saves every register an instrumented function may still need, aligns the stack, calls
+/// `$record(frompc, selfpc)` and restores them. Expects `push rbp; mov rbp, rsp` done, with
+/// `frompc` in rdi and `selfpc` in rsi not yet loaded: `$load` loads them from the frame.
+///
+/// Saved: rax (vector-argument count of a variadic call), rcx, rdx, rsi, rdi, r8, r9 (integer
+/// arguments), r10 (static chain / DRAP), r11, and xmm0–xmm7 in full 128 bits (vector and
+/// floating-point arguments). Not saved: the upper halves of ymm0–ymm7/zmm0–zmm7, xmm8–15, x87 and
+/// MXCSR: the Rust code on this path is compiled for baseline x86_64 (SSE2 only, never VEX/EVEX
+/// encoded, so it cannot change an upper half) and calls no libc function that could (no string
+/// functions; only `mmap` on a table's first use or growth), so `__m256`/`__m512` arguments
+/// arrive intact; the register-preservation test passes `__m256` arguments to prove it.
+macro_rules! mcount_stub {
+    ($load:literal, $record:path) => {
+        core::arch::naked_asm!(
+            "push rbp",
+            "mov rbp, rsp",
+            "and rsp, -16",
+            "sub rsp, 208",
+            "movaps [rsp], xmm0",
+            "movaps [rsp + 16], xmm1",
+            "movaps [rsp + 32], xmm2",
+            "movaps [rsp + 48], xmm3",
+            "movaps [rsp + 64], xmm4",
+            "movaps [rsp + 80], xmm5",
+            "movaps [rsp + 96], xmm6",
+            "movaps [rsp + 112], xmm7",
+            "mov [rsp + 128], rax",
+            "mov [rsp + 136], rcx",
+            "mov [rsp + 144], rdx",
+            "mov [rsp + 152], rsi",
+            "mov [rsp + 160], rdi",
+            "mov [rsp + 168], r8",
+            "mov [rsp + 176], r9",
+            "mov [rsp + 184], r10",
+            "mov [rsp + 192], r11",
+            $load,
+            "call {record}",
+            "movaps xmm0, [rsp]",
+            "movaps xmm1, [rsp + 16]",
+            "movaps xmm2, [rsp + 32]",
+            "movaps xmm3, [rsp + 48]",
+            "movaps xmm4, [rsp + 64]",
+            "movaps xmm5, [rsp + 80]",
+            "movaps xmm6, [rsp + 96]",
+            "movaps xmm7, [rsp + 112]",
+            "mov rax, [rsp + 128]",
+            "mov rcx, [rsp + 136]",
+            "mov rdx, [rsp + 144]",
+            "mov rsi, [rsp + 152]",
+            "mov rdi, [rsp + 160]",
+            "mov r8, [rsp + 168]",
+            "mov r9, [rsp + 176]",
+            "mov r10, [rsp + 184]",
+            "mov r11, [rsp + 192]",
+            "mov rsp, rbp",
+            "pop rbp",
+            "ret",
+            record = sym $record,
+        )
+    };
+}
+
+/// The fast path shared by the exported stubs: with only rax, rcx, rdx and rsi saved (pushed), look
+/// the (frompc, selfpc) pair up in this thread's call cache and add 1 to the cached counter. It
+/// writes nothing but the counter. Anything else (cache miss, stale generation, paused, a call
+/// nested in the Rust side, the cache rewritten by a signal handler meanwhile) restores the four
+/// registers and jumps to the full stub, which saves everything and calls Rust.
+///
+/// Cache layout (`mcount::ThreadCache`): generation at 0, write sequence (u32) at 8, pointer to the
+/// entries at 16 (null: miss), set mask (u32) at 24, shared-stripe flag (u8) at 28; sets of two
+/// 32-byte entries (frompc, selfpc, counter), the set being
+/// `((selfpc * 0x9E3779B97F4A7C15) >> 44) + (frompc >> 2)` masked with the set mask (4095 at
+/// first; the Rust side makes the cache larger when the thread's working set does not fit): call
+/// sites near each other fill neighbouring sets. The cache is current when its generation equals `modules::CURRENT ^ mcount::CACHE_STATE` (the pause bit makes every lookup miss). The
+/// write sequence is odd while Rust code of this thread may be changing the entries, and is
+/// checked again after the counter pointer is loaded: a signal handler that ran in between and
+/// went through the Rust side sends this call to the slow path too, uncounted so far.
+macro_rules! mcount_fast_path {
+    ($frompc:literal, $selfpc:literal, $slow:path) => {
+        core::arch::naked_asm!(
+            "push rax",
+            "push rcx",
+            "push rdx",
+            "push rsi",
+            "mov rdx, qword ptr fs:[0]",
+            "add rdx, qword ptr [rip + mslprof_thread_cache@GOTTPOFF]",
+            "mov rax, qword ptr [rip + {table}]",
+            "xor rax, qword ptr [rip + {state}]",
+            "cmp qword ptr [rdx], rax",
+            "jne 2f",
+            concat!("mov rax, ", $selfpc),
+            "movabs rcx, 0x9E3779B97F4A7C15",
+            "imul rax, rcx",
+            "shr rax, 44",
+            concat!("mov rcx, ", $frompc),
+            "shr rcx, 2",
+            "add rax, rcx",
+            "and eax, dword ptr [rdx + 24]",
+            "shl rax, 6",
+            "mov ecx, dword ptr [rdx + 8]",
+            "test ecx, 1",
+            "jnz 2f",
+            "mov rsi, qword ptr [rdx + 16]",
+            "test rsi, rsi",
+            "jz 2f",
+            "add rax, rsi",
+            concat!("mov rsi, ", $frompc),
+            "cmp qword ptr [rax], rsi",
+            "jne 5f",
+            concat!("mov rsi, ", $selfpc),
+            "cmp qword ptr [rax + 8], rsi",
+            "jne 5f",
+            "mov rax, qword ptr [rax + 16]",
+            "6:",
+            "cmp dword ptr [rdx + 8], ecx",
+            "jne 2f",
+            "test rax, rax",
+            "jz 1f",
+            "cmp byte ptr [rdx + 28], 0",
+            "jne 4f",
+            "add qword ptr [rax], 1",
+            "1:",
+            "pop rsi",
+            "pop rdx",
+            "pop rcx",
+            "pop rax",
+            "ret",
+            "4:",
+            "lock add qword ptr [rax], 1",
+            "jmp 1b",
+            // Second way of the set.
+            "5:",
+            concat!("mov rsi, ", $frompc),
+            "cmp qword ptr [rax + 32], rsi",
+            "jne 2f",
+            concat!("mov rsi, ", $selfpc),
+            "cmp qword ptr [rax + 40], rsi",
+            "jne 2f",
+            "mov rax, qword ptr [rax + 48]",
+            "jmp 6b",
+            // Miss: leave the cache to the Rust side.
+            "2:",
+            "pop rsi",
+            "pop rdx",
+            "pop rcx",
+            "pop rax",
+            "jmp {slow}",
+            state = sym super::CACHE_STATE,
+            table = sym crate::modules::CURRENT,
+            slow = sym $slow,
+        )
+    };
+}
+
+/// `-pg` (gcc, clang) calls this after the instrumented function's prologue: that function's frame
+/// pointer is in rbp, so `selfpc` is our return address and `frompc` the instrumented function's
+/// own return address, the word above its saved frame pointer (as glibc's `_mcount` takes them).
+///
+/// # Safety
+/// Only compiler-generated profiling calls may call this, with rbp the instrumented function's
+/// frame pointer.
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mcount() {
+    // After the four pushes: [rsp + 32] = selfpc; [rbp + 8] = frompc.
+    mcount_fast_path!("qword ptr [rbp + 8]", "qword ptr [rsp + 32]", mcount_slow)
+}
+
+/// The other name of [`mcount`] (glibc exports both; some compilers call `_mcount`).
+///
+/// # Safety
+/// As [`mcount`].
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn _mcount() {
+    mcount_fast_path!("qword ptr [rbp + 8]", "qword ptr [rsp + 32]", mcount_slow)
+}
+
+/// `-pg -mfentry` calls this as the first instruction of the instrumented function, before its
+/// prologue: `selfpc` is our return address and `frompc` the word above it (the instrumented
+/// function's return address).
+///
+/// # Safety
+/// Only compiler-generated profiling calls may call this.
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __fentry__() {
+    // After the four pushes: [rsp + 32] = selfpc, [rsp + 40] = frompc.
+    mcount_fast_path!("qword ptr [rsp + 40]", "qword ptr [rsp + 32]", fentry_slow)
+}
+
+/// Slow path of [`mcount`]: entered by a jump with the original registers and stack.
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
+unsafe extern "C" fn mcount_slow() {
+    // After our `push rbp`: [rbp] = instrumented function's rbp, [rbp + 8] = selfpc.
+    mcount_stub!(
+        "mov rsi, [rbp + 8]\nmov rdi, [rbp]\nmov rdi, [rdi + 8]",
+        super::record_call
+    )
+}
+
+/// Slow path of [`__fentry__`]: entered by a jump with the original registers and stack.
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
+unsafe extern "C" fn fentry_slow() {
+    // After our `push rbp`: [rbp + 8] = selfpc, [rbp + 16] = frompc.
+    mcount_stub!(
+        "mov rsi, [rbp + 8]\nmov rdi, [rbp + 16]",
+        super::record_call
+    )
+}
+
+/// Bytes of the per-thread call cache header (see `mcount::ThreadCache`), in `.tbss`.
+pub const THREAD_CACHE_BYTES: usize = 64;
+
+// The per-thread call cache lives in this library's static TLS block, addressed with the
+// initial-exec model (`@gottpoff` + `fs`): two instructions, no `__tls_get_addr` call, no
+// allocation, valid in signal handlers. Static TLS is fine because the runtime is loaded at start-up
+// (LD_PRELOAD or DT_NEEDED); every new thread gets it zeroed.
+#[cfg(target_arch = "x86_64")]
+core::arch::global_asm!(
+    ".pushsection .tbss,\"awT\",@nobits",
+    ".balign 64",
+    ".globl mslprof_thread_cache",
+    ".hidden mslprof_thread_cache",
+    ".type mslprof_thread_cache,@object",
+    ".size mslprof_thread_cache, 64",
+    "mslprof_thread_cache:",
+    ".zero 64",
+    ".popsection",
+);
+
+/// Address of the calling thread's call-cache header ([`THREAD_CACHE_BYTES`] zero-initialised,
+/// 64-byte aligned bytes that belong to this thread for its lifetime).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub fn thread_cache_block() -> *mut u8 {
+    let address: usize;
+    // SAFETY: reads the thread pointer (fs:0, the TCB's self pointer on x86_64 glibc) and the
+    // linker-provided TLS offset of our own `.tbss` symbol; touches no other memory.
+    unsafe {
+        core::arch::asm!(
+            "mov {address}, qword ptr fs:[0]",
+            "add {address}, qword ptr [rip + mslprof_thread_cache@GOTTPOFF]",
+            address = out(reg) address,
+            options(nostack, readonly, pure),
+        );
+    }
+    address as *mut u8
+}
+
+/// Adds 1 to `counter` with one non-locked instruction. A signal on the calling thread cannot
+/// split it, but another core can: only for counters no other thread writes.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub fn increment_unshared(counter: &core::sync::atomic::AtomicU64) {
+    // SAFETY: `counter` is a valid, aligned u64; the add is one instruction on memory that the
+    // caller guarantees no other thread writes, and readers on other cores see the old or the new
+    // value (aligned 8-byte accesses are atomic on x86_64).
+    unsafe {
+        core::arch::asm!(
+            "add qword ptr [{counter}], 1",
+            counter = in(reg) counter.as_ptr(),
+            options(nostack),
+        );
+    }
+}
+
+/// Calls `start` (the runtime's start-up, from the first `mcount` of a process whose other
+/// libraries' constructors run before the runtime's own) with the whole extended register state
+/// saved around it by `xsave`/`xrstor`: start-up runs libc code (string functions using AVX/AVX-512)
+/// that would otherwise clobber the upper halves of vector arguments the instrumented function is
+/// about to read. The general-purpose and xmm0–7 registers are already saved by the mcount stub.
+///
+/// # Safety
+/// `start` must be safe to call here; the CPU must be x86_64 (XSAVE is used only when the OS
+/// enabled it, CPUID.1:ECX.OSXSAVE).
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
+pub unsafe extern "C" fn call_preserving_vector_state(start: extern "C" fn() -> bool) -> bool {
+    core::arch::naked_asm!(
+        "push rbp",
+        "mov rbp, rsp",
+        "push rbx",
+        "push r12",
+        "mov r12, rdi",
+        "mov eax, 1",
+        "cpuid",
+        "bt ecx, 27",
+        "jnc 2f",
+        "mov eax, 0xd",
+        "xor ecx, ecx",
+        "cpuid",
+        // ebx = XSAVE area bytes for the features enabled in XCR0; 64-byte aligned, header zeroed.
+        "sub rsp, rbx",
+        "sub rsp, 64",
+        "and rsp, -64",
+        "xor eax, eax",
+        "mov [rsp + 512], rax",
+        "mov [rsp + 520], rax",
+        "mov [rsp + 528], rax",
+        "mov [rsp + 536], rax",
+        "mov [rsp + 544], rax",
+        "mov [rsp + 552], rax",
+        "mov [rsp + 560], rax",
+        "mov [rsp + 568], rax",
+        "xor ecx, ecx",
+        "xgetbv",
+        "xsave [rsp]",
+        "call r12",
+        "mov r12d, eax",
+        "xor ecx, ecx",
+        "xgetbv",
+        "xrstor [rsp]",
+        "movzx eax, r12b",
+        "jmp 3f",
+        "2:",
+        "call r12",
+        "3:",
+        "lea rsp, [rbp - 16]",
+        "pop r12",
+        "pop rbx",
+        "pop rbp",
+        "ret",
+    )
+}
+
+// The assembly fast path above depends on this layout.
+const _: () = {
+    assert!(core::mem::size_of::<ThreadCache>() <= THREAD_CACHE_BYTES);
+    assert!(core::mem::offset_of!(ThreadCache, generation) == 0);
+    assert!(core::mem::offset_of!(ThreadCache, writes) == 8);
+    assert!(core::mem::offset_of!(ThreadCache, entries) == 16);
+    assert!(core::mem::offset_of!(ThreadCache, set_mask) == 24);
+    assert!(core::mem::offset_of!(ThreadCache, shared_stripe) == 28);
+    assert!(core::mem::size_of::<CacheEntry>() == 32);
+};
