@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use crate::graph::Graph;
 use crate::output::Out;
-use crate::report::Style;
+use crate::style::Style;
 use crate::symspec::{Filters, Table};
 
 /// Width of the count column.

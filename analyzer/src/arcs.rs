@@ -1,6 +1,7 @@
 //! Turning recorded arcs (call site → callee address, with a count) into arcs between symbols, as GNU
 //! gprof's `cg_tally` does, across modules: the caller is looked up in the module of its load instance.
 
+use mslprof_format::LinkAddress;
 use mslprof_format::model::UNKNOWN_KEY;
 
 use crate::graph::Graph;
@@ -20,9 +21,9 @@ pub struct TallyStats {
 pub struct RawArc {
     /// Analysis module of the caller, or `None` when unknown.
     pub caller_module: Option<usize>,
-    pub caller_address: u64,
+    pub caller_address: LinkAddress,
     pub callee_module: usize,
-    pub callee_address: u64,
+    pub callee_address: LinkAddress,
     pub count: u64,
 }
 

@@ -13,26 +13,27 @@
 //!
 //! GNU `gmon.out` input never comes here: gprof's own rules apply to it, byte for byte.
 
+use mslprof_format::LinkAddress;
 use std::collections::HashMap;
 
 use addr2line::gimli;
 use gimli::UnwindSection as _;
 use object::{Object, ObjectSection, ObjectSymbol, ObjectSymbolTable, SectionFlags};
 
-use crate::symbols::FunctionSymbol;
+use crate::symtab::FunctionSymbol;
 
 /// Ranges shorter than this between two known functions are taken as padding of the first.
 const PADDING: u64 = 64;
 
 /// One address range with what is known of it.
 struct Piece {
-    addr: u64,
+    addr: LinkAddress,
     /// 0 = unknown (reaches the next known start).
     size: u64,
     sym: FunctionSymbol,
 }
 
-fn synthetic(name: String, addr: u64, qualified: bool) -> FunctionSymbol {
+fn synthetic(name: String, addr: LinkAddress, qualified: bool) -> FunctionSymbol {
     FunctionSymbol {
         name,
         addr,
@@ -44,21 +45,21 @@ fn synthetic(name: String, addr: u64, qualified: bool) -> FunctionSymbol {
 }
 
 /// Executable sections as `[start, end)` ranges, sorted.
-fn exec_ranges(file: &object::File<'_>) -> Vec<(u64, u64)> {
-    let mut v: Vec<(u64, u64)> = file
+fn exec_ranges(file: &object::File<'_>) -> Vec<(LinkAddress, LinkAddress)> {
+    let mut v: Vec<(LinkAddress, LinkAddress)> = file
         .sections()
         .filter(|s| {
             matches!(s.flags(), SectionFlags::Elf { sh_flags } if sh_flags & u64::from(object::elf::SHF_EXECINSTR) != 0)
         })
         .filter(|s| s.size() > 0)
-        .map(|s| (s.address(), s.address() + s.size()))
+        .map(|s| (LinkAddress(s.address()), LinkAddress(s.address() + s.size())))
         .collect();
     v.sort_unstable();
     v
 }
 
 /// Start and length of every function an `.eh_frame` FDE describes.
-pub fn fde_ranges(file: &object::File<'_>) -> Vec<(u64, u64)> {
+pub fn fde_ranges(file: &object::File<'_>) -> Vec<(LinkAddress, u64)> {
     let mut out = Vec::new();
     let Some(sec) = file.section_by_name(".eh_frame") else {
         return out;
@@ -85,14 +86,14 @@ pub fn fde_ranges(file: &object::File<'_>) -> Vec<(u64, u64)> {
             && let Ok(fde) = partial.parse(|s, b, o| s.cie_from_offset(b, o))
             && fde.len() > 0
         {
-            out.push((fde.initial_address(), fde.len()));
+            out.push((LinkAddress(fde.initial_address()), fde.len()));
         }
     }
     out
 }
 
 /// PLT stubs of an x86-64 module: `(address, size, name@plt)`.
-pub fn plt_stubs(file: &object::File<'_>) -> Vec<(u64, u64, String)> {
+pub fn plt_stubs(file: &object::File<'_>) -> Vec<(LinkAddress, u64, String)> {
     let mut out = Vec::new();
     if file.architecture() != object::Architecture::X86_64 {
         return out;
@@ -135,7 +136,11 @@ pub fn plt_stubs(file: &object::File<'_>) -> Vec<(u64, u64, String)> {
             let disp = i32::from_le_bytes([disp[0], disp[1], disp[2], disp[3]]);
             let target = (entry_addr + pos as u64 + 6).wrapping_add_signed(i64::from(disp));
             if let Some(sym) = slots.get(&target) {
-                out.push((entry_addr, entsize as u64, format!("{sym}@plt")));
+                out.push((
+                    LinkAddress(entry_addr),
+                    entsize as u64,
+                    format!("{sym}@plt"),
+                ));
             }
         }
     }
@@ -151,15 +156,15 @@ pub fn layout(
     module: &str,
 ) -> Vec<FunctionSymbol> {
     let exec = exec_ranges(file);
-    let exec_start = exec.first().map_or(0, |r| r.0);
-    let exec_end = exec.iter().map(|r| r.1).max().unwrap_or(0);
+    let exec_start = exec.first().map_or(LinkAddress(0), |r| r.0);
+    let exec_end = exec.iter().map(|r| r.1).max().unwrap_or(LinkAddress(0));
     // The largest size given to an address (aliases may have a size where the chosen name has none).
-    let mut sizes: HashMap<u64, u64> = HashMap::new();
+    let mut sizes: HashMap<LinkAddress, u64> = HashMap::new();
     for s in &syms {
         let e = sizes.entry(s.addr).or_insert(0);
         *e = (*e).max(s.size);
     }
-    let chosen = crate::symbols::finalize(syms, 0);
+    let chosen = crate::symtab::finalize(syms, LinkAddress(0));
     let mut pieces: Vec<Piece> = chosen
         .into_iter()
         .map(|s| Piece {
@@ -168,7 +173,7 @@ pub fn layout(
             sym: s,
         })
         .collect();
-    let covered = |pieces: &[Piece], addr: u64| {
+    let covered = |pieces: &[Piece], addr: LinkAddress| {
         pieces
             .iter()
             .any(|p| p.addr == addr || (p.size > 0 && p.addr < addr && addr < p.addr + p.size))
@@ -208,7 +213,7 @@ pub fn layout(
             },
         );
     }
-    let gap = |addr: u64| Piece {
+    let gap = |addr: LinkAddress| Piece {
         addr,
         size: 0,
         sym: synthetic(format!("{module}+{addr:#x}"), addr, false),

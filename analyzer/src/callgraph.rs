@@ -8,7 +8,7 @@ use crate::cformat::CFloat;
 use crate::cycles;
 use crate::graph::{Graph, NONE, Sym};
 use crate::output::Out;
-use crate::report::Style;
+use crate::style::Style;
 use crate::symspec::{Filters, Table};
 
 /// Run gprof's whole call-graph analysis. Returns all symbols and cycles sorted for printing, and the

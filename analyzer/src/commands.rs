@@ -5,28 +5,9 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
-use mslprof_format::GnuTarget;
-
 const DEMO_MAIN: &str = include_str!("../demo/demo.c");
 const DEMO_SHAPES: &str = include_str!("../demo/shapes.c");
 const DEMO_TEXT: &str = include_str!("../demo/text.c");
-
-/// Byte order and address width of an ELF file (for GNU gmon.out decoding).
-pub fn elf_target(path: &Path) -> Option<GnuTarget> {
-    use std::io::Read;
-    let mut ident = [0u8; 16];
-    std::fs::File::open(path)
-        .ok()?
-        .read_exact(&mut ident)
-        .ok()?;
-    if &ident[..4] != b"\x7fELF" {
-        return None;
-    }
-    Some(GnuTarget {
-        big_endian: ident[5] == 2,
-        address_size: if ident[4] == 1 { 4 } else { 8 },
-    })
-}
 
 /// `libmslprof.so`: `$MSLPROF_LIBRARY`, else next to this binary (or in its `deps/` or `../lib/`), else the
 /// copy embedded in a release build, written to a private folder.
@@ -243,5 +224,5 @@ fn demo_inner(args: &[String]) -> Result<ExitCode, String> {
     };
     report_args.push(d.join("demo").display().to_string());
     report_args.push(profile.display().to_string());
-    Ok(crate::report_main(&report_args))
+    Ok(crate::report_cli::report_main(&report_args))
 }

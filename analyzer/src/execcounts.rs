@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 
 use crate::graph::Graph;
 use crate::output::Out;
-use crate::report::Style;
+use crate::style::Style;
 use crate::symspec::{Filters, Table};
 
 /// gprof's `cmp_bb`: by file and line when both symbols have a file, then by address.

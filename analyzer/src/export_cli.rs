@@ -81,7 +81,7 @@ pub fn export(args: &[String]) -> ExitCode {
 }
 
 fn load(profiles: &[PathBuf]) -> Result<Prepared, String> {
-    let p = Prepared::load(profiles).map_err(|f| format!("{}: {}", f.file, f.problem))?;
+    let p = Prepared::load(profiles).map_err(|e| e.to_string())?;
     for w in &p.warnings {
         eprintln!("mslprof: warning: {w}");
     }
@@ -90,7 +90,7 @@ fn load(profiles: &[PathBuf]) -> Result<Prepared, String> {
 
 fn gmon(profiles: &[PathBuf], outdir: &Path) -> Result<(), String> {
     let p = load(profiles)?;
-    let written = export::gmon::write(&p, outdir)?;
+    let written = export::gmon::write(&p, outdir).map_err(|e| e.to_string())?;
     if written.is_empty() {
         return Err(format!(
             "{}: no profiled module with a histogram",

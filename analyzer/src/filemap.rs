@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use crate::symbols::FunctionSymbol;
+use crate::symtab::FunctionSymbol;
 
 /// One map line: an object file and a function defined in it.
 #[derive(Clone, Debug)]
@@ -15,6 +15,16 @@ struct Entry {
     is_first: bool,
 }
 
+/// Why a map file cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum MapError {
+    #[error("could not open: {0}")]
+    Open(std::io::Error),
+    #[error("unable to parse mapping file")]
+    Syntax,
+}
+
 /// The map, sorted by function name as gprof sorts it.
 #[derive(Clone, Debug, Default)]
 pub struct FileMap {
@@ -23,8 +33,8 @@ pub struct FileMap {
 
 impl FileMap {
     /// Read a map file; errors name no file (the caller does).
-    pub fn read(path: &Path) -> Result<FileMap, String> {
-        let bytes = std::fs::read(path).map_err(|e| format!("could not open: {e}"))?;
+    pub fn read(path: &Path) -> Result<FileMap, MapError> {
+        let bytes = std::fs::read(path).map_err(MapError::Open)?;
         let text = String::from_utf8_lossy(&bytes);
         let mut entries: Vec<Entry> = Vec::new();
         for line in text.split('\n').filter(|l| !l.trim().is_empty()) {
@@ -32,7 +42,7 @@ impl FileMap {
             let (file, rest) = match line.find(':') {
                 Some(i) => (&line[..i], &line[i..]),
                 None if line.starts_with("No symbols in ") => continue,
-                None => return Err("unable to parse mapping file".into()),
+                None => return Err(MapError::Syntax),
             };
             if file.starts_with("No symbols in ") {
                 continue;

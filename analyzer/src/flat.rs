@@ -7,7 +7,7 @@ use crate::callgraph::{name_full, name_only};
 use crate::cformat::CFloat;
 use crate::graph::Graph;
 use crate::output::Out;
-use crate::report::Style;
+use crate::style::Style;
 use crate::symspec::{Filters, Table};
 
 const SI: [(char, f64); 11] = [

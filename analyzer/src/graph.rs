@@ -5,7 +5,9 @@
 use std::collections::HashMap;
 use std::ops::Range;
 
-use crate::symbols::FunctionSymbol;
+use mslprof_format::LinkAddress;
+
+use crate::symtab::FunctionSymbol;
 
 /// "No symbol" in the linked lists below.
 pub const NONE: usize = usize::MAX;
@@ -103,7 +105,7 @@ pub struct Graph {
 
 impl Graph {
     /// The symbol of `module` covering `addr`, as gprof's `sym_lookup` finds it.
-    pub fn lookup(&self, module: usize, addr: u64) -> Option<usize> {
+    pub fn lookup(&self, module: usize, addr: LinkAddress) -> Option<usize> {
         let range = self.modules.get(module)?.syms.clone();
         let table = &self.syms[range.clone()];
         let pos = table.partition_point(|s| s.symbol.addr <= addr);

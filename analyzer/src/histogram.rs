@@ -2,6 +2,7 @@
 //! `hist_assign_samples` does: a bucket that straddles two functions is split by the share of its
 //! address range each one covers, with gprof's floating-point bucket boundaries.
 
+use mslprof_format::LinkAddress;
 use mslprof_format::model::Histogram;
 
 use crate::graph::Graph;
@@ -15,13 +16,13 @@ pub struct SampleTotals {
 }
 
 /// The scale (in address units per bucket) gprof derives for one range.
-pub fn hist_scale(start: u64, end: u64, buckets: u64, unit: u64) -> f64 {
+pub fn hist_scale(start: LinkAddress, end: LinkAddress, buckets: u64, unit: u64) -> f64 {
     if buckets == 0 {
         return 0.0;
     }
     // gprof 2.40 divides the byte span by the unit in integers first, then by the bucket count in
     // floating point; with an odd span this differs from dividing in floating point throughout.
-    (end.wrapping_sub(start) / unit.max(1)) as f64 / buckets as f64
+    (end.offset_from(start) / unit.max(1)) as f64 / buckets as f64
 }
 
 /// Compute each symbol's scaled address (gprof's `scale_and_align_entries`; no entry masks on the
@@ -30,7 +31,7 @@ pub fn scale_entries(graph: &mut Graph) {
     for m in 0..graph.modules.len() {
         let unit = graph.modules[m].unit.max(1);
         for s in graph.modules[m].syms.clone() {
-            graph.syms[s].scaled_addr = graph.syms[s].symbol.addr / unit;
+            graph.syms[s].scaled_addr = graph.syms[s].symbol.addr.0 / unit;
         }
     }
 }
@@ -53,7 +54,7 @@ pub fn assign(
             continue;
         }
         let scale = hist_scale(range.start, range.end, nbins, unit);
-        let lowpc = range.start / unit;
+        let lowpc = range.start.0 / unit;
         let mut k: usize = 1;
         for (i, count) in range.buckets.nonzero() {
             let bin_low = lowpc.wrapping_add((scale * i as f64) as u64);
@@ -68,7 +69,7 @@ pub fn assign(
                 } else if view.gnu_last_symbol {
                     0
                 } else {
-                    graph.syms[base + j].symbol.end_addr.wrapping_add(1) / unit
+                    graph.syms[base + j].symbol.end_addr.wrapping_add(1).0 / unit
                 };
                 if bin_high < sym_low {
                     break;

@@ -8,12 +8,13 @@
 //! without gprof's cost on a big program. The function name is the innermost (inlined) function's, as
 //! BFD gives it; where DWARF has no function, the ELF function symbol containing the address.
 
+use mslprof_format::LinkAddress;
 use std::borrow::Cow;
 
 use addr2line::gimli;
 use object::{Object, ObjectSection};
 
-use crate::symbols::FunctionSymbol;
+use crate::symtab::FunctionSymbol;
 
 /// The DWARF line and function lookup of one ELF file.
 pub type Context<'a> = addr2line::Context<gimli::EndianSlice<'a, gimli::RunTimeEndian>>;
@@ -94,13 +95,13 @@ fn source_of(
     }
     let name = match name {
         Some(n) => n,
-        None => containing(funcs, addr)?.name.clone(),
+        None => containing(funcs, LinkAddress(addr))?.name.clone(),
     };
     Some((name, file.to_string(), line))
 }
 
 /// The function symbol whose range holds `addr` (gprof's `sym_lookup`).
-fn containing(funcs: &[FunctionSymbol], addr: u64) -> Option<&FunctionSymbol> {
+fn containing(funcs: &[FunctionSymbol], addr: LinkAddress) -> Option<&FunctionSymbol> {
     let i = funcs.partition_point(|s| s.addr <= addr).checked_sub(1)?;
     let s = &funcs[i];
     (addr <= s.end_addr).then_some(s)
@@ -123,7 +124,7 @@ pub fn line_symbols(
     if let Ok(rows) = ctx.find_location_range(text.start, text.end) {
         starts.extend(rows.map(|(addr, _, _)| addr.max(text.start)));
     }
-    starts.extend(funcs.iter().map(|f| f.addr).filter(|a| text.contains(a)));
+    starts.extend(funcs.iter().map(|f| f.addr.0).filter(|a| text.contains(a)));
     starts.sort_unstable();
     starts.dedup();
     let mut out: Vec<FunctionSymbol> = Vec::new();
@@ -140,12 +141,12 @@ pub fn line_symbols(
         let is_static = if same_function {
             out.last().is_some_and(|p| p.is_static)
         } else {
-            containing(funcs, addr).is_some_and(|s| s.is_static)
+            containing(funcs, LinkAddress(addr)).is_some_and(|s| s.is_static)
         };
         out.push(FunctionSymbol {
             name,
-            addr,
-            end_addr: 0,
+            addr: LinkAddress(addr),
+            end_addr: LinkAddress(0),
             is_func: false,
             is_static,
             file: Some(file),

@@ -2,6 +2,7 @@
 //! number of runs become one module whose histograms and arcs are added up. Addresses are
 //! module-relative, so runs with different ASLR layouts add up directly.
 
+use mslprof_format::LinkAddress;
 use std::collections::{BTreeMap, HashMap};
 
 use mslprof_format::model::{
@@ -9,7 +10,7 @@ use mslprof_format::model::{
     UNKNOWN_KEY, header_flags, module_flags,
 };
 
-use crate::report::{Failure, Input};
+use crate::input::{Error, Input, Mismatch};
 
 /// A merged profile and, per module, how many load instances went into it.
 pub struct Merged {
@@ -17,15 +18,15 @@ pub struct Merged {
     pub instances: Vec<u32>,
 }
 
-type RangeSums = Vec<(u64, u64, u64, BTreeMap<u64, u64>)>;
+type RangeSums = Vec<(LinkAddress, LinkAddress, u64, BTreeMap<u64, u64>)>;
 
 /// Merge `inputs` (all mslprof). With `separate_instances`, load instances stay apart.
-pub fn merge(inputs: &[Input], separate_instances: bool) -> Result<Merged, Failure> {
+pub fn merge(inputs: &[Input], separate_instances: bool) -> Result<Merged, Error> {
     let mut header = Header::default();
     let mut modules: Vec<Module> = Vec::new();
     let mut sums: Vec<(u8, u32, RangeSums)> = Vec::new();
     let mut instances: Vec<u32> = Vec::new();
-    let mut arcs: Vec<HashMap<(u32, u64, u64), u64>> = Vec::new();
+    let mut arcs: Vec<HashMap<(u32, LinkAddress, LinkAddress), u64>> = Vec::new();
     let mut identity: HashMap<(Vec<u8>, Vec<u8>, u32, usize), usize> = HashMap::new();
     for (n, input) in inputs.iter().enumerate() {
         let p = &input.profile;
@@ -86,12 +87,11 @@ pub fn merge(inputs: &[Input], separate_instances: bool) -> Result<Merged, Failu
                     let slot = match s.2.iter().position(|x| x.0 == r.start && x.1 == r.end) {
                         Some(i) if s.2[i].2 == len => i,
                         Some(_) => {
-                            return Err(Failure {
-                                file: input.path.display().to_string(),
-                                problem: format!(
-                                    "module {}: histogram ranges of one file differ in size",
-                                    String::from_utf8_lossy(&m.name)
-                                ),
+                            return Err(Error::Mismatch {
+                                path: input.path.clone(),
+                                mismatch: Mismatch::ModuleRangeSizes {
+                                    module: String::from_utf8_lossy(&m.name).into_owned(),
+                                },
                             });
                         }
                         None => {
@@ -114,7 +114,7 @@ pub fn merge(inputs: &[Input], separate_instances: bool) -> Result<Merged, Failu
                     keymap.get(&a.caller_key).copied().unwrap_or(UNKNOWN_KEY)
                 };
                 let addr = if caller == UNKNOWN_KEY {
-                    0
+                    LinkAddress(0)
                 } else {
                     a.caller_address
                 };

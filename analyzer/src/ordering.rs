@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 
 use crate::graph::Graph;
 use crate::output::Out;
-use crate::report::Style;
+use crate::style::Style;
 
 const NONE: usize = usize::MAX;
 

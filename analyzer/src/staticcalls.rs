@@ -7,12 +7,25 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use iced_x86::{Decoder, DecoderOptions, Instruction, Mnemonic, OpKind};
+use mslprof_format::LinkAddress;
 use object::{Object, ObjectSection, ObjectSymbol, SectionKind};
 
 use crate::graph::Graph;
 
 /// Debugging lines (`-d` bit 256) describing what the scan found, one per call found.
 pub type DebugLines = Vec<String>;
+
+/// Why a module's machine code cannot be scanned for calls (`-c` then warns and goes on without it).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ScanError {
+    #[error("{0}")]
+    Read(#[from] std::io::Error),
+    #[error("{0}")]
+    Parse(#[from] object::Error),
+    #[error("-c is not supported for architecture {0:?}")]
+    Architecture(object::Architecture),
+}
 
 /// Add the static arcs of `module`'s functions to `g`, reading code from the ELF file at `path`.
 /// `accept` filters call targets (GNU input: the address must lie in a histogram range, as in gprof);
@@ -21,17 +34,14 @@ pub fn add_static_arcs(
     g: &mut Graph,
     module: usize,
     path: &Path,
-    accept: &dyn Fn(u64) -> bool,
+    accept: &dyn Fn(LinkAddress) -> bool,
     cross_module: bool,
     debug: &mut DebugLines,
-) -> Result<(), String> {
-    let data = std::fs::read(path).map_err(|e| e.to_string())?;
-    let file = object::File::parse(&*data).map_err(|e| e.to_string())?;
+) -> Result<(), ScanError> {
+    let data = std::fs::read(path)?;
+    let file = object::File::parse(&*data)?;
     if file.architecture() != object::Architecture::X86_64 {
-        return Err(format!(
-            "-c is not supported for architecture {:?}",
-            file.architecture()
-        ));
+        return Err(ScanError::Architecture(file.architecture()));
     }
     let plt = if cross_module {
         plt_targets(&file)
@@ -61,22 +71,22 @@ pub fn add_static_arcs(
         let end = if parent + 1 < range.end {
             g.syms[parent + 1].symbol.addr
         } else {
-            g.syms[parent].symbol.end_addr.saturating_add(1)
+            LinkAddress(g.syms[parent].symbol.end_addr.0.saturating_add(1))
         };
-        let Some(code) = code_bytes(&file, start, end) else {
+        let Some(code) = code_bytes(&file, start.0, end.0) else {
             continue;
         };
-        let mut decoder = Decoder::with_ip(64, code, start, DecoderOptions::NONE);
+        let mut decoder = Decoder::with_ip(64, code, start.0, DecoderOptions::NONE);
         let mut ins = Instruction::default();
         while decoder.can_decode() {
             decoder.decode_out(&mut ins);
             if ins.mnemonic() != Mnemonic::Call || ins.op0_kind() != OpKind::NearBranch64 {
                 continue;
             }
-            let target = ins.near_branch_target();
+            let target = LinkAddress(ins.near_branch_target());
             // A call into the PLT goes to the function its slot names, in another module of the profile
             // (its stub, `name@plt` in an mslprof report, is not a function of its own here).
-            let child = match plt.get(&target) {
+            let child = match plt.get(&target.0) {
                 Some(name) => by_name.get(name.as_str()).copied(),
                 None => g
                     .lookup(module, target)

@@ -12,28 +12,7 @@ use std::path::{Path, PathBuf};
 
 use object::{Object, ObjectSection, ObjectSymbol, SectionFlags, SymbolFlags, SymbolSection};
 
-/// One selected symbol before analysis.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct FunctionSymbol {
-    pub name: String,
-    /// Link-time address (the ELF `st_value`).
-    pub addr: u64,
-    /// Last address covered (inclusive), filled in by [`finalize`].
-    pub end_addr: u64,
-    /// ELF `STT_FUNC`.
-    pub is_func: bool,
-    /// Local binding.
-    pub is_static: bool,
-    /// Source file (from DWARF), when known.
-    pub file: Option<String>,
-    pub line: u32,
-    /// `-R`: the symbol stands for an object file of the map (its name is the file's).
-    pub mapped: bool,
-    /// ELF `st_size` (0 when unknown).
-    pub size: u64,
-    /// Named by mslprof from its address (`fn_1a2b40`): always printed with its module.
-    pub synthetic: bool,
-}
+pub use crate::symtab::{FunctionSymbol, LinkAddress, finalize};
 
 /// What was read from one module's ELF file.
 #[derive(Clone, Debug, Default)]
@@ -255,58 +234,6 @@ fn classify<'d, S: ObjectSymbol<'d>>(
     Some(true)
 }
 
-/// Sort by address and keep one symbol per address as gprof's `symtab_finalize` does; set `end_addr`
-/// where it is not set yet.
-pub fn finalize(mut syms: Vec<FunctionSymbol>, text_end: u64) -> Vec<FunctionSymbol> {
-    syms.sort_by(|l, r| {
-        l.addr
-            .cmp(&r.addr)
-            .then_with(|| r.is_func.cmp(&l.is_func))
-            .then_with(|| l.is_static.cmp(&r.is_static))
-    });
-    let mut out: Vec<FunctionSymbol> = Vec::with_capacity(syms.len());
-    for src in syms {
-        if let Some(last) = out.last_mut()
-            && last.addr == src.addr
-        {
-            let s0 = src.name.as_bytes().first().copied().unwrap_or(0);
-            let d0 = last.name.as_bytes().first().copied().unwrap_or(0);
-            let s1 = src.name.as_bytes().get(1).copied().unwrap_or(0);
-            let d1 = last.name.as_bytes().get(1).copied().unwrap_or(0);
-            // Same address: prefer global over static, then function over non-function, then a name
-            // without a leading underscore (or with one underscore over two).
-            let fewer_underscores = d0 == b'_' && (s0 != b'_' || (s1 != b'_' && d1 == b'_'));
-            let better = if src.is_static != last.is_static {
-                !src.is_static
-            } else if src.is_func != last.is_func {
-                src.is_func
-            } else {
-                fewer_underscores
-            };
-            if better {
-                *last = src;
-            }
-            continue;
-        }
-        if let Some(last) = out.last_mut()
-            && last.end_addr == 0
-        {
-            last.end_addr = src.addr.wrapping_sub(1);
-        }
-        // A symbol whose range was set by an earlier pass (function symbols under `-l`) is kept only if
-        // that range is not empty, as in gprof.
-        if src.end_addr == 0 || src.addr <= src.end_addr {
-            out.push(src);
-        }
-    }
-    if let Some(last) = out.last_mut()
-        && last.end_addr == 0
-    {
-        last.end_addr = text_end;
-    }
-    out
-}
-
 /// The GNU build-id of an ELF file.
 pub fn build_id_of(file: &object::File<'_>) -> Option<Vec<u8>> {
     file.build_id().ok().flatten().map(|b| b.to_vec())
@@ -365,8 +292,8 @@ fn collect<'d>(
         let is_func = matches!(sym.flags(), SymbolFlags::Elf { st_info, .. } if st_info & 0xf == object::elf::STT_FUNC);
         out.push(FunctionSymbol {
             name: name.to_string(),
-            addr: sym.address(),
-            end_addr: 0,
+            addr: LinkAddress(sym.address()),
+            end_addr: LinkAddress(0),
             is_func,
             is_static,
             file: None,
@@ -379,20 +306,19 @@ fn collect<'d>(
     out
 }
 
-fn text_end_of(file: &object::File<'_>, opts: SelectOptions) -> u64 {
-    if opts.keep_split_parts {
-        return file
-            .sections()
+fn text_end_of(file: &object::File<'_>, opts: SelectOptions) -> LinkAddress {
+    let last = if opts.keep_split_parts {
+        file.sections()
             .filter(|s| {
                 matches!(s.flags(), SectionFlags::Elf { sh_flags } if sh_flags & u64::from(object::elf::SHF_EXECINSTR) != 0)
             })
             .map(|s| (s.address() + s.size()).wrapping_sub(1))
             .max()
-            .unwrap_or(0);
-    }
-    file.section_by_name(".text")
-        .map(|s| (s.address() + s.size()).wrapping_sub(1))
-        .unwrap_or(0)
+    } else {
+        file.section_by_name(".text")
+            .map(|s| (s.address() + s.size()).wrapping_sub(1))
+    };
+    LinkAddress(last.unwrap_or(0))
 }
 
 /// Add the files of `syms` not in `files` yet, in the order of `syms`.
@@ -410,7 +336,7 @@ fn add_source_files(files: &mut Vec<String>, syms: &[FunctionSymbol]) {
 fn attach_sources(file: &object::File<'_>, syms: &mut [FunctionSymbol]) -> Vec<String> {
     crate::lines::with_dwarf(file, |ctx| {
         for s in syms.iter_mut() {
-            if let Ok(Some(loc)) = ctx.find_location(s.addr)
+            if let Ok(Some(loc)) = ctx.find_location(s.addr.0)
                 && let (Some(f), Some(l)) = (loc.file, loc.line)
                 && l != 0
             {
@@ -430,7 +356,7 @@ fn with_line_symbols(
     dwarf: &object::File<'_>,
     module: &object::File<'_>,
     funcs: Vec<FunctionSymbol>,
-    text_end: u64,
+    text_end: LinkAddress,
 ) -> Vec<FunctionSymbol> {
     let funcs = finalize(funcs, text_end);
     let Some(text) = module
@@ -722,8 +648,8 @@ mod tests {
     fn sym(name: &str, addr: u64, is_func: bool, is_static: bool) -> FunctionSymbol {
         FunctionSymbol {
             name: name.into(),
-            addr,
-            end_addr: 0,
+            addr: LinkAddress(addr),
+            end_addr: LinkAddress(0),
             is_func,
             is_static,
             ..FunctionSymbol::default()
@@ -739,11 +665,11 @@ mod tests {
                 sym("real", 0x10, true, false),
                 sym("next", 0x20, true, false),
             ],
-            0x2f,
+            LinkAddress(0x2f),
         );
         assert_eq!(out.len(), 2);
         assert_eq!(out[0].name, "real");
-        assert_eq!(out[0].end_addr, 0x1f);
-        assert_eq!(out[1].end_addr, 0x2f);
+        assert_eq!(out[0].end_addr, LinkAddress(0x1f));
+        assert_eq!(out[1].end_addr, LinkAddress(0x2f));
     }
 }

@@ -8,6 +8,7 @@ use std::process::Command;
 
 use mslprof_analyzer::symbols::{self, SelectOptions};
 use mslprof_format::model::*;
+use mslprof_format::{LinkAddress, LoadBias};
 use mslprof_tests::analyzer::have;
 use mslprof_tests::cc;
 
@@ -76,6 +77,7 @@ fn addr_of(module: &Path, name: &str) -> u64 {
         .find(|s| s.name == name)
         .unwrap_or_else(|| panic!("{name} not in {}", module.display()))
         .addr
+        .0
 }
 
 fn build_id(module: &Path) -> Vec<u8> {
@@ -96,8 +98,8 @@ fn histogram(lo: u64, hi: u64, samples: &[(u64, u16)]) -> Histogram {
     Histogram {
         bucket_bits: 16,
         ranges: vec![HistRange {
-            start: lo,
-            end: hi,
+            start: LinkAddress(lo),
+            end: LinkAddress(hi),
             buckets: Buckets::Dense16(b),
         }],
     }
@@ -125,8 +127,8 @@ fn module(key: u32, path: &Path, flags: u32, samples: u64) -> Module {
 fn arc(caller_key: u32, caller_address: u64, callee_address: u64, count: u64) -> Arc {
     Arc {
         caller_key,
-        caller_address,
-        callee_address,
+        caller_address: LinkAddress(caller_address),
+        callee_address: LinkAddress(callee_address),
         count,
     }
 }
@@ -141,7 +143,7 @@ fn profiled_module(
     arcs: Vec<Arc>,
 ) -> Module {
     let (a, b) = functions;
-    m.load_bias = bias;
+    m.load_bias = LoadBias(bias);
     m.histogram = Some(histogram(a.min(b), a.max(b) + 64, &[hit]));
     m.arcs = arcs;
     m

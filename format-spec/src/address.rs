@@ -49,6 +49,53 @@ impl RuntimeAddress {
     }
 }
 
+impl LinkAddress {
+    /// `self + bytes`, wrapping (a table's last symbol may reach the top of the address space).
+    #[inline]
+    pub const fn wrapping_add(self, bytes: u64) -> LinkAddress {
+        LinkAddress(self.0.wrapping_add(bytes))
+    }
+
+    /// `self - bytes`, wrapping.
+    #[inline]
+    pub const fn wrapping_sub(self, bytes: u64) -> LinkAddress {
+        LinkAddress(self.0.wrapping_sub(bytes))
+    }
+
+    /// Bytes from `base` up to `self`, wrapping.
+    #[inline]
+    pub const fn offset_from(self, base: LinkAddress) -> u64 {
+        self.0.wrapping_sub(base.0)
+    }
+}
+
+/// A link-time address plus a byte offset is a link-time address of the same module.
+impl core::ops::Add<u64> for LinkAddress {
+    type Output = LinkAddress;
+    #[inline]
+    fn add(self, bytes: u64) -> LinkAddress {
+        LinkAddress(self.0 + bytes)
+    }
+}
+
+/// A link-time address minus a byte offset is a link-time address of the same module.
+impl core::ops::Sub<u64> for LinkAddress {
+    type Output = LinkAddress;
+    #[inline]
+    fn sub(self, bytes: u64) -> LinkAddress {
+        LinkAddress(self.0 - bytes)
+    }
+}
+
+/// The distance in bytes between two link-time addresses of one module.
+impl core::ops::Sub<LinkAddress> for LinkAddress {
+    type Output = u64;
+    #[inline]
+    fn sub(self, base: LinkAddress) -> u64 {
+        self.0 - base.0
+    }
+}
+
 impl fmt::LowerHex for LinkAddress {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::LowerHex::fmt(&self.0, f)
@@ -82,5 +129,16 @@ mod tests {
             below.link_address(RuntimeAddress(0x40_0000)),
             LinkAddress(0x40_1000)
         );
+    }
+
+    #[test]
+    fn link_addresses_take_byte_offsets_and_give_distances() {
+        let a = LinkAddress(0x1000);
+        assert_eq!(a + 0x10, LinkAddress(0x1010));
+        assert_eq!(a - 0x10, LinkAddress(0xff0));
+        assert_eq!(LinkAddress(0x1010) - a, 0x10);
+        assert_eq!(a.offset_from(LinkAddress(0x1010)), 0u64.wrapping_sub(0x10));
+        assert_eq!(LinkAddress(u64::MAX).wrapping_add(1), LinkAddress(0));
+        assert_eq!(LinkAddress(0).wrapping_sub(1), LinkAddress(u64::MAX));
     }
 }

@@ -7,6 +7,7 @@
 //! of the file, as `gmon_io.c` of GNU gprof 2.40 reads them.
 
 use crate::GnuTarget;
+use crate::address::LinkAddress;
 use crate::decode::{Decoder, to_usize};
 use crate::error::{ErrorKind, ReadError};
 use crate::gnu::{RecordCounts, SingleModule, single_module_profile};
@@ -74,8 +75,8 @@ pub(crate) fn read(
     let mut arcs = Vec::with_capacity(d.remaining() / record);
     // Like gprof, a trailing partial arc record is ignored.
     while d.remaining() >= record {
-        let caller_address = d.address(size, "BSD arc")?;
-        let callee_address = d.address(size, "BSD arc")?;
+        let caller_address = LinkAddress(d.address(size, "BSD arc")?);
+        let callee_address = LinkAddress(d.address(size, "BSD arc")?);
         let count = d.address(size, "BSD arc")?;
         counts.call_graph_records += 1;
         arcs.push(Arc {
@@ -87,8 +88,8 @@ pub(crate) fn read(
     }
     let ranges = if bins > 0 {
         vec![HistRange {
-            start: low,
-            end: high,
+            start: LinkAddress(low),
+            end: LinkAddress(high),
             buckets: Buckets::Dense16(samples),
         }]
     } else {
@@ -170,8 +171,8 @@ pub(crate) fn write(
             (_, true) => w.write_all(&v.to_be_bytes()),
         }
     };
-    address(&mut w, range.map_or(0, |r| r.start))?;
-    address(&mut w, range.map_or(0, |r| r.end))?;
+    address(&mut w, range.map_or(0, |r| r.start.0))?;
+    address(&mut w, range.map_or(0, |r| r.end.0))?;
     w.write_all(&u32_bytes(ncnt))?;
     if layout == BsdLayout::Bsd44 {
         w.write_all(&u32_bytes(BSD44_VERSION))?;
@@ -194,8 +195,8 @@ pub(crate) fn write(
         }
     }
     for a in &module.arcs {
-        address(&mut w, a.caller_address)?;
-        address(&mut w, a.callee_address)?;
+        address(&mut w, a.caller_address.0)?;
+        address(&mut w, a.callee_address.0)?;
         address(&mut w, a.count)?;
     }
     w.flush()

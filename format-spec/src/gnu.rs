@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::io::{self, Write};
 
 use crate::GnuTarget;
+use crate::address::LinkAddress;
 use crate::decode::{Decoder, to_usize};
 use crate::error::{ErrorKind, ReadError};
 use crate::model::*;
@@ -192,8 +193,8 @@ impl Histograms {
         }
         self.exact.insert((low, high), self.ranges.len());
         self.ranges.push(HistRange {
-            start: low,
-            end: high,
+            start: LinkAddress(low),
+            end: LinkAddress(high),
             buckets: Buckets::Dense16(samples),
         });
         Ok(())
@@ -259,8 +260,8 @@ pub(crate) fn read(
             }
             TAG_CG_ARC => {
                 counts.call_graph_records += 1;
-                let caller_address = d.address(size, "call-graph record")?;
-                let callee_address = d.address(size, "call-graph record")?;
+                let caller_address = LinkAddress(d.address(size, "call-graph record")?);
+                let callee_address = LinkAddress(d.address(size, "call-graph record")?);
                 let count = d.u32("call-graph record")?;
                 arcs.push(Arc {
                     caller_key: 0,
@@ -284,7 +285,7 @@ pub(crate) fn read(
                     return Err(d.error(ErrorKind::Truncated("basic-block record")));
                 }
                 for _ in 0..n {
-                    let address = d.address(size, "basic-block record")?;
+                    let address = LinkAddress(d.address(size, "basic-block record")?);
                     let count = d.address(size, "basic-block record")?;
                     basic_blocks.push(BasicBlockCount { address, count });
                 }
@@ -410,8 +411,8 @@ pub(crate) fn write(profile: &Profile, target: GnuTarget, out: impl Write) -> io
             let layers = max.div_ceil(u32::from(u16::MAX)).max(1);
             for layer in 0..layers {
                 e.u8(TAG_TIME_HIST)?;
-                e.address(range.start)?;
-                e.address(range.end)?;
+                e.address(range.start.0)?;
+                e.address(range.end.0)?;
                 e.u32(bins)?;
                 e.u32(hz)?;
                 e.out.write_all(&dimension)?;
@@ -442,14 +443,14 @@ pub(crate) fn write(profile: &Profile, target: GnuTarget, out: impl Write) -> io
         let from = if arc.caller_key == module.key {
             arc.caller_address
         } else {
-            0
+            LinkAddress(0)
         };
         let mut rest = arc.count;
         loop {
             let part = u32::try_from(rest).unwrap_or(u32::MAX);
             e.u8(TAG_CG_ARC)?;
-            e.address(from)?;
-            e.address(arc.callee_address)?;
+            e.address(from.0)?;
+            e.address(arc.callee_address.0)?;
             e.u32(part)?;
             rest -= u64::from(part);
             if rest == 0 {
@@ -463,7 +464,7 @@ pub(crate) fn write(profile: &Profile, target: GnuTarget, out: impl Write) -> io
         e.u8(TAG_BB_COUNT)?;
         e.u32(n)?;
         for bb in &module.basic_blocks {
-            e.address(bb.address)?;
+            e.address(bb.address.0)?;
             e.address(bb.count)?;
         }
     }

@@ -4,6 +4,8 @@
 //! its key. GNU and BSD gmon.out files become a profile with a single module (the main program).
 //! Every address here is a link-time address of the module it belongs to (see SPEC.md §1).
 
+use crate::address::{LinkAddress, LoadBias};
+
 /// The arc caller key meaning "unknown / spontaneous" (SPEC.md §5).
 pub const UNKNOWN_KEY: u32 = 0xFFFF_FFFF;
 
@@ -186,9 +188,21 @@ impl Eq for Buckets {}
 /// numbers.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HistRange {
-    pub start: u64,
-    pub end: u64,
+    pub start: LinkAddress,
+    pub end: LinkAddress,
     pub buckets: Buckets,
+}
+
+impl HistRange {
+    /// Bytes covered, `end - start` (wrapping, so a malformed range cannot overflow).
+    pub fn span(&self) -> u64 {
+        self.end.0.wrapping_sub(self.start.0)
+    }
+
+    /// Whether `address` lies in `[start, end)`.
+    pub fn contains(&self, address: LinkAddress) -> bool {
+        self.start <= address && address < self.end
+    }
 }
 
 /// A module's PC-sampling histogram.
@@ -205,16 +219,16 @@ pub struct Arc {
     /// Load instance of the call site, or [`UNKNOWN_KEY`].
     pub caller_key: u32,
     /// Link-time address of the call site in the caller's module.
-    pub caller_address: u64,
+    pub caller_address: LinkAddress,
     /// Link-time address in this module of the called (instrumented) function.
-    pub callee_address: u64,
+    pub callee_address: LinkAddress,
     pub count: u64,
 }
 
 /// A GNU basic-block execution count record entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BasicBlockCount {
-    pub address: u64,
+    pub address: LinkAddress,
     pub count: u64,
 }
 
@@ -232,7 +246,9 @@ pub struct Module {
     pub flags: u32,
     pub load_order: u32,
     pub unload_order: u32,
-    pub load_bias: u64,
+    /// Where this load instance sat from its link-time addresses (recorded, never applied: every address
+    /// in a profile is link-time).
+    pub load_bias: LoadBias,
     pub samples: u64,
     pub saturated_buckets: u64,
     pub dropped_arcs: u64,

@@ -3,6 +3,7 @@
 //! The reader validates every count against the limits and against the bytes that remain before it allocates,
 //! walks the file strictly forward (so it always terminates) and reports the first problem with its offset.
 
+use crate::address::{LinkAddress, LoadBias};
 use crate::decode::{Decoder, to_usize};
 use crate::error::{ErrorKind, ReadError};
 use crate::layout::*;
@@ -400,7 +401,7 @@ fn read_entry(bytes: &[u8], at: usize, end: usize, big_endian: bool) -> Result<E
             flags,
             load_order,
             unload_order,
-            load_bias,
+            load_bias: LoadBias(load_bias),
             samples,
             saturated_buckets,
             dropped_arcs,
@@ -499,16 +500,16 @@ fn decode_histogram(
                 Buckets::Dense32(v)
             };
             ranges.push(HistRange {
-                start: rs,
-                end: re,
+                start: LinkAddress(rs),
+                end: LinkAddress(re),
                 buckets,
             });
         }
     } else {
         for &(rs, re) in &e.ranges {
             ranges.push(HistRange {
-                start: rs,
-                end: re,
+                start: LinkAddress(rs),
+                end: LinkAddress(re),
                 buckets: Buckets::Sparse {
                     len: (re - rs) / bpb,
                     entries: Vec::new(),
@@ -582,8 +583,8 @@ fn decode_arcs(
         let at = d.pos();
         let caller_key = d.u32("arc record")?;
         d.skip(4, "arc record")?;
-        let caller_address = d.u64("arc record")?;
-        let callee_address = d.u64("arc record")?;
+        let caller_address = LinkAddress(d.u64("arc record")?);
+        let callee_address = LinkAddress(d.u64("arc record")?);
         let count = d.u64("arc record")?;
         if caller_key != UNKNOWN_KEY && keys.binary_search(&caller_key).is_err() {
             return Err(err(ErrorKind::UnknownKey(caller_key), at));

@@ -8,13 +8,14 @@
 //!
 //! ```
 //! use mslprof_format::stream::{self, Counts, HeaderDesc, HistogramDesc, ModuleDesc, RangeDesc};
-//! use mslprof_format::{Arc, module_flags};
+//! use mslprof_format::{Arc, LinkAddress, module_flags};
 //!
 //! # let counts: [u16; 4] = [0, 3, 0, 1];
 //! let ranges = [RangeDesc { start: 0x1000, end: 0x1010, counts: Counts::U16(&counts) }];
 //! // The arc table is visited through a callback; `emit` returns false once the announced count is reached.
 //! let visit_arcs = |emit: &mut dyn FnMut(Arc) -> bool| {
-//!     emit(Arc { caller_key: 1, caller_address: 0x1004, callee_address: 0x1008, count: 7 });
+//!     let (caller_address, callee_address) = (LinkAddress(0x1004), LinkAddress(0x1008));
+//!     emit(Arc { caller_key: 1, caller_address, callee_address, count: 7 });
 //! };
 //! let modules = [ModuleDesc {
 //!     key: 1,
@@ -67,6 +68,7 @@ use std::fmt;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicU8, AtomicU64};
 
+use crate::address::LinkAddress;
 use crate::layout::*;
 use crate::model::{Arc, CpuTime, UNKNOWN_KEY, module_flags};
 
@@ -660,8 +662,8 @@ impl<S: Sink> Encoder<'_, S> {
     fn arc(&mut self, arc: Arc) -> Result<(), S::Error> {
         self.u32(arc.caller_key)?;
         self.u32(0)?;
-        self.u64(arc.caller_address)?;
-        self.u64(arc.callee_address)?;
+        self.u64(arc.caller_address.0)?;
+        self.u64(arc.callee_address.0)?;
         self.u64(arc.count)
     }
     fn bucket(&mut self, bits: u8, count: u32) -> Result<(), S::Error> {
@@ -867,7 +869,7 @@ fn write_arcs<S: Sink>(
             if !known(arc.caller_key) {
                 caller_unknown += 1;
                 arc.caller_key = UNKNOWN_KEY;
-                arc.caller_address = 0;
+                arc.caller_address = LinkAddress(0);
             }
             match e.arc(arc) {
                 Ok(()) => {
@@ -889,8 +891,8 @@ fn write_arcs<S: Sink>(
     summary.arcs_padded += announced - written;
     let padding = Arc {
         caller_key: UNKNOWN_KEY,
-        caller_address: 0,
-        callee_address: 0,
+        caller_address: LinkAddress(0),
+        callee_address: LinkAddress(0),
         count: 0,
     };
     while written < announced {

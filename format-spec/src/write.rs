@@ -19,7 +19,8 @@ fn bytes_per_bucket(h: &Histogram) -> io::Result<u32> {
         let len = r.buckets.len();
         let span = r
             .end
-            .checked_sub(r.start)
+            .0
+            .checked_sub(r.start.0)
             .ok_or_else(|| invalid("histogram range ends before it starts"))?;
         if len == 0 {
             if span != 0 {
@@ -106,8 +107,8 @@ pub(crate) fn write(profile: &Profile, options: WriteOptions, out: impl Write) -
                     Buckets::Sparse { len, entries } => Counts::Sparse { len: *len, entries },
                 };
                 module_ranges.push(RangeDesc {
-                    start: r.start,
-                    end: r.end,
+                    start: r.start.0,
+                    end: r.end.0,
                     counts,
                 });
             }
@@ -141,7 +142,7 @@ pub(crate) fn write(profile: &Profile, options: WriteOptions, out: impl Write) -
             flags: m.flags,
             load_order: m.load_order,
             unload_order: m.unload_order,
-            load_bias: m.load_bias,
+            load_bias: m.load_bias.0,
             samples: m.samples,
             saturated_buckets: m.saturated_buckets,
             dropped_arcs: m.dropped_arcs,

@@ -47,9 +47,9 @@ proptest! {
         let layout = if bsd44 { BsdLayout::Bsd44 } else { BsdLayout::Old };
         let arcs: Vec<Arc> = arcs
             .into_iter()
-            .map(|(from, to, count)| Arc { caller_key: 0, caller_address: from, callee_address: to, count })
+            .map(|(from, to, count)| Arc { caller_key: 0, caller_address: LinkAddress(from), callee_address: LinkAddress(to), count })
             .collect();
-        let range = HistRange { start, end: start + span, buckets: Buckets::Dense16(samples.clone()) };
+        let range = HistRange { start: LinkAddress(start), end: LinkAddress(start + span), buckets: Buckets::Dense16(samples.clone()) };
         let p = one_module(Some(range.clone()), arcs.clone(), hz);
         let bytes = bsd_bytes(&p, target, layout);
         let a = usize::from(target.address_size);
@@ -81,8 +81,8 @@ proptest! {
 #[test]
 fn bsd_header_bytes_are_gprofs() {
     let range = HistRange {
-        start: 0x1000,
-        end: 0x1008,
+        start: LinkAddress(0x1000),
+        end: LinkAddress(0x1008),
         buckets: Buckets::Sparse {
             len: 2,
             entries: vec![(1, 70_000)],
@@ -90,8 +90,8 @@ fn bsd_header_bytes_are_gprofs() {
     };
     let arcs = vec![Arc {
         caller_key: 0,
-        caller_address: 0x1002,
-        callee_address: 0x1004,
+        caller_address: LinkAddress(0x1002),
+        callee_address: LinkAddress(0x1004),
         count: 7,
     }];
     let p = one_module(Some(range), arcs, 1000);
@@ -132,8 +132,8 @@ fn bsd_header_bytes_are_gprofs() {
 #[test]
 fn forced_layouts_refuse_what_gprof_refuses() {
     let range = HistRange {
-        start: 0x1000,
-        end: 0x1010,
+        start: LinkAddress(0x1000),
+        end: LinkAddress(0x1010),
         buckets: Buckets::Dense16(vec![1, 2, 3, 4]),
     };
     let p = one_module(Some(range), Vec::new(), 100);

@@ -205,12 +205,12 @@ fn check_against_gprof(exe: &Path, gmon: &Path) -> Profile {
     for name in ["leaf", "middle", "top", "main"] {
         let (addr, _) = syms.iter().find(|(_, n)| n == name).expect("symbol");
         assert!(
-            r.start <= *addr && *addr < r.end,
+            r.start <= LinkAddress(*addr) && *addr < r.end.0,
             "{name} at {addr:#x} in the histogram range"
         );
     }
     let (granularity, total_seconds) = gprof_granularity(exe, gmon);
-    assert_eq!(((r.end - r.start) / 2 / r.buckets.len()) * 2, granularity);
+    assert_eq!((r.span() / 2 / r.buckets.len()) * 2, granularity);
     assert_eq!(profile.header.hz, 100);
     assert_eq!(profile.header.sample_period_ns, 10_000_000);
     assert_eq!(profile.header.dimension, b"seconds");
@@ -226,11 +226,11 @@ fn check_against_gprof(exe: &Path, gmon: &Path) -> Profile {
     let mut calls: BTreeMap<String, u64> = BTreeMap::new();
     for arc in &module.arcs {
         assert_eq!(arc.caller_key, 0);
-        let callee = function_at(&syms, arc.callee_address)
+        let callee = function_at(&syms, arc.callee_address.0)
             .expect("callee symbol")
             .to_string();
         *calls.entry(callee.clone()).or_insert(0) += arc.count;
-        if let Some(caller) = function_at(&syms, arc.caller_address)
+        if let Some(caller) = function_at(&syms, arc.caller_address.0)
             && arc.caller_address >= r.start
         {
             *ours.entry((caller.to_string(), callee)).or_insert(0) += arc.count;
@@ -277,8 +277,8 @@ fn check_bsd(exe: &Path, gmon: &Path, profile: &Profile) {
     for bsd44 in [true, false] {
         let header_size: u32 = if bsd44 { 40 } else { 20 };
         let mut b = Vec::new();
-        b.extend_from_slice(&r.start.to_le_bytes());
-        b.extend_from_slice(&r.end.to_le_bytes());
+        b.extend_from_slice(&r.start.0.to_le_bytes());
+        b.extend_from_slice(&r.end.0.to_le_bytes());
         b.extend_from_slice(&(header_size + 2 * bins.len() as u32).to_le_bytes());
         if bsd44 {
             b.extend_from_slice(&0x0005_1879u32.to_le_bytes());
@@ -289,8 +289,8 @@ fn check_bsd(exe: &Path, gmon: &Path, profile: &Profile) {
             b.extend_from_slice(&c.to_le_bytes());
         }
         for a in &module.arcs {
-            b.extend_from_slice(&a.caller_address.to_le_bytes());
-            b.extend_from_slice(&a.callee_address.to_le_bytes());
+            b.extend_from_slice(&a.caller_address.0.to_le_bytes());
+            b.extend_from_slice(&a.callee_address.0.to_le_bytes());
             b.extend_from_slice(&a.count.to_le_bytes());
         }
         assert_eq!(detect(&b), Some(FileFormat::Bsd));
@@ -358,15 +358,15 @@ fn write_gnu_spreads_wide_counts_over_records_gprof_adds_up() {
         let module = &mut profile.modules[0];
         let r = &mut module.histogram.as_mut().unwrap().ranges[0];
         // A bin wholly inside leaf (gprof splits a bin that straddles two functions).
-        let bytes_per_bin = (r.end - r.start) as f64 / r.buckets.len() as f64;
-        let bin = ((leaf - r.start) as f64 / bytes_per_bin) as usize + 2;
+        let bytes_per_bin = r.span() as f64 / r.buckets.len() as f64;
+        let bin = ((leaf - r.start.0) as f64 / bytes_per_bin) as usize + 2;
         let mut values = vec![0u32; r.buckets.len() as usize];
         values[bin] = 150_000; // 1500.00 seconds at 100 Hz
         r.buckets = Buckets::Dense32(values);
         module.arcs = vec![Arc {
             caller_key: 0,
-            caller_address: top + 1,
-            callee_address: leaf,
+            caller_address: LinkAddress(top + 1),
+            callee_address: LinkAddress(leaf),
             count: 5_000_000_000,
         }];
     }
@@ -439,19 +439,19 @@ fn gnu_big_endian_32_bit_round_trip() {
             histogram: Some(Histogram {
                 bucket_bits: 16,
                 ranges: vec![HistRange {
-                    start: 0x8000,
-                    end: 0x8010,
+                    start: LinkAddress(0x8000),
+                    end: LinkAddress(0x8010),
                     buckets: Buckets::Dense16(vec![0, 1, 2, 0]),
                 }],
             }),
             arcs: vec![Arc {
                 caller_key: 0,
-                caller_address: 0x8004,
-                callee_address: 0x8008,
+                caller_address: LinkAddress(0x8004),
+                callee_address: LinkAddress(0x8008),
                 count: 7,
             }],
             basic_blocks: vec![BasicBlockCount {
-                address: 0x8000,
+                address: LinkAddress(0x8000),
                 count: 2,
             }],
             ..Module::default()
@@ -466,6 +466,6 @@ fn gnu_big_endian_32_bit_round_trip() {
     assert_eq!(read(&out, target).unwrap(), profile);
     // Addresses that do not fit the target are refused.
     let mut wide = profile.clone();
-    wide.modules[0].arcs[0].callee_address = 1 << 40;
+    wide.modules[0].arcs[0].callee_address = LinkAddress(1 << 40);
     assert!(write_gnu(&wide, target, Vec::new()).is_err());
 }

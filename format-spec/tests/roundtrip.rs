@@ -100,8 +100,8 @@ fn histogram() -> impl Strategy<Value = Histogram> {
                         start += gap;
                         let end = start + b.len() * bpb;
                         let r = HistRange {
-                            start,
-                            end,
+                            start: LinkAddress(start),
+                            end: LinkAddress(end),
                             buckets: b,
                         };
                         start = end;
@@ -128,8 +128,8 @@ fn arcs(keys: Vec<u32>) -> impl Strategy<Value = Vec<Arc>> {
                 .map(
                     |((caller_key, caller_address, callee_address), count)| Arc {
                         caller_key,
-                        caller_address,
-                        callee_address,
+                        caller_address: LinkAddress(caller_address),
+                        callee_address: LinkAddress(callee_address),
                         count,
                     },
                 )
@@ -162,7 +162,7 @@ fn module(key: u32, keys: Vec<u32>) -> impl Strategy<Value = Module> {
                 flags,
                 load_order: f.2,
                 unload_order: f.3,
-                load_bias: n.0,
+                load_bias: LoadBias(n.0),
                 samples: n.1,
                 saturated_buckets: n.2,
                 dropped_arcs: n.3,
@@ -278,7 +278,9 @@ fn reader_normalises_arcs_and_writer_refuses_broken_profiles() {
     unprofiled.modules[0].flags &= !module_flags::PROFILED;
     refuse(&unprofiled);
     let mut bad_range = sample::profile();
-    bad_range.modules[0].histogram.as_mut().unwrap().ranges[0].end += 1;
+    bad_range.modules[0].histogram.as_mut().unwrap().ranges[0]
+        .end
+        .0 += 1;
     refuse(&bad_range);
 }
 
@@ -294,7 +296,7 @@ fn writer_picks_the_smaller_encoding_and_dense_on_a_tie() {
         p.modules.truncate(1);
         p.modules[0].arcs.retain(|a| a.caller_key != 2);
         let r = &mut p.modules[0].histogram.as_mut().unwrap().ranges[0];
-        r.end = r.start + 4 * buckets.len() as u64;
+        r.end = LinkAddress(r.start.0 + 4 * buckets.len() as u64);
         r.buckets = Buckets::Dense16(buckets);
         let mut out = Vec::new();
         write_with(
@@ -343,8 +345,8 @@ fn gnu_profile(address_size: u8) -> impl Strategy<Value = Profile> {
                     start += 4 * gap;
                     let end = start + 4 * values.len() as u64;
                     let r = HistRange {
-                        start,
-                        end,
+                        start: LinkAddress(start),
+                        end: LinkAddress(end),
                         buckets: Buckets::Dense32(values),
                     };
                     start = end;
@@ -374,14 +376,17 @@ fn gnu_profile(address_size: u8) -> impl Strategy<Value = Profile> {
                         .into_iter()
                         .map(|(from, to, count)| Arc {
                             caller_key: 0,
-                            caller_address: from,
-                            callee_address: to,
+                            caller_address: LinkAddress(from),
+                            callee_address: LinkAddress(to),
                             count: u64::from(count),
                         })
                         .collect(),
                     basic_blocks: bbs
                         .into_iter()
-                        .map(|(address, count)| BasicBlockCount { address, count })
+                        .map(|(address, count)| BasicBlockCount {
+                            address: LinkAddress(address),
+                            count,
+                        })
                         .collect(),
                     ..Module::default()
                 }],

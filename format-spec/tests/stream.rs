@@ -106,8 +106,8 @@ const HEADER: HeaderDesc<'static> = HeaderDesc {
 fn arc(caller_key: u32, callee_address: u64, count: u64) -> Arc {
     Arc {
         caller_key,
-        caller_address: 0x1000 + callee_address,
-        callee_address,
+        caller_address: LinkAddress(0x1000 + callee_address),
+        callee_address: LinkAddress(callee_address),
         count,
     }
 }
@@ -260,8 +260,8 @@ fn streaming_path_allocates_nothing_and_reads_back() {
     );
     let stale = Arc {
         caller_key: UNKNOWN_KEY,
-        caller_address: 0,
-        callee_address: 0x1008,
+        caller_address: LinkAddress(0),
+        callee_address: LinkAddress(0x1008),
         count: 2,
     };
     assert_eq!(lib.arcs, vec![arc(1, 0x1000, 9), stale]);

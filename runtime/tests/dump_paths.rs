@@ -12,7 +12,7 @@ use mslprof::histogram::BucketBits;
 use mslprof::modules::LiveModule;
 use mslprof_format::model::{Arc, Buckets, CpuTime, IncompleteCause, header_flags};
 use mslprof_format::stream::IoSink;
-use mslprof_format::{LinkAddress, RuntimeAddress};
+use mslprof_format::{LinkAddress, LoadBias, RuntimeAddress};
 use mslprof_loader_hooks::{LinkRange, ModuleInfo};
 
 fn module(
@@ -144,13 +144,13 @@ fn exit_and_fatal_signal_paths_write_identical_files() {
         lib_out.arcs,
         [Arc {
             caller_key: 1,
-            caller_address: 0x1010,
-            callee_address: 0x2000,
+            caller_address: LinkAddress(0x1010),
+            callee_address: LinkAddress(0x2000),
             count: 7
         }]
     );
     assert_eq!(app_out.arcs.len(), 1);
-    assert_eq!(app_out.load_bias, 0x5555_0000_0000);
+    assert_eq!(app_out.load_bias, LoadBias(0x5555_0000_0000));
     // The sparse encoding: far fewer bytes than the 2 MiB dense histogram would take.
     assert!(exit_bytes.len() < 64 * 1024, "{} bytes", exit_bytes.len());
     let histogram = app_out.histogram.as_ref().unwrap();

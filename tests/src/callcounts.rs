@@ -248,8 +248,8 @@ pub fn profile_call_graph(profile: &Profile, keep: &dyn Fn(&str) -> bool) -> Cal
         profile.modules.iter().flat_map(|module| {
             module.arcs.iter().map(move |arc| {
                 (
-                    name(arc.caller_key, arc.caller_address),
-                    name(module.key, arc.callee_address),
+                    name(arc.caller_key, arc.caller_address.0),
+                    name(module.key, arc.callee_address.0),
                     arc.count,
                 )
             })
@@ -275,8 +275,12 @@ pub fn gnu_call_graph(exe: &Path, gmon: &[u8], keep: &dyn Fn(&str) -> bool) -> C
             .flat_map(|module| &module.arcs)
             .map(|arc| {
                 (
-                    symbols.function_at(arc.caller_address).map(str::to_string),
-                    symbols.function_at(arc.callee_address).map(str::to_string),
+                    symbols
+                        .function_at(arc.caller_address.0)
+                        .map(str::to_string),
+                    symbols
+                        .function_at(arc.callee_address.0)
+                        .map(str::to_string),
                     arc.count,
                 )
             }),

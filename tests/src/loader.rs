@@ -92,7 +92,7 @@ pub fn calls_into(module: &Module, callee: &Function) -> u64 {
     module
         .arcs
         .iter()
-        .filter(|arc| callee.start <= arc.callee_address && arc.callee_address < callee.end)
+        .filter(|arc| callee.start <= arc.callee_address.0 && arc.callee_address.0 < callee.end)
         .map(|arc| arc.count)
         .sum()
 }

@@ -170,7 +170,7 @@ fn samples_in_plt_stubs_are_named_as_stubs() {
     let width = (range.end - range.start) / range.buckets.len();
     let mut entries: Vec<(u64, u32)> = stubs
         .iter()
-        .map(|(a, _)| ((a - range.start) / width, 7))
+        .map(|(a, _)| ((a - range.start.0) / width, 7))
         .collect();
     entries.sort_unstable();
     hist.ranges = vec![HistRange {

@@ -87,7 +87,7 @@ fn arcs_are_module_relative_and_keyed_by_load_instance() {
     for arc in &library_c.arcs {
         assert_eq!(arc.caller_key, library_b.key);
         assert_eq!(arc.count, 1000);
-        assert!(arc.caller_address < 0x10_0000 && arc.callee_address < 0x10_0000);
+        assert!(arc.caller_address.0 < 0x10_0000 && arc.callee_address.0 < 0x10_0000);
     }
 }
 

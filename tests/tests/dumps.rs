@@ -266,7 +266,11 @@ fn samples_in(profile: &Profile, name: &str, f: &mslprof_tests::loader::Function
     histogram
         .ranges
         .iter()
-        .flat_map(|r| r.buckets.nonzero().map(move |(i, c)| (r.start + 4 * i, c)))
+        .flat_map(|r| {
+            r.buckets
+                .nonzero()
+                .map(move |(i, c)| (r.start.0 + 4 * i, c))
+        })
         .filter(|&(address, _)| f.start < address + 4 && address < f.end)
         .map(|(_, c)| u64::from(c))
         .sum()

@@ -169,7 +169,7 @@ fn the_same_plugin_reloaded_is_a_new_load_instance() {
     assert_eq!(loads.len(), 2);
     assert_ne!(loads[0].key, loads[1].key);
     assert_eq!(
-        (loads[0].load_bias, loads[1].load_bias),
+        (loads[0].load_bias.0, loads[1].load_bias.0),
         (biases[0], biases[1])
     );
     if biases[0] != biases[1] {

@@ -547,9 +547,9 @@ fn bucket_value(profile: &Profile, address: u64) -> u32 {
     let range = histogram
         .ranges
         .iter()
-        .find(|r| r.start <= address && address < r.end)
+        .find(|r| r.start.0 <= address && address < r.end.0)
         .expect("address in a range");
-    let index = (address - range.start) / 4;
+    let index = (address - range.start.0) / 4;
     range
         .buckets
         .nonzero()
@@ -839,7 +839,7 @@ fn a_large_library_histogram_is_written_from_its_touched_pages() {
         // Every sample lies in the burner's code (burn() is inlined into spin_big), far into the range.
         for range in &histogram.ranges {
             for (index, _) in range.buckets.nonzero() {
-                let address = range.start + index * 4;
+                let address = range.start.0 + index * 4;
                 assert!(
                     address >= burner && address < burner + 4096,
                     "sample at {address:#x}, burner at {burner:#x}"

@@ -5,6 +5,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::io::{self, Write};
 
+use mslprof_format::LinkAddress;
+
 use super::Prepared;
 
 /// Assigns `(id)` numbers for callgrind's name compression: the first use writes `(id) name`, later
@@ -46,7 +48,7 @@ pub fn write(p: &Prepared, out: &mut dyn Write) -> io::Result<()> {
     writeln!(out, "events: Samples")?;
     // Self samples per function, at bucket addresses: every bucket goes to the function holding its
     // first byte (the report splits straddling buckets; here costs stay whole samples).
-    let mut own: Vec<BTreeMap<u64, u64>> = vec![BTreeMap::new(); g.nsyms];
+    let mut own: Vec<BTreeMap<LinkAddress, u64>> = vec![BTreeMap::new(); g.nsyms];
     let mut total = 0u64;
     for (m, module) in p.profile.modules.iter().enumerate() {
         let Some(hist) = &module.histogram else {

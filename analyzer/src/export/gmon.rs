@@ -8,20 +8,22 @@
 //! for the module's functions are the same as mslprof's. A module without `_init` uses its
 //! lowest-addressed function instead.
 
+use mslprof_format::LinkAddress;
 use std::path::{Path, PathBuf};
 
 use mslprof_format::GnuTarget;
 use mslprof_format::model::{Profile, module_flags};
 
 use super::Prepared;
+use crate::input::Error;
 
 /// Write one GNU gmon.out per profiled module into `outdir`; returns `(module path, file written)`.
-pub fn write(p: &Prepared, outdir: &Path) -> Result<Vec<(String, PathBuf)>, String> {
+pub fn write(p: &Prepared, outdir: &Path) -> Result<Vec<(String, PathBuf)>, Error> {
     let merged = &p.profile;
     // The folder named is made if missing, but never its parents: a typo must not leave a tree of
     // folders behind.
     if !outdir.is_dir() {
-        std::fs::create_dir(outdir).map_err(|e| format!("{}: {e}", outdir.display()))?;
+        std::fs::create_dir(outdir).map_err(|e| Error::io(outdir, e))?;
     }
     let mut written = Vec::new();
     for (i, m) in merged.modules.iter().enumerate() {
@@ -50,8 +52,8 @@ pub fn write(p: &Prepared, outdir: &Path) -> Result<Vec<(String, PathBuf)>, Stri
         let out = outdir.join(format!("gmon.{name}.out"));
         let mut buf = Vec::new();
         mslprof_format::write_gnu(&single, GnuTarget::default(), &mut buf)
-            .map_err(|e| format!("{}: {e}", out.display()))?;
-        std::fs::write(&out, buf).map_err(|e| format!("{}: {e}", out.display()))?;
+            .map_err(|e| Error::io(&out, e))?;
+        std::fs::write(&out, buf).map_err(|e| Error::io(&out, e))?;
         written.push((String::from_utf8_lossy(&m.path).into_owned(), out));
     }
     Ok(written)
@@ -59,7 +61,7 @@ pub fn write(p: &Prepared, outdir: &Path) -> Result<Vec<(String, PathBuf)>, Stri
 
 /// The link-time address that stands for every caller outside module `m`: its `_init`, else its first
 /// function (`None` when its symbols are unknown).
-fn outside_caller(p: &Prepared, m: usize) -> Option<u64> {
+fn outside_caller(p: &Prepared, m: usize) -> Option<LinkAddress> {
     let g = &p.analysis.graph;
     let syms = &g.syms[g.modules.get(m)?.syms.clone()];
     syms.iter()

@@ -50,7 +50,7 @@ pub fn document(p: &Prepared) -> Value {
             "name": sym.display,
             "symbol": sym.symbol.name,
             "module": sym.module,
-            "address": sym.symbol.addr,
+            "address": sym.symbol.addr.0,
             "self_samples": p.self_samples(s),
             "total_samples": p.total_samples(s),
             "calls": sym.ncalls + sym.self_calls,

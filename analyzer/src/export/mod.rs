@@ -1,7 +1,7 @@
 //! `mslprof export`: the profile in the formats of the tools users already have (callgrind for
 //! KCachegrind, pprof, a versioned JSON document, Graphviz DOT/SVG/PNG and per-module GNU gmon.out).
 //! Every format is written from the same [`Prepared`] analysis the report uses: symbols, tallied arcs,
-//! credited samples and gprof's time propagation are computed once, in [`crate::report`].
+//! credited samples and gprof's time propagation are computed once, by [`crate::report::mslprof::analyse`].
 
 pub mod callgrind;
 pub mod dot;
@@ -9,12 +9,14 @@ pub mod gmon;
 pub mod json;
 pub mod pprof;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use mslprof_format::GnuTarget;
 use mslprof_format::model::Profile;
 
-use crate::report::{Analysis, Failure, Input, Options};
+use crate::input::{Error, Input, Refusal};
+use crate::options::Options;
+use crate::report::Analysis;
 
 /// A merged profile and its analysis, with time propagated along the call graph.
 pub struct Prepared {
@@ -29,18 +31,19 @@ pub struct Prepared {
 
 impl Prepared {
     /// Read, sum and analyse mslprof profiles.
-    pub fn load(paths: &[PathBuf]) -> Result<Prepared, Failure> {
+    pub fn load(paths: &[PathBuf]) -> Result<Prepared, Error> {
         let mut inputs = Vec::new();
         for p in paths {
-            let bytes = std::fs::read(p).map_err(|e| failure(p, e.to_string()))?;
+            let bytes = std::fs::read(p).map_err(|e| Error::io(p, e))?;
             if mslprof_format::detect(&bytes) != Some(mslprof_format::FileFormat::Mslprof) {
-                return Err(failure(
-                    p,
-                    "not an mslprof profile (export reads profiles written by libmslprof.so)",
-                ));
+                return Err(Error::refused(p, Refusal::NotMslprofForExport));
             }
-            let profile = mslprof_format::read(&bytes, GnuTarget::default())
-                .map_err(|e| failure(p, e.to_string()))?;
+            let profile = mslprof_format::read(&bytes, GnuTarget::default()).map_err(|source| {
+                Error::Format {
+                    path: p.clone(),
+                    source,
+                }
+            })?;
             inputs.push(Input {
                 path: p.clone(),
                 profile,
@@ -51,7 +54,7 @@ impl Prepared {
         let mut warnings = Vec::new();
         let opts = Options::default();
         let mut analysis =
-            crate::report::analyse_mslprof(&opts, None, &merged.profile, &mut warnings);
+            crate::report::mslprof::analyse(&opts, None, &merged.profile, &mut warnings);
         crate::callgraph::assemble(&mut analysis.graph, &analysis.filters);
         Ok(Prepared {
             profile: merged.profile,
@@ -112,12 +115,5 @@ impl Prepared {
             let sym = &g.syms[s];
             sym.hist_time > 0.0 || !sym.parents.is_empty() || !sym.children.is_empty()
         })
-    }
-}
-
-fn failure(p: &Path, problem: impl Into<String>) -> Failure {
-    Failure {
-        file: p.display().to_string(),
-        problem: problem.into(),
     }
 }

@@ -49,33 +49,33 @@ pub fn profile() -> Profile {
                     | module_flags::MAIN_PROGRAM
                     | module_flags::HAS_BUILD_ID,
                 load_order: 1,
-                load_bias: 0x5555_0000_0000,
+                load_bias: LoadBias(0x5555_0000_0000),
                 samples: 120,
                 histogram: Some(Histogram {
                     bucket_bits: 16,
                     ranges: vec![HistRange {
-                        start: 0x1000,
-                        end: 0x1000 + 64 * 4,
+                        start: LinkAddress(0x1000),
+                        end: LinkAddress(0x1000 + 64 * 4),
                         buckets: Buckets::Dense16(dense),
                     }],
                 }),
                 arcs: vec![
                     Arc {
                         caller_key: 1,
-                        caller_address: 0x1010,
-                        callee_address: 0x1040,
+                        caller_address: LinkAddress(0x1010),
+                        callee_address: LinkAddress(0x1040),
                         count: 5,
                     },
                     Arc {
                         caller_key: 2,
-                        caller_address: 0x2200,
-                        callee_address: 0x1080,
+                        caller_address: LinkAddress(0x2200),
+                        callee_address: LinkAddress(0x1080),
                         count: 1 << 40,
                     },
                     Arc {
                         caller_key: UNKNOWN_KEY,
-                        caller_address: 0,
-                        callee_address: 0x1000,
+                        caller_address: LinkAddress(0),
+                        callee_address: LinkAddress(0x1000),
                         count: 1,
                     },
                 ],
@@ -89,7 +89,7 @@ pub fn profile() -> Profile {
                 flags: module_flags::PROFILED | module_flags::UNLOADED,
                 load_order: 2,
                 unload_order: 1,
-                load_bias: 0x7f00_0000_0000,
+                load_bias: LoadBias(0x7f00_0000_0000),
                 samples: 70_009,
                 saturated_buckets: 0,
                 dropped_arcs: 2,
@@ -97,21 +97,21 @@ pub fn profile() -> Profile {
                     bucket_bits: 32,
                     ranges: vec![
                         HistRange {
-                            start: 0x2000,
-                            end: 0x2000 + 256 * 16,
+                            start: LinkAddress(0x2000),
+                            end: LinkAddress(0x2000 + 256 * 16),
                             buckets: Buckets::Dense32(sparse[..256].to_vec()),
                         },
                         HistRange {
-                            start: 0x9000,
-                            end: 0x9000 + 256 * 16,
+                            start: LinkAddress(0x9000),
+                            end: LinkAddress(0x9000 + 256 * 16),
                             buckets: Buckets::Dense32(sparse[256..].to_vec()),
                         },
                     ],
                 }),
                 arcs: vec![Arc {
                     caller_key: 1,
-                    caller_address: 0x1020,
-                    callee_address: 0x2000,
+                    caller_address: LinkAddress(0x1020),
+                    callee_address: LinkAddress(0x2000),
                     count: 77,
                 }],
                 ..Module::default()
@@ -226,13 +226,13 @@ pub fn gnu_profile() -> Profile {
                 bucket_bits: 16,
                 ranges: vec![
                     HistRange {
-                        start: 0x1000,
-                        end: 0x1100,
+                        start: LinkAddress(0x1000),
+                        end: LinkAddress(0x1100),
                         buckets: Buckets::Dense16((0..64).map(|i| (i % 3) as u16).collect()),
                     },
                     HistRange {
-                        start: 0x4000,
-                        end: 0x4040,
+                        start: LinkAddress(0x4000),
+                        end: LinkAddress(0x4040),
                         buckets: Buckets::Dense16(vec![1; 16]),
                     },
                 ],
@@ -240,19 +240,19 @@ pub fn gnu_profile() -> Profile {
             arcs: vec![
                 Arc {
                     caller_key: 0,
-                    caller_address: 0x1010,
-                    callee_address: 0x1080,
+                    caller_address: LinkAddress(0x1010),
+                    callee_address: LinkAddress(0x1080),
                     count: 3,
                 },
                 Arc {
                     caller_key: 0,
-                    caller_address: 0x1090,
-                    callee_address: 0x4000,
+                    caller_address: LinkAddress(0x1090),
+                    callee_address: LinkAddress(0x4000),
                     count: 6,
                 },
             ],
             basic_blocks: vec![BasicBlockCount {
-                address: 0x1004,
+                address: LinkAddress(0x1004),
                 count: 9,
             }],
             ..Module::default()

@@ -313,8 +313,8 @@ pub unsafe fn encode<S: Sink>(
                 if open {
                     open = emit(Arc {
                         caller_key: record.caller_key,
-                        caller_address: record.caller_addr.0,
-                        callee_address: record.callee_addr.0,
+                        caller_address: record.caller_addr,
+                        callee_address: record.callee_addr,
                         count: record.count,
                     });
                 }

@@ -9,6 +9,7 @@ pub mod proto;
 use std::collections::HashMap;
 use std::io::{self, Write};
 
+use mslprof_format::LinkAddress;
 use mslprof_format::model::UNKNOWN_KEY;
 use prost::Message as _;
 
@@ -21,7 +22,7 @@ struct Builder<'a> {
     out: Profile,
     strings: HashMap<String, i64>,
     functions: HashMap<usize, u64>,
-    locations: HashMap<(usize, u64), u64>,
+    locations: HashMap<(usize, LinkAddress), u64>,
 }
 
 impl Builder<'_> {
@@ -57,7 +58,7 @@ impl Builder<'_> {
     }
 
     /// The location of `address` in module `m`, in function `s`.
-    fn location(&mut self, m: usize, address: u64, s: usize) -> u64 {
+    fn location(&mut self, m: usize, address: LinkAddress, s: usize) -> u64 {
         if let Some(&id) = self.locations.get(&(m, address)) {
             return id;
         }
@@ -66,7 +67,7 @@ impl Builder<'_> {
         self.out.location.push(Location {
             id,
             mapping_id: m as u64 + 1,
-            address,
+            address: address.0,
             line: vec![Line {
                 function_id,
                 line: 0,
@@ -112,7 +113,7 @@ pub fn profile(p: &Prepared) -> Profile {
         let limit = g.modules[m]
             .syms
             .clone()
-            .map(|s| g.syms[s].symbol.end_addr.saturating_add(1))
+            .map(|s| g.syms[s].symbol.end_addr.0.saturating_add(1))
             .max()
             .unwrap_or(0);
         let path = String::from_utf8_lossy(&module.path).into_owned();

@@ -83,8 +83,8 @@ fn synthetic_gmon(elf: &Path, out: &Path, samples: u64, arcs: u64) -> Result<usi
         let to = funcs[rng.below(funcs.len() as u64) as usize];
         arc_list.push(mslprof_format::Arc {
             caller_key: 0,
-            caller_address: from,
-            callee_address: to,
+            caller_address: mslprof_format::LinkAddress(from),
+            callee_address: mslprof_format::LinkAddress(to),
             count: 1 + rng.below(1000),
         });
     }
@@ -103,8 +103,8 @@ fn synthetic_gmon(elf: &Path, out: &Path, samples: u64, arcs: u64) -> Result<usi
             histogram: Some(Histogram {
                 bucket_bits: 16,
                 ranges: vec![HistRange {
-                    start: low,
-                    end: low + nbins * 4,
+                    start: mslprof_format::LinkAddress(low),
+                    end: mslprof_format::LinkAddress(low + nbins * 4),
                     buckets: Buckets::Dense16(bins),
                 }],
             }),

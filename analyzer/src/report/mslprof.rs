@@ -1,0 +1,194 @@
+//! The mslprof adapter: multi-module profiles summed into one, each load instance read from its own ELF
+//! file, and the report with warnings and unprofiled modules at the top, a module-index column in the flat
+//! profile and the module table at the end.
+
+use std::cell::Cell;
+use std::fmt::Write as _;
+use std::path::Path;
+
+use mslprof_format::model::{IncompleteCause, Profile, header_flags};
+
+use crate::graph::Graph;
+use crate::histogram::SampleTotals;
+use crate::input::{Error, Input, Refusal};
+use crate::options::Options;
+use crate::output::Out;
+use crate::stages::render::Found;
+use crate::stages::{arcs, graph, render, samples, symbols};
+use crate::style::Style;
+use crate::symspec::Filters;
+
+use crate::report::outcome::Outcome;
+
+/// The analysis of a merged mslprof profile that the report and the exports share: every profiled
+/// module's symbols, the arcs tallied between them and the samples credited to them (time is not yet
+/// propagated: [`crate::callgraph::assemble`] does that).
+pub struct Analysis {
+    pub graph: Graph,
+    pub filters: Filters,
+    pub totals: SampleTotals,
+    pub have_hist: bool,
+    pub have_arcs: bool,
+    /// Bytes covered by one histogram bucket (of the first histogram).
+    pub granularity: i64,
+    /// Samples per second.
+    pub hz: f64,
+}
+
+/// Stages 1 to 4 over `profile` (`exe` replaces the main program's recorded path): load the modules'
+/// symbols, build the graph, tally the arcs and credit the samples. Problems that do not stop the
+/// analysis are added to `warnings`.
+pub fn analyse(
+    opts: &Options,
+    exe: Option<&Path>,
+    profile: &Profile,
+    warnings: &mut Vec<String>,
+) -> Analysis {
+    let modules = symbols::mslprof(opts, exe, profile, warnings);
+    let (mut g, filters) = graph::build(modules, opts, true);
+    let have_arcs = arcs::mslprof(&mut g, profile, &filters);
+    if opts.static_calls && have_arcs {
+        arcs::static_mslprof(&mut g, opts, warnings);
+    }
+    let credited = samples::assign_mslprof(&mut g, profile, &filters);
+    Analysis {
+        graph: g,
+        filters,
+        totals: credited.totals,
+        have_hist: credited.have_hist,
+        have_arcs,
+        granularity: credited.granularity,
+        hz: samples::mslprof_hz(profile),
+    }
+}
+
+/// Analyse mslprof (multi-module) inputs. `exe` replaces the main program's recorded path.
+pub fn run(
+    opts: &Options,
+    exe: Option<&Path>,
+    inputs: &[Input],
+    out: &mut Out,
+) -> Result<Outcome, Error> {
+    let mut warnings: Vec<String> = inputs.iter().filter_map(incomplete).collect();
+    if opts.file_info {
+        out.push_str(&crate::fileinfo::mslprof(inputs));
+        return Ok(Outcome {
+            warnings,
+            summary: None,
+        });
+    }
+    if let Some(map) = &opts.file_order {
+        return Err(Error::refused(map, Refusal::FileOrderForMslprof));
+    }
+    let merged = crate::merge::merge(inputs, opts.separate_instances)?;
+    if opts.sum {
+        let mut bytes = Vec::new();
+        mslprof_format::write(&merged.profile, &mut bytes).map_err(|e| Error::io("gmon.sum", e))?;
+        return Ok(Outcome {
+            warnings,
+            summary: Some(bytes),
+        });
+    }
+    let profile = &merged.profile;
+    let header = &profile.header;
+    if header.dropped_arcs != 0 {
+        warnings.push(format!(
+            "{} arcs were dropped because an arc table was full; call counts are too low",
+            header.dropped_arcs
+        ));
+    }
+
+    let Analysis {
+        graph: mut g,
+        filters,
+        mut totals,
+        have_hist,
+        have_arcs,
+        granularity,
+        hz,
+    } = analyse(opts, exe, profile, &mut warnings);
+    let share_note = share_note(opts, profile, &mut totals, hz);
+    let style = Style {
+        share_note: Some(share_note),
+        bsd: opts.bsd,
+        descriptions: !opts.brief,
+        ignore_zeros: opts.ignore_zeros,
+        output_width: opts.width,
+        hz,
+        granularity,
+        dimension: "seconds".into(),
+        dimension_abbrev: 's',
+        print_path: opts.print_path,
+        inline_file_names: opts.inline_file_names,
+        line_granularity: opts.line,
+        multi_module: true,
+        first_output: Cell::new(true),
+    };
+    for w in &warnings {
+        let _ = writeln!(out, "mslprof: warning: {w}");
+    }
+    let printed_unprofiled = render::unprofiled_modules(out, profile, opts);
+    if !warnings.is_empty() || printed_unprofiled {
+        style.first_output.set(false);
+    }
+    let found = Found {
+        have_hist,
+        have_arcs,
+    };
+    let listing_warnings = render::tables(out, &mut g, &filters, &style, totals, found, opts);
+    render::module_table(out, &g, profile, &merged.instances, opts);
+    Ok(Outcome {
+        warnings: listing_warnings,
+        summary: None,
+    })
+}
+
+/// The warning for a profile its process could not finish writing normally.
+fn incomplete(input: &Input) -> Option<String> {
+    let h = &input.profile.header;
+    if h.flags & header_flags::INCOMPLETE == 0 {
+        return None;
+    }
+    let cause = match h.incomplete_cause {
+        IncompleteCause::Signal => format!("killed by signal {}", h.incomplete_signal),
+        IncompleteCause::UnderscoreExit => "_exit was called".into(),
+        IncompleteCause::ExitFromThread => "exit from a thread while others ran".into(),
+        IncompleteCause::Exec => "the program called execve".into(),
+        IncompleteCause::InternalFault => "the runtime stopped profiling after a fault".into(),
+        other => format!("cause {}", other.code()),
+    };
+    Some(format!(
+        "{}: profile is incomplete ({cause})",
+        input.path.display()
+    ))
+}
+
+/// The line above the flat profile that says what 100 % is (with `--share-of=process`, `totals` becomes
+/// all samples of the process), followed by the CPU time when recorded.
+fn share_note(opts: &Options, profile: &Profile, totals: &mut SampleTotals, hz: f64) -> String {
+    let header = &profile.header;
+    let selected = totals.total_time;
+    let process = header.total_samples as f64;
+    let note = if opts.share_of_process {
+        totals.total_time = process;
+        format!(
+            "Percentages are of all {} samples of the process ({:.2} s); the selected modules had {} ({:.2} s).",
+            process,
+            process / hz,
+            selected.round(),
+            selected / hz
+        )
+    } else {
+        format!(
+            "Percentages are of the {} samples in the selected modules ({:.2} s); the whole process had {} ({:.2} s; --share-of=process).",
+            selected.round(),
+            selected / hz,
+            process,
+            process / hz
+        )
+    };
+    match header.cpu_time {
+        Some(cpu) => format!("{note}\n{}", crate::cputime::report_line(cpu)),
+        None => note,
+    }
+}

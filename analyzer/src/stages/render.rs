@@ -1,0 +1,151 @@
+//! Stage 5, render: time propagated along the call graph (gprof's `cg_assemble`), then the tables the
+//! options ask for, in gprof's order (BSD style: call graph before flat profile), and the multi-module
+//! report's module tables.
+
+use mslprof_format::model::Profile;
+
+use crate::graph::Graph;
+use crate::histogram::SampleTotals;
+use crate::modtable::Row;
+use crate::options::Options;
+use crate::output::Out;
+use crate::stages::symbols::is_runtime;
+use crate::style::Style;
+use crate::symspec::Filters;
+
+/// What the earlier stages found: which sections have data.
+#[derive(Clone, Copy, Debug)]
+pub struct Found {
+    pub have_hist: bool,
+    pub have_arcs: bool,
+}
+
+/// Print the report's tables; returns the warnings annotating source gave.
+pub fn tables(
+    out: &mut Out,
+    g: &mut Graph,
+    filters: &Filters,
+    style: &Style,
+    totals: SampleTotals,
+    found: Found,
+    opts: &Options,
+) -> Vec<String> {
+    let (want_flat, want_graph) = opts.sections();
+    let want_flat = found.have_hist && want_flat;
+    let want_graph = found.have_arcs && want_graph;
+    let (time_sorted, print_time) = if found.have_arcs {
+        crate::callgraph::assemble(g, filters)
+    } else {
+        (Vec::new(), 0.0)
+    };
+    if style.bsd {
+        if want_graph {
+            crate::callgraph::print(out, g, &time_sorted, print_time, style);
+        }
+        if want_flat {
+            crate::flat::print(out, g, totals.total_time, filters, style);
+        }
+    } else {
+        if want_flat {
+            crate::flat::print(out, g, totals.total_time, filters, style);
+        }
+        if want_graph {
+            crate::callgraph::print(out, g, &time_sorted, print_time, style);
+        }
+    }
+    if want_graph {
+        crate::callgraph::print_index(out, g, style);
+    }
+    if opts.exec == Some(true) {
+        crate::execcounts::print(out, g, filters, style);
+    }
+    let mut warnings = Vec::new();
+    if opts.anno == Some(true) {
+        warnings = crate::annotate::print(out, g, filters, style, &opts.annotate);
+    }
+    if opts.function_order {
+        crate::ordering::print(out, g, style, want_graph);
+    }
+    warnings
+}
+
+/// The top of a multi-module report: the modules loaded but not profiled and the samples outside any
+/// module, with their share of all samples. Returns whether anything was printed.
+pub fn unprofiled_modules(out: &mut Out, profile: &Profile, opts: &Options) -> bool {
+    let header = &profile.header;
+    let unprofiled: Vec<_> = profile
+        .modules
+        .iter()
+        .filter(|m| !m.is_profiled())
+        .collect();
+    if unprofiled.is_empty() && header.unknown_samples == 0 {
+        return false;
+    }
+    out.push_str("Modules loaded but not profiled, with their share of all samples:\n\n");
+    let mut rows: Vec<Row> = unprofiled
+        .iter()
+        .map(|m| Row {
+            index: None,
+            samples: m.samples,
+            name: String::from_utf8_lossy(&m.name).into_owned(),
+            path: String::from_utf8_lossy(&m.path).into_owned(),
+            note: String::new(),
+            keep: false,
+        })
+        .collect();
+    if header.unknown_samples != 0 {
+        rows.push(Row {
+            index: None,
+            samples: header.unknown_samples,
+            name: "<outside any module>".into(),
+            path: String::new(),
+            note: String::new(),
+            keep: false,
+        });
+    }
+    crate::modtable::print(out, rows, all_samples(profile), opts.all_modules);
+    out.push('\n');
+    true
+}
+
+/// The end of a multi-module report: every module with its index, samples and load instances.
+pub fn module_table(
+    out: &mut Out,
+    g: &Graph,
+    profile: &Profile,
+    instances: &[u32],
+    opts: &Options,
+) {
+    out.push_str("\u{c}\nModules\n\n");
+    let rows = profile
+        .modules
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let mut name = g.modules[i].name.clone();
+            if !m.is_profiled() {
+                name.push_str(" (not profiled)");
+            } else if is_runtime(m) {
+                name.push_str(" (profiling overhead)");
+            }
+            Row {
+                index: Some(i),
+                samples: m.samples,
+                name,
+                path: g.modules[i].path.clone(),
+                note: if instances[i] > 1 {
+                    format!("  ({} load instances)", instances[i])
+                } else {
+                    String::new()
+                },
+                keep: m.is_profiled() && (m.samples > 0 || !m.arcs.is_empty()),
+            }
+        })
+        .collect();
+    crate::modtable::print(out, rows, all_samples(profile), opts.all_modules);
+}
+
+/// All samples of the process (at least 1, as a divisor).
+fn all_samples(profile: &Profile) -> f64 {
+    profile.header.total_samples.max(1) as f64
+}
