@@ -11,7 +11,7 @@
 //! use mslprof_format::{Arc, LinkAddress, module_flags};
 //!
 //! # let counts: [u16; 4] = [0, 3, 0, 1];
-//! let ranges = [RangeDesc { start: 0x1000, end: 0x1010, counts: Counts::U16(&counts) }];
+//! let ranges = [RangeDesc { start: LinkAddress(0x1000), end: LinkAddress(0x1010), counts: Counts::U16(&counts) }];
 //! // The arc table is visited through a callback; `emit` returns false once the announced count is reached.
 //! let visit_arcs = |emit: &mut dyn FnMut(Arc) -> bool| {
 //!     let (caller_address, callee_address) = (LinkAddress(0x1004), LinkAddress(0x1008));
@@ -68,7 +68,7 @@ use std::fmt;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicU8, AtomicU64};
 
-use crate::address::LinkAddress;
+use crate::address::{LinkAddress, LoadBias};
 use crate::layout::*;
 use crate::model::{Arc, CpuTime, UNKNOWN_KEY, module_flags};
 
@@ -146,8 +146,8 @@ impl Counts<'_> {
 /// One histogram range `[start, end)` (link-time addresses) with `(end − start) / bytes_per_bucket` buckets.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct RangeDesc<'a> {
-    pub start: u64,
-    pub end: u64,
+    pub start: LinkAddress,
+    pub end: LinkAddress,
     pub counts: Counts<'a>,
 }
 
@@ -252,7 +252,7 @@ pub struct ModuleDesc<'a> {
     pub flags: u32,
     pub load_order: u32,
     pub unload_order: u32,
-    pub load_bias: u64,
+    pub load_bias: LoadBias,
     pub samples: u64,
     pub saturated_buckets: u64,
     pub dropped_arcs: u64,
@@ -429,13 +429,13 @@ fn scan_histogram(h: &HistogramDesc<'_>) -> Result<(u64, u64), &'static str> {
     let bpb = u64::from(h.bytes_per_bucket);
     let mut total: u64 = 0;
     let mut nonzero: u64 = 0;
-    let mut previous_end: Option<u64> = None;
+    let mut previous_end: Option<LinkAddress> = None;
     for r in h.ranges {
         if r.end < r.start || previous_end.is_some_and(|p| r.start < p) {
             return Err("histogram ranges must be ordered, disjoint and not reversed");
         }
         previous_end = Some(r.end);
-        let span = r.end - r.start;
+        let span = r.end.0 - r.start.0;
         if span % bpb != 0 || span / bpb != r.counts.len() {
             return Err("histogram range length does not match its bucket count");
         }
@@ -722,7 +722,7 @@ fn module_entry<S: Sink>(e: &mut Encoder<'_, S>, m: &ModuleDesc<'_>) -> Result<(
     e.u16(0)?;
     e.u32(hist.bytes_per_bucket)?;
     e.u32(hist.ranges.len() as u32)?;
-    e.u64(m.load_bias)?;
+    e.u64(m.load_bias.0)?;
     e.u64(m.samples)?;
     e.u64(m.saturated_buckets)?;
     e.u64(m.dropped_arcs)?;
@@ -733,8 +733,8 @@ fn module_entry<S: Sink>(e: &mut Encoder<'_, S>, m: &ModuleDesc<'_>) -> Result<(
     e.u64(p.arc_count * ARC_RECORD_SIZE)?;
     e.u64(p.arc_count)?;
     for r in hist.ranges {
-        e.u64(r.start)?;
-        e.u64(r.end)?;
+        e.u64(r.start.0)?;
+        e.u64(r.end.0)?;
     }
     e.str16(m.name)?;
     e.str16(m.soname)?;

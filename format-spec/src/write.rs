@@ -107,8 +107,8 @@ pub(crate) fn write(profile: &Profile, options: WriteOptions, out: impl Write) -
                     Buckets::Sparse { len, entries } => Counts::Sparse { len: *len, entries },
                 };
                 module_ranges.push(RangeDesc {
-                    start: r.start.0,
-                    end: r.end.0,
+                    start: r.start,
+                    end: r.end,
                     counts,
                 });
             }
@@ -142,7 +142,7 @@ pub(crate) fn write(profile: &Profile, options: WriteOptions, out: impl Write) -
             flags: m.flags,
             load_order: m.load_order,
             unload_order: m.unload_order,
-            load_bias: m.load_bias.0,
+            load_bias: m.load_bias,
             samples: m.samples,
             saturated_buckets: m.saturated_buckets,
             dropped_arcs: m.dropped_arcs,

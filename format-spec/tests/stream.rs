@@ -130,19 +130,19 @@ fn write_two_modules(
         a
     };
     let ranges_main = [RangeDesc {
-        start: 0x400000,
-        end: 0x400000 + 8 * 4,
+        start: LinkAddress(0x400000),
+        end: LinkAddress(0x400000 + 8 * 4),
         counts: Counts::U16(&dense),
     }];
     let ranges_lib = [
         RangeDesc {
-            start: 0x1000,
-            end: 0x1000 + 32 * 2,
+            start: LinkAddress(0x1000),
+            end: LinkAddress(0x1000 + 32 * 2),
             counts: Counts::U32(&sparse[..32]),
         },
         RangeDesc {
-            start: 0x8000,
-            end: 0x8000 + 32 * 2,
+            start: LinkAddress(0x8000),
+            end: LinkAddress(0x8000 + 32 * 2),
             counts: Counts::U32(&sparse[32..]),
         },
     ];
@@ -307,8 +307,8 @@ fn sink_errors_propagate() {
 fn invalid_descriptors_are_refused_before_writing() {
     let counts = [1u16, 2, 3];
     let bad_range = [RangeDesc {
-        start: 0,
-        end: 16, // 3 buckets of 4 bytes would be 12
+        start: LinkAddress(0),
+        end: LinkAddress(16), // 3 buckets of 4 bytes would be 12
         counts: Counts::U16(&counts),
     }];
     let cases: Vec<(ModuleDesc<'_>, HeaderDesc<'_>)> = vec![
@@ -398,8 +398,8 @@ impl stream::ModuleSource for LiveTable {
         let visits = self.visits.get() + 1;
         self.visits.set(visits);
         let ranges = [RangeDesc {
-            start: 0x1000,
-            end: 0x1010,
+            start: LinkAddress(0x1000),
+            end: LinkAddress(0x1010),
             counts: Counts::U16(&self.counts[index]),
         }];
         let key = self.keys[index];

@@ -50,14 +50,14 @@ impl BucketBits {
 /// One histogram range: buckets over `[start, end)` (link-time), the first of them at index `first_bucket`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HistogramRange {
-    pub start: u64,
-    pub end: u64,
+    pub start: LinkAddress,
+    pub end: LinkAddress,
     pub first_bucket: usize,
 }
 
 impl HistogramRange {
     pub fn bucket_count(&self) -> usize {
-        ((self.end - self.start) / u64::from(BYTES_PER_BUCKET)) as usize
+        (self.end.offset_from(self.start) / u64::from(BYTES_PER_BUCKET)) as usize
     }
 }
 
@@ -117,12 +117,14 @@ impl Histogram {
 
     /// The bucket index of a link-time address, if the histogram covers it.
     pub fn bucket_of(&self, address: LinkAddress) -> Option<usize> {
-        let LinkAddress(address) = address;
         let range = self
             .ranges
             .iter()
             .find(|r| r.start <= address && address < r.end)?;
-        Some(range.first_bucket + ((address - range.start) / u64::from(BYTES_PER_BUCKET)) as usize)
+        Some(
+            range.first_bucket
+                + (address.offset_from(range.start) / u64::from(BYTES_PER_BUCKET)) as usize,
+        )
     }
 
     /// Counts one sample at a link-time address. Async-signal-safe: atomics only. Returns false when the
@@ -290,8 +292,8 @@ fn bucket_ranges(exec_ranges: &[LinkRange]) -> Vec<HistogramRange> {
         .into_iter()
         .map(|(start, end)| {
             let range = HistogramRange {
-                start,
-                end,
+                start: LinkAddress(start),
+                end: LinkAddress(end),
                 first_bucket,
             };
             first_bucket += range.bucket_count();
@@ -324,13 +326,13 @@ mod tests {
             ranges,
             vec![
                 HistogramRange {
-                    start: 0x1000,
-                    end: 0x1014,
+                    start: LinkAddress(0x1000),
+                    end: LinkAddress(0x1014),
                     first_bucket: 0
                 },
                 HistogramRange {
-                    start: 0x2000,
-                    end: 0x2004,
+                    start: LinkAddress(0x2000),
+                    end: LinkAddress(0x2004),
                     first_bucket: 5
                 },
             ]

@@ -457,7 +457,7 @@ fn module_desc<'a>(
         flags,
         load_order: module.load_order,
         unload_order: module.unload_order(),
-        load_bias: module.load_bias.0,
+        load_bias: module.load_bias,
         samples: module.samples.load(Ordering::Relaxed),
         saturated_buckets: module
             .histogram
