@@ -173,10 +173,21 @@ pub fn layout(
             sym: s,
         })
         .collect();
+    pieces.sort_by_key(|p| p.addr);
+    // Whether a piece of the sorted `pieces` starts at `addr` or covers it: `reach[i]` is the furthest
+    // end of the pieces up to i (a large symbol may cover several later starts). Binary search instead
+    // of a scan per PLT stub.
+    let mut reach: Vec<LinkAddress> = Vec::with_capacity(pieces.len());
+    let mut furthest = LinkAddress(0);
+    for p in &pieces {
+        if p.size > 0 {
+            furthest = furthest.max(p.addr + p.size);
+        }
+        reach.push(furthest);
+    }
     let covered = |pieces: &[Piece], addr: LinkAddress| {
-        pieces
-            .iter()
-            .any(|p| p.addr == addr || (p.size > 0 && p.addr < addr && addr < p.addr + p.size))
+        let i = pieces.partition_point(|p| p.addr < addr);
+        pieces.get(i).is_some_and(|p| p.addr == addr) || (i > 0 && addr < reach[i - 1])
     };
     let mut extra = Vec::new();
     for (addr, size, name) in plt_stubs(file) {
@@ -192,6 +203,10 @@ pub fn layout(
     pieces.sort_by_key(|p| p.addr);
     let mut fdes = fde_ranges(file);
     fdes.sort_unstable();
+    // FDEs in address order: each new piece is checked against the nearest piece below it, which is
+    // the nearest symbol or the last FDE piece added, and all are merged in once (no insertion in the
+    // middle of the vector per FDE: librustc_driver has some 200 000 of them).
+    let mut added: Vec<Piece> = Vec::new();
     for (addr, len) in fdes {
         // A symbol without a size at the FDE's start takes the FDE's length.
         if let Ok(i) = pieces.binary_search_by_key(&addr, |p| p.addr) {
@@ -200,19 +215,25 @@ pub fn layout(
             }
             continue;
         }
+        let covers = |p: &Piece| p.size > 0 && p.addr < addr && addr < p.addr + p.size;
         let i = pieces.partition_point(|p| p.addr < addr);
-        if i > 0 && pieces[i - 1].size > 0 && addr < pieces[i - 1].addr + pieces[i - 1].size {
+        let below = pieces[..i].last();
+        let last_added = added.last();
+        let nearest = match (below, last_added) {
+            (Some(b), Some(a)) => Some(if a.addr > b.addr { a } else { b }),
+            (b, a) => b.or(a),
+        };
+        if last_added.is_some_and(|a| a.addr == addr) || nearest.is_some_and(covers) {
             continue;
         }
-        pieces.insert(
-            i,
-            Piece {
-                addr,
-                size: len,
-                sym: synthetic(format!("fn_{addr:x}"), addr, true),
-            },
-        );
+        added.push(Piece {
+            addr,
+            size: len,
+            sym: synthetic(format!("fn_{addr:x}"), addr, true),
+        });
     }
+    pieces.append(&mut added);
+    pieces.sort_by_key(|p| p.addr);
     let gap = |addr: LinkAddress| Piece {
         addr,
         size: 0,

@@ -153,22 +153,62 @@ pub fn synthetic_gmon_main(args: &[String]) -> Result<(), String> {
     Ok(())
 }
 
+/// A generated C program of about 100 000 source lines (2 000 functions of 50 statement lines each, called
+/// in a loop for about a second), built with `-O1 -pg -g`: a line-level profile's line tables at scale.
+fn build_many_lines(dir: &Path) -> Result<(PathBuf, usize), String> {
+    use std::fmt::Write as _;
+    const FUNCTIONS: usize = 2000;
+    const STATEMENTS: usize = 48;
+    let mut c = String::from("#include <stdio.h>\nvolatile unsigned long sink;\n");
+    for f in 0..FUNCTIONS {
+        let _ = writeln!(
+            c,
+            "__attribute__((noinline)) unsigned long f{f}(unsigned long x)\n{{"
+        );
+        for s in 0..STATEMENTS {
+            let _ = writeln!(c, "    x = x * {} + (x >> {});", 3 + 2 * (s % 5), 1 + s % 7);
+        }
+        c.push_str("    return x;\n}\n");
+    }
+    c.push_str("int main(void)\n{\n    unsigned long x = 1;\n    for (int round = 0; round < 2000; round++) {\n");
+    for f in 0..FUNCTIONS {
+        let _ = writeln!(c, "        x = f{f}(x);");
+    }
+    c.push_str("    }\n    sink = x;\n    printf(\"%lu\\n\", x);\n    return 0;\n}\n");
+    let lines = c.lines().count();
+    let src = dir.join("many_lines.c");
+    std::fs::write(&src, c).map_err(|e| format!("{}: {e}", src.display()))?;
+    fixtures::cc(
+        dir,
+        &[
+            "-O1",
+            "-pg",
+            "-g",
+            "-o",
+            "many_lines",
+            &src.to_string_lossy(),
+        ],
+    )?;
+    Ok((dir.join("many_lines"), lines))
+}
+
 pub fn run(env: &Env) -> Result<Section, String> {
     let dir = env.scratch.join("analysis");
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let mut rows = Vec::new();
     let mut notes = Vec::new();
     let compare = |label: &str,
+                   options: &[&str],
                    exe: &Path,
                    gmon: &Path,
                    runs: usize,
                    rows: &mut Vec<Vec<String>>|
      -> Result<(), String> {
-        let args = [
-            "-b".to_string(),
+        let mut args: Vec<String> = options.iter().map(|o| o.to_string()).collect();
+        args.extend([
             exe.to_string_lossy().into_owned(),
             gmon.to_string_lossy().into_owned(),
-        ];
+        ]);
         let invs = [
             Invocation::new("GNU gprof 2.40", "gprof", &dir).args(args.clone()),
             Invocation::new("mslprof", &env.analyzer, &dir).args(args.clone()),
@@ -196,6 +236,7 @@ pub fn run(env: &Env) -> Result<Section, String> {
     crate::measure::run_once(&Invocation::new("fib", &fib.pg, &dir).args(["1", "30"]))?;
     compare(
         "fib_fp -pg, real gmon.out",
+        &["-b"],
         &fib.pg,
         &dir.join("gmon.out"),
         env.runs,
@@ -216,6 +257,7 @@ pub fn run(env: &Env) -> Result<Section, String> {
                     let nfuncs = synthetic_gmon_in_child(&driver, &gmon, arcs)?;
                     compare(
                         &format!("librustc_driver, {nfuncs} functions, {arcs} arcs"),
+                        &["-b"],
                         &driver,
                         &gmon,
                         1,
@@ -226,6 +268,30 @@ pub fn run(env: &Env) -> Result<Section, String> {
             None => notes.push("librustc_driver not found: large-input rows skipped.".into()),
         }
     }
+    // Line-level profiles (-l): Lua 5.4 built with -g (the committed golden input), and a generated
+    // 100 000-line C program built with -pg -g and run here.
+    let lua = env.workspace.join("tests/golden/analyzer/lua-g");
+    compare(
+        "Lua 5.4 `-pg -g`, `-l -b` (line-level flat profile and call graph)",
+        &["-l", "-b"],
+        &lua.join("lua"),
+        &lua.join("gmon.out"),
+        env.runs,
+        &mut rows,
+    )?;
+    let lines_dir = dir.join("lines");
+    std::fs::create_dir_all(&lines_dir).map_err(|e| e.to_string())?;
+    let (program, source_lines) = build_many_lines(&lines_dir)?;
+    crate::measure::run_once(&Invocation::new("many_lines", &program, &lines_dir))?;
+    compare(
+        &format!("generated C program of {source_lines} lines `-pg -g`, `-l -b`"),
+        &["-l", "-b"],
+        &program,
+        &lines_dir.join("gmon.out"),
+        env.runs,
+        &mut rows,
+    )?;
+    notes.push("Target: each line-level profile (`-l`) in under 2 s.".into());
     // A real sampling profile: rustc compiling a small crate with every module profiled.
     if let Some(rustc) = crate::sampling::real_rustc() {
         let rdir = dir.join("rustc");
@@ -255,7 +321,7 @@ pub fn run(env: &Env) -> Result<Section, String> {
     notes.push("Targets: on the large input mslprof under 1/10 of GNU gprof's wall time with no more peak memory; on small inputs not slower.".into());
     Ok(Section {
         title: "Report generation: mslprof against GNU gprof".into(),
-        intro: "Both programs print the `-b` report of the same GNU gmon.out to /dev/null. The large input is a GNU gmon.out \
+        intro: "Both programs print the report of the same GNU gmon.out (`-b`, and `-l -b` for line-level rows) to /dev/null. The large input is a GNU gmon.out \
                 over `.text` of rustc's librustc_driver (4 bytes per 16-bit bin, 2 000 000 random samples, random arcs between \
                 its functions), generated deterministically by the harness."
             .into(),
