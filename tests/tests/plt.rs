@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use mslprof_format::model::Profile;
-use mslprof_tests::callcounts::{CallGraph, Symbols, profile_call_graph, run_ok};
+use mslprof_tests::callcounts::{self, CallGraph, Symbols, profile_call_graph, run_ok};
 use mslprof_tests::{Workspace, audit_library, fixtures_dir};
 
 fn source(name: &str) -> PathBuf {
@@ -372,4 +372,35 @@ fn tlsdesc_and_irelative_relocations_keep_the_program_right_and_are_never_counte
         "{arcs:?}"
     );
     assert_eq!(arcs.len(), 2, "{arcs:?}");
+}
+
+#[test]
+fn arguments_reach_the_function_called_through_the_plt_intact() {
+    // The register-preservation fixtures of the callcounts tests (integers, doubles, mixed, __m128,
+    // variadic with its vector count in rax, __m256 with AVX), built without instrumentation: every call of
+    // the program into its library goes through the PLT and a counting stub.
+    let avx = callcounts::cpu_has_avx();
+    for optimization in ["-O0", "-O2"] {
+        let workspace = Workspace::new();
+        let mut flags = callcounts::common_flags(optimization);
+        if avx {
+            flags.push("-mavx".into());
+        }
+        callcounts::build_library(&workspace, "ccr", &["ccr.c"], &flags);
+        let program = callcounts::build_program(&workspace, "regs", &["regs.c"], &["ccr"], &flags);
+        assert_eq!(run_ok(&mut counted(&workspace, &program)), "regs ok\n");
+        let profile = workspace.profile("gmon.out");
+        let arcs = profile_call_graph(&profile, &|name| name == "main" || name.starts_with("r_"));
+        let mut expected = vec!["r_doubles", "r_ints", "r_m128", "r_mixed", "r_variadic"];
+        if avx {
+            expected.push("r_m256");
+        }
+        for name in expected {
+            assert_eq!(
+                arcs.get(&("main".into(), name.into())),
+                Some(&3),
+                "{optimization} {name}: {arcs:?}"
+            );
+        }
+    }
 }

@@ -3,12 +3,11 @@
 //! ld.so (glibc ≥ 2.35) asks `la_symbind64` for the address to write into every PLT slot it binds, lazily or
 //! at start-up (bind-now), in the program and in every library `dlopen` loads later. For a function defined in
 //! a module that is not compiled for counting (no `mcount`, `__fentry__` or `__cyg_profile_func_enter`
-//! import), this module answers with a stub that behaves like a `-pg -mfentry` prologue of that function:
-//! it pushes the function's address as if it were the return address of a `call __fentry__` and jumps to
-//! the runtime's `__fentry__` (libmslprof.so, in the program's namespace). `__fentry__` counts the arc
-//! (caller's return address, function entry) with the same per-thread cache and arc tables as mcount, keeps
-//! every register, and its `ret` lands on the function with the caller's return address on top of the
-//! stack, so the function runs as if called directly.
+//! import), this module answers with a 32-byte stub: `push` the function's address, `call` the runtime's
+//! `mslprof_plt_entry` (libmslprof.so, in the program's namespace), drop the pushed address, `jmp` to the
+//! function. The entry counts the arc (caller's return address, function entry) with the same per-thread
+//! cache and arc tables as mcount's `__fentry__`, keeps every register and returns into the stub, so every
+//! `ret` matches its `call` (return prediction stays right) and the function runs as if called directly.
 //!
 //! What is never redirected: symbols looked up with `dlsym`/`dlvsym` (the program sees the real address),
 //! data symbols, bindings into ld.so, the vDSO, the runtime itself or a module that mcount already counts,
@@ -47,7 +46,7 @@ const COUNTING_IMPORTS: [&[u8]; 4] = [
 
 /// False with `MSLPROF_PLT=0`.
 static ENABLED: AtomicBool = AtomicBool::new(false);
-/// Run-time address of libmslprof.so's `__fentry__` (0: the runtime is not loaded).
+/// Run-time address of libmslprof.so's `mslprof_plt_entry` (0: the runtime is not loaded).
 static COUNT_ENTRY: AtomicUsize = AtomicUsize::new(0);
 /// One stub per distinct function address (a stub depends only on its target).
 static STUBS: Mutex<Option<(StubArena, HashMap<usize, usize>)>> = Mutex::new(None);
@@ -83,7 +82,7 @@ pub unsafe extern "C" fn la_objopen(map: *const LinkMap, lmid: isize, _cookie: *
         return 0;
     }
     if let (Some(entry), Some(_)) = (
-        module.defined(b"__fentry__"),
+        module.defined(b"mslprof_plt_entry"),
         module.defined(b"mslprof_plt_abi"),
     ) {
         // The runtime: its own calls are never counted, and nothing is redirected into it.

@@ -164,8 +164,8 @@ unsafe fn gnu_hash_symbol_count(table: *const u32) -> usize {
 
 /// Bytes of executable memory mapped at a time for stubs.
 const ARENA_BYTES: usize = 1 << 16;
-/// Bytes per stub: `push qword [rip + 10]` (6), `jmp qword [rip + to the arena's first word]` (6), 4 bytes
-/// of `int3`, the target address (8), padding to 32.
+/// Bytes per stub: `push qword [rip + 18]` (6), `call qword [rip + to the arena's first word]` (6),
+/// `lea rsp, [rsp + 8]` (5), `jmp qword [rip + 1]` (6), `int3` (1), the target address (8).
 const STUB_BYTES: usize = 32;
 
 /// Executable memory holding stubs, handed out one after the other; never unmapped (a stub may be running).
@@ -216,10 +216,16 @@ impl StubArena {
         self.used += STUB_BYTES;
         let to_entry = (self.base as isize - (stub as isize + 12)) as i32;
         let mut code = [0xccu8; STUB_BYTES];
-        code[..6].copy_from_slice(&[0xff, 0x35, 10, 0, 0, 0]);
-        code[6..8].copy_from_slice(&[0xff, 0x25]);
+        // push qword [rip + 18]: the callee's address, at offset 24.
+        code[..6].copy_from_slice(&[0xff, 0x35, 18, 0, 0, 0]);
+        // call qword [rip + to the arena's first word]: the runtime's entry.
+        code[6..8].copy_from_slice(&[0xff, 0x15]);
         code[8..12].copy_from_slice(&to_entry.to_le_bytes());
-        code[16..24].copy_from_slice(&target.to_le_bytes());
+        // lea rsp, [rsp + 8]: drops the callee's address (flags untouched).
+        code[12..17].copy_from_slice(&[0x48, 0x8d, 0x64, 0x24, 0x08]);
+        // jmp qword [rip + 1]: the callee, with the caller's return address on top of the stack.
+        code[17..23].copy_from_slice(&[0xff, 0x25, 1, 0, 0, 0]);
+        code[24..32].copy_from_slice(&target.to_le_bytes());
         // SAFETY: as above; nobody runs this stub before we return its address.
         unsafe { std::ptr::copy_nonoverlapping(code.as_ptr(), stub, STUB_BYTES) };
         Some(stub as usize)
