@@ -404,3 +404,39 @@ fn arguments_reach_the_function_called_through_the_plt_intact() {
         }
     }
 }
+
+#[test]
+fn a_program_with_its_own_malloc_calling_through_the_plt_runs_and_is_counted_under_ld_profile() {
+    // ld.so allocates the audit module's thread-local storage with the program's malloc, whose PLT call
+    // comes back into the audit module (rustc with jemalloc crashed so under LD_PROFILE=ALL, which makes
+    // ld.so bind every slot lazily through its profiling trampoline). MSLPROF_REEXEC=0 keeps that trampoline
+    // for the whole run; the default restart is tested too.
+    for reexec in ["0", "1"] {
+        let workspace = Workspace::new();
+        workspace.shared_library("libleaf.so", &[source("leaf.c")], &[]);
+        let program = workspace.program(
+            "own_malloc",
+            &[source("own_malloc.c")],
+            &["-L.", "-lleaf", "-fno-builtin"],
+        );
+        let stdout = run_ok(
+            counted(&workspace, &program)
+                .env("LD_PROFILE", "ALL")
+                .env("LD_PROFILE_OUTPUT", workspace.path())
+                .env("MSLPROF_REEXEC", reexec),
+        );
+        assert_eq!(
+            stdout, "sum 1499500 allocated 1\n",
+            "MSLPROF_REEXEC={reexec}"
+        );
+        let arcs = graph(
+            &workspace.profile("gmon.out"),
+            &["own_malloc_caller", "plt_leaf"],
+        );
+        assert_eq!(
+            arcs.get(&("own_malloc_caller".into(), "plt_leaf".into())),
+            Some(&1000),
+            "MSLPROF_REEXEC={reexec}: {arcs:?}"
+        );
+    }
+}

@@ -17,13 +17,10 @@
 
 mod sys;
 
-use std::cell::Cell;
-use std::collections::HashMap;
 use std::ffi::c_char;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use sys::{Elf64Sym, LinkMap, Module, StubArena};
+use sys::{Elf64Sym, LinkMap, Module};
 
 /// The audit interface version this module implements (`LAV_CURRENT` of glibc 2.36).
 const LAV_CURRENT: u32 = 2;
@@ -48,8 +45,6 @@ const COUNTING_IMPORTS: [&[u8]; 4] = [
 static ENABLED: AtomicBool = AtomicBool::new(false);
 /// Run-time address of libmslprof.so's `mslprof_plt_entry` (0: the runtime is not loaded).
 static COUNT_ENTRY: AtomicUsize = AtomicUsize::new(0);
-/// One stub per distinct function address (a stub depends only on its target).
-static STUBS: Mutex<Option<(StubArena, HashMap<usize, usize>)>> = Mutex::new(None);
 
 /// First call from ld.so: accept its interface version and read `MSLPROF_PLT`.
 #[unsafe(no_mangle)]
@@ -120,36 +115,8 @@ pub unsafe extern "C" fn la_symbind64(
     {
         return target;
     }
-    // A binding made while this thread is already in here (a signal handler interrupting us) stays direct:
-    // uncounted, never wrong. Other threads wait for the lock: a slot left direct would stay uncounted.
-    if INSIDE.with(|inside| inside.replace(true)) {
-        return target;
-    }
-    let stub = stub_for(entry, target);
-    INSIDE.with(|inside| inside.set(false));
-    stub
-}
-
-thread_local! {
-    /// True while this thread is in [`stub_for`].
-    static INSIDE: Cell<bool> = const { Cell::new(false) };
-}
-
-/// The stub counting calls to `target` through `entry`, made on first use; `target` itself when no stub can
-/// be made.
-fn stub_for(entry: usize, target: usize) -> usize {
-    let mut stubs = STUBS
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    let (arena, by_target) = stubs.get_or_insert_with(|| (StubArena::new(entry), HashMap::new()));
-    if let Some(&stub) = by_target.get(&target) {
-        return stub;
-    }
-    match arena.stub(target) {
-        Some(stub) => {
-            by_target.insert(target, stub);
-            stub
-        }
-        None => target,
-    }
+    // Lock-free and without thread-local storage: ld.so allocates a module's TLS block with the program's
+    // malloc on first use (rustc's jemalloc), whose own PLT calls would come back here. A signal handler
+    // binding a slot while this thread is in here gets a stub of its own.
+    sys::stub(entry, target).unwrap_or(target)
 }
