@@ -440,3 +440,35 @@ fn a_program_with_its_own_malloc_calling_through_the_plt_runs_and_is_counted_und
         );
     }
 }
+
+#[test]
+fn plt_calls_from_constructors_before_the_runtime_do_not_keep_ld_profile_from_restarting_the_program()
+ {
+    // A constructor running before the runtime's calls through the PLT. Were that call counted in the first
+    // image, it would start the runtime early, and a started runtime does not restart the program: ld.so's
+    // profiling trampoline would then stay for the whole run (rustc's LLVM constructors did this).
+    let workspace = Workspace::new();
+    workspace.shared_library("libleaf.so", &[source("leaf.c")], &[]);
+    workspace.shared_library("libctor.so", &[source("ctor.c")], &["-L.", "-lleaf"]);
+    let program = workspace.program(
+        "plt_ctor_main",
+        &[source("plt_ctor_main.c")],
+        &["-L.", "-Wl,--no-as-needed", "-lctor", "-lleaf"],
+    );
+    let stdout = run_ok(counted(&workspace, &program).env("LD_PROFILE", "ALL"));
+    assert_eq!(stdout, "sum 1499500 ctor 145 restarted 1\n");
+    let arcs = graph(
+        &workspace.profile("gmon.out"),
+        &["plt_caller", "ctor_calls", "plt_leaf"],
+    );
+    assert_eq!(
+        arcs.get(&("plt_caller".into(), "plt_leaf".into())),
+        Some(&1000),
+        "{arcs:?}"
+    );
+    assert_eq!(
+        arcs.get(&("ctor_calls".into(), "plt_leaf".into())),
+        Some(&10),
+        "{arcs:?}"
+    );
+}

@@ -50,12 +50,22 @@ static COUNT_ENTRY: AtomicUsize = AtomicUsize::new(0);
 #[unsafe(no_mangle)]
 pub extern "C" fn la_version(version: u32) -> u32 {
     let off = std::env::var_os("MSLPROF_PLT").is_some_and(|v| v == "0");
-    ENABLED.store(!off, Ordering::Relaxed);
+    ENABLED.store(!off && !restarting(), Ordering::Relaxed);
     if version == 0 {
         0
     } else {
         version.min(LAV_CURRENT)
     }
+}
+
+/// True in an image that the runtime is about to execute again without `LD_PROFILE` (runtime/src/reexec.rs:
+/// the variable is set and not empty, and `MSLPROF_REEXEC=0` is not). Nothing is redirected there. Other
+/// libraries' constructors run before the runtime's, and a call they make through a stub would start the
+/// runtime early, which then must not restart the program (rustc's LLVM constructors did so, and the whole
+/// run stayed under ld.so's profiling trampoline). The new image has the variable renamed and counts.
+fn restarting() -> bool {
+    std::env::var_os("LD_PROFILE").is_some_and(|v| !v.is_empty())
+        && std::env::var_os("MSLPROF_REEXEC").is_none_or(|v| v != "0")
 }
 
 /// Called for each module loaded: decides whether bindings from it and to it come to `la_symbind64`.
