@@ -3,6 +3,7 @@
 //!
 //! Exported elsewhere, because they are assembly or belong to the counting path's own file:
 //! - `mcount`, `_mcount`, `__fentry__` (`-pg`, `-pg -mfentry`): naked stubs in `mcount/x86_64.rs`;
+//! - `mslprof_plt_entry` (the PLT-counting stubs of libmslprof_audit.so): a naked stub in `mcount/x86_64.rs`;
 //! - `__cyg_profile_func_enter`, `__cyg_profile_func_exit` (`-finstrument-functions`): `mcount/mod.rs`.
 
 use std::ffi::{CStr, c_char, c_int, c_uint, c_ulong, c_void};

@@ -241,7 +241,7 @@ fn kinds_program(workspace: &Workspace) -> (PathBuf, PathBuf) {
         plain,
         "twice 9999900000 strlen 1450000 tls 5000050000 local 10000000000\n"
     );
-    assert_eq!(run_ok(&mut counted(&workspace, &program)), plain);
+    assert_eq!(run_ok(&mut counted(workspace, &program)), plain);
     (library, program)
 }
 
