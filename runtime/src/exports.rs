@@ -3,6 +3,7 @@
 //!
 //! Exported elsewhere, because they are assembly or belong to the counting path's own file:
 //! - `mcount`, `_mcount`, `__fentry__` (`-pg`, `-pg -mfentry`): naked stubs in `mcount/x86_64.rs`;
+//! - `mslprof_plt_entry` (the PLT-counting stubs of libmslprof_audit.so): a naked stub in `mcount/x86_64.rs`;
 //! - `__cyg_profile_func_enter`, `__cyg_profile_func_exit` (`-finstrument-functions`): `mcount/mod.rs`.
 
 use std::ffi::{CStr, c_char, c_int, c_uint, c_ulong, c_void};
@@ -169,12 +170,11 @@ pub unsafe extern "C" fn smonitor(
 }
 
 /// Marker for the `LD_AUDIT` module libmslprof_audit.so (runtime/audit/), which counts calls through the
-/// PLT: it names this library as the runtime, whose `__fentry__` the module's stubs jump to (glibc's
-/// libc.so.6 exports a `__fentry__` of its own, so the name alone does not tell). The value is the version of
-/// the stub convention (a stub pushes the callee's address and jumps to `__fentry__`, which counts the arc and
-/// returns into the callee).
+/// PLT: it names this library as the runtime, whose `mslprof_plt_entry` the module's stubs call. The value
+/// is the version of the stub convention (2: a stub pushes the callee's address and calls the entry, which
+/// counts the arc and returns into the stub; the stub drops the address and jumps to the callee).
 #[unsafe(no_mangle)]
-pub static mslprof_plt_abi: u32 = 1;
+pub static mslprof_plt_abi: u32 = 2;
 
 // Test hooks, only in builds with the `test-hooks` feature.
 

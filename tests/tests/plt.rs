@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use mslprof_format::model::Profile;
-use mslprof_tests::callcounts::{CallGraph, profile_call_graph, run_ok};
+use mslprof_tests::callcounts::{self, CallGraph, Symbols, profile_call_graph, run_ok};
 use mslprof_tests::{Workspace, audit_library, fixtures_dir};
 
 fn source(name: &str) -> PathBuf {
@@ -216,4 +216,259 @@ fn callers_in_modules_that_are_not_profiled_are_named_without_entries() {
         "{report}"
     );
     assert!(!report.contains("<spontaneous>\n[1]"), "{report}");
+}
+
+/// `tool ARGS` (binutils): its standard output.
+fn binutils(tool: &str, args: &[&std::ffi::OsStr]) -> String {
+    run_ok(Command::new(tool).args(args))
+}
+
+/// libkinds.so (-mtls-dialect=gnu2) and plt_kinds (-O2, non-PIE), both uninstrumented, with the program's
+/// output under the runtime and the audit module, which must equal the output without them.
+fn kinds_program(workspace: &Workspace) -> (PathBuf, PathBuf) {
+    let library = workspace.shared_library(
+        "libkinds.so",
+        &[source("kinds.c")],
+        &["-O2", "-mtls-dialect=gnu2"],
+    );
+    let program = workspace.program(
+        "plt_kinds",
+        &[source("plt_kinds.c")],
+        &["-O2", "-no-pie", "-fno-builtin", "-L.", "-lkinds"],
+    );
+    let plain = run_ok(&mut workspace.command(&program));
+    assert_eq!(
+        plain,
+        "twice 9999900000 strlen 1450000 tls 5000050000 local 10000000000\n"
+    );
+    assert_eq!(run_ok(&mut counted(workspace, &program)), plain);
+    (library, program)
+}
+
+fn kinds_graph(workspace: &Workspace) -> CallGraph {
+    profile_call_graph(&workspace.profile("gmon.out"), &|name| {
+        [
+            "ifunc_caller",
+            "libc_ifunc_caller",
+            "tail_hop",
+            "tail_outer",
+            "irelative_caller",
+            "kinds_twice_plain",
+            "kinds_tls_add",
+            "local_twice_plain",
+        ]
+        .contains(&name)
+    })
+}
+
+#[test]
+fn ifunc_symbols_called_through_the_plt_are_counted_exactly_under_the_variant_ld_so_chose() {
+    let workspace = Workspace::new();
+    kinds_program(&workspace);
+    let arcs = kinds_graph(&workspace);
+    // The fixture library's own IFUNC: its resolver picks kinds_twice_plain.
+    assert_eq!(
+        arcs.get(&("ifunc_caller".into(), "kinds_twice_plain".into())),
+        Some(&100_000),
+        "{arcs:?}"
+    );
+    // libc's strlen is an IFUNC too. Its variant depends on the CPU (__strlen_avx2, __strlen_evex, ...) and
+    // is a local symbol of libc.so.6, so the arc is checked by module: one arc, into libc, 100 000 calls.
+    let profile = workspace.profile("gmon.out");
+    let symbols = Symbols::of(&workspace.path().join("plt_kinds"));
+    let program_key = profile
+        .modules
+        .iter()
+        .find(|m| m.path.ends_with(b"/plt_kinds"))
+        .map(|m| m.key);
+    let from_strlen_caller: Vec<(&[u8], u64)> = profile
+        .modules
+        .iter()
+        .flat_map(|module| module.arcs.iter().map(move |arc| (module, arc)))
+        .filter(|(_, arc)| {
+            Some(arc.caller_key) == program_key
+                && symbols.function_at(arc.caller_address) == Some("libc_ifunc_caller")
+        })
+        .map(|(module, arc)| (&module.path[..], arc.count))
+        .collect();
+    assert_eq!(from_strlen_caller.len(), 1, "{from_strlen_caller:?}");
+    let (callee_module, count) = from_strlen_caller[0];
+    assert!(
+        String::from_utf8_lossy(callee_module).contains("/libc.so"),
+        "{from_strlen_caller:?}"
+    );
+    assert_eq!(count, 100_000);
+}
+
+#[test]
+fn a_tail_call_through_the_plt_is_counted_exactly_with_the_callers_caller() {
+    let workspace = Workspace::new();
+    let (_, program) = kinds_program(&workspace);
+    // The fixture is what it claims: tail_hop ends with `jmp kinds_tls_add@plt`.
+    let code = binutils(
+        "objdump",
+        &[
+            "-d".as_ref(),
+            "--no-show-raw-insn".as_ref(),
+            program.as_os_str(),
+        ],
+    );
+    let tail_hop: Vec<&str> = code
+        .lines()
+        .skip_while(|l| !l.ends_with("<tail_hop>:"))
+        .take_while(|l| !l.is_empty())
+        .collect();
+    assert!(
+        tail_hop
+            .iter()
+            .any(|l| l.contains("jmp") && l.contains("<kinds_tls_add@plt>")),
+        "{tail_hop:#?}"
+    );
+    let arcs = kinds_graph(&workspace);
+    // kinds_tls_add returns straight to tail_outer, whose call site the arc names.
+    assert_eq!(
+        arcs.get(&("tail_outer".into(), "kinds_tls_add".into())),
+        Some(&100_000),
+        "{arcs:?}"
+    );
+    assert!(
+        !arcs.keys().any(|(caller, callee)| caller == "tail_hop"
+            || (callee == "kinds_tls_add" && caller != "tail_outer")),
+        "{arcs:?}"
+    );
+}
+
+#[test]
+fn tlsdesc_and_irelative_relocations_keep_the_program_right_and_are_never_counted_wrongly() {
+    let workspace = Workspace::new();
+    let (library, program) = kinds_program(&workspace);
+    // The fixtures have the relocations the test is about.
+    let library_relocations = binutils("readelf", &["-rW".as_ref(), library.as_os_str()]);
+    assert!(
+        library_relocations
+            .lines()
+            .any(|l| l.contains("R_X86_64_TLSDESC") && l.contains("kinds_tls_total")),
+        "{library_relocations}"
+    );
+    let program_relocations = binutils("readelf", &["-rW".as_ref(), program.as_os_str()]);
+    assert!(
+        program_relocations.contains("R_X86_64_IRELATIVE"),
+        "{program_relocations}"
+    );
+    let arcs = kinds_graph(&workspace);
+    // The function reading its TLS through a descriptor is counted like any other (the output above shows
+    // the thread-local total right); the descriptor call itself is no PLT binding.
+    assert_eq!(
+        arcs.get(&("tail_outer".into(), "kinds_tls_add".into())),
+        Some(&100_000),
+        "{arcs:?}"
+    );
+    // The program's own IFUNC, bound by IRELATIVE (no symbol, so no la_symbind64): a call inside one module,
+    // not counted, and nothing else is counted in its place.
+    assert!(
+        !arcs
+            .keys()
+            .any(|(caller, callee)| caller == "irelative_caller" || callee == "local_twice_plain"),
+        "{arcs:?}"
+    );
+    assert_eq!(arcs.len(), 2, "{arcs:?}");
+}
+
+#[test]
+fn arguments_reach_the_function_called_through_the_plt_intact() {
+    // The register-preservation fixtures of the callcounts tests (integers, doubles, mixed, __m128,
+    // variadic with its vector count in rax, __m256 with AVX), built without instrumentation: every call of
+    // the program into its library goes through the PLT and a counting stub.
+    let avx = callcounts::cpu_has_avx();
+    for optimization in ["-O0", "-O2"] {
+        let workspace = Workspace::new();
+        let mut flags = callcounts::common_flags(optimization);
+        if avx {
+            flags.push("-mavx".into());
+        }
+        callcounts::build_library(&workspace, "ccr", &["ccr.c"], &flags);
+        let program = callcounts::build_program(&workspace, "regs", &["regs.c"], &["ccr"], &flags);
+        assert_eq!(run_ok(&mut counted(&workspace, &program)), "regs ok\n");
+        let profile = workspace.profile("gmon.out");
+        let arcs = profile_call_graph(&profile, &|name| name == "main" || name.starts_with("r_"));
+        let mut expected = vec!["r_doubles", "r_ints", "r_m128", "r_mixed", "r_variadic"];
+        if avx {
+            expected.push("r_m256");
+        }
+        for name in expected {
+            assert_eq!(
+                arcs.get(&("main".into(), name.into())),
+                Some(&3),
+                "{optimization} {name}: {arcs:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_program_with_its_own_malloc_calling_through_the_plt_runs_and_is_counted_under_ld_profile() {
+    // ld.so allocates the audit module's thread-local storage with the program's malloc, whose PLT call
+    // comes back into the audit module (rustc with jemalloc crashed so under LD_PROFILE=ALL, which makes
+    // ld.so bind every slot lazily through its profiling trampoline). MSLPROF_REEXEC=0 keeps that trampoline
+    // for the whole run; the default restart is tested too.
+    for reexec in ["0", "1"] {
+        let workspace = Workspace::new();
+        workspace.shared_library("libleaf.so", &[source("leaf.c")], &[]);
+        let program = workspace.program(
+            "own_malloc",
+            &[source("own_malloc.c")],
+            &["-L.", "-lleaf", "-fno-builtin"],
+        );
+        let stdout = run_ok(
+            counted(&workspace, &program)
+                .env("LD_PROFILE", "ALL")
+                .env("LD_PROFILE_OUTPUT", workspace.path())
+                .env("MSLPROF_REEXEC", reexec),
+        );
+        assert_eq!(
+            stdout, "sum 1499500 allocated 1\n",
+            "MSLPROF_REEXEC={reexec}"
+        );
+        let arcs = graph(
+            &workspace.profile("gmon.out"),
+            &["own_malloc_caller", "plt_leaf"],
+        );
+        assert_eq!(
+            arcs.get(&("own_malloc_caller".into(), "plt_leaf".into())),
+            Some(&1000),
+            "MSLPROF_REEXEC={reexec}: {arcs:?}"
+        );
+    }
+}
+
+#[test]
+fn plt_calls_from_constructors_before_the_runtime_do_not_keep_ld_profile_from_restarting_the_program()
+ {
+    // A constructor running before the runtime's calls through the PLT. Were that call counted in the first
+    // image, it would start the runtime early, and a started runtime does not restart the program: ld.so's
+    // profiling trampoline would then stay for the whole run (rustc's LLVM constructors did this).
+    let workspace = Workspace::new();
+    workspace.shared_library("libleaf.so", &[source("leaf.c")], &[]);
+    workspace.shared_library("libctor.so", &[source("ctor.c")], &["-L.", "-lleaf"]);
+    let program = workspace.program(
+        "plt_ctor_main",
+        &[source("plt_ctor_main.c")],
+        &["-L.", "-Wl,--no-as-needed", "-lctor", "-lleaf"],
+    );
+    let stdout = run_ok(counted(&workspace, &program).env("LD_PROFILE", "ALL"));
+    assert_eq!(stdout, "sum 1499500 ctor 145 restarted 1\n");
+    let arcs = graph(
+        &workspace.profile("gmon.out"),
+        &["plt_caller", "ctor_calls", "plt_leaf"],
+    );
+    assert_eq!(
+        arcs.get(&("plt_caller".into(), "plt_leaf".into())),
+        Some(&1000),
+        "{arcs:?}"
+    );
+    assert_eq!(
+        arcs.get(&("ctor_calls".into(), "plt_leaf".into())),
+        Some(&10),
+        "{arcs:?}"
+    );
 }

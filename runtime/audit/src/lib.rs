@@ -3,12 +3,11 @@
 //! ld.so (glibc ≥ 2.35) asks `la_symbind64` for the address to write into every PLT slot it binds, lazily or
 //! at start-up (bind-now), in the program and in every library `dlopen` loads later. For a function defined in
 //! a module that is not compiled for counting (no `mcount`, `__fentry__` or `__cyg_profile_func_enter`
-//! import), this module answers with a stub that behaves like a `-pg -mfentry` prologue of that function:
-//! it pushes the function's address as if it were the return address of a `call __fentry__` and jumps to
-//! the runtime's `__fentry__` (libmslprof.so, in the program's namespace). `__fentry__` counts the arc
-//! (caller's return address, function entry) with the same per-thread cache and arc tables as mcount, keeps
-//! every register, and its `ret` lands on the function with the caller's return address on top of the
-//! stack, so the function runs as if called directly.
+//! import), this module answers with a 32-byte stub: `push` the function's address, `call` the runtime's
+//! `mslprof_plt_entry` (libmslprof.so, in the program's namespace), drop the pushed address, `jmp` to the
+//! function. The entry counts the arc (caller's return address, function entry) with the same per-thread
+//! cache and arc tables as mcount's `__fentry__`, keeps every register and returns into the stub, so every
+//! `ret` matches its `call` (return prediction stays right) and the function runs as if called directly.
 //!
 //! What is never redirected: symbols looked up with `dlsym`/`dlvsym` (the program sees the real address),
 //! data symbols, bindings into ld.so, the vDSO, the runtime itself or a module that mcount already counts,
@@ -18,13 +17,10 @@
 
 mod sys;
 
-use std::cell::Cell;
-use std::collections::HashMap;
 use std::ffi::c_char;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use sys::{Elf64Sym, LinkMap, Module, StubArena};
+use sys::{Elf64Sym, LinkMap, Module};
 
 /// The audit interface version this module implements (`LAV_CURRENT` of glibc 2.36).
 const LAV_CURRENT: u32 = 2;
@@ -47,21 +43,29 @@ const COUNTING_IMPORTS: [&[u8]; 4] = [
 
 /// False with `MSLPROF_PLT=0`.
 static ENABLED: AtomicBool = AtomicBool::new(false);
-/// Run-time address of libmslprof.so's `__fentry__` (0: the runtime is not loaded).
+/// Run-time address of libmslprof.so's `mslprof_plt_entry` (0: the runtime is not loaded).
 static COUNT_ENTRY: AtomicUsize = AtomicUsize::new(0);
-/// One stub per distinct function address (a stub depends only on its target).
-static STUBS: Mutex<Option<(StubArena, HashMap<usize, usize>)>> = Mutex::new(None);
 
 /// First call from ld.so: accept its interface version and read `MSLPROF_PLT`.
 #[unsafe(no_mangle)]
 pub extern "C" fn la_version(version: u32) -> u32 {
     let off = std::env::var_os("MSLPROF_PLT").is_some_and(|v| v == "0");
-    ENABLED.store(!off, Ordering::Relaxed);
+    ENABLED.store(!off && !restarting(), Ordering::Relaxed);
     if version == 0 {
         0
     } else {
         version.min(LAV_CURRENT)
     }
+}
+
+/// True in an image that the runtime is about to execute again without `LD_PROFILE` (runtime/src/reexec.rs:
+/// the variable is set and not empty, and `MSLPROF_REEXEC=0` is not). Nothing is redirected there. Other
+/// libraries' constructors run before the runtime's, and a call they make through a stub would start the
+/// runtime early, which then must not restart the program (rustc's LLVM constructors did so, and the whole
+/// run stayed under ld.so's profiling trampoline). The new image has the variable renamed and counts.
+fn restarting() -> bool {
+    std::env::var_os("LD_PROFILE").is_some_and(|v| !v.is_empty())
+        && std::env::var_os("MSLPROF_REEXEC").is_none_or(|v| v != "0")
 }
 
 /// Called for each module loaded: decides whether bindings from it and to it come to `la_symbind64`.
@@ -83,7 +87,7 @@ pub unsafe extern "C" fn la_objopen(map: *const LinkMap, lmid: isize, _cookie: *
         return 0;
     }
     if let (Some(entry), Some(_)) = (
-        module.defined(b"__fentry__"),
+        module.defined(b"mslprof_plt_entry"),
         module.defined(b"mslprof_plt_abi"),
     ) {
         // The runtime: its own calls are never counted, and nothing is redirected into it.
@@ -121,36 +125,8 @@ pub unsafe extern "C" fn la_symbind64(
     {
         return target;
     }
-    // A binding made while this thread is already in here (a signal handler interrupting us) stays direct:
-    // uncounted, never wrong. Other threads wait for the lock: a slot left direct would stay uncounted.
-    if INSIDE.with(|inside| inside.replace(true)) {
-        return target;
-    }
-    let stub = stub_for(entry, target);
-    INSIDE.with(|inside| inside.set(false));
-    stub
-}
-
-thread_local! {
-    /// True while this thread is in [`stub_for`].
-    static INSIDE: Cell<bool> = const { Cell::new(false) };
-}
-
-/// The stub counting calls to `target` through `entry`, made on first use; `target` itself when no stub can
-/// be made.
-fn stub_for(entry: usize, target: usize) -> usize {
-    let mut stubs = STUBS
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    let (arena, by_target) = stubs.get_or_insert_with(|| (StubArena::new(entry), HashMap::new()));
-    if let Some(&stub) = by_target.get(&target) {
-        return stub;
-    }
-    match arena.stub(target) {
-        Some(stub) => {
-            by_target.insert(target, stub);
-            stub
-        }
-        None => target,
-    }
+    // Lock-free and without thread-local storage: ld.so allocates a module's TLS block with the program's
+    // malloc on first use (rustc's jemalloc), whose own PLT calls would come back here. A signal handler
+    // binding a slot while this thread is in here gets a stub of its own.
+    sys::stub(entry, target).unwrap_or(target)
 }

@@ -2,6 +2,7 @@
 //! the executable memory holding the counting stubs.
 
 use std::ffi::{CStr, c_char};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// glibc's `struct link_map`, its public head (`<link.h>`).
 #[repr(C)]
@@ -162,66 +163,75 @@ unsafe fn gnu_hash_symbol_count(table: *const u32) -> usize {
     }
 }
 
-/// Bytes of executable memory mapped at a time for stubs.
-const ARENA_BYTES: usize = 1 << 16;
-/// Bytes per stub: `push qword [rip + 10]` (6), `jmp qword [rip + to the arena's first word]` (6), 4 bytes
-/// of `int3`, the target address (8), padding to 32.
+/// Bytes of address space reserved for stubs, once: pages are backed only as stubs are written (2 M stubs).
+const ARENA_BYTES: usize = 64 << 20;
+/// Bytes per stub: `push qword [rip + 18]` (6), `call qword [rip + to the arena's first word]` (6),
+/// `lea rsp, [rsp + 8]` (5), `jmp qword [rip + 1]` (6), `int3` (1), the target address (8).
 const STUB_BYTES: usize = 32;
 
-/// Executable memory holding stubs, handed out one after the other; never unmapped (a stub may be running).
-/// Its first word holds the counting entry that every stub in it jumps to.
-pub struct StubArena {
-    entry: usize,
-    base: *mut u8,
-    used: usize,
+/// The arena: its base (0 until first use). Its first word holds the counting entry that every stub calls.
+static ARENA: AtomicUsize = AtomicUsize::new(0);
+/// Bytes of the arena handed out so far (the first stub's slot holds the entry).
+static USED: AtomicUsize = AtomicUsize::new(STUB_BYTES);
+
+/// The arena, mapped on first use (threads racing to map it keep the first mapping); `None` when no memory
+/// can be had.
+fn arena(entry: usize) -> Option<usize> {
+    let base = ARENA.load(Ordering::Acquire);
+    if base != 0 {
+        return Some(base);
+    }
+    // SAFETY: a fresh private anonymous mapping, reserved without swap; the stubs must be writable while made
+    // and executable while other threads already run the earlier ones.
+    let fresh = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            ARENA_BYTES,
+            libc::PROT_READ | libc::PROT_WRITE | libc::PROT_EXEC,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if fresh == libc::MAP_FAILED {
+        return None;
+    }
+    // SAFETY: the first word of our new mapping, not yet visible to anyone.
+    unsafe { (fresh as *mut usize).write(entry) };
+    match ARENA.compare_exchange(0, fresh as usize, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => Some(fresh as usize),
+        Err(first) => {
+            // SAFETY: our own mapping, which nobody else has seen.
+            unsafe { libc::munmap(fresh, ARENA_BYTES) };
+            Some(first)
+        }
+    }
 }
 
-// SAFETY: the arena is only used under a mutex; the raw pointer is to memory of our own.
-unsafe impl Send for StubArena {}
-
-impl StubArena {
-    pub fn new(entry: usize) -> StubArena {
-        StubArena {
-            entry,
-            base: std::ptr::null_mut(),
-            used: ARENA_BYTES,
-        }
+/// A new stub that counts a call through `entry` and continues at `target`; `None` when the arena cannot be
+/// mapped or is full (the slot then stays direct: uncounted, never wrong). Lock-free, allocation-free and
+/// reentrant: a signal handler may call it while it runs on the same thread.
+pub fn stub(entry: usize, target: usize) -> Option<usize> {
+    let base = arena(entry)?;
+    let offset = USED.fetch_add(STUB_BYTES, Ordering::Relaxed);
+    if offset + STUB_BYTES > ARENA_BYTES {
+        return None;
     }
-
-    /// A new stub that counts a call and continues at `target`; `None` when no memory can be had.
-    pub fn stub(&mut self, target: usize) -> Option<usize> {
-        if self.used + STUB_BYTES > ARENA_BYTES {
-            // SAFETY: a fresh private anonymous mapping; the stubs must be writable while made and executable
-            // while other threads already run the earlier ones.
-            let base = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    ARENA_BYTES,
-                    libc::PROT_READ | libc::PROT_WRITE | libc::PROT_EXEC,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                    -1,
-                    0,
-                )
-            };
-            if base == libc::MAP_FAILED {
-                return None;
-            }
-            self.base = base.cast();
-            // SAFETY: the first word of our new mapping.
-            unsafe { (self.base as *mut usize).write(self.entry) };
-            self.used = STUB_BYTES;
-        }
-        // SAFETY: `used + STUB_BYTES <= ARENA_BYTES`: the stub lies inside our mapping, unused so far.
-        let stub = unsafe { self.base.add(self.used) };
-        self.used += STUB_BYTES;
-        let to_entry = (self.base as isize - (stub as isize + 12)) as i32;
-        let mut code = [0xccu8; STUB_BYTES];
-        code[..6].copy_from_slice(&[0xff, 0x35, 10, 0, 0, 0]);
-        code[6..8].copy_from_slice(&[0xff, 0x25]);
-        code[8..12].copy_from_slice(&to_entry.to_le_bytes());
-        code[16..24].copy_from_slice(&target.to_le_bytes());
-        // SAFETY: as above; nobody runs this stub before we return its address.
-        unsafe { std::ptr::copy_nonoverlapping(code.as_ptr(), stub, STUB_BYTES) };
-        Some(stub as usize)
-    }
+    let stub = base + offset;
+    let to_entry = (base as isize - (stub as isize + 12)) as i32;
+    let mut code = [0xccu8; STUB_BYTES];
+    // push qword [rip + 18]: the callee's address, at offset 24.
+    code[..6].copy_from_slice(&[0xff, 0x35, 18, 0, 0, 0]);
+    // call qword [rip + to the arena's first word]: the runtime's entry.
+    code[6..8].copy_from_slice(&[0xff, 0x15]);
+    code[8..12].copy_from_slice(&to_entry.to_le_bytes());
+    // lea rsp, [rsp + 8]: drops the callee's address (flags untouched).
+    code[12..17].copy_from_slice(&[0x48, 0x8d, 0x64, 0x24, 0x08]);
+    // jmp qword [rip + 1]: the callee, with the caller's return address on top of the stack.
+    code[17..23].copy_from_slice(&[0xff, 0x25, 1, 0, 0, 0]);
+    code[24..32].copy_from_slice(&target.to_le_bytes());
+    // SAFETY: `offset + STUB_BYTES <= ARENA_BYTES`: the stub lies inside our mapping, and `fetch_add` gave
+    // these bytes to this call alone; nobody runs the stub before we return its address.
+    unsafe { std::ptr::copy_nonoverlapping(code.as_ptr(), stub as *mut u8, STUB_BYTES) };
+    Some(stub)
 }

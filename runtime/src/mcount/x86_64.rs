@@ -332,3 +332,29 @@ const _: () = {
     assert!(core::mem::offset_of!(ThreadCache, shared_stripe) == 28);
     assert!(core::mem::size_of::<CacheEntry>() == 32);
 };
+
+/// Entry of the PLT-counting stubs of libmslprof_audit.so (runtime/audit/). A stub runs `push callee;
+/// call mslprof_plt_entry; lea rsp, [rsp + 8]; jmp callee`: on entry [rsp] is the stub's return address,
+/// [rsp + 8] selfpc (the callee) and [rsp + 16] frompc (the caller's return address). Counts the arc as
+/// `__fentry__` does and returns into the stub, so every `ret` matches its `call` (return prediction).
+///
+/// # Safety
+/// Only the audit module's stubs may call this.
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mslprof_plt_entry() {
+    // After the three pushes: [rsp + 32] = selfpc, [rsp + 40] = frompc.
+    mcount_fast_path!("qword ptr [rsp + 40]", "qword ptr [rsp + 32]", plt_slow)
+}
+
+/// Slow path of [`mslprof_plt_entry`]: entered by a jump with the original registers and stack.
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
+unsafe extern "C" fn plt_slow() {
+    // After our `push rbp`: [rbp + 16] = selfpc, [rbp + 24] = frompc.
+    mcount_stub!(
+        "mov rsi, [rbp + 16]\nmov rdi, [rbp + 24]",
+        super::record_call
+    )
+}

@@ -3,7 +3,7 @@
 //!
 //! Run it with `cargo run --release -p mslprof-tests --bin bench` (add `-- --quick` for a fast smoke run with
 //! fewer repetitions and smaller inputs, `-- --full` for the slow large-input gprof comparisons, `-- --only
-//! calls|sampling|analysis` to run one suite and replace only its sections of BENCHMARKS.md). It builds the
+//! calls|plt|sampling|analysis` to run one suite and replace only its sections of BENCHMARKS.md). It builds the
 //! release runtime and analyzer itself.
 //!
 //! Every mslprof run profiles every module by leaving `LD_PROFILE` unset (which means ALL): any value of that
@@ -14,6 +14,7 @@ mod analysis;
 mod calls;
 mod fixtures;
 mod measure;
+mod plt;
 mod report;
 mod sampling;
 mod workingset;
@@ -57,7 +58,7 @@ fn run() -> Result<(), String> {
             "--only" => only = args.next(),
             "--synthetic-gmon" => return analysis::synthetic_gmon_main(&args.collect::<Vec<_>>()),
             "-h" | "--help" => {
-                println!("usage: bench [--quick|--full] [--only calls|sampling|analysis]");
+                println!("usage: bench [--quick|--full] [--only calls|plt|sampling|analysis]");
                 return Ok(());
             }
             other => return Err(format!("unknown argument {other}")),
@@ -76,6 +77,8 @@ fn run() -> Result<(), String> {
             "mslprof-runtime",
             "-p",
             "mslprof-analyzer",
+            "-p",
+            "mslprof-audit",
         ])
         .current_dir(&workspace)
         .status()
@@ -105,6 +108,10 @@ fn run() -> Result<(), String> {
     if wanted("calls") {
         eprintln!("bench: call counting (fib, large working sets, Lua)");
         sections.extend(calls::run(&env)?);
+    }
+    if wanted("plt") {
+        eprintln!("bench: counting calls through the PLT (a C loop, rustc with LD_PROFILE=ALL)");
+        sections.extend(plt::run(&env)?);
     }
     if wanted("sampling") {
         eprintln!("bench: sampling overhead and RSS");
