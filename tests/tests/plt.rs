@@ -287,7 +287,7 @@ fn ifunc_symbols_called_through_the_plt_are_counted_exactly_under_the_variant_ld
         .flat_map(|module| module.arcs.iter().map(move |arc| (module, arc)))
         .filter(|(_, arc)| {
             Some(arc.caller_key) == program_key
-                && symbols.function_at(arc.caller_address) == Some("libc_ifunc_caller")
+                && symbols.function_at(arc.caller_address.0) == Some("libc_ifunc_caller")
         })
         .map(|(module, arc)| (&module.path[..], arc.count))
         .collect();
