@@ -75,8 +75,27 @@ pub(crate) fn profiling_environment(cmd: &mut Command, lib: &Path, plt: bool) {
             value.push(old);
         }
         cmd.env("LD_AUDIT", value);
+        // Under any LD_AUDIT module glibc reserves little surplus static TLS (BZ #31991): programs whose
+        // libraries use much initial-exec TLS (rustc, jemalloc) would fail to start. Make room, unless the
+        // user chose a size.
+        let tunables = std::env::var_os("GLIBC_TUNABLES").unwrap_or_default();
+        if !tunables
+            .to_string_lossy()
+            .contains("glibc.rtld.optional_static_tls")
+        {
+            let mut value = tunables;
+            if !value.is_empty() {
+                value.push(":");
+            }
+            value.push(STATIC_TLS_TUNABLE);
+            cmd.env("GLIBC_TUNABLES", value);
+        }
     }
 }
+
+/// The surplus static TLS that `mslprof run` asks glibc for when it loads the audit module: enough for
+/// librustc_driver's 23 KiB of initial-exec TLS, with room to spare.
+const STATIC_TLS_TUNABLE: &str = "glibc.rtld.optional_static_tls=65536";
 
 /// Whether PLT calls are counted unless asked otherwise: yes, except with `MSLPROF_PLT=0`.
 pub(crate) fn plt_by_default() -> bool {

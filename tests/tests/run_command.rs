@@ -168,3 +168,54 @@ fn shell_children_are_summed_and_statuses_pass_through() {
     let bad = run(&mut mslprof_run(&dir, &["--hz", "0", "/bin/true"]));
     assert_eq!(bad.status.code(), Some(1));
 }
+
+/// Under any LD_AUDIT module glibc reserves little surplus static TLS, so a program whose library has much
+/// initial-exec TLS fails to start ("cannot allocate memory in static TLS block"). `mslprof run` loads
+/// the audit module and makes room: the program runs, and its PLT calls into the library are counted.
+#[test]
+fn a_library_with_much_initial_exec_tls_starts_under_the_audit_module() {
+    let dir = scratch("run-static-tls");
+    std::fs::write(
+        dir.join("bigtls.c"),
+        "static __thread char big[40000] __attribute__((tls_model(\"initial-exec\")));\n\
+         int bigtls_touch(int i) { big[i % 40000] += 1; return big[i % 40000]; }\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("main.c"),
+        "#include <stdio.h>\nint bigtls_touch(int);\n\
+         int main(void) { int s = 0; for (int i = 0; i < 1000; i++) s += bigtls_touch(i); printf(\"%d\\n\", s); return 0; }\n",
+    )
+    .unwrap();
+    mslprof_tests::cc(
+        &dir,
+        ["-shared", "-fPIC", "-O1", "-o", "libbigtls.so", "bigtls.c"],
+    );
+    mslprof_tests::cc(
+        &dir,
+        [
+            "-O1",
+            "-o",
+            "app",
+            "main.c",
+            "-L.",
+            "-lbigtls",
+            "-Wl,-rpath,$ORIGIN",
+        ],
+    );
+    // glibc's own limit, without mslprof: the library cannot be loaded under an audit module. (The audit
+    // module here is mslprof's, but any module would do: the failure is in ld.so before it runs.)
+    let audit = mslprof_tests::analyzer_binary().with_file_name("libmslprof_audit.so");
+    assert!(audit.exists(), "{} is built", audit.display());
+    let bare = run(Command::new(dir.join("app"))
+        .current_dir(&dir)
+        .env("LD_AUDIT", &audit)
+        .env_remove("GLIBC_TUNABLES"));
+    assert!(
+        !bare.status.success() && String::from_utf8_lossy(&bare.stderr).contains("static TLS"),
+        "expected glibc's static TLS failure without the tunable: {bare:?}"
+    );
+    let out = run(mslprof_run(&dir, &["--no-report", "./app"]).env_remove("GLIBC_TUNABLES"));
+    assert_success(&out, "mslprof run ./app");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "1000");
+}
