@@ -303,9 +303,11 @@ fn working_set_section(env: &Env, floor: &Path, trials: usize) -> Result<Section
         for order in [CalleeOrder::Address, CalleeOrder::Scrambled] {
             eprintln!("bench: working set of {sites} arcs, {}", order.label());
             let program = workingset::build(&dir, sites, order)?;
-            // About 4 M extra calls between the small and the large run (at least 2 extra sweeps).
+            // About 4 M extra calls between the small and the large run (at least 2 extra sweeps),
+            // after 4 sweeps: by then a thread's cache has grown to fit the working set and been filled
+            // again, so the slope is the steady state.
             let per_sweep = program.calls_per_sweep();
-            let small = 2u64;
+            let small = 4u64;
             let large = small + (4_000_000 / per_sweep).max(2);
             let work = Workload {
                 builds: &program.builds,
@@ -347,7 +349,7 @@ fn working_set_section(env: &Env, floor: &Path, trials: usize) -> Result<Section
         title: "Call counting: large working sets".into(),
         intro: format!(
             "Generated `-pg` programs (`tests/src/bin/bench/workingset.rs`, built with `cc -O1`): N distinct call sites in drivers of 1 000 direct calls each, over min(N, 2 000) tiny functions, \
-             swept in address order; the callees of a driver's sites are in address order or scrambled. Per-call overhead in ns, median (min–max) over {trials} trials of the CPU-time slope between 2 sweeps and about 4 M more calls."
+             swept in address order; the callees of a driver's sites are in address order or scrambled. Per-call overhead in ns, median (min–max) over {trials} trials of the CPU-time slope between 4 sweeps and about 4 M more calls."
         ),
         header: table_header(),
         rows,
@@ -452,23 +454,42 @@ fn real_programs_section(env: &Env, floor: &Path, trials: usize) -> Result<Secti
     let cxx_dir = env.scratch.join("calls-cxx");
     std::fs::create_dir_all(&cxx_dir).map_err(|e| e.to_string())?;
     let builds = fixtures::build_cxx(&cxx_dir)?;
-    let rounds = if env.scale == Scale::Quick { 300 } else { 1000 };
-    let run = WholeRun {
-        label: "C++ small functions",
+    // The C++ program takes its number of rounds: a slope between two, like fib's, with the calls of each
+    // size counted by mslprof itself.
+    let (small, large) = if env.scale == Scale::Quick {
+        (100, 600)
+    } else {
+        (200, 2200)
+    };
+    let calls_at = |rounds: u64| -> Result<u64, String> {
+        run_once(
+            &Counter::Mslprof
+                .invocation(env, &builds, floor, &cxx_dir)
+                .arg(rounds.to_string()),
+        )?;
+        Ok(counted_calls(&cxx_dir)?.0)
+    };
+    let extra_calls = calls_at(large)? - calls_at(small)?;
+    let work = Workload {
         builds: &builds,
         dir: &cxx_dir,
-        args: vec![rounds.to_string()],
+        small: vec![small.to_string()],
+        large: vec![large.to_string()],
+        extra_calls,
     };
-    let (cxx_rows, calls) = whole_run_rows(env, floor, &run, trials)?;
-    rows.extend(cxx_rows);
+    let slopes = measure(env, floor, &work, trials)?;
+    let (glibc, fl) = (slopes.of(Counter::Glibc), slopes.of(Counter::Floor));
+    for c in [Counter::Floor, Counter::Glibc, Counter::Mslprof] {
+        rows.push(row("C++ small functions", c, slopes.of(c), glibc, fl));
+    }
     notes.push(format!(
-        "C++: `tests/fixtures/bench/cxx_small_functions.cpp` (std::sort, std::map, std::unordered_map, std::priority_queue, std::function, virtual calls) built with `g++ -O1` and `-O1 -pg`, {rounds} rounds: {calls} calls of mostly tiny template functions."
+        "C++: `tests/fixtures/bench/cxx_small_functions.cpp` (std::sort, std::map, std::unordered_map, std::priority_queue, std::function, virtual calls) built with `g++ -O1` and `-O1 -pg`: the CPU-time slope between {small} and {large} rounds, {extra_calls} calls of mostly tiny template functions apart."
     ));
     notes.push("Target: mslprof ≤ 0.5× glibc.".into());
     Ok(Section {
         title: "Call counting: real programs".into(),
         intro: format!(
-            "Whole runs, per-call overhead in ns over the plain build (fixed costs are small next to the calls here), median (min–max) over {trials} interleaved trials."
+            "Per-call overhead in ns over the plain build, median (min–max) over {trials} interleaved trials: for Lua a whole run (its fixed costs are small next to 78 M calls), for the C++ program a slope between two numbers of rounds."
         ),
         header: table_header(),
         rows,
