@@ -303,12 +303,18 @@ fn working_set_section(env: &Env, floor: &Path, trials: usize) -> Result<Section
         for order in [CalleeOrder::Address, CalleeOrder::Scrambled] {
             eprintln!("bench: working set of {sites} arcs, {}", order.label());
             let program = workingset::build(&dir, sites, order)?;
-            // About 4 M extra calls between the small and the large run (at least 2 extra sweeps),
-            // after 4 sweeps: by then a thread's cache has grown to fit the working set and been filled
-            // again, so the slope is the steady state.
+            // About 40 M extra calls between the small and the large run (at least 4 extra sweeps: a
+            // run of a million arcs has a second of start-up and dump whose noise must stay small next to
+            // the difference), after 4 sweeps: by then a thread's cache has grown to fit the working set
+            // and been filled again, so the slope is the steady state.
             let per_sweep = program.calls_per_sweep();
             let small = 4u64;
-            let large = small + (4_000_000 / per_sweep).max(2);
+            let extra = if env.scale == Scale::Quick {
+                4_000_000
+            } else {
+                40_000_000
+            };
+            let large = small + (extra / per_sweep).max(4);
             let work = Workload {
                 builds: &program.builds,
                 dir: &dir,
@@ -349,7 +355,7 @@ fn working_set_section(env: &Env, floor: &Path, trials: usize) -> Result<Section
         title: "Call counting: large working sets".into(),
         intro: format!(
             "Generated `-pg` programs (`tests/src/bin/bench/workingset.rs`, built with `cc -O1`): N distinct call sites in drivers of 1 000 direct calls each, over min(N, 2 000) tiny functions, \
-             swept in address order; the callees of a driver's sites are in address order or scrambled. Per-call overhead in ns, median (min–max) over {trials} trials of the CPU-time slope between 4 sweeps and about 4 M more calls."
+             swept in address order; the callees of a driver's sites are in address order or scrambled. Per-call overhead in ns, median (min–max) over {trials} trials of the CPU-time slope between 4 sweeps and about 40 M more calls (4 M with `--quick`)."
         ),
         header: table_header(),
         rows,
