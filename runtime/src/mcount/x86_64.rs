@@ -8,12 +8,13 @@ use super::{CacheEntry, ThreadCache};
 /// `frompc` in rdi and `selfpc` in rsi not yet loaded: `$load` loads them from the frame.
 ///
 /// Saved: rax (vector-argument count of a variadic call), rcx, rdx, rsi, rdi, r8, r9 (integer
-/// arguments), r10 (static chain / DRAP), r11, and xmm0–xmm7 in full 128 bits (vector and
-/// floating-point arguments). Not saved: the upper halves of ymm0–ymm7/zmm0–zmm7, xmm8–15, x87 and
-/// MXCSR: the Rust code on this path is compiled for baseline x86_64 (SSE2 only, never VEX/EVEX
-/// encoded, so it cannot change an upper half) and calls no libc function that could (no string
-/// functions; only `mmap` on a table's first use or growth), so `__m256`/`__m512` arguments
-/// arrive intact; the register-preservation test passes `__m256` arguments to prove it.
+/// arguments), r10 (static chain / DRAP), r11 (the fast path before it already used r11 as scratch,
+/// as glibc's `_mcount` does: it is saved here only for the Rust call), and xmm0–xmm7 in full 128
+/// bits (vector and floating-point arguments). Not saved: the upper halves of ymm0–ymm7/zmm0–zmm7,
+/// xmm8–15, x87 and MXCSR: the Rust code on this path is compiled for baseline x86_64 (SSE2 only,
+/// never VEX/EVEX encoded, so it cannot change an upper half) and calls no libc function that could
+/// (no string functions; only `mmap` on a table's first use or growth), so `__m256`/`__m512`
+/// arguments arrive intact; the register-preservation test passes `__m256` arguments to prove it.
 macro_rules! mcount_stub {
     ($load:literal, $record:path) => {
         core::arch::naked_asm!(
