@@ -397,3 +397,33 @@ pub fn perf_unavailable() -> Option<String> {
     }
 }
 pub mod loader;
+
+/// The Lua 5.4 sources of the `lua-src` crate (a dev-dependency of this crate, so cargo has fetched it),
+/// found through `cargo metadata`.
+pub fn lua_sources(workspace: &Path) -> Result<PathBuf, String> {
+    let out = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args(["metadata", "--format-version", "1"])
+        .current_dir(workspace)
+        .output()
+        .map_err(|e| format!("cannot run cargo metadata: {e}"))?;
+    let meta: serde_json::Value =
+        serde_json::from_slice(&out.stdout).map_err(|e| format!("cargo metadata: {e}"))?;
+    let manifest = meta["packages"]
+        .as_array()
+        .and_then(|ps| ps.iter().find(|p| p["name"] == "lua-src"))
+        .and_then(|p| p["manifest_path"].as_str())
+        .ok_or("cargo metadata does not list lua-src")?;
+    let dir = Path::new(manifest)
+        .parent()
+        .ok_or("lua-src has no folder")?;
+    std::fs::read_dir(dir)
+        .map_err(|e| format!("{}: {e}", dir.display()))?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("lua-5.4"))
+        })
+        .max()
+        .ok_or_else(|| format!("no lua-5.4 sources in {}", dir.display()))
+}

@@ -38,6 +38,50 @@ fn lua_line_level_reports_match_gprof_golden_files() {
     check_golden_files(&lua_debug_golden_dir(), DEBUG_CASES);
 }
 
+/// Annotated source (`-A`, with `-x`, `-t`, `-L`) of the `-g` build, compared live with the installed GNU
+/// gprof rather than with a committed file: the listing quotes the Lua sources (about 1 MB), which are the
+/// `lua-src` crate's in cargo's registry (a dev-dependency), found with `-I`.
+#[test]
+fn lua_annotated_source_matches_gprof() {
+    let dir = lua_debug_golden_dir();
+    let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace")
+        .to_path_buf();
+    let sources = mslprof_tests::lua_sources(&workspace).expect("the lua-src crate's sources");
+    let include = format!("-I{}", sources.display());
+    for opts in ["-b -A", "-b -A -x", "-b -A -t5", "-b -A -L"] {
+        let run = |tool: PathBuf| {
+            let out = Command::new(&tool)
+                .current_dir(&dir)
+                .args(opts.split_whitespace())
+                .arg(&include)
+                .args(["lua", "gmon.out"])
+                .output()
+                .unwrap_or_else(|e| panic!("{}: {e}", tool.display()));
+            assert!(
+                out.status.success(),
+                "{} {opts}: {}",
+                tool.display(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            String::from_utf8(out.stdout).expect("UTF-8")
+        };
+        let gnu = run(PathBuf::from("gprof"));
+        let ours = run(mslprof_tests::analyzer_binary());
+        assert!(
+            gnu.lines().count() > 20_000,
+            "{opts}: gprof annotated the sources"
+        );
+        if let Some((line, ours_line, gnu_line)) = first_difference(ours.as_bytes(), gnu.as_bytes())
+        {
+            panic!(
+                "{opts}: mslprof differs from gprof at line {line}:\n  mslprof: {ours_line}\n  gprof:   {gnu_line}"
+            );
+        }
+    }
+}
+
 /// Runs mslprof (or, when regenerating, gprof) with each case's options on `dir`'s `lua gmon.out` and
 /// compares with the case's file.
 fn check_golden_files(dir: &std::path::Path, cases: &[(&str, &str)]) {

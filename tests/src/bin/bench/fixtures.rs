@@ -1,7 +1,6 @@
 //! Building the benchmark's C programs with the system `cc` into the harness's scratch directory.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 /// The folder holding the benchmark C sources.
 pub fn source_dir() -> PathBuf {
@@ -86,41 +85,11 @@ pub fn build_spin(dir: &Path) -> Result<PathBuf, String> {
     Ok(dir.join("spin"))
 }
 
-/// The Lua 5.4 sources of the `lua-src` crate (a dev-dependency of this crate, so cargo has fetched it),
-/// found through `cargo metadata`.
-pub fn lua_sources(workspace: &Path) -> Result<PathBuf, String> {
-    let out = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .args(["metadata", "--format-version", "1"])
-        .current_dir(workspace)
-        .output()
-        .map_err(|e| format!("cannot run cargo metadata: {e}"))?;
-    let meta: serde_json::Value =
-        serde_json::from_slice(&out.stdout).map_err(|e| format!("cargo metadata: {e}"))?;
-    let manifest = meta["packages"]
-        .as_array()
-        .and_then(|ps| ps.iter().find(|p| p["name"] == "lua-src"))
-        .and_then(|p| p["manifest_path"].as_str())
-        .ok_or("cargo metadata does not list lua-src")?;
-    let dir = Path::new(manifest)
-        .parent()
-        .ok_or("lua-src has no folder")?;
-    std::fs::read_dir(dir)
-        .map_err(|e| format!("{}: {e}", dir.display()))?
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| {
-            p.file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with("lua-5.4"))
-        })
-        .max()
-        .ok_or_else(|| format!("no lua-5.4 sources in {}", dir.display()))
-}
-
 /// A real workload: the Lua 5.4 interpreter as a shared library `liblua.so` and a driver program running a
 /// fixed script (the one the analyzer's golden files use), built plain and with `-pg` into `dir/plain` and
 /// `dir/pg`. Returns the two driver programs.
 pub fn build_lua(workspace: &Path, dir: &Path) -> Result<Builds, String> {
-    let lua = lua_sources(workspace)?;
+    let lua = mslprof_tests::lua_sources(workspace)?;
     let mut sources: Vec<String> = std::fs::read_dir(&lua)
         .map_err(|e| format!("{}: {e}", lua.display()))?
         .flatten()
