@@ -194,6 +194,23 @@ impl<'table> Level<'table> {
         unsafe { &*(self.base as *const KeySlot).add(index) }
     }
 
+    /// The slots whose keys are published, in slot order: `(slot, tag, caller_addr, callee_addr)`.
+    /// BUSY and EMPTY slots are skipped.
+    fn published(self) -> impl Iterator<Item = (usize, u64, u64, u64)> + 'table {
+        (0..self.slots).filter_map(move |slot| {
+            let key = self.key(slot);
+            let tag = key.tag.load(Ordering::Acquire);
+            (tag >= 2).then(|| {
+                (
+                    slot,
+                    tag,
+                    key.caller_addr.load(Ordering::Relaxed),
+                    key.callee_addr.load(Ordering::Relaxed),
+                )
+            })
+        })
+    }
+
     /// Counter `index` (a slot's `counter`, below `slots`) of stripe `stripe`.
     fn counter(&self, stripe: usize, index: usize) -> &'table AtomicU64 {
         let index = index & (self.slots - 1);
@@ -421,17 +438,8 @@ impl ArcTable {
             let Some(level) = self.level(index) else {
                 break;
             };
-            for slot in 0..level.slots {
-                let key = level.key(slot);
-                let tag = key.tag.load(Ordering::Acquire);
-                if tag >= 2 {
-                    let hash = hash(
-                        (tag - 2) as u32,
-                        key.caller_addr.load(Ordering::Relaxed),
-                        key.callee_addr.load(Ordering::Relaxed),
-                    );
-                    Self::filter_add(filter, hash);
-                }
+            for (_, tag, caller_addr, callee_addr) in level.published() {
+                Self::filter_add(filter, hash((tag - 2) as u32, caller_addr, callee_addr));
             }
         }
     }
@@ -572,14 +580,7 @@ impl ArcTable {
             let Some(level) = self.level(index) else {
                 break;
             };
-            for slot in 0..level.slots {
-                let key = level.key(slot);
-                let tag = key.tag.load(Ordering::Acquire);
-                if tag < 2 {
-                    continue;
-                }
-                let caller_addr = key.caller_addr.load(Ordering::Relaxed);
-                let callee_addr = key.callee_addr.load(Ordering::Relaxed);
+            for (slot, tag, caller_addr, callee_addr) in level.published() {
                 let count = if merge {
                     self.merged_count(index, slot, tag, caller_addr, callee_addr, stripes)
                 } else {
