@@ -124,8 +124,18 @@ struct Workload<'a> {
 }
 
 /// Runs `trials` interleaved trials of every counter at both sizes and returns the per-call slopes.
-fn measure(env: &Env, floor: &Path, work: &Workload, trials: usize) -> Result<Slopes, String> {
-    let invs: Vec<(Invocation, Invocation)> = COUNTERS
+fn measure(
+    env: &Env,
+    floor: &Path,
+    work: &Workload,
+    trials: usize,
+    counters: &[Counter],
+) -> Result<Slopes, String> {
+    // The plain build is every trial's baseline, run first.
+    let measured: Vec<Counter> = std::iter::once(Counter::Plain)
+        .chain(counters.iter().copied().filter(|c| *c != Counter::Plain))
+        .collect();
+    let invs: Vec<(Invocation, Invocation)> = measured
         .iter()
         .map(|c| {
             let base = c.invocation(env, work.builds, floor, work.dir);
@@ -137,16 +147,14 @@ fn measure(env: &Env, floor: &Path, work: &Workload, trials: usize) -> Result<Sl
         .collect();
     let mut per_counter = vec![Vec::new(); COUNTERS.len()];
     for _ in 0..trials {
-        let mut slope = Vec::with_capacity(COUNTERS.len());
+        let mut slope = Vec::with_capacity(invs.len());
         for (small, large) in &invs {
             let s = run_once(small)?.cpu.as_secs_f64();
             let l = run_once(large)?.cpu.as_secs_f64();
             slope.push((l - s) / work.extra_calls as f64 * 1e9);
         }
-        for (i, c) in COUNTERS.iter().enumerate() {
-            if *c != Counter::Plain {
-                per_counter[i].push(slope[i] - slope[Counter::Plain as usize]);
-            }
+        for (c, value) in measured.iter().zip(&slope).skip(1) {
+            per_counter[*c as usize].push(value - slope[0]);
         }
     }
     Ok(Slopes { per_counter })
@@ -240,7 +248,7 @@ fn fib_section(env: &Env, floor: &Path, trials: usize) -> Result<Section, String
             large: vec![threads.to_string(), large.to_string()],
             extra_calls: (fib_calls(large) - fib_calls(small)) * u64::from(threads),
         };
-        let slopes = measure(env, floor, &work, trials)?;
+        let slopes = measure(env, floor, &work, trials, &COUNTERS)?;
         let (glibc, fl, ours) = (
             slopes.of(Counter::Glibc),
             slopes.of(Counter::Floor),
@@ -322,7 +330,7 @@ fn working_set_section(env: &Env, floor: &Path, trials: usize) -> Result<Section
                 large: vec![large.to_string()],
                 extra_calls: (large - small) * per_sweep,
             };
-            let slopes = measure(env, floor, &work, trials)?;
+            let slopes = measure(env, floor, &work, trials, &COUNTERS)?;
             let (counted, distinct) = counted_calls(&dir)?;
             let expected = large * per_sweep + 1;
             if counted != expected || distinct < sites {
@@ -331,7 +339,7 @@ fn working_set_section(env: &Env, floor: &Path, trials: usize) -> Result<Section
                 ));
             }
             // The first sweep: every call a miss that inserts its arc (slow path), against the plain build.
-            let first = first_sweep_cost(env, &program.builds, &dir, per_sweep, trials)?;
+            let first = first_sweep_cost(env, floor, &program.builds, &dir, per_sweep, trials)?;
             let label = format!(
                 "{sites} arcs over {} functions, {}",
                 program.functions,
@@ -366,24 +374,21 @@ fn working_set_section(env: &Env, floor: &Path, trials: usize) -> Result<Section
 /// CPU time per call of the first sweep under mslprof (sweeps 1 minus sweeps 0), minus the plain build's.
 fn first_sweep_cost(
     env: &Env,
+    floor: &Path,
     builds: &Builds,
     dir: &Path,
     per_sweep: u64,
     trials: usize,
 ) -> Result<Spread, String> {
-    let ours = Invocation::new("mslprof", &builds.pg, dir)
-        .env("LD_PRELOAD", env.runtime.to_string_lossy());
-    let plain = Invocation::new("plain", &builds.plain, dir);
-    let mut values = Vec::new();
-    for _ in 0..trials {
-        let slope = |inv: &Invocation| -> Result<f64, String> {
-            let zero = run_once(&inv.clone().arg("0"))?.cpu.as_secs_f64();
-            let one = run_once(&inv.clone().arg("1"))?.cpu.as_secs_f64();
-            Ok((one - zero) / per_sweep as f64 * 1e9)
-        };
-        values.push(slope(&ours)? - slope(&plain)?);
-    }
-    Ok(Spread::of(&values))
+    let work = Workload {
+        builds,
+        dir,
+        small: vec!["0".into()],
+        large: vec!["1".into()],
+        extra_calls: per_sweep,
+    };
+    let slopes = measure(env, floor, &work, trials, &[Counter::Mslprof])?;
+    Ok(slopes.of(Counter::Mslprof))
 }
 
 /// A real program run whole, at one size (its fixed costs are small next to its tens of millions of calls):
@@ -483,7 +488,7 @@ fn real_programs_section(env: &Env, floor: &Path, trials: usize) -> Result<Secti
         large: vec![large.to_string()],
         extra_calls,
     };
-    let slopes = measure(env, floor, &work, trials)?;
+    let slopes = measure(env, floor, &work, trials, &COUNTERS)?;
     let (glibc, fl) = (slopes.of(Counter::Glibc), slopes.of(Counter::Floor));
     for c in [Counter::Floor, Counter::Glibc, Counter::Mslprof] {
         rows.push(row("C++ small functions", c, slopes.of(c), glibc, fl));
