@@ -72,7 +72,12 @@ pub fn merge(inputs: &[Input], separate_instances: bool) -> Result<Merged, Error
             keymap.insert(m.key, id as u32 + 1);
             let mm = &mut modules[id];
             instances[id] += 1;
-            mm.flags |= m.flags & (module_flags::PROFILED | module_flags::MAIN_PROGRAM);
+            mm.flags |= m.flags
+                & (module_flags::PROFILED | module_flags::MAIN_PROGRAM | module_flags::CALLEE_ARCS);
+            if mm.flags & module_flags::PROFILED != 0 {
+                // PLT-counted arcs merged into a profiled instance are the profiled module's arcs.
+                mm.flags &= !module_flags::CALLEE_ARCS;
+            }
             mm.samples += m.samples;
             mm.saturated_buckets += m.saturated_buckets;
             mm.dropped_arcs += m.dropped_arcs;
@@ -171,7 +176,7 @@ pub fn merge(inputs: &[Input], separate_instances: bool) -> Result<Merged, Error
     let format = inputs
         .first()
         .map(|i| i.profile.format)
-        .unwrap_or(SourceFormat::Mslprof { major: 1, minor: 1 });
+        .unwrap_or(SourceFormat::Mslprof { major: 1, minor: 2 });
     Ok(Merged {
         profile: Profile {
             format,

@@ -37,6 +37,9 @@ pub mod module_flags {
     pub const VDSO: u32 = 1 << 3;
     pub const DYNAMIC_LINKER: u32 = 1 << 4;
     pub const HAS_BUILD_ID: u32 = 1 << 5;
+    /// Since 1.2: a module LD_PROFILE did not select that carries arcs all the same, the calls into it
+    /// counted at the PLT from selected modules (never set together with PROFILED).
+    pub const CALLEE_ARCS: u32 = 1 << 6;
 }
 
 /// Why a profile is incomplete (SPEC.md §4, `incomplete_cause`).
@@ -261,6 +264,11 @@ pub struct Module {
 impl Module {
     pub fn is_profiled(&self) -> bool {
         self.flags & module_flags::PROFILED != 0
+    }
+    /// Whether the module may carry arcs: PROFILED, or CALLEE_ARCS (an unselected module with the calls
+    /// into it counted at the PLT).
+    pub fn may_have_arcs(&self) -> bool {
+        self.flags & (module_flags::PROFILED | module_flags::CALLEE_ARCS) != 0
     }
     pub fn is_main_program(&self) -> bool {
         self.flags & module_flags::MAIN_PROGRAM != 0

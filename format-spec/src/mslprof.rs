@@ -384,7 +384,9 @@ fn read_entry(bytes: &[u8], at: usize, end: usize, big_endian: bool) -> Result<E
             arc_size_at,
         ));
     }
-    if flags & module_flags::PROFILED == 0 && (encoding != HIST_NONE || arc_count != 0) {
+    if flags & module_flags::PROFILED == 0
+        && (encoding != HIST_NONE || (arc_count != 0 && flags & module_flags::CALLEE_ARCS == 0))
+    {
         return Err(err(
             ErrorKind::BadValue("histogram or arcs on a module that is not PROFILED"),
             at + 8,

@@ -148,11 +148,13 @@ fn module(key: u32, keys: Vec<u32>) -> impl Strategy<Value = Module> {
     )
         .prop_map(move |(s, f, n, histogram, arcs)| {
             let profiled = f.1;
+            // CALLEE_ARCS only on modules that are not PROFILED (the writer refuses both).
             let flags = if profiled {
-                f.0 | module_flags::PROFILED
+                (f.0 | module_flags::PROFILED) & !module_flags::CALLEE_ARCS
             } else {
                 f.0 & !module_flags::PROFILED
             };
+            let callee_arcs = flags & module_flags::CALLEE_ARCS != 0;
             Module {
                 key,
                 path: s.0,
@@ -167,7 +169,11 @@ fn module(key: u32, keys: Vec<u32>) -> impl Strategy<Value = Module> {
                 saturated_buckets: n.2,
                 dropped_arcs: n.3,
                 histogram: if profiled { histogram } else { None },
-                arcs: if profiled { arcs } else { Vec::new() },
+                arcs: if profiled || callee_arcs {
+                    arcs
+                } else {
+                    Vec::new()
+                },
                 basic_blocks: Vec::new(),
             }
         })
@@ -187,7 +193,7 @@ fn profile() -> impl Strategy<Value = Profile> {
             };
             let modules: Vec<_> = keys.iter().map(|k| module(*k, arc_keys.clone())).collect();
             (Just(header), modules).prop_map(|(header, modules)| Profile {
-                format: SourceFormat::Mslprof { major: 1, minor: 1 },
+                format: SourceFormat::Mslprof { major: 1, minor: 2 },
                 header,
                 modules,
             })
@@ -277,6 +283,17 @@ fn reader_normalises_arcs_and_writer_refuses_broken_profiles() {
     let mut unprofiled = sample::profile();
     unprofiled.modules[0].flags &= !module_flags::PROFILED;
     refuse(&unprofiled);
+    // CALLEE_ARCS lets an unprofiled module carry arcs, never a histogram.
+    let mut callee_arcs = sample::profile();
+    callee_arcs.modules[0].flags &= !module_flags::PROFILED;
+    callee_arcs.modules[0].flags |= module_flags::CALLEE_ARCS;
+    refuse(&callee_arcs);
+    callee_arcs.modules[0].histogram = None;
+    let mut file = Vec::new();
+    write(&callee_arcs, &mut file).expect("arcs without a histogram on a CALLEE_ARCS module");
+    let back = read(&file, GnuTarget::default()).expect("reads back");
+    assert_eq!(back.modules[0].arcs, callee_arcs.modules[0].arcs);
+    assert!(!back.modules[0].is_profiled() && back.modules[0].may_have_arcs());
     let mut bad_range = sample::profile();
     bad_range.modules[0].histogram.as_mut().unwrap().ranges[0]
         .end

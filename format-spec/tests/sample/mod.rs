@@ -15,7 +15,7 @@ pub fn profile() -> Profile {
     sparse[3] = 9;
     sparse[400] = 70_000;
     Profile {
-        format: SourceFormat::Mslprof { major: 1, minor: 1 },
+        format: SourceFormat::Mslprof { major: 1, minor: 2 },
         header: Header {
             flags: header_flags::INCOMPLETE,
             incomplete_cause: IncompleteCause::Signal,
