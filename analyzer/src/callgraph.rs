@@ -614,6 +614,11 @@ fn trunc_chars(s: &str, n: usize) -> String {
 }
 
 /// True for a function of a module that is not profiled: it appears only as a caller, without an entry.
+/// Except the functions called from profiled modules through the PLT (a module with CALLEE_ARCS): those
+/// get entries with their calls.
 pub fn callers_only(g: &Graph, s: &Sym) -> bool {
-    !s.is_cycle && g.modules.get(s.module).is_some_and(|m| !m.profiled)
+    !s.is_cycle
+        && g.modules
+            .get(s.module)
+            .is_some_and(|m| !m.profiled && !(m.callee_arcs && s.ncalls != 0))
 }

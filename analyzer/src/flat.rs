@@ -125,6 +125,7 @@ pub fn print(out: &mut Out, g: &Graph, total_time: f64, filters: &Filters, style
 
     let mut accum = 0.0f64;
     let mut any_plt_counted = false;
+    let mut any_unprofiled = false;
     for &s in &sorted {
         if !filters.selected(Table::InclFlat, Table::ExclFlat, s) {
             continue;
@@ -174,11 +175,15 @@ pub fn print(out: &mut Out, g: &Graph, total_time: f64, filters: &Filters, style
         if plt_counted(g, sym, style) {
             out.push_str(PLT_MARK);
             any_plt_counted = true;
+            any_unprofiled |= g.modules.get(sym.module).is_some_and(|m| !m.profiled);
         }
         out.push('\n');
     }
     if any_plt_counted {
         out.push_str(PLT_NOTE);
+    }
+    if any_unprofiled {
+        out.push_str(UNPROFILED_NOTE);
     }
     if style.descriptions && !style.bsd {
         out.push_str(crate::blurbs::FLAT);
@@ -189,6 +194,9 @@ pub fn print(out: &mut Out, g: &Graph, total_time: f64, filters: &Filters, style
 const PLT_MARK: &str = " (PLT)";
 /// Printed under a flat profile with such rows.
 const PLT_NOTE: &str = "\n (PLT) calls counted at the PLT: only the calls that entered the function from another module.\n";
+
+/// Printed under a flat profile with rows of modules LD_PROFILE did not select (called from selected ones).
+const UNPROFILED_NOTE: &str = "       In a module that is not profiled, only the calls from profiled modules are counted, and no time.\n";
 
 /// True for a function with calls in a module that does not count its own calls (multi-module reports).
 fn plt_counted(g: &Graph, sym: &crate::graph::Sym, style: &Style) -> bool {

@@ -89,6 +89,9 @@ pub struct ModuleView {
     /// Its functions do not count their own calls: the calls they show were counted at the PLT, only
     /// those that entered them from other modules.
     pub plt_counted: bool,
+    /// Not profiled, yet it holds arcs (format flag CALLEE_ARCS): the calls that profiled modules made into
+    /// it through the PLT. Its functions that were called get entries (calls, no time: it has no histogram).
+    pub callee_arcs: bool,
 }
 
 /// Symbols, arcs and modules of the whole process.

@@ -480,7 +480,9 @@ fn check_module(m: &ModuleDesc<'_>) -> Result<(u64, u64), &'static str> {
     if m.flags & module_flags::PROFILED == 0
         && (m.histogram.is_some() || (m.arc_count != 0 && m.flags & module_flags::CALLEE_ARCS == 0))
     {
-        return Err("only PROFILED modules have a histogram, and arcs only PROFILED or CALLEE_ARCS ones");
+        return Err(
+            "only PROFILED modules have a histogram, and arcs only PROFILED or CALLEE_ARCS ones",
+        );
     }
     if m.histogram
         .is_some_and(|h| h.ranges.len() > MAX_RANGES as usize)

@@ -69,6 +69,8 @@ pub struct ModuleInfo {
     pub is_main: bool,
     pub is_vdso: bool,
     pub is_dynamic_linker: bool,
+    /// Runtime address of the dynamic section (`PT_DYNAMIC`), 0 when the module has none.
+    pub dynamic: usize,
 }
 
 impl ModuleInfo {
@@ -242,6 +244,10 @@ fn describe(object: &LoadedObject<'_>, identity: &ProcessIdentity, exe_path: &[u
         is_main,
         is_vdso,
         is_dynamic_linker,
+        dynamic: headers
+            .iter()
+            .find(|h| h.p_type == PT_DYNAMIC)
+            .map_or(0, |h| runtime_address(object, h.p_vaddr).as_usize()),
     }
 }
 

@@ -16,6 +16,14 @@ use mslprof_loader_hooks::ModuleInfo;
 use crate::histogram::{BucketBits, Histogram};
 use crate::selection::Selection;
 
+// The audit module's reader of a loaded module's dynamic symbols, shared so that both apply one rule.
+#[path = "../audit/src/dynsym.rs"]
+#[allow(
+    dead_code,
+    reason = "the audit module uses more of it than the runtime"
+)]
+mod dynsym;
+
 /// One load instance of one module.
 #[derive(Debug)]
 pub struct LiveModule {
@@ -32,8 +40,14 @@ pub struct LiveModule {
     pub histogram: Option<Histogram>,
     /// Samples whose PC fell in this module (profiled or not).
     pub samples: AtomicU64,
-    /// Call-graph arcs into this module (recorded only when profiled; maps nothing until used).
+    /// Call-graph arcs into this module (recorded when profiled, or when `plt_counted` and the caller is
+    /// profiled; maps nothing until used).
     pub arcs: crate::arcs::ArcTable,
+    /// Not profiled, and calls into it reach the runtime only through the audit module's PLT stubs (it imports
+    /// none of the counting entries, and is neither ld.so, the vDSO nor the runtime: the modules the audit
+    /// module redirects calls into). The calls that profiled modules make into it are counted in `arcs`, so a
+    /// selected caller sees what it calls (written with the format's CALLEE_ARCS flag).
+    pub plt_counted: bool,
     /// 0 while loaded; else the unload order number.
     unload_order: AtomicU32,
     /// Executable ranges as runtime addresses `[start, end)`, sorted.
@@ -55,6 +69,7 @@ impl LiveModule {
         };
         let load_bias = info.load_bias();
         let runtime_ranges = info.runtime_ranges().collect();
+        let plt_counted = !profiled && reached_only_through_plt(&info);
         LiveModule {
             key,
             load_bias,
@@ -64,6 +79,7 @@ impl LiveModule {
             histogram,
             samples: AtomicU64::new(0),
             arcs: crate::arcs::ArcTable::new(),
+            plt_counted,
             unload_order: AtomicU32::new(0),
             runtime_ranges,
         }
@@ -96,6 +112,25 @@ impl LiveModule {
     pub fn is_unloaded(&self) -> bool {
         self.unload_order() != 0
     }
+}
+
+/// Whether the audit module (runtime/audit/) redirects the calls into `info` through its counting stubs: the
+/// same test as its `la_objopen`, on the module's dynamic symbols in memory. Not async-signal-safe (reads the
+/// module while it is being added, never from a handler).
+fn reached_only_through_plt(info: &ModuleInfo) -> bool {
+    if info.is_vdso || info.is_dynamic_linker || info.dynamic == 0 {
+        return false;
+    }
+    // SAFETY: `info` describes a module the loader reported just now, with its dynamic section at
+    // `info.dynamic`; it stays mapped while it is being added to the table (unloads go through the same
+    // serialised table update).
+    let Some(symbols) =
+        (unsafe { dynsym::DynamicSymbols::new(info.bias, info.dynamic as *const _) })
+    else {
+        return false;
+    };
+    !symbols.imports_any(&dynsym::COUNTING_IMPORTS)
+        && symbols.defined(b"mslprof_plt_entry").is_none()
 }
 
 /// One published table.

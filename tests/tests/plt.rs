@@ -1,6 +1,7 @@
 //! Calls through the PLT into modules not compiled for counting (issue 10), counted by the `LD_AUDIT` module
 //! libmslprof_audit.so: exact counts and callers, lazy binding and bind-now, `MSLPROF_PLT=0`, no double
-//! counting of `-pg` code, and function addresses unchanged.
+//! counting of `-pg` code, function addresses unchanged, and calls counted when only the caller's module is
+//! selected.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -216,6 +217,135 @@ fn callers_in_modules_that_are_not_profiled_are_named_without_entries() {
         "{report}"
     );
     assert!(!report.contains("<spontaneous>\n[1]"), "{report}");
+}
+
+/// libleaf.so and caller_only (calls into libleaf, libm and libc), all without -pg, linked with `link_flags`.
+fn caller_only_program(workspace: &Workspace, link_flags: &[&str]) -> PathBuf {
+    workspace.shared_library("libleaf.so", &[source("leaf.c")], &[]);
+    let mut flags = vec!["-fno-builtin", "-L.", "-lleaf", "-lm"];
+    flags.extend(link_flags);
+    workspace.program("caller_only", &[source("caller_only.c")], &flags)
+}
+
+const CALLER_ONLY_OUTPUT: &str = "sum 1499999500000 cbrt 32443 sin 246 abs 1000000\n";
+
+/// Every arc of `profile` as (caller function in `program`, callee module's file name, count); panics on an
+/// arc whose caller is not in `program`.
+fn arcs_from_program(profile: &Profile, program: &std::path::Path) -> Vec<(String, String, u64)> {
+    let key = profile
+        .modules
+        .iter()
+        .find(|m| m.is_main_program())
+        .map(|m| m.key)
+        .expect("the program is in the profile");
+    let symbols = Symbols::of(program);
+    let mut arcs: Vec<(String, String, u64)> = profile
+        .modules
+        .iter()
+        .flat_map(|module| module.arcs.iter().map(move |arc| (module, arc)))
+        .map(|(module, arc)| {
+            assert_eq!(arc.caller_key, key, "a caller outside the program: {arc:?}");
+            let caller = symbols
+                .function_at(arc.caller_address.0)
+                .unwrap_or("?")
+                .to_string();
+            (
+                caller,
+                String::from_utf8_lossy(&module.name).into_owned(),
+                arc.count,
+            )
+        })
+        .collect();
+    arcs.sort();
+    arcs
+}
+
+#[test]
+fn plt_calls_are_counted_when_only_the_callers_module_is_selected_lazy_and_bind_now() {
+    for (link_flags, variable) in [
+        (&[][..], "MSLPROF_PROFILE"),
+        (&["-Wl,-z,now"][..], "MSLPROF_PROFILE"),
+        (&[][..], "LD_PROFILE"),
+    ] {
+        let workspace = Workspace::new();
+        let program = caller_only_program(&workspace, link_flags);
+        assert_eq!(run_ok(&mut workspace.command(&program)), CALLER_ONLY_OUTPUT);
+        let stdout = run_ok(
+            counted(&workspace, &program)
+                .env(variable, "a.out")
+                .env("LD_PROFILE_OUTPUT", workspace.path()),
+        );
+        let case = format!("{variable}=a.out {link_flags:?}");
+        assert_eq!(stdout, CALLER_ONLY_OUTPUT, "{case}");
+        let profile = workspace.profile("gmon.out");
+        // Only the program is selected; the modules it calls carry the arcs (CALLEE_ARCS), no histogram.
+        for module in &profile.modules {
+            assert_eq!(module.is_profiled(), module.is_main_program(), "{case}");
+            if !module.arcs.is_empty() && !module.is_profiled() {
+                assert!(
+                    module.histogram.is_none() && module.may_have_arcs(),
+                    "{case}"
+                );
+            }
+        }
+        // Exactly the program's calls through the PLT, from their callers (sin is an IFUNC: its variant,
+        // __sin_fma or another, depends on the CPU, so it is checked by module); none between the modules
+        // that are not selected (libleaf's, libm's and libc's own calls into libc).
+        let expected = [
+            ("abs_caller", "libc.so.6", 2000),
+            ("cbrt_caller", "libm.so.6", 3000),
+            ("main", "libc.so.6", 1),
+            ("plt_caller", "libleaf.so", 1_000_000),
+            ("sin_caller", "libm.so.6", 7000),
+        ]
+        .map(|(caller, module, count)| (caller.to_string(), module.to_string(), count));
+        assert_eq!(arcs_from_program(&profile, &program), expected, "{case}");
+
+        let report = report(&workspace, &["-b", "gmon.out"]);
+        let flat: Vec<&str> = report
+            .lines()
+            .skip_while(|l| !l.starts_with("Flat profile"))
+            .take_while(|l| !l.contains("Call graph"))
+            .collect();
+        for (calls, name) in [("1000000", "plt_leaf"), ("2000", "abs")] {
+            assert!(
+                flat.iter().any(|l| l.ends_with(&format!("  {name} (PLT)"))
+                    && l.split_whitespace().nth(3) == Some(calls)),
+                "{case}: no flat row for {name}:\n{report}"
+            );
+        }
+        assert!(
+            report
+                .contains("In a module that is not profiled, only the calls from profiled modules"),
+            "{case}:\n{report}"
+        );
+        let graph_lines: Vec<&str> = report
+            .lines()
+            .skip_while(|l| !l.contains("Call graph"))
+            .collect();
+        for (caller, callee, calls) in [
+            ("plt_caller", "plt_leaf", 1_000_000),
+            ("abs_caller", "abs", 2000),
+        ] {
+            let entry = graph_lines
+                .iter()
+                .position(|l| {
+                    l.starts_with('[') && l.contains(&format!(" {calls}         {callee} ["))
+                })
+                .unwrap_or_else(|| panic!("{case}: no entry for {callee}:\n{report}"));
+            // One caller line, the program's function, with all the calls.
+            assert!(
+                graph_lines[entry - 1].contains(&format!(" {calls}/{calls}"))
+                    && graph_lines[entry - 1].contains(&format!(" {caller} [")),
+                "{case}:\n{report}"
+            );
+            assert!(
+                graph_lines[entry - 2].starts_with("---")
+                    || graph_lines[entry - 2].starts_with("index"),
+                "{case}:\n{report}"
+            );
+        }
+    }
 }
 
 /// `tool ARGS` (binutils): its standard output.

@@ -76,9 +76,11 @@ fn qualify_ambiguous(g: &mut Graph) {
         .collect();
     for s in 0..g.nsyms {
         // Callers in modules that are not profiled always name their module (`work@liba.so`), and
-        // `fn_1a2b40` says nothing without its module.
+        // `fn_1a2b40` says nothing without its module. Functions called through the PLT in such a module
+        // (CALLEE_ARCS) are named like those of profiled modules.
+        let module = &g.modules[g.syms[s].module];
         if ambiguous.contains(&g.syms[s].symbol.name)
-            || !g.modules[g.syms[s].module].profiled
+            || !(module.profiled || module.callee_arcs)
             || g.syms[s].symbol.synthetic
         {
             let q = format!("@{}", g.modules[g.syms[s].module].name);

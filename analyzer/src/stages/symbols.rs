@@ -165,6 +165,7 @@ pub fn mslprof(
                 gnu_last_symbol: false,
                 samples: m.samples,
                 profiled: m.is_profiled(),
+                callee_arcs: !m.is_profiled() && !m.arcs.is_empty(),
                 ..ModuleView::default()
             },
             symbols: None,
@@ -183,7 +184,8 @@ pub fn mslprof(
         }
         let is_vdso = m.flags & module_flags::VDSO != 0 || m.path.is_empty();
         // A module LD_PROFILE did not select is read only to name the callers it holds (calls it made into
-        // profiled functions): its functions get no entries of their own.
+        // profiled functions) and the functions that profiled modules called in it through the PLT (its own
+        // arcs, CALLEE_ARCS): only those get entries.
         let callers_only = !m.is_profiled();
         // A module with neither samples nor calls adds nothing to the report: no need to read it (or to
         // warn about it).
@@ -194,7 +196,7 @@ pub fn mslprof(
                 || !m.arcs.is_empty()
                 || holds_callers(m)
         };
-        if is_vdso || (callers_only && !holds_callers(m)) {
+        if is_vdso || (callers_only && m.arcs.is_empty() && !holds_callers(m)) {
             // Nothing to read.
         } else if is_runtime(m) {
             // The profiler's own time is one row, as the paper's `mcount`/`profil` rows were: a measure

@@ -15,12 +15,14 @@
 //! redirected when libmslprof.so is not loaded or `MSLPROF_PLT=0`. Only `JUMP_SLOT` bindings reach
 //! `la_symbind64`, so a function's address as the program takes it (`GLOB_DAT`, `-fno-plt`) never changes.
 
+mod dynsym;
 mod sys;
 
 use std::ffi::c_char;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use sys::{Elf64Sym, LinkMap, Module};
+use dynsym::{COUNTING_IMPORTS, Elf64Sym};
+use sys::{LinkMap, Module};
 
 /// The audit interface version this module implements (`LAV_CURRENT` of glibc 2.36).
 const LAV_CURRENT: u32 = 2;
@@ -32,14 +34,6 @@ const LA_SYMB_DLVSYM: u32 = 0x10;
 const LM_ID_BASE: isize = 0;
 const STT_FUNC: u8 = 2;
 const STT_GNU_IFUNC: u8 = 10;
-
-/// Imports that mark a module whose functions count their own calls.
-const COUNTING_IMPORTS: [&[u8]; 4] = [
-    b"mcount",
-    b"_mcount",
-    b"__fentry__",
-    b"__cyg_profile_func_enter",
-];
 
 /// False with `MSLPROF_PLT=0`.
 static ENABLED: AtomicBool = AtomicBool::new(false);

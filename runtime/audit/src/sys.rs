@@ -4,6 +4,8 @@
 use std::ffi::{CStr, c_char};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use crate::dynsym::{DynamicSymbols, Elf64Dyn};
+
 /// glibc's `struct link_map`, its public head (`<link.h>`).
 #[repr(C)]
 pub struct LinkMap {
@@ -14,36 +16,10 @@ pub struct LinkMap {
     l_prev: *const LinkMap,
 }
 
-#[repr(C)]
-struct Elf64Dyn {
-    d_tag: i64,
-    d_val: u64,
-}
-
-/// `Elf64_Sym`.
-#[repr(C)]
-pub struct Elf64Sym {
-    st_name: u32,
-    pub st_info: u8,
-    st_other: u8,
-    st_shndx: u16,
-    pub st_value: u64,
-    st_size: u64,
-}
-
-const DT_NULL: i64 = 0;
-const DT_HASH: i64 = 4;
-const DT_STRTAB: i64 = 5;
-const DT_SYMTAB: i64 = 6;
-const DT_GNU_HASH: i64 = 0x6fff_fef5;
-const SHN_UNDEF: u16 = 0;
-
-/// A loaded module's dynamic symbol table.
+/// A loaded module: its name and dynamic symbol table.
 pub struct Module {
     name: &'static [u8],
-    base: usize,
-    symbols: &'static [Elf64Sym],
-    strings: *const c_char,
+    symbols: DynamicSymbols,
 }
 
 impl Module {
@@ -60,53 +36,12 @@ impl Module {
             // SAFETY: l_name is a NUL-terminated string owned by ld.so.
             unsafe { CStr::from_ptr(map.l_name) }.to_bytes()
         };
-        let (mut hash, mut gnu_hash, mut strtab, mut symtab) = (0, 0, 0, 0);
-        let mut dynamic = map.l_ld;
-        if dynamic.is_null() {
-            return None;
-        }
-        loop {
-            // SAFETY: the dynamic section is an array ended by DT_NULL.
-            let entry = unsafe { &*dynamic };
-            // ld.so relocates the pointers of a writable dynamic section; a read-only one keeps link-time
-            // addresses.
-            let address = entry.d_val as usize;
-            let address = if address < map.l_addr {
-                address + map.l_addr
-            } else {
-                address
-            };
-            match entry.d_tag {
-                DT_NULL => break,
-                DT_HASH => hash = address,
-                DT_GNU_HASH => gnu_hash = address,
-                DT_STRTAB => strtab = address,
-                DT_SYMTAB => symtab = address,
-                _ => {}
-            }
-            // SAFETY: not past DT_NULL yet.
-            dynamic = unsafe { dynamic.add(1) };
-        }
-        if strtab == 0 || symtab == 0 {
-            return None;
-        }
-        let count = if hash != 0 {
-            // SAFETY: DT_HASH is `nbucket, nchain, ...`; nchain is the number of symbols.
-            unsafe { *(hash as *const u32).add(1) as usize }
-        } else if gnu_hash != 0 {
-            // SAFETY: a DT_GNU_HASH table as ld.so itself reads it.
-            unsafe { gnu_hash_symbol_count(gnu_hash as *const u32) }
-        } else {
-            return None;
-        };
-        // SAFETY: DT_SYMTAB holds `count` symbols, mapped for as long as the module is.
-        let symbols = unsafe { std::slice::from_raw_parts(symtab as *const Elf64Sym, count) };
+        // SAFETY: the link map's own load bias and dynamic section (caller).
+        let symbols = unsafe { DynamicSymbols::new(map.l_addr, map.l_ld) }?;
         Some(Module {
             // SAFETY: ld.so keeps the name for the link map's life; a module unloaded is never read again.
             name: unsafe { std::mem::transmute::<&[u8], &'static [u8]>(name) },
-            base: map.l_addr,
             symbols,
-            strings: strtab as *const c_char,
         })
     }
 
@@ -114,52 +49,14 @@ impl Module {
         self.name
     }
 
-    fn symbol_name(&self, symbol: &Elf64Sym) -> &[u8] {
-        // SAFETY: st_name is an offset into the module's NUL-terminated string table.
-        unsafe { CStr::from_ptr(self.strings.add(symbol.st_name as usize)) }.to_bytes()
-    }
-
     /// Run-time address of the symbol `name` when this module defines it.
     pub fn defined(&self, name: &[u8]) -> Option<usize> {
-        self.symbols
-            .iter()
-            .find(|s| s.st_shndx != SHN_UNDEF && s.st_value != 0 && self.symbol_name(s) == name)
-            .map(|s| self.base + s.st_value as usize)
+        self.symbols.defined(name)
     }
 
     /// True when the module imports (leaves undefined) any of `names`.
     pub fn imports_any(&self, names: &[&[u8]]) -> bool {
-        self.symbols
-            .iter()
-            .filter(|s| s.st_shndx == SHN_UNDEF && s.st_name != 0)
-            .any(|s| names.contains(&self.symbol_name(s)))
-    }
-}
-
-/// Symbols in a module with only a GNU hash table: one past the highest index any chain reaches.
-///
-/// # Safety
-/// `table` is a valid DT_GNU_HASH table with its symbol table mapped.
-unsafe fn gnu_hash_symbol_count(table: *const u32) -> usize {
-    // SAFETY: header `nbuckets, symoffset, bloom_size, bloom_shift`, 64-bit bloom words, buckets, chains.
-    unsafe {
-        let buckets_count = *table as usize;
-        let symoffset = *table.add(1) as usize;
-        let bloom_words = *table.add(2) as usize;
-        let buckets = table.add(4 + bloom_words * 2);
-        let chains = buckets.add(buckets_count);
-        let last_bucket = (0..buckets_count)
-            .map(|i| *buckets.add(i) as usize)
-            .max()
-            .unwrap_or(0);
-        if last_bucket < symoffset {
-            return symoffset;
-        }
-        let mut index = last_bucket;
-        while *chains.add(index - symoffset) & 1 == 0 {
-            index += 1;
-        }
-        index + 1
+        self.symbols.imports_any(names)
     }
 }
 

@@ -183,6 +183,11 @@ fn module_flag_bits(module: &LiveModule) -> u32 {
         (info.is_vdso, module_flags::VDSO),
         (info.is_dynamic_linker, module_flags::DYNAMIC_LINKER),
         (!info.build_id.is_empty(), module_flags::HAS_BUILD_ID),
+        // Arcs without a histogram: calls counted at the PLT into a module LD_PROFILE did not select.
+        (
+            module.histogram.is_none() && !module.arcs.is_empty(),
+            module_flags::CALLEE_ARCS,
+        ),
     ] {
         if set {
             flags |= bit;
@@ -390,12 +395,13 @@ pub unsafe fn encode<S: Sink>(
                     }
                 });
                 let flags = module_flag_bits(module);
-                let (arc_count, arcs) = if flags & module_flags::PROFILED != 0 {
-                    let feed: ArcFeed<'_> = &feeds[i];
-                    (arc_count(module), Some(feed))
-                } else {
-                    (0, None)
-                };
+                let (arc_count, arcs) =
+                    if flags & (module_flags::PROFILED | module_flags::CALLEE_ARCS) != 0 {
+                        let feed: ArcFeed<'_> = &feeds[i];
+                        (arc_count(module), Some(feed))
+                    } else {
+                        (0, None)
+                    };
                 module_desc(module, flags, histogram, arc_count, arcs)
             })
             .ok_or(EncodeError::NoMemory)?

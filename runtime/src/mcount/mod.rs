@@ -19,7 +19,9 @@
 //!
 //! **Slow path** (cache miss): map selfpc to its module load instance; a callee in a module that
 //! LD_PROFILE did not select returns at once (remembered in the cache with the thread's sink as
-//! its counter, so the next call is cheap too). The caller may be in any module (key and link-time address), or in none
+//! its counter, so the next call is cheap too), unless the call came through a PLT stub of the
+//! audit module (`LiveModule::plt_counted`) from a selected module: that arc is recorded in the
+//! callee's table all the same. The caller may be in any module (key and link-time address), or in none
 //! (`UNKNOWN_KEY`, address 0). The arc is recorded in the table and the counter cached.
 //!
 //! **Reentrancy.** The cache header holds a nesting depth and a write sequence (bumped by every
@@ -479,7 +481,7 @@ fn record_uncached(
                 .flatten()
         })
         .or_else(|| modules::module_loaded_during_open(selfpc))?;
-    if !callee.profiled {
+    if !callee.profiled && !callee.plt_counted {
         return Some(core::ptr::null());
     }
     // Most calls come from the callee's own module: no table search for those.
@@ -488,6 +490,11 @@ fn record_uncached(
     } else {
         modules::find_address(frompc)
     };
+    // A module LD_PROFILE did not select, reached through a PLT stub: counted only when the caller's module is
+    // selected (issue 10: "when the caller's or the callee's module is selected").
+    if !callee.profiled && !caller.is_some_and(|caller| caller.profiled) {
+        return Some(core::ptr::null());
+    }
     let (caller_key, caller_addr) = match caller {
         Some(caller) => (caller.key, caller.link_address(frompc)),
         None => (UNKNOWN_KEY, LinkAddress(0)),
