@@ -620,5 +620,5 @@ pub fn callers_only(g: &Graph, s: &Sym) -> bool {
     !s.is_cycle
         && g.modules
             .get(s.module)
-            .is_some_and(|m| !m.profiled && !(m.callee_arcs && s.ncalls != 0))
+            .is_some_and(|m| !(m.profiled || (m.callee_arcs && s.ncalls != 0)))
 }
