@@ -224,7 +224,11 @@ fn caller_only_program(workspace: &Workspace, link_flags: &[&str]) -> PathBuf {
     workspace.shared_library("libleaf.so", &[source("leaf.c")], &[]);
     let mut flags = vec!["-fno-builtin", "-L.", "-lleaf", "-lm"];
     flags.extend(link_flags);
-    workspace.program("caller_only", &[source("caller_only.c")], &flags)
+    workspace.program(
+        "caller_only",
+        &[source("caller_only.c"), source("plt_caller.c")],
+        &flags,
+    )
 }
 
 const CALLER_ONLY_OUTPUT: &str = "sum 1499999500000 cbrt 32443 sin 246 abs 1000000\n";
