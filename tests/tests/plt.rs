@@ -219,9 +219,10 @@ fn callers_in_modules_that_are_not_profiled_are_named_without_entries() {
     assert!(!report.contains("<spontaneous>\n[1]"), "{report}");
 }
 
-/// libleaf.so and caller_only (calls into libleaf, libm and libc), all without -pg, linked with `link_flags`.
-fn caller_only_program(workspace: &Workspace, link_flags: &[&str]) -> PathBuf {
-    workspace.shared_library("libleaf.so", &[source("leaf.c")], &[]);
+/// libleaf.so (built with `leaf_flags`) and caller_only (calls into libleaf, libm and libc, without -pg), linked
+/// with `link_flags`.
+fn caller_only_program(workspace: &Workspace, leaf_flags: &[&str], link_flags: &[&str]) -> PathBuf {
+    workspace.shared_library("libleaf.so", &[source("leaf.c")], leaf_flags);
     let mut flags = vec!["-fno-builtin", "-L.", "-lleaf", "-lm"];
     flags.extend(link_flags);
     workspace.program(
@@ -272,7 +273,7 @@ fn plt_calls_are_counted_when_only_the_callers_module_is_selected_lazy_and_bind_
         (&[][..], "LD_PROFILE"),
     ] {
         let workspace = Workspace::new();
-        let program = caller_only_program(&workspace, link_flags);
+        let program = caller_only_program(&workspace, &[], link_flags);
         assert_eq!(run_ok(&mut workspace.command(&program)), CALLER_ONLY_OUTPUT);
         let stdout = run_ok(
             counted(&workspace, &program)
@@ -350,6 +351,27 @@ fn plt_calls_are_counted_when_only_the_callers_module_is_selected_lazy_and_bind_
             );
         }
     }
+}
+
+#[test]
+fn calls_into_a_pg_library_that_is_not_selected_stay_uncounted_when_only_the_caller_is_selected() {
+    // mcount counts the -pg library's functions, so the audit module does not redirect calls into it: with only
+    // the program selected they are not counted (the library is not profiled), while the program's calls into
+    // libc and libm still are.
+    let workspace = Workspace::new();
+    let program = caller_only_program(&workspace, &["-pg"], &[]);
+    let stdout = run_ok(counted(&workspace, &program).env("MSLPROF_PROFILE", "a.out"));
+    assert_eq!(stdout, CALLER_ONLY_OUTPUT);
+    let profile = workspace.profile("gmon.out");
+    let arcs = arcs_from_program(&profile, &program);
+    assert!(
+        !arcs.iter().any(|(_, module, _)| module == "libleaf.so"),
+        "{arcs:?}"
+    );
+    assert!(
+        arcs.contains(&("abs_caller".into(), "libc.so.6".into(), 2000)),
+        "{arcs:?}"
+    );
 }
 
 /// `tool ARGS` (binutils): its standard output.
