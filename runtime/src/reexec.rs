@@ -8,6 +8,12 @@
 //! library, ld.so also profiles that library itself (`/var/tmp/NAME.profile`, its own `SIGPROF` timer).
 //! Nothing a library does after start-up undoes that, so the runtime starts the process again without it.
 //! Why this design and its limits: runtime/README.md, "glibc's own LD_PROFILE".
+//!
+//! The same restart loads the PLT-counting audit module (libmslprof_audit.so, next to the runtime) when
+//! `LD_AUDIT` does not already name it and `MSLPROF_PLT` is not `0`, with enough static TLS for every library
+//! loaded at start-up (`GLIBC_TUNABLES=glibc.rtld.optional_static_tls=…`, unless the user set that tunable):
+//! under an audit module glibc would otherwise refuse libraries with much initial-exec TLS. The second image
+//! gives both variables back their old values before the program runs, so its children inherit neither.
 
 use std::ffi::{CStr, CString};
 use std::os::raw::c_char;
@@ -24,6 +30,16 @@ const PREFIX_LEN: usize = MOVED.len() - LD_PROFILE.len();
 const COARSE_CLOCK_LAG_NS: i128 = 10_000_000;
 /// `MSLPROF_REEXEC=0` keeps ld.so's own profiler (no second image).
 const OPT_OUT: &[u8] = b"MSLPROF_REEXEC=0";
+/// Prefix of the entries in which the restart saves a variable it set for the second image:
+/// `MSLPROF_REEXEC_SET_LD_AUDIT=LD_AUDIT=old` (the old entry whole), or `MSLPROF_REEXEC_SET_LD_AUDIT=` when the
+/// variable was not set.
+const SAVED: &[u8] = b"MSLPROF_REEXEC_SET_";
+/// The audit module's file, looked for next to the runtime's.
+const AUDIT_FILE: &[u8] = b"libmslprof_audit.so";
+/// The tunable that sizes the static TLS surplus under an audit module (glibc BZ #31991).
+const STATIC_TLS_TUNABLE: &[u8] = b"glibc.rtld.optional_static_tls";
+/// The least surplus asked for: `mslprof run`'s (analyzer/src/commands.rs), enough for rustc.
+const MIN_STATIC_TLS: usize = 65536;
 
 /// The entries of a NULL-terminated environment array (empty for a null array).
 ///
@@ -66,6 +82,66 @@ unsafe fn restore(array: *mut *const c_char) -> bool {
     restored
 }
 
+/// Removes entry `index` of a NULL-terminated array, moving the later ones down.
+///
+/// # Safety
+/// As [`restore`]; `index` is an entry of the array (before its NULL).
+unsafe fn remove_entry(array: *mut *const c_char, index: usize) {
+    let mut at = index;
+    loop {
+        // SAFETY: `at + 1` is at most the NULL's index (caller); the NULL is moved down too.
+        let next = unsafe { *array.add(at + 1) };
+        // SAFETY: as above.
+        unsafe { *array.add(at) = next };
+        if next.is_null() {
+            break;
+        }
+        at += 1;
+    }
+}
+
+/// In the second image, gives back the variables that the restart set for it (`MSLPROF_REEXEC_SET_…`
+/// entries, see [`SAVED`]): their old entries, or none when they were not set; the saving entries go too.
+///
+/// # Safety
+/// As [`restore`].
+unsafe fn undo_set_variables(array: *mut *const c_char) {
+    loop {
+        // SAFETY: forwarded from the caller.
+        let current = unsafe { entries(array) };
+        let Some(&(saved_index, saved)) = current
+            .iter()
+            .find(|(_, e)| e.to_bytes().starts_with(SAVED))
+        else {
+            break;
+        };
+        let rest = &saved.to_bytes()[SAVED.len()..];
+        let name_len = rest.iter().position(|&b| b == b'=').unwrap_or(rest.len());
+        let set = current.iter().find(|(_, e)| {
+            let bytes = e.to_bytes();
+            bytes.len() > name_len
+                && bytes[..name_len] == rest[..name_len]
+                && bytes[name_len] == b'='
+        });
+        let mut removals = vec![saved_index];
+        if let Some(&(set_index, _)) = set {
+            if rest.len() > name_len + 1 {
+                // SAFETY: `set_index` is within the array; the new pointer stays inside the saving entry,
+                // whose bytes from there on read `NAME=old`, and which lives as long as the process.
+                unsafe { *array.add(set_index) = saved.as_ptr().add(SAVED.len() + name_len + 1) };
+            } else {
+                removals.push(set_index);
+            }
+        }
+        // The later entry first, so that the earlier index stays right.
+        removals.sort_unstable_by(|a, b| b.cmp(a));
+        for index in removals {
+            // SAFETY: both indexes are entries of the array (found above).
+            unsafe { remove_entry(array, index) };
+        }
+    }
+}
+
 /// The runtime's first step, from its constructor. `envp` is the environment the constructor was given;
 /// `may_execute` is false when the runtime has already started. Either returns (nothing to do, the second
 /// image, or the re-exec failed) or does not return (the program starts again without `LD_PROFILE`).
@@ -74,6 +150,15 @@ pub fn before_start(envp: *mut *const c_char, may_execute: bool) {
     // SAFETY: both are the process's NULL-terminated environment arrays; the constructor runs before the
     // program's threads.
     let second_image = unsafe { restore(environ) | (envp != environ && restore(envp)) };
+    if second_image {
+        // SAFETY: as above.
+        unsafe {
+            undo_set_variables(environ);
+            if envp != environ {
+                undo_set_variables(envp);
+            }
+        }
+    }
     if second_image || !may_execute || sys::is_secure_execution() {
         return;
     }
@@ -131,6 +216,22 @@ fn execute_again(current: &[(usize, &CStr)]) -> Result<(), String> {
             false => e.as_ptr(),
         })
         .collect();
+    let counting = plt_counting_variables(current);
+    for entry in &counting {
+        let name_len = entry
+            .to_bytes()
+            .iter()
+            .position(|&b| b == b'=')
+            .unwrap_or(0)
+            + 1;
+        let name = &entry.to_bytes()[..name_len];
+        // The last entry of a name is the one getenv and ld.so read, hence the new value replaces them all.
+        environment.retain(|&e| {
+            // SAFETY: every pointer in `environment` is a NUL-terminated entry of `current` or of `renamed`.
+            !unsafe { CStr::from_ptr(e) }.to_bytes().starts_with(name)
+        });
+        environment.push(entry.as_ptr());
+    }
     environment.push(std::ptr::null());
     let (path, skip) = program_path(&arguments)?;
     let arguments = &arguments[skip..];
@@ -146,6 +247,95 @@ fn execute_again(current: &[(usize, &CStr)]) -> Result<(), String> {
     let errno = sys::execute(&path, &argv, &environment);
     sys::rearm_profiling_timer(&timer);
     Err(format!("execve {}: errno {errno}", path.to_string_lossy()))
+}
+
+/// The entries that make the second image count calls through the PLT: `LD_AUDIT` with the audit module next to
+/// the runtime (before the user's modules), `GLIBC_TUNABLES` with enough static TLS for the libraries loaded now
+/// (unless the user sized it), and for each a `MSLPROF_REEXEC_SET_` entry holding the old one. None when
+/// `MSLPROF_PLT=0`, when `LD_AUDIT` already names the audit module, or when it is not next to the runtime.
+fn plt_counting_variables(current: &[(usize, &CStr)]) -> Vec<CString> {
+    let value = |prefix: &[u8]| {
+        current
+            .iter()
+            .rev()
+            .map(|(_, e)| e.to_bytes())
+            .find(|e| e.starts_with(prefix))
+    };
+    let plt_off = value(b"MSLPROF_PLT=") == Some(b"MSLPROF_PLT=0");
+    let old_audit = value(b"LD_AUDIT=");
+    if plt_off
+        || old_audit.is_some_and(|a| {
+            a[b"LD_AUDIT=".len()..]
+                .split(|&b| b == b':' || b == b' ')
+                .any(|m| m.ends_with(AUDIT_FILE))
+        })
+    {
+        return Vec::new();
+    }
+    let Some(audit) = audit_library() else {
+        return Vec::new();
+    };
+    let mut added = Vec::new();
+    let mut set = |name: &[u8], new_value: Vec<u8>, old: Option<&[u8]>| {
+        let mut entry = name.to_vec();
+        entry.push(b'=');
+        entry.extend_from_slice(&new_value);
+        let mut saved = SAVED.to_vec();
+        saved.extend_from_slice(name);
+        saved.push(b'=');
+        saved.extend_from_slice(old.unwrap_or_default());
+        added.extend(CString::new(entry).ok());
+        added.extend(CString::new(saved).ok());
+    };
+    let mut audits = audit;
+    if let Some(old) = old_audit
+        .map(|a| &a[b"LD_AUDIT=".len()..])
+        .filter(|a| !a.is_empty())
+    {
+        audits.push(b':');
+        audits.extend_from_slice(old);
+    }
+    set(b"LD_AUDIT", audits, old_audit);
+    let old_tunables = value(b"GLIBC_TUNABLES=");
+    let tunables = old_tunables.map_or(&[][..], |t| &t[b"GLIBC_TUNABLES=".len()..]);
+    if !tunables
+        .windows(STATIC_TLS_TUNABLE.len())
+        .any(|w| w == STATIC_TLS_TUNABLE)
+    {
+        let bytes = sys::loaded_tls_bytes()
+            .saturating_add(4096)
+            .next_multiple_of(4096)
+            .max(MIN_STATIC_TLS);
+        let mut new_value = tunables.to_vec();
+        if !new_value.is_empty() {
+            new_value.push(b':');
+        }
+        new_value.extend_from_slice(STATIC_TLS_TUNABLE);
+        new_value.push(b'=');
+        new_value.extend_from_slice(bytes.to_string().as_bytes());
+        set(b"GLIBC_TUNABLES", new_value, old_tunables);
+    }
+    added
+}
+
+/// The audit module's path, next to the runtime's own file (as the loader knew it), if it is there.
+fn audit_library() -> Option<Vec<u8>> {
+    let here = mslprof_format::RuntimeAddress::from_usize(audit_library as *const () as usize);
+    let modules = mslprof_loader_hooks::scan_loaded_modules();
+    let runtime = modules.iter().find(|m| {
+        m.runtime_ranges()
+            .any(|(start, end)| start <= here && here < end)
+    })?;
+    let directory_len = runtime
+        .path
+        .iter()
+        .rposition(|&b| b == b'/')
+        .map_or(0, |i| i + 1);
+    let mut path = runtime.path[..directory_len].to_vec();
+    path.extend_from_slice(AUDIT_FILE);
+    std::path::Path::new(std::ffi::OsStr::from_bytes(&path))
+        .is_file()
+        .then_some(path)
 }
 
 /// The output file of ld.so's own profiler (`$LD_PROFILE_OUTPUT/NAME.profile`, by default

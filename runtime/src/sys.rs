@@ -346,6 +346,37 @@ pub fn environment_array() -> *mut *const libc::c_char {
     unsafe { *std::ptr::addr_of!(environ) }
 }
 
+/// Bytes of thread-local storage of every module loaded now: their `PT_TLS` sizes, each rounded up to its
+/// alignment (`dl_iterate_phdr`; at start-up, before the program's threads).
+pub fn loaded_tls_bytes() -> usize {
+    unsafe extern "C" fn add(
+        info: *mut libc::dl_phdr_info,
+        _size: usize,
+        total: *mut c_void,
+    ) -> libc::c_int {
+        // SAFETY: dl_iterate_phdr passes a valid info whose dlpi_phdr holds dlpi_phnum program headers, and
+        // `total` is the `usize` given below.
+        let (info, total) = unsafe { (&*info, &mut *total.cast::<usize>()) };
+        if info.dlpi_phdr.is_null() {
+            return 0;
+        }
+        // SAFETY: see above.
+        let headers =
+            unsafe { std::slice::from_raw_parts(info.dlpi_phdr, usize::from(info.dlpi_phnum)) };
+        for header in headers.iter().filter(|h| h.p_type == libc::PT_TLS) {
+            let size = usize::try_from(header.p_memsz).unwrap_or(usize::MAX);
+            let align = usize::try_from(header.p_align).unwrap_or(1).max(1);
+            *total = total.saturating_add(size.checked_next_multiple_of(align).unwrap_or(size));
+        }
+        0
+    }
+    let mut total = 0usize;
+    // SAFETY: `add` matches the callback type and only reads what the loader hands it; `total` outlives the
+    // call.
+    unsafe { libc::dl_iterate_phdr(Some(add), (&raw mut total).cast()) };
+    total
+}
+
 /// The string `AT_EXECFN` points to: the path the kernel was asked to execute.
 pub fn exec_file_name() -> Option<std::ffi::CString> {
     // SAFETY: getauxval has no preconditions; a non-zero AT_EXECFN is a NUL-terminated string on the stack.

@@ -374,6 +374,85 @@ fn calls_into_a_pg_library_that_is_not_selected_stay_uncounted_when_only_the_cal
     );
 }
 
+#[test]
+fn the_ld_profile_restart_loads_the_audit_module_with_room_for_much_initial_exec_tls() {
+    // A bare LD_PRELOAD with LD_PROFILE: the restart that moves LD_PROFILE away from ld.so also loads the audit
+    // module, with the static TLS that the libraries loaded at start-up need (40 000 bytes of initial-exec TLS
+    // here, which glibc refuses under an audit module by default), and gives the program the environment it was
+    // started with.
+    let workspace = Workspace::new();
+    workspace.shared_library("libbig_tls.so", &[source("big_tls.c")], &[]);
+    let program = workspace.program(
+        "big_tls_main",
+        &[source("big_tls_main.c")],
+        &["-L.", "-lbig_tls"],
+    );
+    let bare = workspace
+        .command(&program)
+        .env("LD_AUDIT", audit_library())
+        .env_remove("GLIBC_TUNABLES")
+        .output()
+        .expect("runs");
+    assert!(
+        !bare.status.success() && String::from_utf8_lossy(&bare.stderr).contains("static TLS"),
+        "glibc's own limit under an audit module: {bare:?}"
+    );
+    for (tunables, shown) in [
+        (None, "(unset)"),
+        (Some("glibc.malloc.check=0"), "glibc.malloc.check=0"),
+    ] {
+        let mut command = workspace.command_with_runtime(&program);
+        command.env("LD_PROFILE", "a.out").env_remove("LD_AUDIT");
+        match tunables {
+            Some(value) => command.env("GLIBC_TUNABLES", value),
+            None => command.env_remove("GLIBC_TUNABLES"),
+        };
+        let stdout = run_ok(&mut command);
+        assert_eq!(
+            stdout,
+            format!("sum 1000 LD_AUDIT (unset) GLIBC_TUNABLES {shown}\n")
+        );
+        let profile = workspace.profile("gmon.out");
+        // main's calls through the PLT: big_tls_touch, and getenv twice and printf in libc, once each.
+        let expected = [
+            ("libbig_tls.so", 1000),
+            ("libc.so.6", 1),
+            ("libc.so.6", 1),
+            ("libc.so.6", 1),
+        ]
+        .map(|(module, count)| ("main".to_string(), module.to_string(), count));
+        assert_eq!(
+            arcs_from_program(&profile, &program),
+            expected,
+            "GLIBC_TUNABLES {tunables:?}"
+        );
+        // ld.so's own profiler wrote nothing (LD_PROFILE_OUTPUT is the workspace).
+        let glibc_files: Vec<_> = std::fs::read_dir(workspace.path())
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".profile"))
+            .collect();
+        assert!(glibc_files.is_empty(), "{glibc_files:?}");
+    }
+    // MSLPROF_PLT=0: no audit module, so the program runs as it did, without call counts.
+    let stdout = run_ok(
+        workspace
+            .command_with_runtime(&program)
+            .env("LD_PROFILE", "a.out")
+            .env("MSLPROF_PLT", "0")
+            .env_remove("LD_AUDIT")
+            .env_remove("GLIBC_TUNABLES"),
+    );
+    assert_eq!(stdout, "sum 1000 LD_AUDIT (unset) GLIBC_TUNABLES (unset)\n");
+    assert!(
+        workspace
+            .profile("gmon.out")
+            .modules
+            .iter()
+            .all(|m| m.arcs.is_empty())
+    );
+}
+
 /// `tool ARGS` (binutils): its standard output.
 fn binutils(tool: &str, args: &[&std::ffi::OsStr]) -> String {
     run_ok(Command::new(tool).args(args))
