@@ -120,7 +120,11 @@ fn four_threads_racing_to_bind_are_counted_exactly_lazy_and_bind_now() {
         workspace.shared_library("libleaf.so", &[source("leaf.c")], &[]);
         let mut flags = vec!["-L.", "-lleaf", "-pthread"];
         flags.extend(link_flags);
-        let program = workspace.program("plt_threads", &[source("plt_threads.c")], &flags);
+        let program = workspace.program(
+            "plt_threads",
+            &[source("plt_threads.c"), source("plt_caller.c")],
+            &flags,
+        );
         let stdout = run_ok(&mut counted(&workspace, &program));
         assert_eq!(stdout, "total 5999998000000\n");
         let arcs = graph(&workspace.profile("gmon.out"), &["plt_caller", "plt_leaf"]);
@@ -151,7 +155,11 @@ fn a_dlopened_uninstrumented_plugin_calling_libc_is_counted_across_50_loads_and_
 fn a_forked_child_counts_only_its_own_plt_calls() {
     let workspace = Workspace::new();
     workspace.shared_library("libleaf.so", &[source("leaf.c")], &[]);
-    let program = workspace.program("plt_fork", &[source("plt_fork.c")], &["-L.", "-lleaf"]);
+    let program = workspace.program(
+        "plt_fork",
+        &[source("plt_fork.c"), source("plt_caller.c")],
+        &["-L.", "-lleaf"],
+    );
     let stdout = run_ok(&mut counted(&workspace, &program));
     let child_line = "child 135001349500";
     assert!(stdout.contains(child_line), "{stdout}");
@@ -687,7 +695,7 @@ fn plt_calls_from_constructors_before_the_runtime_do_not_keep_ld_profile_from_re
     workspace.shared_library("libctor.so", &[source("ctor.c")], &["-L.", "-lleaf"]);
     let program = workspace.program(
         "plt_ctor_main",
-        &[source("plt_ctor_main.c")],
+        &[source("plt_ctor_main.c"), source("plt_caller.c")],
         &["-L.", "-Wl,--no-as-needed", "-lctor", "-lleaf"],
     );
     let stdout = run_ok(counted(&workspace, &program).env("LD_PROFILE", "ALL"));
