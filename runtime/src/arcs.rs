@@ -118,6 +118,17 @@ struct KeySlot {
 
 const KEY_SLOT_BYTES: usize = core::mem::size_of::<KeySlot>();
 
+impl KeySlot {
+    /// Whether this slot, whose tag was read as `found`, holds the key (`tag`, `caller_addr`,
+    /// `callee_addr`). The address words are published before the tag (release), so a tag read with
+    /// acquire that is neither EMPTY nor BUSY makes them readable.
+    fn holds(&self, found: u64, tag: u64, caller_addr: u64, callee_addr: u64) -> bool {
+        found == tag
+            && self.caller_addr.load(Ordering::Relaxed) == caller_addr
+            && self.callee_addr.load(Ordering::Relaxed) == callee_addr
+    }
+}
+
 /// One arc as the dump sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ArcRecord {
@@ -626,10 +637,7 @@ impl ArcTable {
                 if probe_tag == TAG_EMPTY {
                     break;
                 }
-                if probe_tag == tag
-                    && key.caller_addr.load(Ordering::Relaxed) == caller_addr
-                    && key.callee_addr.load(Ordering::Relaxed) == callee_addr
-                {
+                if key.holds(probe_tag, tag, caller_addr, callee_addr) {
                     first.get_or_insert((index, probe_slot));
                     total = total.wrapping_add(level.total(probe_slot, stripes));
                 }
@@ -670,10 +678,7 @@ fn probe(level: &Level, hash: u64, tag: u64, caller_addr: u64, callee_addr: u64)
         if probe_tag == TAG_EMPTY {
             return Probe::Vacant(slot);
         }
-        if probe_tag == tag
-            && key.caller_addr.load(Ordering::Relaxed) == caller_addr
-            && key.callee_addr.load(Ordering::Relaxed) == callee_addr
-        {
+        if key.holds(probe_tag, tag, caller_addr, callee_addr) {
             return Probe::Found(slot);
         }
         slot = (slot + 1) & mask;
@@ -709,10 +714,7 @@ fn claim(
                 return Some((slot, true));
             }
             Err(found) => {
-                if found == tag
-                    && key.caller_addr.load(Ordering::Relaxed) == caller_addr
-                    && key.callee_addr.load(Ordering::Relaxed) == callee_addr
-                {
+                if key.holds(found, tag, caller_addr, callee_addr) {
                     return Some((slot, false));
                 }
             }
