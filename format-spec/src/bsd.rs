@@ -164,9 +164,11 @@ pub(crate) fn write(
         }
     };
     let address = |w: &mut dyn Write, v: u64| -> io::Result<()> {
+        let narrow =
+            || u32::try_from(v).map_err(|_| invalid("address does not fit a 32-bit target"));
         match (size, big) {
-            (4, false) => w.write_all(&(v as u32).to_le_bytes()),
-            (4, true) => w.write_all(&(v as u32).to_be_bytes()),
+            (4, false) => w.write_all(&narrow()?.to_le_bytes()),
+            (4, true) => w.write_all(&narrow()?.to_be_bytes()),
             (_, false) => w.write_all(&v.to_le_bytes()),
             (_, true) => w.write_all(&v.to_be_bytes()),
         }

@@ -51,6 +51,12 @@ proptest! {
             .collect();
         let range = HistRange { start: LinkAddress(start), end: LinkAddress(start + span), buckets: Buckets::Dense16(samples.clone()) };
         let p = one_module(Some(range.clone()), arcs.clone(), hz);
+        if !wide && start + span > u64::from(u32::MAX) {
+            // A 32-bit file cannot hold the range's end: the writer refuses instead of truncating it.
+            let refused = write_bsd(&p, target, layout, &mut Vec::new());
+            prop_assert_eq!(refused.map_err(|e| e.kind()), Err(std::io::ErrorKind::InvalidInput));
+            return Ok(());
+        }
         let bytes = bsd_bytes(&p, target, layout);
         let a = usize::from(target.address_size);
         let header = if bsd44 { 2 * a + 24 } else { 2 * a + 4 };
