@@ -491,7 +491,7 @@ fn record_uncached(
         modules::find_address(frompc)
     };
     // A module LD_PROFILE did not select, reached through a PLT stub: counted only when the caller's module is
-    // selected (issue 10: "when the caller's or the callee's module is selected").
+    // selected, so that a selected module's calls out into libraries are counted.
     if !callee.profiled && !caller.is_some_and(|caller| caller.profiled) {
         return Some(core::ptr::null());
     }
