@@ -10,14 +10,19 @@
 
 use mslprof_format::LinkAddress;
 use std::borrow::Cow;
+use std::collections::HashMap;
 
 use addr2line::gimli;
 use object::{Object, ObjectSection};
 
+use crate::nearest_function::NearestFunction;
 use crate::symtab::FunctionSymbol;
 
+/// The DWARF reader of one ELF file.
+type Reader<'a> = gimli::EndianSlice<'a, gimli::RunTimeEndian>;
+
 /// The DWARF line and function lookup of one ELF file.
-pub type Context<'a> = addr2line::Context<gimli::EndianSlice<'a, gimli::RunTimeEndian>>;
+pub type Context<'a> = addr2line::Context<Reader<'a>>;
 
 /// The DWARF sections of `file` and its byte order; `None` when it has no line table or they cannot be read.
 fn dwarf_sections<'a>(
@@ -74,30 +79,136 @@ pub fn inline_boundaries(file: &object::File<'_>) -> Vec<u64> {
     out
 }
 
-/// BFD's `get_src_info` for one address: innermost function name, file and (non-zero) line.
+/// Whether BFD's function names in a unit of `language` are its linkage names (`mangle_style` is 0):
+/// C, Fortran 77, Pascal, PL/I, Cobol, UPC and assembler. For other languages only a
+/// `DW_AT_linkage_name` is one.
+fn names_are_linkage_names(language: Option<gimli::DwLang>) -> bool {
+    use gimli::constants::*;
+    language.is_some_and(|l| {
+        [
+            DW_LANG_C89,
+            DW_LANG_C,
+            DW_LANG_Cobol74,
+            DW_LANG_Cobol85,
+            DW_LANG_Fortran77,
+            DW_LANG_Pascal83,
+            DW_LANG_PLI,
+            DW_LANG_C99,
+            DW_LANG_UPC,
+            DW_LANG_C11,
+            DW_LANG_Mips_Assembler,
+            // DW_LANG_Upc, DW_LANG_HP_Basic91, DW_LANG_HP_IMacro, DW_LANG_HP_Assembler (binutils'
+            // dwarf2.h; gimli does not name them).
+            gimli::DwLang(0x8765),
+            gimli::DwLang(0x8004),
+            gimli::DwLang(0x8006),
+            gimli::DwLang(0x8007),
+        ]
+        .contains(&l)
+    })
+}
+
+/// What BFD knows of the function DIE at `offset`: whether a `DW_AT_linkage_name` names it (on the DIE
+/// itself or the DIEs it refers to by `DW_AT_abstract_origin` or `DW_AT_specification`), and the start
+/// of its first address range.
+fn die_facts(
+    unit: gimli::UnitRef<'_, Reader<'_>>,
+    offset: gimli::UnitOffset,
+) -> (bool, Option<u64>) {
+    let first_range = unit
+        .entry(offset)
+        .ok()
+        .and_then(|e| unit.die_ranges(&e).ok()?.next().ok()?)
+        .map(|r| r.begin);
+    let mut next = Some(offset);
+    for _ in 0..8 {
+        let Some(Ok(entry)) = next.map(|o| unit.entry(o)) else {
+            break;
+        };
+        next = None;
+        let mut attrs = entry.attrs();
+        while let Ok(Some(attr)) = attrs.next() {
+            match (attr.name(), attr.value()) {
+                (gimli::DW_AT_linkage_name | gimli::DW_AT_MIPS_linkage_name, _) => {
+                    return (true, first_range);
+                }
+                (
+                    gimli::DW_AT_abstract_origin | gimli::DW_AT_specification,
+                    gimli::AttributeValue::UnitRef(o),
+                ) => next = Some(o),
+                _ => {}
+            }
+        }
+    }
+    (false, first_range)
+}
+
+/// The function name BFD gives each address, with the state BFD keeps between questions.
+struct FunctionNames<'n> {
+    nearest: &'n mut NearestFunction,
+    /// Functions named by `DW_AT_name` alone in a language whose names are not linkage names, once asked
+    /// about (by unit and DIE): the name BFD keeps for them from then on.
+    settled: HashMap<(gimli::UnitSectionOffset, gimli::UnitOffset), String>,
+}
+
+impl FunctionNames<'_> {
+    /// BFD's function name for `addr` (`_bfd_dwarf2_find_nearest_line`): the best-fitting DWARF
+    /// function's when that is a linkage name; else the ELF symbol's (`_bfd_elf_find_function`). A
+    /// function without a linkage name is named by the ELF symbol the first time it is asked about, and
+    /// from then on by that symbol's name if the symbol starts where the function's first range does, by
+    /// its own name otherwise.
+    fn name(&mut self, ctx: &Context<'_>, addr: u64) -> Option<String> {
+        let frame = match ctx.find_frames(addr).skip_all_loads() {
+            Ok(mut frames) => frames.next().ok().flatten(),
+            Err(_) => None,
+        };
+        let Some((function, die)) = frame.and_then(|f| Some((f.function?, f.dw_die_offset))) else {
+            return self.nearest.find(addr).map(str::to_string);
+        };
+        let own = function.raw_name().ok()?.into_owned();
+        if names_are_linkage_names(function.language) {
+            return Some(own);
+        }
+        let unit = ctx.find_dwarf_and_unit(addr).skip_all_loads();
+        let (Some(unit), Some(offset)) = (unit, die) else {
+            return Some(own);
+        };
+        let (linkage, first_range) = die_facts(unit, offset);
+        if linkage {
+            return Some(own);
+        }
+        let key = (unit.header.offset(), offset);
+        if let Some(settled) = self.settled.get(&key) {
+            return Some(settled.clone());
+        }
+        let Some(elf) = self.nearest.find(addr).map(str::to_string) else {
+            self.settled.insert(key, own.clone());
+            return Some(own);
+        };
+        let keep = if self.nearest.cached_addr() == first_range {
+            elf.clone()
+        } else {
+            own
+        };
+        self.settled.insert(key, keep);
+        Some(elf)
+    }
+}
+
+/// BFD's `get_src_info` for one address: function name, file and (non-zero) line. The name is asked for
+/// first, whatever the line, as BFD looks the function up for every address.
 fn source_of(
     ctx: &Context<'_>,
-    funcs: &[FunctionSymbol],
+    names: &mut FunctionNames<'_>,
     addr: u64,
 ) -> Option<(String, String, u32)> {
+    let name = names.name(ctx, addr);
     let loc = ctx.find_location(addr).ok()??;
     let (file, line) = (loc.file?, loc.line?);
     if line == 0 {
         return None;
     }
-    let mut name = None;
-    if let Ok(mut frames) = ctx.find_frames(addr).skip_all_loads()
-        && let Ok(Some(frame)) = frames.next()
-        && let Some(f) = frame.function
-        && let Ok(n) = f.raw_name()
-    {
-        name = Some(n.into_owned());
-    }
-    let name = match name {
-        Some(n) => n,
-        None => containing(funcs, LinkAddress(addr))?.name.clone(),
-    };
-    Some((name, file.to_string(), line))
+    Some((name?, file.to_string(), line))
 }
 
 /// The function symbol whose range holds `addr` (gprof's `sym_lookup`).
@@ -108,28 +219,35 @@ fn containing(funcs: &[FunctionSymbol], addr: LinkAddress) -> Option<&FunctionSy
 }
 
 /// The line symbols of `text` (the range gprof walks, usually `.text`), in address order. `funcs` are the
-/// module's finalized function symbols: they give a line symbol its static flag, and a name where DWARF
-/// has none.
+/// module's finalized function symbols: they give a line symbol its static flag. `nearest` names the
+/// addresses DWARF gives no function for, as BFD does.
 pub fn line_symbols(
     ctx: &Context<'_>,
     funcs: &[FunctionSymbol],
+    nearest: &mut NearestFunction,
     text: std::ops::Range<u64>,
     inline_boundaries: &[u64],
 ) -> Vec<FunctionSymbol> {
     let mut starts: Vec<u64> = inline_boundaries
         .iter()
         .copied()
+        .chain(nearest.boundaries())
         .filter(|a| text.contains(a))
         .collect();
     if let Ok(rows) = ctx.find_location_range(text.start, text.end) {
         starts.extend(rows.map(|(addr, _, _)| addr.max(text.start)));
     }
     starts.extend(funcs.iter().map(|f| f.addr.0).filter(|a| text.contains(a)));
+    starts.push(text.start);
     starts.sort_unstable();
     starts.dedup();
+    let mut names = FunctionNames {
+        nearest,
+        settled: HashMap::new(),
+    };
     let mut out: Vec<FunctionSymbol> = Vec::new();
     for addr in starts {
-        let Some((name, file, line)) = source_of(ctx, funcs, addr) else {
+        let Some((name, file, line)) = source_of(ctx, &mut names, addr) else {
             continue;
         };
         let same_function = out

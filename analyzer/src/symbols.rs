@@ -366,8 +366,15 @@ fn with_line_symbols(
         return funcs;
     };
     let inlined = crate::lines::inline_boundaries(dwarf);
+    // gprof's symbols are the module's; a stripped module's are in its debug file.
+    let symbol_file = if module.symbols().next().is_some() {
+        module
+    } else {
+        dwarf
+    };
+    let mut nearest = crate::nearest_function::NearestFunction::new(symbol_file);
     let Some(mut all) = crate::lines::with_dwarf(dwarf, |ctx| {
-        crate::lines::line_symbols(ctx, &funcs, text, &inlined)
+        crate::lines::line_symbols(ctx, &funcs, &mut nearest, text, &inlined)
     }) else {
         return funcs;
     };
