@@ -144,26 +144,36 @@ fn die_facts(
 }
 
 /// The function name BFD gives each address, with the state BFD keeps between questions.
+///
+/// gprof's `core_create_line_syms` walks `.text` twice, counting symbols and then making them, and BFD
+/// changes its answers in between: the first question about a function that has no linkage name
+/// (`main` in C++) is answered with the ELF symbol's name and settles the name BFD gives it from then on,
+/// which is what the symbols made in the second walk carry. So the names given here are the second
+/// walk's, with the first walk's questions to `_bfd_elf_find_function` asked too (its cache sees both).
 struct FunctionNames<'n> {
-    nearest: &'n mut NearestFunction,
+    /// `_bfd_elf_find_function` as the first walk asks it.
+    first: &'n mut NearestFunction,
+    /// `_bfd_elf_find_function` as the second walk asks it.
+    second: NearestFunction,
     /// Functions named by `DW_AT_name` alone in a language whose names are not linkage names, once asked
-    /// about (by unit and DIE): the name BFD keeps for them from then on.
+    /// about (by unit and DIE): the name BFD keeps for them.
     settled: HashMap<(gimli::UnitSectionOffset, gimli::UnitOffset), String>,
 }
 
 impl FunctionNames<'_> {
-    /// BFD's function name for `addr` (`_bfd_dwarf2_find_nearest_line`): the best-fitting DWARF
-    /// function's when that is a linkage name; else the ELF symbol's (`_bfd_elf_find_function`). A
-    /// function without a linkage name is named by the ELF symbol the first time it is asked about, and
-    /// from then on by that symbol's name if the symbol starts where the function's first range does, by
-    /// its own name otherwise.
+    /// BFD's function name for `addr` (`_bfd_dwarf2_find_nearest_line`) in gprof's second walk: the
+    /// best-fitting DWARF function's when that is a linkage name; the ELF symbol's where DWARF has no
+    /// function (`_bfd_elf_find_function`). A function without a linkage name is named by the ELF symbol
+    /// BFD found for it at the first question if that symbol starts where the function's first range
+    /// does, by its own name otherwise.
     fn name(&mut self, ctx: &Context<'_>, addr: u64) -> Option<String> {
         let frame = match ctx.find_frames(addr).skip_all_loads() {
             Ok(mut frames) => frames.next().ok().flatten(),
             Err(_) => None,
         };
         let Some((function, die)) = frame.and_then(|f| Some((f.function?, f.dw_die_offset))) else {
-            return self.nearest.find(addr).map(str::to_string);
+            self.first.find(addr);
+            return self.second.find(addr).map(str::to_string);
         };
         let own = function.raw_name().ok()?.into_owned();
         if names_are_linkage_names(function.language) {
@@ -173,25 +183,18 @@ impl FunctionNames<'_> {
         let (Some(unit), Some(offset)) = (unit, die) else {
             return Some(own);
         };
-        let (linkage, first_range) = die_facts(unit, offset);
-        if linkage {
-            return Some(own);
-        }
         let key = (unit.header.offset(), offset);
         if let Some(settled) = self.settled.get(&key) {
             return Some(settled.clone());
         }
-        let Some(elf) = self.nearest.find(addr).map(str::to_string) else {
-            self.settled.insert(key, own.clone());
-            return Some(own);
+        let (linkage, first_range) = die_facts(unit, offset);
+        let elf = self.first.find(addr).map(str::to_string);
+        let name = match elf {
+            Some(elf) if !linkage && self.first.cached_addr() == first_range => elf,
+            _ => own,
         };
-        let keep = if self.nearest.cached_addr() == first_range {
-            elf.clone()
-        } else {
-            own
-        };
-        self.settled.insert(key, keep);
-        Some(elf)
+        self.settled.insert(key, name.clone());
+        Some(name)
     }
 }
 
@@ -242,7 +245,8 @@ pub fn line_symbols(
     starts.sort_unstable();
     starts.dedup();
     let mut names = FunctionNames {
-        nearest,
+        second: nearest.clone(),
+        first: nearest,
         settled: HashMap::new(),
     };
     let mut out: Vec<FunctionSymbol> = Vec::new();

@@ -94,6 +94,42 @@ fn line_profiles_of_cxx_programs_match_gprof() {
     assert_same(&dir, ANNO_OPTIONS, &["cxx", "gmon.cxx"]);
 }
 
+/// Where DWARF names no function (compiler clones' tails, assembler), gprof's line symbols carry the name
+/// BFD finds among the ELF symbols: the nearest below, kept over a smaller symbol nested in it (BFD reuses
+/// its last answer), the larger of two at one address. Fixture: assembler with a line table only.
+#[test]
+fn line_symbols_outside_dwarf_functions_match_gprof() {
+    if !tools_present() {
+        return;
+    }
+    let dir = scratch("lines-nested");
+    build_and_run(
+        &dir,
+        "gcc",
+        &["-pg"],
+        &["nested_symbols.s"],
+        "nested",
+        "gmon.nested",
+    );
+    let files = ["nested", "gmon.nested"];
+    assert_same(&dir, &["-b -l -p", "-b -l -p -z", "-b -l -C -z"], &files);
+    let flat = run_ok(
+        Command::new(mslprof_tests::analyzer_binary())
+            .current_dir(&dir)
+            .args(["-b", "-l", "-p", "-z"])
+            .args(files),
+        "mslprof -l",
+    );
+    for row in [
+        "main (nested_symbols.c:2 @ ",
+        "long_alias (nested_symbols.c:7 @ ",
+        "tail (nested_symbols.c:10 @ ",
+    ] {
+        assert!(flat.contains(row), "{row}: {flat}");
+    }
+    assert!(!flat.contains("inner ("), "{flat}");
+}
+
 /// Annotated source when a source file has moved: searched for with `-I` and `GPROF_PATH`, one warning
 /// when it cannot be found, and `-y` files; all as gprof.
 #[test]
