@@ -3,10 +3,11 @@
 //!
 //! gprof asks BFD for the source position of every byte of `.text`; a new symbol starts wherever the
 //! function name, the file or the line changes. BFD's answer only changes where a line-table row, a
-//! function range or an inlined function's range starts or ends, so this walks those boundaries instead of
-//! every byte: the same symbols,
-//! without gprof's cost on a big program. The function name is the innermost (inlined) function's, as
-//! BFD gives it; where DWARF has no function, the ELF function symbol containing the address.
+//! function range, an inlined function's range or an ELF symbol starts or ends, so this walks those
+//! boundaries instead of every byte: the same symbols, without gprof's cost on a big program. Names and
+//! files are BFD 2.40's, quirks included (analyzer/README.md, "-l"): the DWARF function's name where it is
+//! a linkage name; BFD's ELF symbol lookup ([`NearestFunction`]) where DWARF has no function; and the
+//! names BFD settles on for C++ functions without a linkage name.
 
 use mslprof_format::LinkAddress;
 use std::borrow::Cow;
@@ -77,6 +78,162 @@ pub fn inline_boundaries(file: &object::File<'_>) -> Vec<u64> {
         }
     }
     out
+}
+
+/// A file path as addr2line renders it: the unit's directory, the file's directory unless it is entry 0,
+/// the file's name (an absolute part replaces what is before it).
+fn render_path<'d>(
+    unit: gimli::UnitRef<'_, Reader<'d>>,
+    header: &gimli::LineProgramHeader<Reader<'d>>,
+    file: &gimli::FileEntry<Reader<'d>>,
+) -> Option<String> {
+    let mut path = unit
+        .comp_dir
+        .map(|d| d.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut push = |part: &str| {
+        if part.starts_with('/') {
+            path = part.to_string();
+        } else {
+            if !path.is_empty() && !path.ends_with('/') {
+                path.push('/');
+            }
+            path.push_str(part);
+        }
+    };
+    if file.directory_index() != 0
+        && let Some(dir) = file.directory(header)
+    {
+        push(&unit.attr_string(dir).ok()?.to_string_lossy());
+    }
+    push(&unit.attr_string(file.path_name()).ok()?.to_string_lossy());
+    Some(path)
+}
+
+/// The rows BFD 2.40 gives another file than the line table does: in a DWARF 5 line program, the rows of
+/// a sequence before its first `DW_LNS_set_file` (whose file register is 1 by default) carry file entry
+/// 0's name in BFD. Only programs where entries 0 and 1 name different files are affected (link-time
+/// optimised code: entry 0 is `<artificial>` there).
+#[derive(Clone, Debug, Default)]
+pub struct FirstFileRows {
+    /// Address ranges, sorted by start, and the file BFD names there.
+    ranges: Vec<(u64, u64, String)>,
+}
+
+impl FirstFileRows {
+    /// Scan the line programs of `file`'s DWARF.
+    pub fn new(file: &object::File<'_>) -> Self {
+        let mut ranges = Vec::new();
+        let Some((sections, endian)) = dwarf_sections(file) else {
+            return FirstFileRows { ranges };
+        };
+        let dwarf = sections.borrow(|s| gimli::EndianSlice::new(s, endian));
+        let mut units = dwarf.units();
+        while let Ok(Some(header)) = units.next() {
+            let Ok(unit) = dwarf.unit(header) else {
+                continue;
+            };
+            let Some(program) = unit.line_program.as_ref() else {
+                continue;
+            };
+            let h = program.header();
+            if h.version() < 5 || h.maximum_operations_per_instruction() != 1 || h.line_range() == 0
+            {
+                continue;
+            }
+            let unit_ref = unit.unit_ref(&dwarf);
+            let path = |i| render_path(unit_ref, h, h.file(i)?);
+            let (Some(first), Some(second)) = (path(0), path(1)) else {
+                continue;
+            };
+            if first != second {
+                Self::scan(h, &first, &mut ranges);
+            }
+        }
+        ranges.sort_by_key(|r| r.0);
+        FirstFileRows { ranges }
+    }
+
+    /// Add the ranges of the rows before each sequence's first file change in the program of `h`.
+    fn scan(
+        h: &gimli::LineProgramHeader<Reader<'_>>,
+        file: &str,
+        ranges: &mut Vec<(u64, u64, String)>,
+    ) {
+        let step = u64::from(h.minimum_instruction_length());
+        let advance = |opcode: u8| u64::from(opcode.wrapping_sub(h.opcode_base()) / h.line_range());
+        let (mut address, mut file_set, mut first_row) = (0u64, false, None::<u64>);
+        let mut close = |first_row: &mut Option<u64>, end: u64| {
+            if let Some(start) = first_row.take()
+                && start < end
+            {
+                ranges.push((start, end, file.to_string()));
+            }
+        };
+        let mut instructions = h.instructions();
+        while let Ok(Some(instruction)) = instructions.next_instruction(h) {
+            let row = match instruction {
+                gimli::LineInstruction::Special(opcode) => {
+                    address = address.wrapping_add(step.wrapping_mul(advance(opcode)));
+                    true
+                }
+                gimli::LineInstruction::Copy => true,
+                gimli::LineInstruction::AdvancePc(n) => {
+                    address = address.wrapping_add(step.wrapping_mul(n));
+                    false
+                }
+                gimli::LineInstruction::ConstAddPc => {
+                    address = address.wrapping_add(step.wrapping_mul(advance(255)));
+                    false
+                }
+                gimli::LineInstruction::FixedAddPc(n) => {
+                    address = address.wrapping_add(u64::from(n));
+                    false
+                }
+                gimli::LineInstruction::SetAddress(a) => {
+                    address = a;
+                    false
+                }
+                gimli::LineInstruction::SetFile(_) => {
+                    file_set = true;
+                    false
+                }
+                gimli::LineInstruction::EndSequence => {
+                    close(&mut first_row, address);
+                    (address, file_set) = (0, false);
+                    false
+                }
+                _ => false,
+            };
+            if row && !file_set {
+                first_row.get_or_insert(address);
+            } else if row {
+                close(&mut first_row, address);
+            }
+        }
+    }
+
+    /// The file BFD names at `addr`, where it differs from the line table's.
+    pub fn file_at(&self, addr: u64) -> Option<&str> {
+        let i = self
+            .ranges
+            .partition_point(|r| r.0 <= addr)
+            .checked_sub(1)?;
+        let (_, end, file) = &self.ranges[i];
+        (addr < *end).then_some(file.as_str())
+    }
+}
+
+/// BFD's source position of `addr`: the line table's file and line, with [`FirstFileRows`]' file.
+pub fn source_position(
+    ctx: &Context<'_>,
+    first_rows: &FirstFileRows,
+    addr: u64,
+) -> Option<(String, u32)> {
+    let loc = ctx.find_location(addr).ok()??;
+    let (file, line) = (loc.file?, loc.line?);
+    let file = first_rows.file_at(addr).unwrap_or(file);
+    Some((file.to_string(), line))
 }
 
 /// Whether BFD's function names in a unit of `language` are its linkage names (`mangle_style` is 0):
@@ -203,15 +360,15 @@ impl FunctionNames<'_> {
 fn source_of(
     ctx: &Context<'_>,
     names: &mut FunctionNames<'_>,
+    first_rows: &FirstFileRows,
     addr: u64,
 ) -> Option<(String, String, u32)> {
     let name = names.name(ctx, addr);
-    let loc = ctx.find_location(addr).ok()??;
-    let (file, line) = (loc.file?, loc.line?);
+    let (file, line) = source_position(ctx, first_rows, addr)?;
     if line == 0 {
         return None;
     }
-    Some((name?, file.to_string(), line))
+    Some((name?, file, line))
 }
 
 /// The function symbol whose range holds `addr` (gprof's `sym_lookup`).
@@ -228,6 +385,7 @@ pub fn line_symbols(
     ctx: &Context<'_>,
     funcs: &[FunctionSymbol],
     nearest: &mut NearestFunction,
+    first_rows: &FirstFileRows,
     text: std::ops::Range<u64>,
     inline_boundaries: &[u64],
 ) -> Vec<FunctionSymbol> {
@@ -251,7 +409,7 @@ pub fn line_symbols(
     };
     let mut out: Vec<FunctionSymbol> = Vec::new();
     for addr in starts {
-        let Some((name, file, line)) = source_of(ctx, &mut names, addr) else {
+        let Some((name, file, line)) = source_of(ctx, &mut names, first_rows, addr) else {
             continue;
         };
         let same_function = out

@@ -64,7 +64,21 @@ fn line_profiles_of_c_programs_match_gprof() {
         "rec",
         "gmon.rec",
     );
-    for files in [["o0", "gmon.o0"], ["o2", "gmon.o2"], ["rec", "gmon.rec"]] {
+    // Link-time optimised: DWARF 5 line tables whose file entry 0 (`<artificial>`) is not entry 1.
+    build_and_run(
+        &dir,
+        "gcc",
+        &["-pg", "-g", "-O2", "-flto"],
+        &srcs,
+        "lto",
+        "gmon.lto",
+    );
+    for files in [
+        ["o0", "gmon.o0"],
+        ["o2", "gmon.o2"],
+        ["rec", "gmon.rec"],
+        ["lto", "gmon.lto"],
+    ] {
         assert_same(&dir, LINE_OPTIONS, &files);
         assert_same(&dir, EXEC_OPTIONS, &files);
         assert_same(&dir, ANNO_OPTIONS, &files);
