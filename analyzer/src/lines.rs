@@ -52,9 +52,9 @@ pub fn with_dwarf<T>(file: &object::File<'_>, f: impl FnOnce(&Context<'_>) -> T)
     Some(f(&ctx))
 }
 
-/// Where inlined code begins and ends (`DW_TAG_inlined_subroutine` ranges): the innermost function BFD
-/// names changes there, also between two line-table rows.
-pub fn inline_boundaries(file: &object::File<'_>) -> Vec<u64> {
+/// Where functions and inlined code begin and end (`DW_TAG_subprogram` and `DW_TAG_inlined_subroutine`
+/// ranges): the function BFD names changes there, also between two line-table rows.
+pub fn function_boundaries(file: &object::File<'_>) -> Vec<u64> {
     let mut out = Vec::new();
     let Some((sections, endian)) = dwarf_sections(file) else {
         return out;
@@ -67,7 +67,9 @@ pub fn inline_boundaries(file: &object::File<'_>) -> Vec<u64> {
         };
         let mut entries = unit.entries();
         while let Ok(Some((_, entry))) = entries.next_dfs() {
-            if entry.tag() != gimli::DW_TAG_inlined_subroutine {
+            if entry.tag() != gimli::DW_TAG_inlined_subroutine
+                && entry.tag() != gimli::DW_TAG_subprogram
+            {
                 continue;
             }
             if let Ok(mut ranges) = dwarf.die_ranges(&unit, entry) {
@@ -387,9 +389,9 @@ pub fn line_symbols(
     nearest: &mut NearestFunction,
     first_rows: &FirstFileRows,
     text: std::ops::Range<u64>,
-    inline_boundaries: &[u64],
+    function_boundaries: &[u64],
 ) -> Vec<FunctionSymbol> {
-    let mut starts: Vec<u64> = inline_boundaries
+    let mut starts: Vec<u64> = function_boundaries
         .iter()
         .copied()
         .chain(nearest.boundaries())

@@ -77,11 +77,23 @@ impl NearestFunction {
         }
     }
 
-    /// Where BFD's answer can change: each symbol's first address and the address after its last.
-    pub fn boundaries(&self) -> impl Iterator<Item = u64> + '_ {
-        self.syms
-            .iter()
-            .flat_map(|s| [s.addr, s.addr.saturating_add(s.size)])
+    /// Where BFD's answer can change: where a symbol starts, and where one ends that another starts inside
+    /// of (elsewhere the answer is the nearest symbol below, cached or not).
+    pub fn boundaries(&self) -> Vec<u64> {
+        let mut out = Vec::with_capacity(self.syms.len());
+        for (k, &i) in self.by_addr.iter().enumerate() {
+            let s = &self.syms[i];
+            out.push(s.addr);
+            let end = s.addr.saturating_add(s.size);
+            let next_start = self.by_addr[k + 1..]
+                .iter()
+                .map(|&j| self.syms[j].addr)
+                .find(|&a| a > s.addr);
+            if next_start.is_some_and(|a| a < end) {
+                out.push(end);
+            }
+        }
+        out
     }
 
     /// BFD's answer for `addr`, given the questions asked before (in address order).
@@ -150,6 +162,14 @@ mod tests {
             assert_eq!(finder(&NESTED).find(addr), Some(want), "{addr:#x}");
         }
         assert_eq!(finder(&NESTED).find(0x1000), None);
+    }
+
+    #[test]
+    fn answers_change_at_starts_and_at_the_ends_of_enclosing_symbols() {
+        let mut b = finder(&NESTED).boundaries();
+        b.sort_unstable();
+        b.dedup();
+        assert_eq!(b, [0x1129, 0x112b, 0x112f, 0x1134]);
     }
 
     #[test]

@@ -365,7 +365,7 @@ fn with_line_symbols(
     else {
         return funcs;
     };
-    let inlined = crate::lines::inline_boundaries(dwarf);
+    let functions = crate::lines::function_boundaries(dwarf);
     // gprof's symbols are the module's; a stripped module's are in its debug file.
     let symbol_file = if module.symbols().next().is_some() {
         module
@@ -375,7 +375,7 @@ fn with_line_symbols(
     let mut nearest = crate::nearest_function::NearestFunction::new(symbol_file);
     let first_rows = crate::lines::FirstFileRows::new(dwarf);
     let Some(mut all) = crate::lines::with_dwarf(dwarf, |ctx| {
-        crate::lines::line_symbols(ctx, &funcs, &mut nearest, &first_rows, text, &inlined)
+        crate::lines::line_symbols(ctx, &funcs, &mut nearest, &first_rows, text, &functions)
     }) else {
         return funcs;
     };
