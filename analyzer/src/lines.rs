@@ -347,9 +347,13 @@ impl FunctionNames<'_> {
             return Some(settled.clone());
         }
         let (linkage, first_range) = die_facts(unit, offset);
-        let elf = self.first.find(addr).map(str::to_string);
+        let elf = if linkage {
+            None
+        } else {
+            self.first.find(addr).map(str::to_string)
+        };
         let name = match elf {
-            Some(elf) if !linkage && self.first.cached_addr() == first_range => elf,
+            Some(elf) if self.first.cached_addr() == first_range => elf,
             _ => own,
         };
         self.settled.insert(key, name.clone());
