@@ -21,6 +21,7 @@ pub mod input;
 pub mod lines;
 pub mod merge;
 pub mod modtable;
+pub mod nearest_function;
 pub mod options;
 pub mod ordering;
 pub mod output;

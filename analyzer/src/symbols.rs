@@ -334,13 +334,13 @@ fn add_source_files(files: &mut Vec<String>, syms: &[FunctionSymbol]) {
 /// Fill in source file and line of each symbol from DWARF line tables, as gprof's `get_src_info` does;
 /// returns the files in the order they were first seen.
 fn attach_sources(file: &object::File<'_>, syms: &mut [FunctionSymbol]) -> Vec<String> {
+    let first_rows = crate::lines::FirstFileRows::new(file);
     crate::lines::with_dwarf(file, |ctx| {
         for s in syms.iter_mut() {
-            if let Ok(Some(loc)) = ctx.find_location(s.addr.0)
-                && let (Some(f), Some(l)) = (loc.file, loc.line)
+            if let Some((f, l)) = crate::lines::source_position(ctx, &first_rows, s.addr.0)
                 && l != 0
             {
-                s.file = Some(f.to_string());
+                s.file = Some(f);
                 s.line = l;
             }
         }
@@ -365,9 +365,17 @@ fn with_line_symbols(
     else {
         return funcs;
     };
-    let inlined = crate::lines::inline_boundaries(dwarf);
+    let functions = crate::lines::function_boundaries(dwarf);
+    // gprof's symbols are the module's; a stripped module's are in its debug file.
+    let symbol_file = if module.symbols().next().is_some() {
+        module
+    } else {
+        dwarf
+    };
+    let mut nearest = crate::nearest_function::NearestFunction::new(symbol_file);
+    let first_rows = crate::lines::FirstFileRows::new(dwarf);
     let Some(mut all) = crate::lines::with_dwarf(dwarf, |ctx| {
-        crate::lines::line_symbols(ctx, &funcs, text, &inlined)
+        crate::lines::line_symbols(ctx, &funcs, &mut nearest, &first_rows, text, &functions)
     }) else {
         return funcs;
     };

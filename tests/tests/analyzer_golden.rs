@@ -23,6 +23,8 @@ const CASES: &[(&str, &str)] = &[
 /// Line-level options on the `-g` build.
 const DEBUG_CASES: &[(&str, &str)] = &[
     ("b_l_p.txt", "-b -l -p"),
+    ("b_l_p_z.txt", "-b -l -p -z"),
+    ("b_l_q.txt", "-b -l -q"),
     ("b_C.txt", "-b -C"),
     ("b_l_C.txt", "-b -l -C"),
     ("b_r.txt", "-b -r"),

@@ -64,7 +64,21 @@ fn line_profiles_of_c_programs_match_gprof() {
         "rec",
         "gmon.rec",
     );
-    for files in [["o0", "gmon.o0"], ["o2", "gmon.o2"], ["rec", "gmon.rec"]] {
+    // Link-time optimised: DWARF 5 line tables whose file entry 0 (`<artificial>`) is not entry 1.
+    build_and_run(
+        &dir,
+        "gcc",
+        &["-pg", "-g", "-O2", "-flto"],
+        &srcs,
+        "lto",
+        "gmon.lto",
+    );
+    for files in [
+        ["o0", "gmon.o0"],
+        ["o2", "gmon.o2"],
+        ["rec", "gmon.rec"],
+        ["lto", "gmon.lto"],
+    ] {
         assert_same(&dir, LINE_OPTIONS, &files);
         assert_same(&dir, EXEC_OPTIONS, &files);
         assert_same(&dir, ANNO_OPTIONS, &files);
@@ -92,6 +106,42 @@ fn line_profiles_of_cxx_programs_match_gprof() {
     );
     assert_same(&dir, EXEC_OPTIONS, &["cxx", "gmon.cxx"]);
     assert_same(&dir, ANNO_OPTIONS, &["cxx", "gmon.cxx"]);
+}
+
+/// Where DWARF names no function (compiler clones' tails, assembler), gprof's line symbols carry the name
+/// BFD finds among the ELF symbols: the nearest below, kept over a smaller symbol nested in it (BFD reuses
+/// its last answer), the larger of two at one address. Fixture: assembler with a line table only.
+#[test]
+fn line_symbols_outside_dwarf_functions_match_gprof() {
+    if !tools_present() {
+        return;
+    }
+    let dir = scratch("lines-nested");
+    build_and_run(
+        &dir,
+        "gcc",
+        &["-pg"],
+        &["nested_symbols.s"],
+        "nested",
+        "gmon.nested",
+    );
+    let files = ["nested", "gmon.nested"];
+    assert_same(&dir, &["-b -l -p", "-b -l -p -z", "-b -l -C -z"], &files);
+    let flat = run_ok(
+        Command::new(mslprof_tests::analyzer_binary())
+            .current_dir(&dir)
+            .args(["-b", "-l", "-p", "-z"])
+            .args(files),
+        "mslprof -l",
+    );
+    for row in [
+        "main (nested_symbols.c:2 @ ",
+        "long_alias (nested_symbols.c:7 @ ",
+        "tail (nested_symbols.c:10 @ ",
+    ] {
+        assert!(flat.contains(row), "{row}: {flat}");
+    }
+    assert!(!flat.contains("inner ("), "{flat}");
 }
 
 /// Annotated source when a source file has moved: searched for with `-I` and `GPROF_PATH`, one warning
