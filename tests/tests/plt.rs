@@ -482,7 +482,7 @@ fn kinds_program(workspace: &Workspace) -> (PathBuf, PathBuf) {
     let plain = run_ok(&mut workspace.command(&program));
     assert_eq!(
         plain,
-        "twice 9999900000 strlen 1450000 tls 5000050000 local 10000000000\n"
+        "twice 9999900000 strlen 1450000 tls 5000050000 local 10000000000 self 14999850000\n"
     );
     assert_eq!(run_ok(&mut counted(workspace, &program)), plain);
     (library, program)
@@ -499,6 +499,9 @@ fn kinds_graph(workspace: &Workspace) -> CallGraph {
             "kinds_twice_plain",
             "kinds_tls_add",
             "local_twice_plain",
+            "kinds_self_caller",
+            "kinds_inner",
+            "main",
         ]
         .contains(&name)
     })
@@ -582,6 +585,43 @@ fn a_tail_call_through_the_plt_is_counted_exactly_with_the_callers_caller() {
 }
 
 #[test]
+fn a_librarys_calls_through_its_own_plt_are_not_counted() {
+    let workspace = Workspace::new();
+    let (library, _) = kinds_program(&workspace);
+    // The fixture is what it claims: kinds_self_caller calls kinds_inner through libkinds.so's PLT.
+    let code = binutils(
+        "objdump",
+        &[
+            "-d".as_ref(),
+            "--no-show-raw-insn".as_ref(),
+            library.as_os_str(),
+        ],
+    );
+    let self_caller: Vec<&str> = code
+        .lines()
+        .skip_while(|l| !l.ends_with("<kinds_self_caller>:"))
+        .take_while(|l| !l.is_empty())
+        .collect();
+    assert!(
+        self_caller
+            .iter()
+            .any(|l| l.contains("call") && l.contains("<kinds_inner@plt>")),
+        "{self_caller:#?}"
+    );
+    let arcs = kinds_graph(&workspace);
+    // The call into the library is counted; the library's 100 000 calls to itself never leave it.
+    assert_eq!(
+        arcs.get(&("main".into(), "kinds_self_caller".into())),
+        Some(&1),
+        "{arcs:?}"
+    );
+    assert!(
+        !arcs.keys().any(|(_, callee)| callee == "kinds_inner"),
+        "{arcs:?}"
+    );
+}
+
+#[test]
 fn tlsdesc_and_irelative_relocations_keep_the_program_right_and_are_never_counted_wrongly() {
     let workspace = Workspace::new();
     let (library, program) = kinds_program(&workspace);
@@ -614,7 +654,8 @@ fn tlsdesc_and_irelative_relocations_keep_the_program_right_and_are_never_counte
             .any(|(caller, callee)| caller == "irelative_caller" || callee == "local_twice_plain"),
         "{arcs:?}"
     );
-    assert_eq!(arcs.len(), 2, "{arcs:?}");
+    // The two arcs above and main's one call of kinds_self_caller.
+    assert_eq!(arcs.len(), 3, "{arcs:?}");
 }
 
 #[test]

@@ -104,15 +104,20 @@ pub unsafe extern "C" fn la_objopen(map: *const LinkMap, lmid: isize, _cookie: *
 pub unsafe extern "C" fn la_symbind64(
     sym: *const Elf64Sym,
     _ndx: u32,
-    _refcook: *mut usize,
-    _defcook: *mut usize,
+    refcook: *mut usize,
+    defcook: *mut usize,
     flags: *mut u32,
     _symname: *const c_char,
 ) -> usize {
     // SAFETY: ld.so passes a symbol whose st_value holds the resolved run-time address, and its flags.
     let (target, kind, flags) = unsafe { ((*sym).st_value as usize, (*sym).st_info & 0xf, *flags) };
     let entry = COUNT_ENTRY.load(Ordering::Acquire);
+    // The cookies are the two modules' own audit slots: the same slot means a module binding a symbol it
+    // defines itself (a call to one of its interposable functions). Such a call never leaves its module, and
+    // the count of a PLT-counted function is the calls that entered it from outside (libLLVM's calls to its
+    // own exported functions would otherwise be most of what rustc's PLT counting costs).
     if flags & (LA_SYMB_DLSYM | LA_SYMB_DLVSYM) != 0
+        || refcook == defcook
         || entry == 0
         || target == 0
         || !(kind == STT_FUNC || kind == STT_GNU_IFUNC)
