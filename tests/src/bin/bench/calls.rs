@@ -89,7 +89,7 @@ pub struct Spread {
 }
 
 impl Spread {
-    fn of(values: &[f64]) -> Spread {
+    pub fn of(values: &[f64]) -> Spread {
         let mut v = values.to_vec();
         v.sort_by(f64::total_cmp);
         if v.is_empty() {
@@ -107,7 +107,7 @@ impl Spread {
     }
 
     /// "2.31 (2.10–2.52)".
-    fn show(&self) -> String {
+    pub fn show(&self) -> String {
         format!("{:.2} ({:.2}–{:.2})", self.median, self.min, self.max)
     }
 }

@@ -119,13 +119,25 @@ pub fn run_once(inv: &Invocation) -> Result<RunFigures, String> {
 /// Runs every invocation `runs` times, interleaved (a, b, c, a, b, c, ...) so that the machine's drifting load
 /// affects all of them alike, and returns the medians in the same order.
 pub fn interleaved(invs: &[Invocation], runs: usize) -> Result<Vec<Medians>, String> {
+    Ok(interleaved_figures(invs, runs)?
+        .iter()
+        .map(|figs| medians(figs))
+        .collect())
+}
+
+/// Every figure of `runs` interleaved rounds (each round runs every invocation once, in order): one vector per
+/// invocation, indexed by round, so that figures of one round can be paired.
+pub fn interleaved_figures(
+    invs: &[Invocation],
+    runs: usize,
+) -> Result<Vec<Vec<RunFigures>>, String> {
     let mut all: Vec<Vec<RunFigures>> = vec![Vec::new(); invs.len()];
     for _ in 0..runs {
         for (i, inv) in invs.iter().enumerate() {
             all[i].push(run_once(inv)?);
         }
     }
-    Ok(all.into_iter().map(|figs| medians(&figs)).collect())
+    Ok(all)
 }
 
 fn medians(figs: &[RunFigures]) -> Medians {

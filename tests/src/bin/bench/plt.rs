@@ -7,8 +7,9 @@ use std::path::{Path, PathBuf};
 
 use crate::Env;
 use crate::Scale;
-use crate::measure::{Invocation, interleaved, run_once};
-use crate::report::{Section, ratio};
+use crate::calls::Spread;
+use crate::measure::{Invocation, interleaved_figures, run_once};
+use crate::report::Section;
 
 /// The ways of running a program that the tables compare.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -220,7 +221,7 @@ fn rustc_section(env: &Env) -> Result<Section, String> {
     let rustc = real_rustc()?;
     let runs = match env.scale {
         Scale::Quick => 3,
-        _ => 9,
+        _ => 15,
     };
     let invs: Vec<Invocation> = MODES
         .iter()
@@ -246,21 +247,29 @@ fn rustc_section(env: &Env) -> Result<Section, String> {
             }
         })
         .collect();
-    let medians = interleaved(&invs, runs)?;
-    let plain = medians[Mode::Plain as usize].cpu.as_secs_f64();
+    let figures = interleaved_figures(&invs, runs)?;
+    let cpu = |mode: Mode| -> Vec<f64> {
+        figures[mode as usize]
+            .iter()
+            .map(|f| f.cpu.as_secs_f64())
+            .collect()
+    };
+    let plain = cpu(Mode::Plain);
     let rows = MODES
         .iter()
         .zip(&invs)
-        .zip(&medians)
-        .map(|((mode, inv), m)| {
+        .map(|(mode, inv)| {
+            let times = cpu(*mode);
+            // Each round's run against the plain run of the same round.
+            let ratios: Vec<f64> = times.iter().zip(&plain).map(|(t, p)| t / p).collect();
             vec![
                 mode.label().to_string(),
                 inv.shell_line(),
-                format!("{:.0}", m.cpu.as_secs_f64() * 1e3),
+                format!("{:.0}", Spread::of(&times).median * 1e3),
                 if *mode == Mode::Plain {
                     String::new()
                 } else {
-                    ratio(m.cpu.as_secs_f64(), plain)
+                    Spread::of(&ratios).show()
                 },
             ]
         })
@@ -269,9 +278,9 @@ fn rustc_section(env: &Env) -> Result<Section, String> {
         title: "Call counting: rustc with LD_PROFILE=ALL and PLT counting".into(),
         intro: format!(
             "rustc `-O` compiling a generated library crate of 300 small functions (`tests/src/bin/bench/plt.rs`), \
-             median CPU time over {runs} interleaved runs."
+             median CPU time over {runs} interleaved rounds; the ratio to plain is taken within each round, median (min–max) over the rounds."
         ),
-        header: ["mode", "command", "CPU ms", "vs plain"]
+        header: ["mode", "command", "CPU ms", "vs plain (median, min–max)"]
             .iter()
             .map(|s| s.to_string())
             .collect(),
