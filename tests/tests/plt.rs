@@ -3,7 +3,7 @@
 //! counting of `-pg` code, function addresses unchanged, and calls counted when only the caller's module is
 //! selected.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use mslprof_format::model::Profile;
@@ -466,6 +466,30 @@ fn binutils(tool: &str, args: &[&std::ffi::OsStr]) -> String {
     run_ok(Command::new(tool).args(args))
 }
 
+/// Checks that `function`'s disassembly in `elf` (objdump) has an instruction `mnemonic` naming `target`
+/// (e.g. `jmp` and `<kinds_tls_add@plt>`); panics with the function's disassembly otherwise.
+fn assert_disassembly_has(elf: &Path, function: &str, mnemonic: &str, target: &str) {
+    let code = binutils(
+        "objdump",
+        &[
+            "-d".as_ref(),
+            "--no-show-raw-insn".as_ref(),
+            elf.as_os_str(),
+        ],
+    );
+    let header = format!("<{function}>:");
+    let body: Vec<&str> = code
+        .lines()
+        .skip_while(|l| !l.ends_with(&header))
+        .take_while(|l| !l.is_empty())
+        .collect();
+    assert!(
+        body.iter()
+            .any(|l| l.contains(mnemonic) && l.contains(target)),
+        "{body:#?}"
+    );
+}
+
 /// libkinds.so (-mtls-dialect=gnu2) and plt_kinds (-O2, non-PIE), both uninstrumented, with the program's
 /// output under the runtime and the audit module, which must equal the output without them.
 fn kinds_program(workspace: &Workspace) -> (PathBuf, PathBuf) {
@@ -551,25 +575,7 @@ fn a_tail_call_through_the_plt_is_counted_exactly_with_the_callers_caller() {
     let workspace = Workspace::new();
     let (_, program) = kinds_program(&workspace);
     // The fixture is what it claims: tail_hop ends with `jmp kinds_tls_add@plt`.
-    let code = binutils(
-        "objdump",
-        &[
-            "-d".as_ref(),
-            "--no-show-raw-insn".as_ref(),
-            program.as_os_str(),
-        ],
-    );
-    let tail_hop: Vec<&str> = code
-        .lines()
-        .skip_while(|l| !l.ends_with("<tail_hop>:"))
-        .take_while(|l| !l.is_empty())
-        .collect();
-    assert!(
-        tail_hop
-            .iter()
-            .any(|l| l.contains("jmp") && l.contains("<kinds_tls_add@plt>")),
-        "{tail_hop:#?}"
-    );
+    assert_disassembly_has(&program, "tail_hop", "jmp", "<kinds_tls_add@plt>");
     let arcs = kinds_graph(&workspace);
     // kinds_tls_add returns straight to tail_outer, whose call site the arc names.
     assert_eq!(
@@ -589,25 +595,7 @@ fn a_librarys_calls_through_its_own_plt_are_not_counted() {
     let workspace = Workspace::new();
     let (library, _) = kinds_program(&workspace);
     // The fixture is what it claims: kinds_self_caller calls kinds_inner through libkinds.so's PLT.
-    let code = binutils(
-        "objdump",
-        &[
-            "-d".as_ref(),
-            "--no-show-raw-insn".as_ref(),
-            library.as_os_str(),
-        ],
-    );
-    let self_caller: Vec<&str> = code
-        .lines()
-        .skip_while(|l| !l.ends_with("<kinds_self_caller>:"))
-        .take_while(|l| !l.is_empty())
-        .collect();
-    assert!(
-        self_caller
-            .iter()
-            .any(|l| l.contains("call") && l.contains("<kinds_inner@plt>")),
-        "{self_caller:#?}"
-    );
+    assert_disassembly_has(&library, "kinds_self_caller", "call", "<kinds_inner@plt>");
     let arcs = kinds_graph(&workspace);
     // The call into the library is counted; the library's 100 000 calls to itself never leave it.
     assert_eq!(
