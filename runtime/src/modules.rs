@@ -115,7 +115,7 @@ impl LiveModule {
 }
 
 /// Whether the audit module (runtime/audit/) redirects the calls into `info` through its counting stubs: the
-/// same test as its `la_objopen`, on the module's dynamic symbols in memory. Not async-signal-safe (reads the
+/// same rule as its `la_objopen` (`DynamicSymbols::plt_role`), on the module's dynamic symbols in memory. Not async-signal-safe (reads the
 /// module while it is being added, never from a handler).
 fn reached_only_through_plt(info: &ModuleInfo) -> bool {
     if info.is_vdso || info.is_dynamic_linker || info.dynamic == 0 {
@@ -129,8 +129,7 @@ fn reached_only_through_plt(info: &ModuleInfo) -> bool {
     else {
         return false;
     };
-    !symbols.imports_any(&dynsym::COUNTING_IMPORTS)
-        && symbols.defined(b"mslprof_plt_entry").is_none()
+    symbols.plt_role() == dynsym::PltRole::CountedAtThePlt
 }
 
 /// One published table.

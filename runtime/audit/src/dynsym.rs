@@ -2,7 +2,7 @@
 //!
 //! Shared by the audit module (which decides from it which bindings to redirect) and the runtime (which
 //! includes this file with `#[path]` to know which unselected modules are reached only through the audit's
-//! stubs), so that both apply the one rule of [`COUNTING_IMPORTS`]. Only `core`/`std` and raw reads: nothing
+//! stubs), so that both apply the one rule of [`DynamicSymbols::plt_role`]. Only `core`/`std` and raw reads: nothing
 //! here allocates or calls libc.
 
 use std::ffi::{CStr, c_char};
@@ -15,6 +15,22 @@ pub const COUNTING_IMPORTS: [&[u8]; 4] = [
     b"__fentry__",
     b"__cyg_profile_func_enter",
 ];
+
+/// What a module is to PLT counting, from its dynamic symbols (the vDSO, which has no file name the audit
+/// module can rely on, is told apart by the caller).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PltRole {
+    /// ld.so (it defines `_rtld_global`, whatever its file is called): nothing is redirected into or out of it.
+    DynamicLinker,
+    /// libmslprof.so (it defines `mslprof_plt_entry` and `mslprof_plt_abi`): the run-time address of its
+    /// counting entry. Its own calls are never counted and nothing is redirected into it.
+    Runtime { entry: usize },
+    /// It imports one of [`COUNTING_IMPORTS`]: mcount counts calls into it, so only its calls out go through
+    /// the stubs.
+    CountsItself,
+    /// Anything else: calls into it are counted by the audit module's stubs.
+    CountedAtThePlt,
+}
 
 /// `Elf64_Dyn`.
 #[repr(C)]
@@ -124,6 +140,24 @@ impl DynamicSymbols {
             .iter()
             .filter(|s| s.st_shndx == SHN_UNDEF && s.st_name != 0)
             .any(|s| names.contains(&self.symbol_name(s)))
+    }
+
+    /// The one rule the audit module redirects by and the runtime counts by.
+    pub fn plt_role(&self) -> PltRole {
+        if self.defined(b"_rtld_global").is_some() {
+            return PltRole::DynamicLinker;
+        }
+        if let (Some(entry), Some(_)) = (
+            self.defined(b"mslprof_plt_entry"),
+            self.defined(b"mslprof_plt_abi"),
+        ) {
+            return PltRole::Runtime { entry };
+        }
+        if self.imports_any(&COUNTING_IMPORTS) {
+            PltRole::CountsItself
+        } else {
+            PltRole::CountedAtThePlt
+        }
     }
 }
 

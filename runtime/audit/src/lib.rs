@@ -21,7 +21,7 @@ mod sys;
 use std::ffi::c_char;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use dynsym::{COUNTING_IMPORTS, Elf64Sym};
+use dynsym::{Elf64Sym, PltRole};
 use sys::{LinkMap, Module};
 
 /// The audit interface version this module implements (`LAV_CURRENT` of glibc 2.36).
@@ -75,24 +75,21 @@ pub unsafe extern "C" fn la_objopen(map: *const LinkMap, lmid: isize, _cookie: *
     let Some(module) = (unsafe { Module::from_link_map(map) }) else {
         return 0;
     };
-    // ld.so (found by its `_rtld_global`, whatever its file is called) and the vDSO.
-    let name = module.name();
-    if module.defined(b"_rtld_global").is_some() || name.starts_with(b"linux-") {
+    // The vDSO: no symbol says what it is, its name does.
+    if module.name().starts_with(b"linux-") {
         return 0;
     }
-    if let (Some(entry), Some(_)) = (
-        module.defined(b"mslprof_plt_entry"),
-        module.defined(b"mslprof_plt_abi"),
-    ) {
-        // The runtime: its own calls are never counted, and nothing is redirected into it.
-        COUNT_ENTRY.store(entry, Ordering::Release);
-        return 0;
-    }
-    if module.imports_any(&COUNTING_IMPORTS) {
+    match module.plt_role() {
+        PltRole::DynamicLinker => 0,
+        PltRole::Runtime { entry } => {
+            // The runtime: its own calls are never counted, and nothing is redirected into it.
+            COUNT_ENTRY.store(entry, Ordering::Release);
+            0
+        }
         // mcount counts calls into it already: only its calls out are redirected.
-        return LA_FLG_BINDFROM;
+        PltRole::CountsItself => LA_FLG_BINDFROM,
+        PltRole::CountedAtThePlt => LA_FLG_BINDTO | LA_FLG_BINDFROM,
     }
-    LA_FLG_BINDTO | LA_FLG_BINDFROM
 }
 
 /// Called for each `JUMP_SLOT` binding between two modules `la_objopen` accepted (and for `dlsym`): returns

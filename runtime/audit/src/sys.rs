@@ -4,7 +4,7 @@
 use std::ffi::{CStr, c_char};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::dynsym::{DynamicSymbols, Elf64Dyn};
+use crate::dynsym::{DynamicSymbols, Elf64Dyn, PltRole};
 
 /// glibc's `struct link_map`, its public head (`<link.h>`).
 #[repr(C)]
@@ -49,14 +49,9 @@ impl Module {
         self.name
     }
 
-    /// Run-time address of the symbol `name` when this module defines it.
-    pub fn defined(&self, name: &[u8]) -> Option<usize> {
-        self.symbols.defined(name)
-    }
-
-    /// True when the module imports (leaves undefined) any of `names`.
-    pub fn imports_any(&self, names: &[&[u8]]) -> bool {
-        self.symbols.imports_any(names)
+    /// What the module is to PLT counting (see [`DynamicSymbols::plt_role`]).
+    pub fn plt_role(&self) -> PltRole {
+        self.symbols.plt_role()
     }
 }
 
