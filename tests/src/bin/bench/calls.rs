@@ -225,36 +225,29 @@ impl Slopes {
             }
         };
         let (glibc, floor) = (self.of(Counter::Glibc), self.of(Counter::Floor));
+        let glibc_own = self.own(Counter::Glibc);
         [Counter::Floor, Counter::Glibc, Counter::Mslprof]
             .into_iter()
             .map(|counter| {
                 let spread = self.of(counter);
-                let mslprof = counter == Counter::Mslprof;
-                vec![
+                let own = (counter != Counter::Floor).then(|| self.own(counter));
+                // Only mslprof's row is compared: with glibc, with glibc's own share, with the floor.
+                let comparisons = match own {
+                    Some(own) if counter == Counter::Mslprof => [
+                        ratio(spread.median, glibc.median),
+                        ratio(own.median, glibc_own.median),
+                        ratio(spread.median, floor.median),
+                    ],
+                    _ => Default::default(),
+                };
+                let mut row = vec![
                     workload.to_string(),
                     counter.label().to_string(),
                     spread.show(),
-                    if counter == Counter::Floor {
-                        String::new()
-                    } else {
-                        self.own(counter).show()
-                    },
-                    if mslprof {
-                        ratio(spread.median, glibc.median)
-                    } else {
-                        String::new()
-                    },
-                    if mslprof {
-                        ratio(self.own(counter).median, self.own(Counter::Glibc).median)
-                    } else {
-                        String::new()
-                    },
-                    if mslprof {
-                        ratio(spread.median, floor.median)
-                    } else {
-                        String::new()
-                    },
-                ]
+                    own.map(|own| own.show()).unwrap_or_default(),
+                ];
+                row.extend(comparisons);
+                row
             })
             .collect()
     }
