@@ -205,6 +205,8 @@ unsafe fn fill(
     all: &[&'static LiveModule],
     sink: &mut file::FdSink,
 ) -> Result<(), i32> {
+    // Counts still held in the threads' call caches go into the arc tables first.
+    mcount::publish_cached_counts();
     // SAFETY: the caller keeps sampling quiesced.
     unsafe { build::encode(program, moment, all, sink) }.map_err(|error| match error {
         EncodeError::NoMemory => libc::ENOMEM,

@@ -5,32 +5,33 @@
 //! (`-finstrument-functions`, ordinary C calls, defined here).
 //!
 //! **Fast path.** Each thread has a two-way set-associative cache, [`FIRST_CACHE_SETS`] sets at
-//! first (header in static TLS, `x86_64::thread_cache_block`; entries in a private mapping whose
-//! pages are touched as used, unmapped at thread exit), mapping the raw pair (frompc, selfpc) to
-//! the arc's counter in the thread's own stripe of the callee module's
-//! [`ArcTable`](crate::arcs::ArcTable). A hit is handled by the assembly stub alone: a few loads
-//! and one add, the only write; nothing shared is written. A thread that owns its stripe adds with
-//! one non-locked instruction, threads beyond the 63rd alive at once (sharing the last stripe) with
-//! an atomic add. runtime/CALLCOUNTS.md goes through the stub instruction by instruction. The
-//! cache is emptied when the module table changes (load/unload: `modules::CURRENT`), the arcs are
-//! reset (fork) or counting is paused: all three change `CURRENT ^ CACHE_STATE`, the generation
-//! the cache was filled under. A cache that keeps displacing entries (a working set larger than
-//! itself) grows, up to [`MAX_CACHE_SETS`] sets.
+//! first (header in static TLS, `x86_64::thread_cache_block`; entries in a private mapping owned by the
+//! thread's slot in `cache_slots`, whose pages are touched as used), mapping the raw pair (frompc,
+//! selfpc) to the arc's counter in the thread's own stripe of the callee module's
+//! [`ArcTable`](crate::arcs::ArcTable) and to the arc's count, kept in the entry itself. A hit is
+//! handled by the assembly stub alone: a few loads and one non-locked add into the entry, on the same
+//! cache line as the compared addresses; nothing shared is written. The count reaches the counter when
+//! the entry goes (eviction, cache clear, thread exit) or a dump publishes it (`cache_slots` says how,
+//! and why no call is counted twice). runtime/CALLCOUNTS.md goes through the stub instruction by
+//! instruction. The cache is emptied (its counts flushed) when the module table changes (load/unload:
+//! `modules::CURRENT`) or counting is paused, and dropped when the arcs are reset (fork): all three
+//! change `CURRENT ^ CACHE_STATE`, the generation the cache was filled under. A cache that keeps
+//! displacing entries (a working set larger than itself) grows, up to [`MAX_CACHE_SETS`] sets.
 //!
 //! **Slow path** (cache miss): map selfpc to its module load instance; a callee in a module that
-//! LD_PROFILE did not select returns at once (remembered in the cache with the thread's sink as
-//! its counter, so the next call is cheap too), unless the call came through a PLT stub of the
-//! audit module (`LiveModule::plt_counted`) from a selected module: that arc is recorded in the
-//! callee's table all the same. The caller may be in any module (key and link-time address), or in none
-//! (`UNKNOWN_KEY`, address 0). The arc is recorded in the table and the counter cached.
+//! LD_PROFILE did not select returns at once (remembered in the cache with no counter, so the next call is
+//! cheap too), unless the call came through a PLT stub of the audit module (`LiveModule::plt_counted`)
+//! from a selected module: that arc is recorded in the callee's table all the same. The caller may be in
+//! any module (key and link-time address), or in none (`UNKNOWN_KEY`, address 0). The arc is recorded in
+//! the table and cached with its count.
 //!
-//! **Reentrancy.** The cache header holds a nesting depth and a write sequence (bumped by every
-//! top-level `record_call`; the stub checks it before and after reading an entry), and its
-//! generation is 0 while this Rust side may change the entries (see `ThreadCache`). A signal handler that interrupts `record_call` and calls instrumented code
-//! takes the slow path without touching the cache (so it cannot tear an entry the interrupted call
-//! is reading) and still counts exactly: the table is lock-free and reentrant. Nesting deeper than
-//! [`MAX_DEPTH`] (runaway recursion, e.g. when code the runtime calls is itself instrumented) is
-//! counted as dropped in the callee's table.
+//! **Reentrancy.** The cache header holds a nesting depth and a fast-path window count (non-zero while
+//! a stub is between its first look at the cache and its add), and its generation is 0 while this Rust
+//! side may change the entries (see `ThreadCache`). A signal handler that interrupts `record_call` or a
+//! stub and calls instrumented code takes the slow path without touching the cache (so it cannot move an
+//! entry the interrupted code is using) and still counts exactly, atomically in the shared stripe: the
+//! table is lock-free and reentrant. Nesting deeper than [`MAX_DEPTH`] (runaway recursion, e.g. when
+//! code the runtime calls is itself instrumented) is counted as dropped in the callee's table.
 
 use core::ffi::c_void;
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, compiler_fence};
@@ -40,7 +41,9 @@ use mslprof_format::{LinkAddress, RuntimeAddress};
 use crate::arcs;
 use crate::modules;
 use crate::sys;
+use cache_slots::{CacheEntry, CacheSlot};
 
+mod cache_slots;
 #[cfg(target_arch = "x86_64")]
 mod x86_64;
 
@@ -56,18 +59,14 @@ pub const FIRST_CACHE_SETS: usize = 1 << 12;
 /// Each growth of a thread's cache multiplies its sets by this.
 const CACHE_GROWTH: usize = 4;
 /// Times a thread's cache can grow: at most `FIRST_CACHE_SETS * 1024` sets (8 388 608 entries,
-/// 256 MiB of address space, of which only the pages used become resident). Sets follow call-site
+/// 256 MiB of address space, of which only the pages used become resident; a slot keeps every size it
+/// had, 341 MiB of address space at most). Sets follow call-site
 /// addresses (4 bytes of code per set), so that covers 16 MiB of densely calling code. A cache
 /// grows only after displacing half as many entries as it has sets, so only a thread whose hot
 /// call sites do not fit gets there.
 const CACHE_GROWTHS: usize = 5;
 /// Most sets a thread's cache can have.
 pub const MAX_CACHE_SETS: usize = FIRST_CACHE_SETS * CACHE_GROWTH.pow(CACHE_GROWTHS as u32);
-
-/// Bytes of a cache of `sets` sets.
-const fn cache_bytes(sets: usize) -> usize {
-    sets * 2 * core::mem::size_of::<CacheEntry>()
-}
 
 /// Counting state that every call checks, in one word so the fast path reads it with one load:
 /// bit 0 is set by `moncontrol(0)` (paused), bit 1 is always set (so a cache generation is never
@@ -113,8 +112,11 @@ pub fn reset_after_fork() {
     for module in modules::all() {
         module.arcs.reset();
     }
-    // SAFETY: as in `record_call`; only this (the only) thread's own header is read.
-    let cache = unsafe { &*x86_64::thread_cache_block().cast::<ThreadCache>() };
+    // SAFETY: as in `record_call`; only this (the only) thread's own header is used.
+    let cache = unsafe { &mut *x86_64::thread_cache_block().cast::<ThreadCache>() };
+    cache.generation = 0;
+    // SAFETY: a non-null `slot` points into the static slot table.
+    cache_slots::reset_after_fork(unsafe { cache.slot.as_ref() });
     let own = (cache.stripe != 0).then(|| (cache.stripe - 1) as usize);
     arcs::reset_stripes_after_fork(own);
 }
@@ -137,164 +139,127 @@ fn start_before_own_constructor() -> bool {
     unsafe { x86_64::call_preserving_vector_state(start) }
 }
 
-/// One cached arc: raw PCs and the counter (null: callee in an unprofiled module). Two of them,
-/// the ways of one set, fill one 64-byte cache line.
-#[repr(C, align(32))]
-struct CacheEntry {
-    frompc: usize,
-    selfpc: usize,
-    counter: *const AtomicU64,
-}
-
-/// The per-thread cache header, overlaid on `x86_64::thread_cache_block` (static TLS); the entries
-/// are a private mapping of [`cache_bytes`]`(sets)`, unmapped when the thread exits.
+/// The per-thread cache header, overlaid on `x86_64::thread_cache_block` (static TLS). The entries live in
+/// the thread's [`CacheSlot`] (`cache_slots`), which outlives the thread; `entries` and `set_mask` mirror
+/// the slot's current mapping for the assembly fast path.
 ///
-/// The assembly fast path only reads it. It must not use an entry that the interrupted Rust code
-/// was writing, hence `generation` is 0 (a miss) while `record_call` (top level) runs; nor one that
-/// a signal handler rewrote while it was reading it, hence `writes`, bumped by every top-level
-/// `record_call`: the fast path reads it before the entry and checks it is unchanged after loading
-/// the counter pointer, and takes the slow path otherwise.
+/// The fast path writes only `window` (around its lookup) and an entry's count. It must not use an entry
+/// that the interrupted Rust code was writing, hence `generation` is 0 (a miss) while `record_call` (top
+/// level) runs. And the Rust code must not rewrite an entry that an interrupted fast path has matched and
+/// is about to add to, hence `window`: a `record_call` that finds it non-zero interrupted a fast path (it
+/// runs in a signal handler) and counts without touching the cache, as a nested call does.
 #[repr(C)]
 struct ThreadCache {
     /// `modules::CURRENT ^ CACHE_STATE` the entries were made under. 0 (which no generation is) while
     /// the Rust side may be changing the entries, and while there are none: the fast path then misses.
     generation: usize,
-    /// Bumped by every `record_call` at the top level; see above.
-    writes: u32,
+    /// Fast paths of this thread between their first and last access to the cache (incremented and
+    /// decremented by the stub: non-zero only in a signal handler that interrupted one).
+    window: u32,
     /// Nesting depth of `record_call` on this thread.
     depth: u32,
-    /// `2 * (set_mask + 1)` entries, or null (not mapped yet, or mapping failed: no caching).
+    /// The slot's current mapping: `2 * (set_mask + 1)` entries, or null (none yet, or none to be had).
     entries: *mut CacheEntry,
     /// Sets − 1 (a power of two − 1).
     set_mask: u32,
-    /// True when this thread shares its stripe (atomic adds needed).
+    /// True when this thread shares its stripe (entries hold deltas, added atomically).
     shared_stripe: bool,
-    /// True once the thread's cache was released at thread exit: never map another.
+    /// True once the thread's cache was released at thread exit (or could not be had): never claim another.
     released: bool,
     _reserved: [u8; 2],
     /// Stripe + 1 (0 = unassigned).
     stripe: u32,
-    /// Valid entries displaced since the cache was mapped or last grew.
+    /// Valid entries displaced since the cache was claimed or last grew.
     evictions: u32,
-    /// The smaller mappings this cache had before it grew (their pages discarded), unmapped at
-    /// thread exit: a signal handler may grow the cache while the interrupted fast path is
-    /// reading the old entries, which must stay mapped.
-    retired: [*mut CacheEntry; CACHE_GROWTHS],
-    /// Where cached calls of unprofiled callees are added (and never read), so that the fast path
-    /// needs no null test: entries of such pairs point here.
-    unprofiled_sink: AtomicU64,
+    /// The thread's slot (null: none claimed yet).
+    slot: *const CacheSlot,
 }
 
 impl ThreadCache {
-    /// The entries, mapping them on first use. Empty when they cannot be had.
-    fn entries(&mut self) -> &mut [CacheEntry] {
-        if self.entries.is_null() && !self.released {
-            if let Some(base) = sys::map_zeroed(cache_bytes(FIRST_CACHE_SETS)) {
-                self.entries = base.cast();
-                self.set_mask = (FIRST_CACHE_SETS - 1) as u32;
-                register_thread_exit(base);
-            } else {
-                self.released = true;
+    /// The thread's slot, claimed (with a mapping) on first use. `None` when none can be had: the thread
+    /// then counts every call on the slow path.
+    fn slot(&mut self) -> Option<&'static CacheSlot> {
+        if self.slot.is_null() && !self.released {
+            match cache_slots::claim() {
+                Some(slot) => {
+                    self.slot = slot;
+                    self.mirror(slot);
+                    register_thread_exit(slot as *const CacheSlot as *mut u8);
+                }
+                None => self.released = true,
             }
         }
-        if self.entries.is_null() {
-            return &mut [];
-        }
-        // SAFETY: `entries` is this thread's private mapping of `sets()` zero-initialised sets
-        // (all-zero is a valid CacheEntry), unmapped only by the thread-exit destructor after it
-        // cleared the pointer.
-        unsafe { core::slice::from_raw_parts_mut(self.entries, self.sets() * 2) }
+        // SAFETY: a non-null `slot` points into the static slot table.
+        unsafe { self.slot.as_ref() }
+    }
+
+    /// Copies the slot's current mapping into the header (for the fast path).
+    fn mirror(&mut self, slot: &CacheSlot) {
+        let (entries, level) = slot.mapping();
+        self.entries = entries;
+        self.set_mask = (cache_slots::level_entries(level) / 2 - 1) as u32;
     }
 
     fn sets(&self) -> usize {
         self.set_mask as usize + 1
     }
 
-    /// Forgets every entry (the pages go back to the kernel and read as zero).
-    fn clear(&mut self) {
-        if !self.entries.is_null() {
-            sys::discard(self.entries.cast(), cache_bytes(self.sets()));
-        }
-    }
-
     /// Counts a displaced entry; once a cache has displaced an eighth as many entries as it has sets, the
-    /// thread's working set does not fit: replaces it with one [`CACHE_GROWTH`] times larger
-    /// (empty; it fills on the next misses). The old mapping's pages are discarded at once, the
-    /// mapping itself is kept until thread exit (see `retired`).
-    fn count_eviction(&mut self) {
+    /// thread's working set does not fit: the slot moves to a mapping [`CACHE_GROWTH`] times larger (empty;
+    /// it fills on the next misses), the old entries' counts flushed.
+    fn count_eviction(&mut self, slot: &CacheSlot) {
         self.evictions = self.evictions.saturating_add(1);
         let sets = self.sets();
-        if (self.evictions as usize) < sets / 8 || sets >= MAX_CACHE_SETS || self.entries.is_null()
-        {
+        if (self.evictions as usize) < sets / 8 || sets >= MAX_CACHE_SETS {
             return;
         }
         self.evictions = 0;
-        let growth = (sets / FIRST_CACHE_SETS).ilog2() as usize / CACHE_GROWTH.ilog2() as usize;
-        let larger = sets * CACHE_GROWTH;
-        let (Some(slot), Some(base)) = (
-            self.retired.get(growth),
-            sys::map_zeroed(cache_bytes(larger)),
-        ) else {
-            return;
-        };
-        debug_assert!(slot.is_null());
-        sys::prefer_huge_pages(base, cache_bytes(larger));
-        let old = self.entries;
-        sys::discard(old.cast(), cache_bytes(sets));
-        self.retired[growth] = old;
-        self.entries = base.cast();
-        self.set_mask = (larger - 1) as u32;
+        if slot.grow() {
+            self.mirror(slot);
+        }
     }
 }
 
 static THREAD_EXIT_KEY: std::sync::OnceLock<Option<libc::pthread_key_t>> =
     std::sync::OnceLock::new();
 
-/// Makes the thread's exit unmap its cache (`pthread_key_create` once, `pthread_setspecific` per
-/// thread).
-fn register_thread_exit(base: *mut u8) {
+/// Makes the thread's exit flush and give back its cache (`pthread_key_create` once,
+/// `pthread_setspecific` per thread).
+fn register_thread_exit(value: *mut u8) {
     let key = THREAD_EXIT_KEY.get_or_init(|| sys::create_thread_key(release_thread_cache));
     if let Some(key) = *key {
-        sys::set_thread_value(key, base as usize);
+        sys::set_thread_value(key, value as usize);
     }
 }
 
-/// Thread-exit destructor: clears this thread's pointer first (instrumented code may still run
-/// in later destructors on this thread), then unmaps the entries and the retired mappings.
-unsafe extern "C" fn release_thread_cache(_first_mapping: *mut libc::c_void) {
+/// Thread-exit destructor: flushes this thread's cached counts into its stripe, then gives the stripe and
+/// the slot back. Instrumented code may still run in later destructors on this thread: it counts on the
+/// slow path, atomically, in the shared stripe.
+unsafe extern "C" fn release_thread_cache(_slot: *mut libc::c_void) {
     let cache = x86_64::thread_cache_block().cast::<ThreadCache>();
-    // SAFETY: the exiting thread's own header; a signal handler running now sees `depth` as usual
-    // and, once the pointer is null, never touches the entries.
+    // SAFETY: the exiting thread's own header. A signal handler running meanwhile sees `depth` and
+    // counts without the cache.
     let cache = unsafe { &mut *cache };
-    let entries = cache.entries;
-    let sets = cache.sets();
+    let depth = core::mem::replace(&mut cache.depth, 1);
     cache.generation = 0;
+    compiler_fence(Ordering::SeqCst);
+    // SAFETY: a non-null `slot` points into the static slot table.
+    if let Some(slot) = unsafe { cache.slot.as_ref() } {
+        slot.begin_write();
+        slot.empty(true);
+        slot.end_write();
+        slot.release();
+    }
+    cache.slot = core::ptr::null();
     cache.entries = core::ptr::null_mut();
     cache.released = true;
-    // Calls this thread still makes (later destructors) add atomically to the shared stripe; its
-    // own goes back to the pool for the next thread.
     let stripe = core::mem::replace(&mut cache.stripe, arcs::SHARED_STRIPE as u32 + 1);
     cache.shared_stripe = true;
     compiler_fence(Ordering::SeqCst);
     if stripe != 0 {
         arcs::release_stripe((stripe - 1) as usize);
     }
-    if !entries.is_null() {
-        // SAFETY: `entries` is this thread's current mapping of `sets` sets; the only pointer to
-        // it was just cleared.
-        unsafe { sys::unmap(entries.cast(), cache_bytes(sets)) };
-    }
-    let mut retired_sets = FIRST_CACHE_SETS;
-    for retired in &mut cache.retired {
-        let base = core::mem::replace(retired, core::ptr::null_mut());
-        if !base.is_null() {
-            // SAFETY: retired mapping number i had FIRST_CACHE_SETS * CACHE_GROWTH^i sets; nothing
-            // reads it any more (it was replaced before, and the fast path of this thread no
-            // longer runs on a released cache).
-            unsafe { sys::unmap(base.cast(), cache_bytes(retired_sets)) };
-        }
-        retired_sets *= CACHE_GROWTH;
-    }
+    cache.depth = depth;
 }
 
 /// Sets of the calling thread's call cache (0 before its first counted call or after its release).
@@ -306,6 +271,33 @@ pub fn thread_cache_sets() -> usize {
     } else {
         cache.sets()
     }
+}
+
+/// Makes every count the call caches hold visible in the arc tables, for a dump: the calling thread's own
+/// cache is flushed and emptied (unless this runs in a signal handler that interrupted the cache's
+/// code), and the running totals of every other thread's cache are published (`cache_slots`). Calls a
+/// running thread makes meanwhile may or may not be in the dump; none is counted twice. Async-signal-safe.
+pub fn publish_cached_counts() {
+    // SAFETY: as in `record_call`.
+    let cache = unsafe { &mut *x86_64::thread_cache_block().cast::<ThreadCache>() };
+    // SAFETY: a non-null `slot` points into the static slot table.
+    let own = unsafe { cache.slot.as_ref() };
+    let mut flushed = None;
+    if let Some(slot) = own
+        && cache.depth == 0
+        && cache.window == 0
+    {
+        cache.depth = 1;
+        cache.generation = 0;
+        compiler_fence(Ordering::SeqCst);
+        slot.begin_write();
+        slot.empty(true);
+        slot.end_write();
+        compiler_fence(Ordering::SeqCst);
+        cache.depth = 0;
+        flushed = Some(slot);
+    }
+    cache_slots::publish_all(flushed);
 }
 
 #[inline(always)]
@@ -324,90 +316,97 @@ pub extern "C" fn record_call(frompc: usize, selfpc: usize) {
     }
     let cache = x86_64::thread_cache_block().cast::<ThreadCache>();
     // SAFETY: the block is this thread's own, zero-initialised (a valid ThreadCache: integers,
-    // false, null pointers), aligned and large enough (checked above). Only this thread touches
-    // it; a signal handler on this thread sees `depth != 0` and stays away from the entries.
+    // false, null pointers), aligned and large enough (checked in `x86_64`). Only this thread touches
+    // it; a signal handler on this thread sees `depth` or `window` non-zero and stays away from the
+    // entries.
     let cache = unsafe { &mut *cache };
-    let depth = cache.depth;
-    if depth != 0 {
-        record_nested(cache, depth, frompc, selfpc);
+    if cache.depth != 0 || cache.window != 0 {
+        record_nested(cache, frompc, selfpc);
         return;
     }
     cache.depth = 1;
-    cache.writes = cache.writes.wrapping_add(1);
     // While this runs, a signal handler's fast path must not read the entries: it misses and its
     // call, nested, is counted without the cache.
     let made_under = core::mem::replace(&mut cache.generation, 0);
     compiler_fence(Ordering::SeqCst);
     // Never 0 (STATE_FIXED; the table pointer is aligned), so a zeroed cache is always stale.
     let generation = modules::generation() ^ state;
-    if made_under != generation {
-        cache.clear();
-    }
-    // Maps the entries on first use, which sets the mask.
-    cache.entries();
-    let index = cache_index(frompc, selfpc, cache.set_mask);
-    let shared = cache.shared_stripe;
-    let cached = cache
-        .entries()
-        .get(index..index + 2)
-        .and_then(|ways| {
-            ways.iter()
-                .find(|entry| entry.frompc == frompc && entry.selfpc == selfpc)
-        })
-        .map(|entry| entry.counter);
-    match cached {
-        // Cached counters stay valid: the generation check above dropped entries made before the
-        // last module-table change or reset.
-        Some(counter) => {
-            if let Some(counter) = unsafe_counter(counter) {
-                increment(counter, shared);
-            }
+    let slot = cache.slot();
+    if let Some(slot) = slot {
+        slot.begin_write();
+        if made_under != generation {
+            slot.empty(true);
         }
-        None => {
-            let stripe = thread_stripe(cache);
-            let counter = record_uncached(stripe, frompc, selfpc, true);
-            if let Some(counter) = counter
-                && let Some(counter) = unsafe_counter(counter)
-            {
-                increment(counter, cache.shared_stripe);
-            }
-            // An unprofiled callee's entry points at the thread's sink, never null (see `ThreadCache`).
-            let counter = counter.map(|c| {
-                if c.is_null() {
-                    &cache.unprofiled_sink as *const AtomicU64
-                } else {
-                    c
-                }
-            });
-            if let (Some(counter), Some([first, second])) =
-                (counter, cache.entries().get_mut(index..index + 2))
-            {
-                // The newest arc takes the first way, the one it displaces the second.
-                let displaced = second.selfpc != 0;
-                second.frompc = first.frompc;
-                second.selfpc = first.selfpc;
-                second.counter = first.counter;
-                first.frompc = frompc;
-                first.selfpc = selfpc;
-                first.counter = counter;
-                if displaced {
-                    cache.count_eviction();
-                }
-            }
-        }
-    }
-    compiler_fence(Ordering::SeqCst);
-    cache.writes = cache.writes.wrapping_add(1);
-    // Only entries that exist may be read by the fast path.
-    if !cache.entries.is_null() {
+        record_cached(cache, slot, frompc, selfpc);
+        slot.end_write();
+        compiler_fence(Ordering::SeqCst);
         cache.generation = generation;
+    } else if let Some(counted) = record_uncached(thread_stripe(cache), frompc, selfpc, true)
+        && let Some(counter) = unsafe_counter(counted.counter)
+    {
+        counter.fetch_add(1, Ordering::Relaxed);
     }
     cache.depth = 0;
 }
 
-/// The slow path of a call nested in another (a signal handler): count without the cache.
+/// The cache part of [`record_call`]: counts the call in its entry, making the entry on a miss (the newest
+/// arc takes the set's first way, the one it displaces the second, whose count is flushed).
+fn record_cached(cache: &mut ThreadCache, slot: &CacheSlot, frompc: usize, selfpc: usize) {
+    let index = cache_index(frompc, selfpc, cache.set_mask);
+    let Some([first, second]) = slot.entries().get(index..index + 2) else {
+        return;
+    };
+    let hit = [first, second].into_iter().find(|entry| {
+        entry.frompc.load(Ordering::Relaxed) == frompc
+            && entry.selfpc.load(Ordering::Relaxed) == selfpc
+    });
+    if let Some(entry) = hit {
+        entry.count.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    let shared = cache.shared_stripe;
+    let stripe = thread_stripe(cache);
+    let Some(counted) = record_uncached(stripe, frompc, selfpc, true) else {
+        return;
+    };
+    // A running total starts from what the thread's stripe holds (see `cache_slots`); a delta from 0.
+    let delta = shared || counted.shared_arc;
+    let (counter, count) = match unsafe_counter(counted.counter) {
+        None => (0, 0),
+        Some(_) if delta => (counted.counter as usize | cache_slots::DELTA, 1),
+        Some(counter) => (
+            counted.counter as usize,
+            counter.load(Ordering::Relaxed).wrapping_add(1),
+        ),
+    };
+    let displaced = second.selfpc.load(Ordering::Relaxed) != 0;
+    cache_slots::flush(second);
+    for (to, from) in [
+        (&second.frompc, &first.frompc),
+        (&second.selfpc, &first.selfpc),
+        (&second.counter, &first.counter),
+    ] {
+        to.store(from.load(Ordering::Relaxed), Ordering::Relaxed);
+    }
+    second
+        .count
+        .store(first.count.load(Ordering::Relaxed), Ordering::Relaxed);
+    first.frompc.store(frompc, Ordering::Relaxed);
+    first.selfpc.store(selfpc, Ordering::Relaxed);
+    first.counter.store(counter, Ordering::Relaxed);
+    first.count.store(count, Ordering::Relaxed);
+    slot.touch(index);
+    if displaced {
+        cache.count_eviction(slot);
+    }
+}
+
+/// The slow path of a call nested in another (a signal handler that interrupted `record_call` or a fast
+/// path): counts without the cache, atomically in the shared stripe (the interrupted code may be about to
+/// store the thread's own stripe).
 #[cold]
-fn record_nested(cache: &mut ThreadCache, depth: u32, frompc: usize, selfpc: usize) {
+fn record_nested(cache: &mut ThreadCache, frompc: usize, selfpc: usize) {
+    let depth = cache.depth;
     if depth >= MAX_DEPTH {
         if let Some(callee) = modules::find_address(RuntimeAddress::from_usize(selfpc))
             && callee.profiled
@@ -418,12 +417,10 @@ fn record_nested(cache: &mut ThreadCache, depth: u32, frompc: usize, selfpc: usi
     }
     cache.depth = depth + 1;
     compiler_fence(Ordering::SeqCst);
-    let stripe = thread_stripe(cache);
-    if let Some(counter) = record_uncached(stripe, frompc, selfpc, false)
-        && let Some(counter) = unsafe_counter(counter)
+    if let Some(counted) = record_uncached(arcs::SHARED_STRIPE, frompc, selfpc, false)
+        && let Some(counter) = unsafe_counter(counted.counter)
     {
-        // The interrupted code's own add is one instruction, which a signal cannot split.
-        increment(counter, cache.shared_stripe);
+        counter.fetch_add(1, Ordering::Relaxed);
     }
     compiler_fence(Ordering::SeqCst);
     cache.depth = depth;
@@ -440,19 +437,17 @@ fn thread_stripe(cache: &mut ThreadCache) -> usize {
 
 /// The counter behind a pointer returned by [`record_uncached`] (null: unprofiled callee).
 fn unsafe_counter(counter: *const AtomicU64) -> Option<&'static AtomicU64> {
-    // SAFETY: non-null pointers from `record_uncached` point into arc tables of leaked
-    // LiveModules, valid for the rest of the process; cached ones may also be the calling thread's
-    // `unprofiled_sink`, valid while the thread runs (the reference does not outlive this call).
+    // SAFETY: non-null pointers from `record_uncached` point into arc tables of leaked LiveModules,
+    // valid for the rest of the process.
     unsafe { counter.as_ref() }
 }
 
-#[inline(always)]
-fn increment(counter: &AtomicU64, shared: bool) {
-    if shared {
-        counter.fetch_add(1, Ordering::Relaxed);
-    } else {
-        x86_64::increment_unshared(counter);
-    }
+/// What [`record_uncached`] found for a call.
+struct Counted {
+    /// The arc's counter in the stripe asked for; null when the callee's module is not profiled.
+    counter: *const AtomicU64,
+    /// The caller is in no module: calls from many return addresses share this arc (and its counter).
+    shared_arc: bool,
 }
 
 /// Maps the PCs to modules and finds (or inserts) the arc; the caller adds the call. Returns the
@@ -468,7 +463,7 @@ fn record_uncached(
     frompc: usize,
     selfpc: usize,
     top_level: bool,
-) -> Option<*const AtomicU64> {
+) -> Option<Counted> {
     // The stubs' raw PCs become typed here, the one boundary.
     let (frompc, selfpc) = (
         RuntimeAddress::from_usize(frompc),
@@ -481,8 +476,12 @@ fn record_uncached(
                 .flatten()
         })
         .or_else(|| modules::module_loaded_during_open(selfpc))?;
+    let unprofiled = Counted {
+        counter: core::ptr::null(),
+        shared_arc: false,
+    };
     if !callee.profiled && !callee.plt_counted {
-        return Some(core::ptr::null());
+        return Some(unprofiled);
     }
     // Most calls come from the callee's own module: no table search for those.
     let caller = if callee.contains_address(frompc) {
@@ -493,7 +492,7 @@ fn record_uncached(
     // A module LD_PROFILE did not select, reached through a PLT stub: counted only when the caller's module is
     // selected, so that a selected module's calls out into libraries are counted.
     if !callee.profiled && !caller.is_some_and(|caller| caller.profiled) {
-        return Some(core::ptr::null());
+        return Some(unprofiled);
     }
     let (caller_key, caller_addr) = match caller {
         Some(caller) => (caller.key, caller.link_address(frompc)),
@@ -502,7 +501,10 @@ fn record_uncached(
     callee
         .arcs
         .counter(stripe, caller_key, caller_addr, callee.link_address(selfpc))
-        .map(|counter| counter as *const AtomicU64)
+        .map(|counter| Counted {
+            counter,
+            shared_arc: caller.is_none(),
+        })
 }
 
 /// `-finstrument-functions`: called on entry of every instrumented function with its address and

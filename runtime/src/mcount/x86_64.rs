@@ -66,30 +66,31 @@ macro_rules! mcount_stub {
     };
 }
 
-/// The fast path shared by the exported stubs: with rax, rcx and rdx saved (pushed) and r11 used as
-/// scratch (as glibc's `_mcount` does: no compiler keeps a value in r11 across the profiling call), look
-/// the (frompc, selfpc) pair up in this thread's call cache and add 1 to the cached counter. It writes
-/// nothing but the counter. Anything else (cache miss, stale generation, paused, a call made while the
-/// Rust side of this thread changes the entries, the entries rewritten by a signal handler meanwhile)
+/// The fast path shared by the exported stubs: with rax and rdx saved (pushed) and r11 used as scratch
+/// (as glibc's `_mcount` does: no compiler keeps a value in r11 across the profiling call), look the
+/// (frompc, selfpc) pair up in this thread's call cache and add 1 to the count kept in the entry. It
+/// writes nothing but that count and the header's window count around it. Anything else (cache miss,
+/// stale generation, paused, a call made while the Rust side of this thread changes the entries)
 /// restores the registers and jumps to the full stub, which saves everything and calls Rust.
 /// runtime/CALLCOUNTS.md explains it instruction by instruction.
 ///
+/// `$frompc` and `$selfpc` are memory operands (rsp-relative ones as seen after the two pushes).
+///
 /// Cache layout (`mcount::ThreadCache`): generation at 0 (0 while the Rust side changes the entries, or
-/// before they exist), write sequence (u32) at 8, pointer to the entries at 16, set mask (u32) at 24,
-/// shared-stripe flag (u8) at 28; sets of two 32-byte entries (frompc, selfpc, counter). The set of a
-/// pair is `(frompc >> 2) + bit 4 of selfpc`, masked: the call sites of a program, executed in address
-/// order, walk the cache in address order too (the stub prefetches the set eight lines ahead), and the two
-/// sets an indirect call site's callees spread over give it four ways.
+/// before they exist), window count (u32) at 8, pointer to the entries at 16, set mask (u32) at 24; sets
+/// of two 32-byte entries (frompc, selfpc, counter, count). The set of a pair is `(frompc >> 2) + bit 4
+/// of selfpc`, masked: the call sites of a program, executed in address order, walk the cache in address
+/// order too (the stub prefetches the set eight lines ahead), and the two sets an indirect call site's
+/// callees spread over give it four ways.
 macro_rules! mcount_fast_path {
     ($frompc:literal, $selfpc:literal, $slow:path) => {
         core::arch::naked_asm!(
             "push rax",
-            "push rcx",
             "push rdx",
             "mov r11, qword ptr [rip + mslprof_thread_cache@GOTTPOFF]",
+            "add dword ptr fs:[r11 + 8], 1",
             "mov rax, qword ptr [rip + {table}]",
             "xor rax, qword ptr [rip + {state}]",
-            "mov ecx, dword ptr fs:[r11 + 8]",
             "cmp qword ptr fs:[r11], rax",
             "jne 2f",
             concat!("mov rdx, ", $frompc),
@@ -106,21 +107,10 @@ macro_rules! mcount_fast_path {
             concat!("mov rdx, ", $selfpc),
             "cmp qword ptr [rax + 8], rdx",
             "jne 5f",
-            "mov rax, qword ptr [rax + 16]",
+            "add qword ptr [rax + 24], 1",
             "6:",
-            "cmp dword ptr fs:[r11 + 8], ecx",
-            "jne 2f",
-            "cmp byte ptr fs:[r11 + 28], 0",
-            "jne 4f",
-            "add qword ptr [rax], 1",
+            "sub dword ptr fs:[r11 + 8], 1",
             "pop rdx",
-            "pop rcx",
-            "pop rax",
-            "ret",
-            "4:",
-            "lock add qword ptr [rax], 1",
-            "pop rdx",
-            "pop rcx",
             "pop rax",
             "ret",
             // Second way of the set.
@@ -131,12 +121,12 @@ macro_rules! mcount_fast_path {
             concat!("mov rdx, ", $selfpc),
             "cmp qword ptr [rax + 40], rdx",
             "jne 2f",
-            "mov rax, qword ptr [rax + 48]",
+            "add qword ptr [rax + 56], 1",
             "jmp 6b",
             // Miss: leave the cache to the Rust side.
             "2:",
+            "sub dword ptr fs:[r11 + 8], 1",
             "pop rdx",
-            "pop rcx",
             "pop rax",
             "jmp {slow}",
             state = sym super::CACHE_STATE,
@@ -157,8 +147,8 @@ macro_rules! mcount_fast_path {
 #[unsafe(naked)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mcount() {
-    // After the three pushes: [rsp + 24] = selfpc; [rbp + 8] = frompc.
-    mcount_fast_path!("qword ptr [rbp + 8]", "qword ptr [rsp + 24]", mcount_slow)
+    // After the two pushes: [rsp + 16] = selfpc; [rbp + 8] = frompc.
+    mcount_fast_path!("qword ptr [rbp + 8]", "qword ptr [rsp + 16]", mcount_slow)
 }
 
 /// The other name of [`mcount`] (glibc exports both; some compilers call `_mcount`).
@@ -169,7 +159,7 @@ pub unsafe extern "C" fn mcount() {
 #[unsafe(naked)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn _mcount() {
-    mcount_fast_path!("qword ptr [rbp + 8]", "qword ptr [rsp + 24]", mcount_slow)
+    mcount_fast_path!("qword ptr [rbp + 8]", "qword ptr [rsp + 16]", mcount_slow)
 }
 
 /// `-pg -mfentry` calls this as the first instruction of the instrumented function, before its
@@ -182,8 +172,8 @@ pub unsafe extern "C" fn _mcount() {
 #[unsafe(naked)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn __fentry__() {
-    // After the three pushes: [rsp + 24] = selfpc, [rsp + 32] = frompc.
-    mcount_fast_path!("qword ptr [rsp + 32]", "qword ptr [rsp + 24]", fentry_slow)
+    // After the two pushes: [rsp + 16] = selfpc, [rsp + 24] = frompc.
+    mcount_fast_path!("qword ptr [rsp + 24]", "qword ptr [rsp + 16]", fentry_slow)
 }
 
 /// Slow path of [`mcount`]: entered by a jump with the original registers and stack.
@@ -245,23 +235,6 @@ pub fn thread_cache_block() -> *mut u8 {
         );
     }
     address as *mut u8
-}
-
-/// Adds 1 to `counter` with one non-locked instruction. A signal on the calling thread cannot
-/// split it, but another core can: only for counters no other thread writes.
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-pub fn increment_unshared(counter: &core::sync::atomic::AtomicU64) {
-    // SAFETY: `counter` is a valid, aligned u64; the add is one instruction on memory that the
-    // caller guarantees no other thread writes, and readers on other cores see the old or the new
-    // value (aligned 8-byte accesses are atomic on x86_64).
-    unsafe {
-        core::arch::asm!(
-            "add qword ptr [{counter}], 1",
-            counter = in(reg) counter.as_ptr(),
-            options(nostack),
-        );
-    }
 }
 
 /// Calls `start` (the runtime's start-up, from the first `mcount` of a process whose other
@@ -327,11 +300,13 @@ pub unsafe extern "C" fn call_preserving_vector_state(start: extern "C" fn() -> 
 const _: () = {
     assert!(core::mem::size_of::<ThreadCache>() <= THREAD_CACHE_BYTES);
     assert!(core::mem::offset_of!(ThreadCache, generation) == 0);
-    assert!(core::mem::offset_of!(ThreadCache, writes) == 8);
+    assert!(core::mem::offset_of!(ThreadCache, window) == 8);
     assert!(core::mem::offset_of!(ThreadCache, entries) == 16);
     assert!(core::mem::offset_of!(ThreadCache, set_mask) == 24);
-    assert!(core::mem::offset_of!(ThreadCache, shared_stripe) == 28);
     assert!(core::mem::size_of::<CacheEntry>() == 32);
+    assert!(core::mem::offset_of!(CacheEntry, frompc) == 0);
+    assert!(core::mem::offset_of!(CacheEntry, selfpc) == 8);
+    assert!(core::mem::offset_of!(CacheEntry, count) == 24);
 };
 
 /// Entry of the PLT-counting stubs of libmslprof_audit.so (runtime/audit/). A stub runs `push callee;
@@ -345,8 +320,8 @@ const _: () = {
 #[unsafe(naked)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mslprof_plt_entry() {
-    // After the three pushes: [rsp + 32] = selfpc, [rsp + 40] = frompc.
-    mcount_fast_path!("qword ptr [rsp + 40]", "qword ptr [rsp + 32]", plt_slow)
+    // After the two pushes: [rsp + 24] = selfpc, [rsp + 32] = frompc.
+    mcount_fast_path!("qword ptr [rsp + 32]", "qword ptr [rsp + 24]", plt_slow)
 }
 
 /// Slow path of [`mslprof_plt_entry`]: entered by a jump with the original registers and stack.

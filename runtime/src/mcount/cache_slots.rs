@@ -1,0 +1,340 @@
+//! The lasting half of the per-thread call caches: a fixed table of [`CacheSlot`]s, one claimed by each
+//! thread that counts calls. A slot owns the thread's entry mappings (never unmapped: a dump on another
+//! thread may be reading them, and the slot's next owner reuses them), a bitmap of the chunks that hold
+//! entries, and the write sequence under which another thread (the dump) reads them.
+//!
+//! A cache entry keeps its arc's count itself ([`CacheEntry::count`]), so a call that hits the cache touches
+//! one cache line. What the count means depends on the entry ([`CacheEntry::counter`]):
+//! - **a running total** (the thread owns its counter stripe and the arc's caller is known, so no other
+//!   entry anywhere holds the same counter): the arc's count in the thread's stripe, calls since the entry
+//!   was made included. Storing it into the counter ([`flush`]) publishes it, and reading it from another
+//!   thread (`publish`) can only raise the counter to a value it really had: the dump takes the larger.
+//! - **a delta** (tagged [`DELTA`]: the thread shares the last stripe, or the caller is in no module so
+//!   many call sites share the arc): calls not yet added to the counter, added when the entry goes. The
+//!   dump sees a delta only once it is added: at eviction, a cache clear, thread exit, or the dumping
+//!   thread's own flush.
+
+use core::sync::atomic::{
+    AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
+};
+
+use crate::sys;
+
+/// Slots in the table: threads beyond this many alive at once count without a cache (every call takes
+/// the slow path, still exactly).
+pub const MAX_SLOTS: usize = 1024;
+
+/// Entries per chunk of a cache mapping (64 KiB): the unit of the touched bitmap, of flushing and of
+/// giving pages back.
+pub const CHUNK_ENTRIES: usize = 2048;
+
+/// Mapping sizes a slot can have: the first and each growth.
+pub const LEVELS: usize = super::CACHE_GROWTHS + 1;
+
+/// Entries of the largest mapping.
+const MAX_ENTRIES: usize = super::MAX_CACHE_SETS * 2;
+/// Words of the touched bitmap (one bit per chunk of the largest mapping).
+const TOUCHED_WORDS: usize = MAX_ENTRIES / CHUNK_ENTRIES / 64;
+
+/// Tag bit of [`CacheEntry::counter`]: the count is a delta, not a running total.
+pub const DELTA: usize = 1;
+
+/// Rounds of waiting for another thread's cache change to end before the dump gives up on that thread
+/// (its cached counts then reach the file when it flushes them, not in this dump).
+const STABLE_READ_ROUNDS: usize = 64;
+/// Spins per round before yielding the CPU.
+const SPINS_PER_ROUND: usize = 128;
+
+/// One cached arc, 32 bytes: two of them (the ways of one set) fill a 64-byte line. The assembly fast
+/// path compares `frompc` and `selfpc` and adds 1 to `count`: it writes nothing else.
+#[repr(C, align(32))]
+pub struct CacheEntry {
+    /// Raw return address in the caller (0: empty entry).
+    pub frompc: AtomicUsize,
+    /// Raw address identifying the callee.
+    pub selfpc: AtomicUsize,
+    /// Address of the arc's counter in the callee module's table, `| DELTA` when `count` is a delta; 0
+    /// when the callee's module is not profiled (the count is then never read).
+    pub counter: AtomicUsize,
+    /// Running total or delta, as the module documentation says.
+    pub count: AtomicU64,
+}
+
+/// Entries of a mapping at growth level `level`.
+pub const fn level_entries(level: usize) -> usize {
+    super::FIRST_CACHE_SETS * 2 * super::CACHE_GROWTH.pow(level as u32)
+}
+
+const fn level_bytes(level: usize) -> usize {
+    level_entries(level) * core::mem::size_of::<CacheEntry>()
+}
+
+/// The part of a thread's call cache that outlives the thread.
+pub struct CacheSlot {
+    claimed: AtomicBool,
+    /// Odd while the owning thread changes its entries, the counters they hold or `entries`/`level`.
+    writes: AtomicU32,
+    /// The current mapping (null before the first).
+    entries: AtomicPtr<CacheEntry>,
+    /// Growth level of `entries`.
+    level: AtomicUsize,
+    /// Every mapping this slot ever had, by level: kept for the slot's next owners.
+    mappings: [AtomicPtr<CacheEntry>; LEVELS],
+    /// Bit i: chunk i of the current mapping may hold entries. Written by the owner only.
+    touched: [AtomicU64; TOUCHED_WORDS],
+}
+
+#[allow(clippy::declare_interior_mutable_const)]
+const EMPTY_SLOT: CacheSlot = CacheSlot {
+    claimed: AtomicBool::new(false),
+    writes: AtomicU32::new(0),
+    entries: AtomicPtr::new(core::ptr::null_mut()),
+    level: AtomicUsize::new(0),
+    mappings: [const { AtomicPtr::new(core::ptr::null_mut()) }; LEVELS],
+    touched: [const { AtomicU64::new(0) }; TOUCHED_WORDS],
+};
+
+static SLOTS: [CacheSlot; MAX_SLOTS] = [EMPTY_SLOT; MAX_SLOTS];
+
+/// Claims a free slot for the calling thread, with a mapping ready (the slot's largest one, or a new one
+/// of the first level). `None` if every slot is taken or nothing can be mapped.
+pub fn claim() -> Option<&'static CacheSlot> {
+    let slot = SLOTS.iter().find(|slot| {
+        !slot.claimed.load(Ordering::Relaxed)
+            && slot
+                .claimed
+                .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+    })?;
+    if slot.entries.load(Ordering::Relaxed).is_null() {
+        let Some(base) = sys::map_zeroed(level_bytes(0)) else {
+            slot.claimed.store(false, Ordering::Release);
+            return None;
+        };
+        slot.mappings[0].store(base.cast(), Ordering::Relaxed);
+        slot.begin_write();
+        slot.entries.store(base.cast(), Ordering::Relaxed);
+        slot.level.store(0, Ordering::Relaxed);
+        slot.end_write();
+    }
+    Some(slot)
+}
+
+impl CacheSlot {
+    /// Starts a change of the entries (the dump's reads made meanwhile are retried).
+    pub fn begin_write(&self) {
+        let writes = self.writes.load(Ordering::Relaxed);
+        self.writes.store(writes.wrapping_add(1), Ordering::Relaxed);
+        fence(Ordering::Release);
+    }
+
+    /// Ends the change started by [`CacheSlot::begin_write`].
+    pub fn end_write(&self) {
+        let writes = self.writes.load(Ordering::Relaxed);
+        self.writes.store(writes.wrapping_add(1), Ordering::Release);
+    }
+
+    /// The current mapping and its growth level.
+    pub fn mapping(&self) -> (*mut CacheEntry, usize) {
+        (
+            self.entries.load(Ordering::Relaxed),
+            self.level.load(Ordering::Relaxed),
+        )
+    }
+
+    /// The current mapping's entries. Owner only.
+    pub fn entries(&self) -> &[CacheEntry] {
+        let (entries, level) = self.mapping();
+        if entries.is_null() {
+            return &[];
+        }
+        // SAFETY: `entries` is this slot's mapping of `level_entries(level)` zero-initialised entries
+        // (all-zero is a valid CacheEntry: atomics), never unmapped.
+        unsafe { core::slice::from_raw_parts(entries, level_entries(level)) }
+    }
+
+    /// Notes that entry `index` of the current mapping is in use. Owner only.
+    pub fn touch(&self, index: usize) {
+        let chunk = index / CHUNK_ENTRIES;
+        if let Some(word) = self.touched.get(chunk / 64) {
+            let bit = 1u64 << (chunk % 64);
+            let bits = word.load(Ordering::Relaxed);
+            if bits & bit == 0 {
+                word.store(bits | bit, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Flushes every entry of the current mapping ([`flush`]; not when `keep_counts` is false: a forked
+    /// child drops its parent's) and gives the touched chunks' pages back (they read as zero). Owner only,
+    /// inside `begin_write`/`end_write`.
+    pub fn empty(&self, keep_counts: bool) {
+        let (entries, level) = self.mapping();
+        if entries.is_null() {
+            return;
+        }
+        let all = self.entries();
+        for (word_index, word) in self.touched.iter().enumerate() {
+            let mut bits = word.swap(0, Ordering::Relaxed);
+            while bits != 0 {
+                let chunk = word_index * 64 + bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                let start = chunk * CHUNK_ENTRIES;
+                let Some(chunk_entries) =
+                    all.get(start..(start + CHUNK_ENTRIES).min(level_entries(level)))
+                else {
+                    continue;
+                };
+                if keep_counts {
+                    chunk_entries.iter().for_each(flush);
+                }
+                sys::discard(
+                    chunk_entries.as_ptr().cast_mut().cast(),
+                    core::mem::size_of_val(chunk_entries),
+                );
+            }
+        }
+    }
+
+    /// Replaces the current mapping with the next level's, empty; the old one is flushed and emptied first.
+    /// False (nothing changed) when the slot is at its largest or the mapping cannot be had. Owner only,
+    /// inside `begin_write`/`end_write`.
+    pub fn grow(&self) -> bool {
+        let (_, level) = self.mapping();
+        let Some(next) = self.mappings.get(level + 1) else {
+            return false;
+        };
+        let mut larger = next.load(Ordering::Relaxed);
+        if larger.is_null() {
+            let Some(base) = sys::map_zeroed(level_bytes(level + 1)) else {
+                return false;
+            };
+            sys::prefer_huge_pages(base, level_bytes(level + 1));
+            larger = base.cast();
+            next.store(larger, Ordering::Relaxed);
+        }
+        self.empty(true);
+        self.entries.store(larger, Ordering::Relaxed);
+        self.level.store(level + 1, Ordering::Relaxed);
+        true
+    }
+
+    /// Gives the slot back (its owner is exiting, after emptying it) for the next thread.
+    pub fn release(&self) {
+        self.claimed.store(false, Ordering::Release);
+    }
+
+    /// Reads `read` (entries of this slot) at a moment when the owner is not changing them; `None` when
+    /// the owner stays busy (it may be the caller itself, interrupted by a signal in the middle of a change).
+    fn read_stable<T>(&self, read: impl Fn() -> T) -> Option<T> {
+        for _ in 0..STABLE_READ_ROUNDS {
+            for _ in 0..SPINS_PER_ROUND {
+                let before = self.writes.load(Ordering::Acquire);
+                if before & 1 == 0 {
+                    let value = read();
+                    fence(Ordering::Acquire);
+                    if self.writes.load(Ordering::Relaxed) == before {
+                        return Some(value);
+                    }
+                }
+                core::hint::spin_loop();
+            }
+            std::thread::yield_now();
+        }
+        None
+    }
+
+    /// Raises each counter held as a running total by this slot's entries to that total (read from another
+    /// thread, which may be running: see the module documentation). Async-signal-safe.
+    fn publish(&self) {
+        let Some((entries, level)) = self.read_stable(|| self.mapping()) else {
+            return;
+        };
+        if entries.is_null() {
+            return;
+        }
+        let count = level_entries(level);
+        for (word_index, word) in self.touched.iter().enumerate() {
+            let mut bits = word.load(Ordering::Relaxed);
+            while bits != 0 {
+                let chunk = word_index * 64 + bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                for index in chunk * CHUNK_ENTRIES..((chunk + 1) * CHUNK_ENTRIES).min(count) {
+                    // SAFETY: `index` is below the entry count of mapping `entries` (read together with
+                    // its level), which is never unmapped; its fields are atomics.
+                    let entry = unsafe { &*entries.add(index) };
+                    let Some((counter, total)) = self.read_stable(|| {
+                        (
+                            entry.counter.load(Ordering::Relaxed),
+                            entry.count.load(Ordering::Relaxed),
+                        )
+                    }) else {
+                        return;
+                    };
+                    if counter != 0 && counter & DELTA == 0 {
+                        // SAFETY: a running-total entry's counter is an arc counter of a leaked table.
+                        unsafe { &*(counter as *const AtomicU64) }
+                            .fetch_max(total, Ordering::Relaxed);
+                    }
+                }
+            }
+        }
+    }
+
+    fn is_claimed(&self) -> bool {
+        self.claimed.load(Ordering::Acquire)
+    }
+}
+
+/// Publishes the running totals of every claimed slot but `except` (see [`CacheSlot::publish`]).
+pub fn publish_all(except: Option<&CacheSlot>) {
+    for slot in &SLOTS {
+        if slot.is_claimed() && !except.is_some_and(|except| core::ptr::eq(except, slot)) {
+            slot.publish();
+        }
+    }
+}
+
+/// In a forked child (one thread): drops every slot's entries without counting them, and frees the slots
+/// of the parent's other threads, which do not exist here.
+pub fn reset_after_fork(own: Option<&CacheSlot>) {
+    for slot in &SLOTS {
+        // A thread of the parent may have been in the middle of a change: its sequence must be even again.
+        let writes = slot.writes.load(Ordering::Relaxed);
+        slot.writes
+            .store(writes.wrapping_add(writes & 1), Ordering::Relaxed);
+        if slot.is_claimed() {
+            slot.begin_write();
+            slot.empty(false);
+            slot.end_write();
+            if !own.is_some_and(|own| core::ptr::eq(own, slot)) {
+                slot.release();
+            }
+        }
+    }
+}
+
+/// Moves an entry's count into its counter (a running total is stored when larger, a delta added) and
+/// empties the entry.
+pub fn flush(entry: &CacheEntry) {
+    let tagged = entry.counter.load(Ordering::Relaxed);
+    let count = entry.count.load(Ordering::Relaxed);
+    entry.frompc.store(0, Ordering::Relaxed);
+    entry.selfpc.store(0, Ordering::Relaxed);
+    entry.counter.store(0, Ordering::Relaxed);
+    entry.count.store(0, Ordering::Relaxed);
+    let address = tagged & !DELTA;
+    if address == 0 {
+        return;
+    }
+    // SAFETY: non-zero entry counters are arc counters in tables of leaked LiveModules.
+    let counter = unsafe { &*(address as *const AtomicU64) };
+    if tagged & DELTA != 0 {
+        if count != 0 {
+            counter.fetch_add(count, Ordering::Relaxed);
+        }
+    } else if count > counter.load(Ordering::Relaxed) {
+        // Only this thread writes its own stripe (the dump may raise it, never above this total).
+        counter.store(count, Ordering::Relaxed);
+    }
+}
