@@ -140,6 +140,18 @@ fn many_threads_coming_and_going_count_exactly() {
 }
 
 #[test]
+fn threads_still_alive_at_exit_have_their_cached_counts_in_the_file() {
+    // 8 threads call t_work 300 000 times each, then block; main returns without joining them. The counts
+    // of their hot arc sit in their call caches (not yet in the arc table) when the exit dump is written.
+    let (_profile, graph) = run_threads_fixture(&["8", "300000", "1", "linger"]);
+    assert_eq!(
+        graph[&("thread_body".into(), "t_work".into())],
+        8 * 300_000,
+        "{graph:?}"
+    );
+}
+
+#[test]
 fn signal_handler_calling_instrumented_code_during_mcount_counts_exactly() {
     let workspace = Workspace::new();
     let (handled, profile) = run_signal_fixture(&workspace, "signal", &pg_flags("-O2"));
