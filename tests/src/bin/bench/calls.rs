@@ -12,7 +12,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::fixtures::{self, Builds};
-use crate::measure::{Invocation, run_once};
+use crate::measure::{Invocation, round_order, run_once};
 use crate::report::Section;
 use crate::workingset::{self, CalleeOrder};
 use crate::{Env, Scale};
@@ -131,7 +131,7 @@ fn measure(
     trials: usize,
     counters: &[Counter],
 ) -> Result<Slopes, String> {
-    // The plain build is every trial's baseline, run first.
+    // The plain build (index 0) is every trial's baseline.
     let measured: Vec<Counter> = std::iter::once(Counter::Plain)
         .chain(counters.iter().copied().filter(|c| *c != Counter::Plain))
         .collect();
@@ -146,12 +146,13 @@ fn measure(
         })
         .collect();
     let mut per_counter = vec![Vec::new(); COUNTERS.len()];
-    for _ in 0..trials {
-        let mut slope = Vec::with_capacity(invs.len());
-        for (small, large) in &invs {
+    for trial in 0..trials {
+        let mut slope = vec![0.0; invs.len()];
+        for i in round_order(trial, invs.len()) {
+            let (small, large) = &invs[i];
             let s = run_once(small)?.cpu.as_secs_f64();
             let l = run_once(large)?.cpu.as_secs_f64();
-            slope.push((l - s) / work.extra_calls as f64 * 1e9);
+            slope[i] = (l - s) / work.extra_calls as f64 * 1e9;
         }
         for (c, value) in measured.iter().zip(&slope).skip(1) {
             per_counter[*c as usize].push(value - slope[0]);
@@ -441,13 +442,15 @@ fn whole_run_rows(
         .collect();
     let mut per_counter = vec![Vec::new(); COUNTERS.len()];
     let mut calls = 0;
-    for _ in 0..trials {
-        let times: Vec<f64> = invs
-            .iter()
-            .map(|inv| run_once(inv).map(|r| r.cpu.as_secs_f64()))
-            .collect::<Result<_, _>>()?;
-        // The last run was mslprof's: its profile says how many calls there were.
-        calls = counted_calls(run.dir)?.0;
+    for trial in 0..trials {
+        let mut times = vec![0.0; invs.len()];
+        for i in round_order(trial, invs.len()) {
+            times[i] = run_once(&invs[i])?.cpu.as_secs_f64();
+            if COUNTERS[i] == Counter::Mslprof {
+                // mslprof's profile says how many calls there were.
+                calls = counted_calls(run.dir)?.0;
+            }
+        }
         for (i, c) in COUNTERS.iter().enumerate() {
             if *c != Counter::Plain {
                 per_counter[i].push((times[i] - times[0]) / calls as f64 * 1e9);

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use crate::Env;
 use crate::Scale;
 use crate::calls::Spread;
-use crate::measure::{Invocation, interleaved_figures, run_once};
+use crate::measure::{Invocation, interleaved_figures, round_order, run_once};
 use crate::report::Section;
 
 /// The ways of running a program that the tables compare.
@@ -130,8 +130,9 @@ fn leaf_section(env: &Env) -> Result<Section, String> {
         .collect();
     // Per mode: the absolute slope (ns per loop iteration with its call) of every trial.
     let mut slopes = vec![Vec::new(); MODES.len()];
-    for _ in 0..trials {
-        for (i, (small_run, large_run)) in invs.iter().enumerate() {
+    for trial in 0..trials {
+        for i in round_order(trial, invs.len()) {
+            let (small_run, large_run) = &invs[i];
             let s = run_once(small_run)?.cpu.as_secs_f64();
             let l = run_once(large_run)?.cpu.as_secs_f64();
             slopes[i].push((l - s) / (large - small) as f64 * 1e9);
