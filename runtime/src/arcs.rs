@@ -15,8 +15,9 @@
 //!   threads calling the same function do not bounce one line between cores. The count of an arc is
 //!   the sum of its stripes (only the stripes ever handed out are read). Threads that share a
 //!   stripe (the 64th live thread on) still count exactly (atomic add); a thread that owns its
-//!   stripe may use a plain single-instruction add (see `mcount`), which a signal on the same
-//!   thread cannot split.
+//!   stripe may store into it with plain stores: `mcount` keeps an arc's running total for the
+//!   thread in its call cache and stores it here (the dump may raise it with `fetch_max`, never
+//!   above a total the thread has had).
 //! - **Bounded growth without locks.** Storage is a chain of up to [`MAX_LEVELS`] open-addressing
 //!   levels, level *i* having `FIRST_LEVEL_SLOTS << i` slots, each level one anonymous `mmap`. A level
 //!   accepts new arcs until it is half full; then the next one is mapped (the thread that wins the

@@ -72,6 +72,9 @@ impl Counter {
 /// entry is empty).
 struct Slopes {
     per_counter: Vec<Vec<f64>>,
+    /// Calls and distinct arcs in the gmon.out of the last mslprof run at the large size (read right after
+    /// it: the counters share the folder); (0, 0) if mslprof was not measured.
+    counted: (u64, usize),
 }
 
 impl Slopes {
@@ -146,6 +149,7 @@ fn measure(
         })
         .collect();
     let mut per_counter = vec![Vec::new(); COUNTERS.len()];
+    let mut counted = (0, 0);
     for trial in 0..trials {
         let mut slope = vec![0.0; invs.len()];
         for i in round_order(trial, invs.len()) {
@@ -153,12 +157,18 @@ fn measure(
             let s = run_once(small)?.cpu.as_secs_f64();
             let l = run_once(large)?.cpu.as_secs_f64();
             slope[i] = (l - s) / work.extra_calls as f64 * 1e9;
+            if measured[i] == Counter::Mslprof {
+                counted = counted_calls(work.dir)?;
+            }
         }
         for (c, value) in measured.iter().zip(&slope).skip(1) {
             per_counter[*c as usize].push(value - slope[0]);
         }
     }
-    Ok(Slopes { per_counter })
+    Ok(Slopes {
+        per_counter,
+        counted,
+    })
 }
 
 /// Builds the floor library (`noop_mcount.c`) into `dir`.
@@ -294,7 +304,7 @@ fn fib_section(env: &Env, floor: &Path, trials: usize) -> Result<Section, String
             ));
         }
         // Exactness: the last mslprof run (large) counted every call.
-        let (counted, _) = counted_calls(&dir)?;
+        let (counted, _) = slopes.counted;
         let expected = fib_calls(large) * u64::from(threads) + u64::from(threads) + 1;
         if counted != expected {
             return Err(format!(
@@ -359,7 +369,7 @@ fn working_set_section(env: &Env, floor: &Path, trials: usize) -> Result<Section
                 extra_calls: (large - small) * per_sweep,
             };
             let slopes = measure(env, floor, &work, trials, &COUNTERS)?;
-            let (counted, distinct) = counted_calls(&dir)?;
+            let (counted, distinct) = slopes.counted;
             let expected = large * per_sweep + 1;
             if counted != expected || distinct < sites {
                 return Err(format!(
@@ -457,7 +467,10 @@ fn whole_run_rows(
             }
         }
     }
-    let slopes = Slopes { per_counter };
+    let slopes = Slopes {
+        per_counter,
+        counted: (calls, 0),
+    };
     Ok((slopes.rows(run.label), calls))
 }
 
