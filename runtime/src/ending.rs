@@ -52,6 +52,11 @@ impl Ending {
         self.forked_child.load(Ordering::Relaxed) || self.descendant.load(Ordering::Relaxed)
     }
 
+    /// Whether the image is about to be replaced by `exec` (which may fail: the image then goes on).
+    pub fn is_pre_exec(&self) -> bool {
+        self.pre_exec.load(Ordering::Relaxed)
+    }
+
     pub fn is_forked_child(&self) -> bool {
         self.forked_child.load(Ordering::Relaxed)
     }

@@ -66,7 +66,7 @@ const TEXT_END: u64 = 0x9000;
 /// (caller key, caller address, callee address) → count, for the module containing `pc`.
 /// Counts still in the calling thread's call cache are published first, as the dump does.
 fn arcs_at(pc: usize) -> BTreeMap<(u32, u64, u64), u64> {
-    mcount::publish_cached_counts();
+    mcount::publish_cached_counts(false);
     let mut arcs = BTreeMap::new();
     modules::find_address(RuntimeAddress::from_usize(pc))
         .expect("module")

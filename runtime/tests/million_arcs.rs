@@ -31,7 +31,7 @@ fn one_million_two_hundred_thousand_arcs_are_counted_exactly() {
         }
     }
     // Counts still in this thread's call cache go into the table, as the dump does.
-    mcount::publish_cached_counts();
+    mcount::publish_cached_counts(false);
     let module = modules::find_address(RuntimeAddress::from_usize(BIAS + 0x1000)).expect("module");
     let mut arcs = 0usize;
     let mut wrong = Vec::new();

@@ -141,14 +141,19 @@ fn many_threads_coming_and_going_count_exactly() {
 
 #[test]
 fn threads_still_alive_at_exit_have_their_cached_counts_in_the_file() {
-    // 8 threads call t_work 300 000 times each, then block; main returns without joining them. The counts
-    // of their hot arc sit in their call caches (not yet in the arc table) when the exit dump is written.
-    let (_profile, graph) = run_threads_fixture(&["8", "300000", "1", "linger"]);
-    assert_eq!(
-        graph[&("thread_body".into(), "t_work".into())],
-        8 * 300_000,
-        "{graph:?}"
-    );
+    // Threads call t_work 100 000 times each, then block; main returns without joining them. The counts of
+    // their hot arc sit in their call caches (not yet in the arc table) when the exit dump is written: as
+    // running totals for threads that own a counter stripe (8 threads), and also as deltas for the threads
+    // beyond the 63rd alive at once, which share the last stripe (70 threads).
+    for threads in [8u64, 70] {
+        let (_profile, graph) =
+            run_threads_fixture(&[&threads.to_string(), "100000", "1", "linger"]);
+        assert_eq!(
+            graph[&("thread_body".into(), "t_work".into())],
+            threads * 100_000,
+            "{threads} threads: {graph:?}"
+        );
+    }
 }
 
 #[test]

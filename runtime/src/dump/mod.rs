@@ -205,8 +205,6 @@ unsafe fn fill(
     all: &[&'static LiveModule],
     sink: &mut file::FdSink,
 ) -> Result<(), i32> {
-    // Counts still held in the threads' call caches go into the arc tables first.
-    mcount::publish_cached_counts();
     // SAFETY: the caller keeps sampling quiesced.
     unsafe { build::encode(program, moment, all, sink) }.map_err(|error| match error {
         EncodeError::NoMemory => libc::ENOMEM,
@@ -302,6 +300,9 @@ pub fn write_at_exit(settings: &Settings) {
     else {
         return;
     };
+    // Counts still held in the threads' call caches go into the arc tables first; unless an exec follows
+    // (which may fail, and the image count on), this is the process's last dump.
+    mcount::publish_cached_counts(!ENDING.is_pre_exec());
     let moment = moment();
     // SAFETY: sampling was stopped and quiesced above and is not resumed.
     if let Err(error) = unsafe { write_named(program(settings), &moment, modules::all(), &path) } {
@@ -314,6 +315,7 @@ pub fn write_at_exit(settings: &Settings) {
 /// # Safety
 /// Sampling must be stopped and quiesced for the duration of the call.
 pub unsafe fn write_file(settings: &Settings, path: &[u8]) -> Result<(), i32> {
+    mcount::publish_cached_counts(false);
     let moment = moment();
     // SAFETY: the caller keeps sampling quiesced.
     unsafe { write_named(program(settings), &moment, modules::all(), path) }
@@ -328,6 +330,7 @@ pub fn write_without_heap(settings: &Settings) -> bool {
     }
     mcount::set_paused(true);
     sampler::stop_and_quiesce();
+    mcount::publish_cached_counts(true);
     let moment = moment();
     // SAFETY: sampling was stopped and quiesced above.
     match unsafe { write_prepared(program(settings), &moment, modules::all(), &DUMP.prepared) } {

@@ -10,12 +10,14 @@
 //!   was made included. Storing it into the counter ([`flush`]) publishes it, and reading it from another
 //!   thread (`publish`) can only raise the counter to a value it really had: the dump takes the larger.
 //! - **a delta** (tagged [`DELTA`]: the thread shares the last stripe, or the caller is in no module so
-//!   many call sites share the arc): calls not yet added to the counter, added when the entry goes. The
-//!   dump sees a delta only once it is added: at eviction, a cache clear, thread exit, or the dumping
-//!   thread's own flush.
+//!   many call sites share the arc): calls not yet added to the counter, added when the entry goes. A
+//!   snapshot sees a delta only once it is added: at eviction, a cache clear, thread exit, or the dumping
+//!   thread's own flush. The process's last dump, taken with counting paused, **lends** every other slot's
+//!   deltas to the counters (`publish` with `lend`): a slot is lent at most once, and from then on its owner
+//!   never adds a delta again (an owner that exits meanwhile leaves its slot untouched for the dump).
 
 use core::sync::atomic::{
-    AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
+    AtomicBool, AtomicPtr, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
 };
 
 use crate::sys;
@@ -45,6 +47,13 @@ const STABLE_READ_ROUNDS: usize = 64;
 /// Spins per round before yielding the CPU.
 const SPINS_PER_ROUND: usize = 128;
 
+/// [`CacheSlot::phase`]: the owner counts as usual.
+const ACTIVE: u8 = 0;
+/// [`CacheSlot::phase`]: the owner is exiting and flushes the slot itself.
+const EXITING: u8 = 1;
+/// [`CacheSlot::phase`]: the last dump has added the slot's deltas to the counters; nobody adds them again.
+const LENT: u8 = 2;
+
 /// One cached arc, 32 bytes: two of them (the ways of one set) fill a 64-byte line. The assembly fast
 /// path compares `frompc` and `selfpc` and adds 1 to `count`: it writes nothing else.
 #[repr(C, align(32))]
@@ -72,6 +81,8 @@ const fn level_bytes(level: usize) -> usize {
 /// The part of a thread's call cache that outlives the thread.
 pub struct CacheSlot {
     claimed: AtomicBool,
+    /// [`ACTIVE`], [`EXITING`] or [`LENT`]: who adds the deltas, decided by one atomic exchange each.
+    phase: AtomicU8,
     /// Odd while the owning thread changes its entries, the counters they hold or `entries`/`level`.
     writes: AtomicU32,
     /// The current mapping (null before the first).
@@ -87,6 +98,7 @@ pub struct CacheSlot {
 #[allow(clippy::declare_interior_mutable_const)]
 const EMPTY_SLOT: CacheSlot = CacheSlot {
     claimed: AtomicBool::new(false),
+    phase: AtomicU8::new(ACTIVE),
     writes: AtomicU32::new(0),
     entries: AtomicPtr::new(core::ptr::null_mut()),
     level: AtomicUsize::new(0),
@@ -106,6 +118,7 @@ pub fn claim() -> Option<&'static CacheSlot> {
                 .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
                 .is_ok()
     })?;
+    slot.phase.store(ACTIVE, Ordering::Relaxed);
     if slot.entries.load(Ordering::Relaxed).is_null() {
         let Some(base) = sys::map_zeroed(level_bytes(0)) else {
             slot.claimed.store(false, Ordering::Release);
@@ -186,7 +199,8 @@ impl CacheSlot {
                     continue;
                 };
                 if keep_counts {
-                    chunk_entries.iter().for_each(flush);
+                    let lent = self.is_lent();
+                    chunk_entries.iter().for_each(|entry| flush(entry, lent));
                 }
                 sys::discard(
                     chunk_entries.as_ptr().cast_mut().cast(),
@@ -224,6 +238,17 @@ impl CacheSlot {
         self.claimed.store(false, Ordering::Release);
     }
 
+    /// Called by an exiting owner before it empties the slot: false when the last dump has lent the slot's
+    /// deltas already, and the owner must then leave the slot as it is (claimed, for that dump to read).
+    pub fn begin_exit(&self) -> bool {
+        self.phase.swap(EXITING, Ordering::SeqCst) != LENT
+    }
+
+    /// True once the last dump has lent this slot's deltas: a flush must not add them again.
+    pub fn is_lent(&self) -> bool {
+        self.phase.load(Ordering::Relaxed) == LENT
+    }
+
     /// Reads `read` (entries of this slot) at a moment when the owner is not changing them; `None` when
     /// the owner stays busy (it may be the caller itself, interrupted by a signal in the middle of a change).
     fn read_stable<T>(&self, read: impl Fn() -> T) -> Option<T> {
@@ -245,8 +270,14 @@ impl CacheSlot {
     }
 
     /// Raises each counter held as a running total by this slot's entries to that total (read from another
-    /// thread, which may be running: see the module documentation). Async-signal-safe.
-    fn publish(&self) {
+    /// thread, which may be running: see the module documentation); with `lend` (the last dump, counting
+    /// paused), also adds its deltas, once. Async-signal-safe.
+    fn publish(&self, lend: bool) {
+        let lend = lend
+            && self
+                .phase
+                .compare_exchange(ACTIVE, LENT, Ordering::SeqCst, Ordering::Relaxed)
+                .is_ok();
         let Some((entries, level)) = self.read_stable(|| self.mapping()) else {
             return;
         };
@@ -271,10 +302,16 @@ impl CacheSlot {
                     }) else {
                         return;
                     };
-                    if counter != 0 && counter & DELTA == 0 {
-                        // SAFETY: a running-total entry's counter is an arc counter of a leaked table.
-                        unsafe { &*(counter as *const AtomicU64) }
-                            .fetch_max(total, Ordering::Relaxed);
+                    let address = counter & !DELTA;
+                    if address == 0 {
+                        continue;
+                    }
+                    // SAFETY: a non-zero entry counter is an arc counter of a leaked table.
+                    let counter_ref = unsafe { &*(address as *const AtomicU64) };
+                    if counter & DELTA == 0 {
+                        counter_ref.fetch_max(total, Ordering::Relaxed);
+                    } else if lend && total != 0 {
+                        counter_ref.fetch_add(total, Ordering::Relaxed);
                     }
                 }
             }
@@ -286,11 +323,12 @@ impl CacheSlot {
     }
 }
 
-/// Publishes the running totals of every claimed slot but `except` (see [`CacheSlot::publish`]).
-pub fn publish_all(except: Option<&CacheSlot>) {
+/// Publishes the running totals of every claimed slot but `except`, and with `lend` lends their deltas (see
+/// [`CacheSlot::publish`]).
+pub fn publish_all(except: Option<&CacheSlot>, lend: bool) {
     for slot in &SLOTS {
         if slot.is_claimed() && !except.is_some_and(|except| core::ptr::eq(except, slot)) {
-            slot.publish();
+            slot.publish(lend);
         }
     }
 }
@@ -314,9 +352,9 @@ pub fn reset_after_fork(own: Option<&CacheSlot>) {
     }
 }
 
-/// Moves an entry's count into its counter (a running total is stored when larger, a delta added) and
-/// empties the entry.
-pub fn flush(entry: &CacheEntry) {
+/// Moves an entry's count into its counter (a running total is stored when larger, a delta added unless the
+/// slot was `lent`) and empties the entry.
+pub fn flush(entry: &CacheEntry, lent: bool) {
     let tagged = entry.counter.load(Ordering::Relaxed);
     let count = entry.count.load(Ordering::Relaxed);
     entry.frompc.store(0, Ordering::Relaxed);
@@ -330,7 +368,7 @@ pub fn flush(entry: &CacheEntry) {
     // SAFETY: non-zero entry counters are arc counters in tables of leaked LiveModules.
     let counter = unsafe { &*(address as *const AtomicU64) };
     if tagged & DELTA != 0 {
-        if count != 0 {
+        if count != 0 && !lent {
             counter.fetch_add(count, Ordering::Relaxed);
         }
     } else if count > counter.load(Ordering::Relaxed) {

@@ -244,7 +244,9 @@ unsafe extern "C" fn release_thread_cache(_slot: *mut libc::c_void) {
     cache.generation = 0;
     compiler_fence(Ordering::SeqCst);
     // SAFETY: a non-null `slot` points into the static slot table.
-    if let Some(slot) = unsafe { cache.slot.as_ref() } {
+    if let Some(slot) = unsafe { cache.slot.as_ref() }
+        && slot.begin_exit()
+    {
         slot.begin_write();
         slot.empty(true);
         slot.end_write();
@@ -276,8 +278,10 @@ pub fn thread_cache_sets() -> usize {
 /// Makes every count the call caches hold visible in the arc tables, for a dump: the calling thread's own
 /// cache is flushed and emptied (unless this runs in a signal handler that interrupted the cache's
 /// code), and the running totals of every other thread's cache are published (`cache_slots`). Calls a
-/// running thread makes meanwhile may or may not be in the dump; none is counted twice. Async-signal-safe.
-pub fn publish_cached_counts() {
+/// running thread makes meanwhile may or may not be in the dump; none is counted twice. `last_dump` (the
+/// process ends after it, counting is paused) also lends the other threads' deltas to the counters, once.
+/// Async-signal-safe.
+pub fn publish_cached_counts(last_dump: bool) {
     // SAFETY: as in `record_call`.
     let cache = unsafe { &mut *x86_64::thread_cache_block().cast::<ThreadCache>() };
     // SAFETY: a non-null `slot` points into the static slot table.
@@ -297,7 +301,7 @@ pub fn publish_cached_counts() {
         cache.depth = 0;
         flushed = Some(slot);
     }
-    cache_slots::publish_all(flushed);
+    cache_slots::publish_all(flushed, last_dump && is_paused());
 }
 
 #[inline(always)]
@@ -380,7 +384,7 @@ fn record_cached(cache: &mut ThreadCache, slot: &CacheSlot, frompc: usize, selfp
         ),
     };
     let displaced = second.selfpc.load(Ordering::Relaxed) != 0;
-    cache_slots::flush(second);
+    cache_slots::flush(second, slot.is_lent());
     for (to, from) in [
         (&second.frompc, &first.frompc),
         (&second.selfpc, &first.selfpc),
