@@ -69,6 +69,36 @@ pub struct CacheEntry {
     pub count: AtomicU64,
 }
 
+impl CacheEntry {
+    /// Writes the four fields (owner only, with the fast path kept off the entry).
+    pub fn set(&self, frompc: usize, selfpc: usize, counter: usize, count: u64) {
+        self.frompc.store(frompc, Ordering::Relaxed);
+        self.selfpc.store(selfpc, Ordering::Relaxed);
+        self.counter.store(counter, Ordering::Relaxed);
+        self.count.store(count, Ordering::Relaxed);
+    }
+
+    /// Makes this entry a copy of `other` (owner only).
+    pub fn copy_from(&self, other: &CacheEntry) {
+        self.set(
+            other.frompc.load(Ordering::Relaxed),
+            other.selfpc.load(Ordering::Relaxed),
+            other.counter.load(Ordering::Relaxed),
+            other.count.load(Ordering::Relaxed),
+        );
+    }
+}
+
+/// The arc counter behind a [`CacheEntry::counter`] value and whether the count is a delta; `None` for an
+/// unprofiled callee.
+fn tagged_counter(tagged: usize) -> Option<(&'static AtomicU64, bool)> {
+    let address = tagged & !DELTA;
+    // SAFETY: non-zero entry counters are arc counters in tables of leaked LiveModules, valid for the rest of
+    // the process.
+    let counter = unsafe { (address as *const AtomicU64).as_ref() }?;
+    Some((counter, tagged & DELTA != 0))
+}
+
 /// Entries of a mapping at growth level `level`.
 pub const fn level_entries(level: usize) -> usize {
     super::FIRST_CACHE_SETS * 2 * super::CACHE_GROWTH.pow(level as u32)
@@ -178,36 +208,52 @@ impl CacheSlot {
         }
     }
 
+    /// Visits the index ranges (below `len`) of the chunks marked touched, clearing the marks with `clear`.
+    fn for_each_touched_chunk(
+        &self,
+        clear: bool,
+        len: usize,
+        mut visit: impl FnMut(core::ops::Range<usize>),
+    ) {
+        for (word_index, word) in self.touched.iter().enumerate() {
+            let mut bits = if clear {
+                word.swap(0, Ordering::Relaxed)
+            } else {
+                word.load(Ordering::Relaxed)
+            };
+            while bits != 0 {
+                let start = (word_index * 64 + bits.trailing_zeros() as usize) * CHUNK_ENTRIES;
+                bits &= bits - 1;
+                if start < len {
+                    visit(start..(start + CHUNK_ENTRIES).min(len));
+                }
+            }
+        }
+    }
+
     /// Flushes every entry of the current mapping ([`flush`]; not when `keep_counts` is false: a forked
     /// child drops its parent's) and gives the touched chunks' pages back (they read as zero). Owner only,
     /// inside `begin_write`/`end_write`.
     pub fn empty(&self, keep_counts: bool) {
-        let (entries, level) = self.mapping();
-        if entries.is_null() {
-            return;
-        }
         let all = self.entries();
-        for (word_index, word) in self.touched.iter().enumerate() {
-            let mut bits = word.swap(0, Ordering::Relaxed);
-            while bits != 0 {
-                let chunk = word_index * 64 + bits.trailing_zeros() as usize;
-                bits &= bits - 1;
-                let start = chunk * CHUNK_ENTRIES;
-                let Some(chunk_entries) =
-                    all.get(start..(start + CHUNK_ENTRIES).min(level_entries(level)))
-                else {
-                    continue;
-                };
-                if keep_counts {
-                    let lent = self.is_lent();
-                    chunk_entries.iter().for_each(|entry| flush(entry, lent));
-                }
-                sys::discard(
-                    chunk_entries.as_ptr().cast_mut().cast(),
-                    core::mem::size_of_val(chunk_entries),
-                );
+        let lent = self.is_lent();
+        self.for_each_touched_chunk(true, all.len(), |range| {
+            let chunk = &all[range];
+            if keep_counts {
+                chunk.iter().for_each(|entry| flush(entry, lent));
             }
-        }
+            sys::discard(
+                chunk.as_ptr().cast_mut().cast(),
+                core::mem::size_of_val(chunk),
+            );
+        });
+    }
+
+    /// [`CacheSlot::empty`] as one change of its own (outside `record_call`: thread exit, a dump, fork).
+    pub fn empty_now(&self, keep_counts: bool) {
+        self.begin_write();
+        self.empty(keep_counts);
+        self.end_write();
     }
 
     /// Replaces the current mapping with the next level's, empty; the old one is flushed and emptied first.
@@ -284,38 +330,35 @@ impl CacheSlot {
         if entries.is_null() {
             return;
         }
-        let count = level_entries(level);
-        for (word_index, word) in self.touched.iter().enumerate() {
-            let mut bits = word.load(Ordering::Relaxed);
-            while bits != 0 {
-                let chunk = word_index * 64 + bits.trailing_zeros() as usize;
-                bits &= bits - 1;
-                for index in chunk * CHUNK_ENTRIES..((chunk + 1) * CHUNK_ENTRIES).min(count) {
-                    // SAFETY: `index` is below the entry count of mapping `entries` (read together with
-                    // its level), which is never unmapped; its fields are atomics.
-                    let entry = unsafe { &*entries.add(index) };
-                    let Some((counter, total)) = self.read_stable(|| {
-                        (
-                            entry.counter.load(Ordering::Relaxed),
-                            entry.count.load(Ordering::Relaxed),
-                        )
-                    }) else {
-                        return;
-                    };
-                    let address = counter & !DELTA;
-                    if address == 0 {
-                        continue;
+        let mut owner_busy = false;
+        self.for_each_touched_chunk(false, level_entries(level), |range| {
+            for index in range {
+                if owner_busy {
+                    return;
+                }
+                // SAFETY: `index` is below the entry count of mapping `entries` (read together with its
+                // level), which is never unmapped; its fields are atomics.
+                let entry = unsafe { &*entries.add(index) };
+                let Some((tagged, total)) = self.read_stable(|| {
+                    (
+                        entry.counter.load(Ordering::Relaxed),
+                        entry.count.load(Ordering::Relaxed),
+                    )
+                }) else {
+                    owner_busy = true;
+                    return;
+                };
+                match tagged_counter(tagged) {
+                    Some((counter, false)) => {
+                        counter.fetch_max(total, Ordering::Relaxed);
                     }
-                    // SAFETY: a non-zero entry counter is an arc counter of a leaked table.
-                    let counter_ref = unsafe { &*(address as *const AtomicU64) };
-                    if counter & DELTA == 0 {
-                        counter_ref.fetch_max(total, Ordering::Relaxed);
-                    } else if lend && total != 0 {
-                        counter_ref.fetch_add(total, Ordering::Relaxed);
+                    Some((counter, true)) if lend && total != 0 => {
+                        counter.fetch_add(total, Ordering::Relaxed);
                     }
+                    _ => {}
                 }
             }
-        }
+        });
     }
 
     fn is_claimed(&self) -> bool {
@@ -342,9 +385,7 @@ pub fn reset_after_fork(own: Option<&CacheSlot>) {
         slot.writes
             .store(writes.wrapping_add(writes & 1), Ordering::Relaxed);
         if slot.is_claimed() {
-            slot.begin_write();
-            slot.empty(false);
-            slot.end_write();
+            slot.empty_now(false);
             if !own.is_some_and(|own| core::ptr::eq(own, slot)) {
                 slot.release();
             }
@@ -357,22 +398,15 @@ pub fn reset_after_fork(own: Option<&CacheSlot>) {
 pub fn flush(entry: &CacheEntry, lent: bool) {
     let tagged = entry.counter.load(Ordering::Relaxed);
     let count = entry.count.load(Ordering::Relaxed);
-    entry.frompc.store(0, Ordering::Relaxed);
-    entry.selfpc.store(0, Ordering::Relaxed);
-    entry.counter.store(0, Ordering::Relaxed);
-    entry.count.store(0, Ordering::Relaxed);
-    let address = tagged & !DELTA;
-    if address == 0 {
-        return;
-    }
-    // SAFETY: non-zero entry counters are arc counters in tables of leaked LiveModules.
-    let counter = unsafe { &*(address as *const AtomicU64) };
-    if tagged & DELTA != 0 {
-        if count != 0 && !lent {
+    entry.set(0, 0, 0, 0);
+    match tagged_counter(tagged) {
+        Some((counter, true)) if count != 0 && !lent => {
             counter.fetch_add(count, Ordering::Relaxed);
         }
-    } else if count > counter.load(Ordering::Relaxed) {
         // Only this thread writes its own stripe (the dump may raise it, never above this total).
-        counter.store(count, Ordering::Relaxed);
+        Some((counter, false)) if count > counter.load(Ordering::Relaxed) => {
+            counter.store(count, Ordering::Relaxed);
+        }
+        _ => {}
     }
 }

@@ -247,9 +247,7 @@ unsafe extern "C" fn release_thread_cache(_slot: *mut libc::c_void) {
     if let Some(slot) = unsafe { cache.slot.as_ref() }
         && slot.begin_exit()
     {
-        slot.begin_write();
-        slot.empty(true);
-        slot.end_write();
+        slot.empty_now(true);
         slot.release();
     }
     cache.slot = core::ptr::null();
@@ -294,9 +292,7 @@ pub fn publish_cached_counts(last_dump: bool) {
         cache.depth = 1;
         cache.generation = 0;
         compiler_fence(Ordering::SeqCst);
-        slot.begin_write();
-        slot.empty(true);
-        slot.end_write();
+        slot.empty_now(true);
         compiler_fence(Ordering::SeqCst);
         cache.depth = 0;
         flushed = Some(slot);
@@ -385,20 +381,8 @@ fn record_cached(cache: &mut ThreadCache, slot: &CacheSlot, frompc: usize, selfp
     };
     let displaced = second.selfpc.load(Ordering::Relaxed) != 0;
     cache_slots::flush(second, slot.is_lent());
-    for (to, from) in [
-        (&second.frompc, &first.frompc),
-        (&second.selfpc, &first.selfpc),
-        (&second.counter, &first.counter),
-    ] {
-        to.store(from.load(Ordering::Relaxed), Ordering::Relaxed);
-    }
-    second
-        .count
-        .store(first.count.load(Ordering::Relaxed), Ordering::Relaxed);
-    first.frompc.store(frompc, Ordering::Relaxed);
-    first.selfpc.store(selfpc, Ordering::Relaxed);
-    first.counter.store(counter, Ordering::Relaxed);
-    first.count.store(count, Ordering::Relaxed);
+    second.copy_from(first);
+    first.set(frompc, selfpc, counter, count);
     slot.touch(index);
     if displaced {
         cache.count_eviction(slot);
