@@ -104,10 +104,11 @@ fn counting_path_is_exact_allocation_free_and_survives_table_changes() {
     let finished = AtomicU64::new(0);
     let release = Barrier::new(THREADS + 1);
     std::thread::scope(|scope| {
+        let mut workers = Vec::with_capacity(THREADS);
         for thread in 0..THREADS {
             let (started, ready) = (&started, &ready);
             let (finished, release) = (&finished, &release);
-            scope.spawn(move || {
+            workers.push(scope.spawn(move || {
                 // Thread start-up (which allocates) is over before counting starts.
                 started.wait();
                 MEASURED.with(|m| m.set(true));
@@ -128,7 +129,7 @@ fn counting_path_is_exact_allocation_free_and_survives_table_changes() {
                 MEASURED.with(|m| m.set(false));
                 finished.fetch_add(1, Ordering::SeqCst);
                 release.wait();
-            });
+            }));
         }
         started.wait();
         COUNTING.store(true, Ordering::SeqCst);
@@ -138,6 +139,12 @@ fn counting_path_is_exact_allocation_free_and_survives_table_changes() {
         }
         COUNTING.store(false, Ordering::SeqCst);
         release.wait();
+        // Joined explicitly: the scope alone returns once the closures have returned, possibly before
+        // the threads' exit destructors have flushed the counts their caches still hold (calls from no
+        // module are held as deltas, which only the thread itself or the process's last dump adds).
+        for worker in workers {
+            worker.join().expect("worker");
+        }
     });
     assert_eq!(
         ALLOCATIONS.load(Ordering::SeqCst),
