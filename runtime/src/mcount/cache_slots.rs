@@ -213,22 +213,16 @@ impl CacheSlot {
         &self,
         clear: bool,
         len: usize,
-        mut visit: impl FnMut(core::ops::Range<usize>),
+        visit: impl FnMut(core::ops::Range<usize>),
     ) {
-        for (word_index, word) in self.touched.iter().enumerate() {
-            let mut bits = if clear {
+        let words = self.touched.iter().map(|word| {
+            if clear {
                 word.swap(0, Ordering::Relaxed)
             } else {
                 word.load(Ordering::Relaxed)
-            };
-            while bits != 0 {
-                let start = (word_index * 64 + bits.trailing_zeros() as usize) * CHUNK_ENTRIES;
-                bits &= bits - 1;
-                if start < len {
-                    visit(start..(start + CHUNK_ENTRIES).min(len));
-                }
             }
-        }
+        });
+        for_each_chunk_in(words, len, visit);
     }
 
     /// Flushes every entry of the current mapping ([`flush`]; not when `keep_counts` is false: a forked
@@ -256,9 +250,11 @@ impl CacheSlot {
         self.end_write();
     }
 
-    /// Replaces the current mapping with the next level's, empty; the old one is flushed and emptied first.
-    /// False (nothing changed) when the slot is at its largest or the mapping cannot be had. Owner only,
-    /// inside `begin_write`/`end_write`.
+    /// Replaces the current mapping with the next level's. The old entries move into it with their counts
+    /// (an entry whose new set is full is flushed instead), so a working set that outgrew the cache is not
+    /// looked up again call by call; the old mapping's pages are given back. False (nothing changed) when
+    /// the slot is at its largest or the mapping cannot be had. Owner only, inside
+    /// `begin_write`/`end_write`.
     pub fn grow(&self) -> bool {
         let (_, level) = self.mapping();
         let Some(next) = self.mappings.get(level + 1) else {
@@ -273,10 +269,55 @@ impl CacheSlot {
             larger = base.cast();
             next.store(larger, Ordering::Relaxed);
         }
-        self.empty(true);
+        // SAFETY: `larger` is this slot's mapping of `level_entries(level + 1)` entries, never unmapped,
+        // and empty: a mapping this slot left was emptied then, and no other thread writes it.
+        let moved_to =
+            unsafe { core::slice::from_raw_parts(larger.cast_const(), level_entries(level + 1)) };
+        self.move_entries(moved_to);
         self.entries.store(larger, Ordering::Relaxed);
         self.level.store(level + 1, Ordering::Relaxed);
         true
+    }
+
+    /// Moves every entry of the current mapping into `larger` (the next level's mapping, empty): each to a
+    /// free way of its set there, else flushed; then gives the current mapping's touched pages back. The
+    /// touched bitmap ends up describing `larger`.
+    fn move_entries(&self, larger: &[CacheEntry]) {
+        let old = self.entries();
+        let set_mask = (larger.len() / 2 - 1) as u32;
+        let lent = self.is_lent();
+        // The bitmap is rebuilt for `larger` while the old chunks are visited from this copy.
+        let mut old_touched = [0u64; TOUCHED_WORDS];
+        for (copy, word) in old_touched.iter_mut().zip(&self.touched) {
+            *copy = word.swap(0, Ordering::Relaxed);
+        }
+        for_each_chunk_in(old_touched, old.len(), |range| {
+            let chunk = &old[range];
+            for entry in chunk {
+                let selfpc = entry.selfpc.load(Ordering::Relaxed);
+                if selfpc == 0 {
+                    continue;
+                }
+                let frompc = entry.frompc.load(Ordering::Relaxed);
+                let index = super::cache_index(frompc, selfpc, set_mask);
+                let free = larger.get(index..index + 2).and_then(|set| {
+                    set.iter()
+                        .find(|way| way.selfpc.load(Ordering::Relaxed) == 0)
+                });
+                match free {
+                    Some(way) => {
+                        way.copy_from(entry);
+                        self.touch(index);
+                        entry.set(0, 0, 0, 0);
+                    }
+                    None => flush(entry, lent),
+                }
+            }
+            sys::discard(
+                chunk.as_ptr().cast_mut().cast(),
+                core::mem::size_of_val(chunk),
+            );
+        });
     }
 
     /// Gives the slot back (its owner is exiting, after emptying it) for the next thread.
@@ -388,6 +429,24 @@ pub fn reset_after_fork(own: Option<&CacheSlot>) {
             slot.empty_now(false);
             if !own.is_some_and(|own| core::ptr::eq(own, slot)) {
                 slot.release();
+            }
+        }
+    }
+}
+
+/// Visits the index ranges (below `len`) of the chunks whose bits are set in `words` (bit i of word w:
+/// chunk 64 w + i).
+fn for_each_chunk_in(
+    words: impl IntoIterator<Item = u64>,
+    len: usize,
+    mut visit: impl FnMut(core::ops::Range<usize>),
+) {
+    for (word_index, mut bits) in words.into_iter().enumerate() {
+        while bits != 0 {
+            let start = (word_index * 64 + bits.trailing_zeros() as usize) * CHUNK_ENTRIES;
+            bits &= bits - 1;
+            if start < len {
+                visit(start..(start + CHUNK_ENTRIES).min(len));
             }
         }
     }

@@ -204,13 +204,13 @@ impl ThreadCache {
         self.set_mask as usize + 1
     }
 
-    /// Counts a displaced entry; once a cache has displaced an eighth as many entries as it has sets, the
-    /// thread's working set does not fit: the slot moves to a mapping [`CACHE_GROWTH`] times larger (empty;
-    /// it fills on the next misses), the old entries' counts flushed.
+    /// Counts a displaced entry; once a cache has displaced a thirty-second as many entries as it has sets,
+    /// the thread's working set does not fit: the slot moves to a mapping [`CACHE_GROWTH`] times larger, the
+    /// old entries moved into it with their counts (`CacheSlot::grow`).
     fn count_eviction(&mut self, slot: &CacheSlot) {
         self.evictions = self.evictions.saturating_add(1);
         let sets = self.sets();
-        if (self.evictions as usize) < sets / 8 || sets >= MAX_CACHE_SETS {
+        if (self.evictions as usize) < sets / 32 || sets >= MAX_CACHE_SETS {
             return;
         }
         self.evictions = 0;
