@@ -78,6 +78,11 @@ impl CacheEntry {
         self.count.store(count, Ordering::Relaxed);
     }
 
+    /// Whether the entry holds an arc (an empty one is all zero; every arc has a callee).
+    pub fn in_use(&self) -> bool {
+        self.selfpc.load(Ordering::Relaxed) != 0
+    }
+
     /// Makes this entry a copy of `other` (owner only).
     pub fn copy_from(&self, other: &CacheEntry) {
         self.set(
@@ -97,6 +102,11 @@ fn tagged_counter(tagged: usize) -> Option<(&'static AtomicU64, bool)> {
     // the process.
     let counter = unsafe { (address as *const AtomicU64).as_ref() }?;
     Some((counter, tagged & DELTA != 0))
+}
+
+/// The set mask (sets − 1) of a mapping of `entries` entries, two ways per set.
+pub const fn set_mask(entries: usize) -> u32 {
+    (entries / 2 - 1) as u32
 }
 
 /// Entries of a mapping at growth level `level`.
@@ -284,7 +294,7 @@ impl CacheSlot {
     /// touched bitmap ends up describing `larger`.
     fn move_entries(&self, larger: &[CacheEntry]) {
         let old = self.entries();
-        let set_mask = (larger.len() / 2 - 1) as u32;
+        let set_mask = set_mask(larger.len());
         let lent = self.is_lent();
         // The bitmap is rebuilt for `larger` while the old chunks are visited from this copy.
         let mut old_touched = [0u64; TOUCHED_WORDS];
@@ -294,16 +304,17 @@ impl CacheSlot {
         for_each_chunk_in(old_touched, old.len(), |range| {
             let chunk = &old[range];
             for entry in chunk {
-                let selfpc = entry.selfpc.load(Ordering::Relaxed);
-                if selfpc == 0 {
+                if !entry.in_use() {
                     continue;
                 }
-                let frompc = entry.frompc.load(Ordering::Relaxed);
-                let index = super::cache_index(frompc, selfpc, set_mask);
-                let free = larger.get(index..index + 2).and_then(|set| {
-                    set.iter()
-                        .find(|way| way.selfpc.load(Ordering::Relaxed) == 0)
-                });
+                let index = super::cache_index(
+                    entry.frompc.load(Ordering::Relaxed),
+                    entry.selfpc.load(Ordering::Relaxed),
+                    set_mask,
+                );
+                let free = larger
+                    .get(index..index + 2)
+                    .and_then(|set| set.iter().find(|way| !way.in_use()));
                 match free {
                     Some(way) => {
                         way.copy_from(entry);

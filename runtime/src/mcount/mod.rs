@@ -62,9 +62,12 @@ const CACHE_GROWTH: usize = 4;
 /// 256 MiB of address space, of which only the pages used become resident; a slot keeps every size it
 /// had, 341 MiB of address space at most). Sets follow call-site
 /// addresses (4 bytes of code per set), so that covers 16 MiB of densely calling code. A cache
-/// grows only after displacing half as many entries as it has sets, so only a thread whose hot
-/// call sites do not fit gets there.
+/// grows only after displacing one entry per [`SETS_PER_GROWTH_EVICTION`] of its sets, so only a thread
+/// whose hot call sites do not fit gets there.
 const CACHE_GROWTHS: usize = 5;
+/// A cache grows once it has displaced one entry per this many of its sets since it was claimed or last
+/// grew (growing moves the entries, so it may come early: see runtime/CALLCOUNTS.md).
+const SETS_PER_GROWTH_EVICTION: usize = 32;
 /// Most sets a thread's cache can have.
 pub const MAX_CACHE_SETS: usize = FIRST_CACHE_SETS * CACHE_GROWTH.pow(CACHE_GROWTHS as u32);
 
@@ -197,20 +200,20 @@ impl ThreadCache {
     fn mirror(&mut self, slot: &CacheSlot) {
         let (entries, level) = slot.mapping();
         self.entries = entries;
-        self.set_mask = (cache_slots::level_entries(level) / 2 - 1) as u32;
+        self.set_mask = cache_slots::set_mask(cache_slots::level_entries(level));
     }
 
     fn sets(&self) -> usize {
         self.set_mask as usize + 1
     }
 
-    /// Counts a displaced entry; once a cache has displaced a thirty-second as many entries as it has sets,
+    /// Counts a displaced entry; once a cache has displaced one entry per [`SETS_PER_GROWTH_EVICTION`] sets,
     /// the thread's working set does not fit: the slot moves to a mapping [`CACHE_GROWTH`] times larger, the
     /// old entries moved into it with their counts (`CacheSlot::grow`).
     fn count_eviction(&mut self, slot: &CacheSlot) {
         self.evictions = self.evictions.saturating_add(1);
         let sets = self.sets();
-        if (self.evictions as usize) < sets / 32 || sets >= MAX_CACHE_SETS {
+        if (self.evictions as usize) < sets / SETS_PER_GROWTH_EVICTION || sets >= MAX_CACHE_SETS {
             return;
         }
         self.evictions = 0;
@@ -379,7 +382,7 @@ fn record_cached(cache: &mut ThreadCache, slot: &CacheSlot, frompc: usize, selfp
             counter.load(Ordering::Relaxed).wrapping_add(1),
         ),
     };
-    let displaced = second.selfpc.load(Ordering::Relaxed) != 0;
+    let displaced = second.in_use();
     cache_slots::flush(second, slot.is_lent());
     second.copy_from(first);
     first.set(frompc, selfpc, counter, count);
