@@ -382,9 +382,17 @@ fn record_cached(cache: &mut ThreadCache, slot: &CacheSlot, frompc: usize, selfp
             counter.load(Ordering::Relaxed).wrapping_add(1),
         ),
     };
-    let displaced = second.in_use();
-    cache_slots::flush(second, slot.is_lent());
-    second.copy_from(first);
+    // The two ways never hold the same callee (a grown cache's fast path picks the way by the callee): an
+    // arc whose callee is in the first way already, from another call site, replaces it there.
+    let displaced = if first.selfpc.load(Ordering::Relaxed) == selfpc {
+        cache_slots::flush(first, slot.is_lent());
+        true
+    } else {
+        let displaced = second.in_use();
+        cache_slots::flush(second, slot.is_lent());
+        second.copy_from(first);
+        displaced
+    };
     first.set(frompc, selfpc, counter, count);
     slot.touch(index);
     if displaced {

@@ -81,7 +81,9 @@ macro_rules! mcount_stub {
 /// of two 32-byte entries (frompc, selfpc, counter, count). The set of a pair is `(frompc >> 2) + bit 4
 /// of selfpc`, masked: the call sites of a program, executed in address order, walk the cache in address
 /// order too (the stub prefetches the set eight lines ahead), and the two sets an indirect call site's
-/// callees spread over give it four ways.
+/// callees spread over give it four ways. In the first, smallest cache the way is found by branches (few
+/// hot arcs: predicted); in a grown one (set mask above the first's) by the callee and a `cmov` (a large
+/// working set's neighbouring call sites share sets, and which way holds a pair cannot be predicted).
 macro_rules! mcount_fast_path {
     ($frompc:literal, $selfpc:literal, $slow:path) => {
         core::arch::naked_asm!(
@@ -102,6 +104,8 @@ macro_rules! mcount_fast_path {
             "shl rax, 6",
             "add rax, qword ptr fs:[r11 + 16]",
             "prefetcht0 [rax + 512]",
+            "cmp dword ptr fs:[r11 + 24], {first_set_mask}",
+            "ja 7f",
             "cmp qword ptr [rax], rdx",
             "jne 5f",
             concat!("mov rdx, ", $selfpc),
@@ -123,12 +127,31 @@ macro_rules! mcount_fast_path {
             "jne 2f",
             "add qword ptr [rax + 56], 1",
             "jmp 6b",
+            // A grown cache: the way is the one whose callee matches (the two ways of a set never hold the
+            // same callee), chosen without a branch.
+            "7:",
+            concat!("mov rdx, ", $selfpc),
+            "lea r11, [rax + 32]",
+            "cmp qword ptr [rax + 8], rdx",
+            "cmovne rax, r11",
+            "mov r11, qword ptr [rip + mslprof_thread_cache@GOTTPOFF]",
+            "cmp qword ptr [rax + 8], rdx",
+            "jne 2f",
+            concat!("mov rdx, ", $frompc),
+            "cmp qword ptr [rax], rdx",
+            "jne 2f",
+            "add qword ptr [rax + 24], 1",
+            "sub dword ptr fs:[r11 + 8], 1",
+            "pop rdx",
+            "pop rax",
+            "ret",
             // Miss: leave the cache to the Rust side.
             "2:",
             "sub dword ptr fs:[r11 + 8], 1",
             "pop rdx",
             "pop rax",
             "jmp {slow}",
+            first_set_mask = const super::FIRST_CACHE_SETS - 1,
             state = sym super::CACHE_STATE,
             table = sym crate::modules::CURRENT,
             slow = sym $slow,
