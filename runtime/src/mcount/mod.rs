@@ -353,7 +353,8 @@ pub extern "C" fn record_call(frompc: usize, selfpc: usize) {
 }
 
 /// The cache part of [`record_call`]: counts the call in its entry, making the entry on a miss (the newest
-/// arc takes the set's first way, the one it displaces the second, whose count is flushed).
+/// arc takes the set's first way; the arc it displaces moves to the second, whose count is flushed, unless
+/// it has the same callee, and is then flushed itself).
 fn record_cached(cache: &mut ThreadCache, slot: &CacheSlot, frompc: usize, selfpc: usize) {
     let index = cache_index(frompc, selfpc, cache.set_mask);
     let Some([first, second]) = slot.entries().get(index..index + 2) else {
