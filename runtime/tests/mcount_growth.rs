@@ -7,10 +7,8 @@ mod fake_modules;
 use std::collections::BTreeMap;
 
 use fake_modules::fake_module;
-use mslprof::histogram::BucketBits;
 use mslprof::mcount;
-use mslprof::modules::{self, ModulePolicy};
-use mslprof::selection::Selection;
+use mslprof::modules;
 use mslprof_format::RuntimeAddress;
 
 const BIAS: usize = 0x7000_0000_0000;
@@ -45,11 +43,7 @@ fn sweep() {
 
 #[test]
 fn a_large_working_set_grows_the_cache_and_counts_exactly() {
-    let selection: &'static Selection = Box::leak(Box::new(Selection::parse(None)));
-    let policy = ModulePolicy {
-        selection,
-        bucket_bits: BucketBits::Sixteen,
-    };
+    let policy = fake_modules::policy(None);
     modules::update(&policy, |table| {
         table.add(fake_module("liba.so", BIAS, TEXT_END))
     });

@@ -10,10 +10,8 @@ use std::sync::Barrier;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use fake_modules::fake_module;
-use mslprof::histogram::BucketBits;
 use mslprof::mcount::{self, UNKNOWN_KEY};
-use mslprof::modules::{self, ModulePolicy};
-use mslprof::selection::Selection;
+use mslprof::modules;
 use mslprof_format::RuntimeAddress;
 
 struct CountingAllocator;
@@ -82,11 +80,7 @@ fn arcs_at(pc: usize) -> BTreeMap<(u32, u64, u64), u64> {
 
 #[test]
 fn counting_path_is_exact_allocation_free_and_survives_table_changes() {
-    let selection: &'static Selection = Box::leak(Box::new(Selection::parse(Some(b"liba.so"))));
-    let policy = ModulePolicy {
-        selection,
-        bucket_bits: BucketBits::Sixteen,
-    };
+    let policy = fake_modules::policy(Some(b"liba.so"));
     let (a, b) = modules::update(&policy, |table| {
         (
             table.add(fake_module("liba.so", BIAS_A, TEXT_END)),

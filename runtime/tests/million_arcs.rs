@@ -4,10 +4,8 @@
 mod fake_modules;
 
 use fake_modules::fake_module;
-use mslprof::histogram::BucketBits;
 use mslprof::mcount;
-use mslprof::modules::{self, ModulePolicy};
-use mslprof::selection::Selection;
+use mslprof::modules;
 use mslprof_format::RuntimeAddress;
 
 const BIAS: usize = 0x7000_0000_0000;
@@ -16,11 +14,7 @@ const TEXT_END: u64 = 0x100_0000;
 
 #[test]
 fn one_million_two_hundred_thousand_arcs_are_counted_exactly() {
-    let selection: &'static Selection = Box::leak(Box::new(Selection::parse(None)));
-    let policy = ModulePolicy {
-        selection,
-        bucket_bits: BucketBits::Sixteen,
-    };
+    let policy = fake_modules::policy(None);
     modules::update(&policy, |table| {
         table.add(fake_module("libmany.so", BIAS, TEXT_END))
     });

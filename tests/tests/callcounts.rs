@@ -157,6 +157,38 @@ fn threads_still_alive_at_exit_have_their_cached_counts_in_the_file() {
 }
 
 #[test]
+fn four_tail_called_callees_of_one_call_site_count_exactly_and_as_glibc_does() {
+    // tailcalls.c needs its sibling calls, so not `common_flags` (which turns them off).
+    let flags = |extra: &[&str]| -> Vec<String> {
+        ["-O2", "-pg"]
+            .iter()
+            .chain(extra)
+            .map(|f| f.to_string())
+            .collect()
+    };
+    let tail_function = |name: &str| name == "main" || name.starts_with("tail_");
+    let rounds = 300_000u64;
+    let expected: CallGraph = ["tail_a", "tail_b", "tail_c", "tail_d"]
+        .into_iter()
+        .map(|callee| (("main".to_string(), callee.to_string()), rounds))
+        .collect();
+
+    let oracle = Workspace::new();
+    let exe = build_program(&oracle, "tail", &["tailcalls.c"], &[], &flags(&["-no-pie"]));
+    run_ok(oracle.command(&exe).arg(rounds.to_string()));
+    let gmon = std::fs::read(oracle.join("gmon.out")).expect("glibc wrote gmon.out");
+    assert_eq!(gnu_call_graph(&exe, &gmon, &tail_function), expected);
+
+    // The four arcs share a call site and a set bit: with only their own 2-way set they would displace
+    // one another on every call; the cache keeps the other two in the alternate set.
+    let workspace = Workspace::new();
+    let exe = build_program(&workspace, "tail", &["tailcalls.c"], &[], &flags(&[]));
+    run_ok(workspace.command_with_runtime(&exe).arg(rounds.to_string()));
+    let profile = read_profile(&workspace.join("gmon.out"));
+    assert_eq!(profile_call_graph(&profile, &tail_function), expected);
+}
+
+#[test]
 fn signal_handler_calling_instrumented_code_during_mcount_counts_exactly() {
     let workspace = Workspace::new();
     let (handled, profile) = run_signal_fixture(&workspace, "signal", &pg_flags("-O2"));

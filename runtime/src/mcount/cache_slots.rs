@@ -312,9 +312,17 @@ impl CacheSlot {
                     entry.selfpc.load(Ordering::Relaxed),
                     set_mask,
                 );
-                let free = larger
-                    .get(index..index + 2)
-                    .and_then(|set| set.iter().find(|way| !way.in_use()));
+                // A free way, unless the other way holds the same callee (an entry from an alternate set
+                // can meet one from its own set there): the two ways of a set never share a callee.
+                let selfpc = entry.selfpc.load(Ordering::Relaxed);
+                let free = larger.get(index..index + 2).and_then(|set| {
+                    let same_callee = set
+                        .iter()
+                        .any(|way| way.in_use() && way.selfpc.load(Ordering::Relaxed) == selfpc);
+                    (!same_callee)
+                        .then(|| set.iter().find(|way| !way.in_use()))
+                        .flatten()
+                });
                 match free {
                     Some(way) => {
                         way.copy_from(entry);

@@ -16,7 +16,9 @@
 //! instruction. The cache is emptied (its counts flushed) when the module table changes (load/unload:
 //! `modules::CURRENT`) or counting is paused, and dropped when the arcs are reset (fork): all three
 //! change `CURRENT ^ CACHE_STATE`, the generation the cache was filled under. A cache that keeps
-//! displacing entries (a working set larger than itself) grows, up to [`MAX_CACHE_SETS`] sets.
+//! displacing entries (a working set larger than itself) grows, up to [`MAX_CACHE_SETS`] sets. A pair
+//! lives in its own set or, when its call site has more callees than that set holds (a chain of tail
+//! calls), in the set two sets away ([`alternate_index`]); the stub looks in both.
 //!
 //! **Slow path** (cache miss): map selfpc to its module load instance; a callee in a module that
 //! LD_PROFILE did not select returns at once (remembered in the cache with no counter, so the next call is
@@ -310,6 +312,15 @@ fn cache_index(frompc: usize, selfpc: usize, set_mask: u32) -> usize {
     (callee_part.wrapping_add(frompc >> 2) as u32 & set_mask) as usize * 2
 }
 
+/// Index of the first way of the alternate set of the set whose first way is `index`: two sets away (set
+/// index XOR 2, the stub's `xor rax, 128`). It holds the arcs of a call site with more callees than its own
+/// set has room for (a chain of tail calls: `auxsort` → `sort_comp` → `lua_compare` → `luaV_lessthan`
+/// all return to one address in `auxsort`).
+#[inline(always)]
+fn alternate_index(index: usize) -> usize {
+    index ^ 4
+}
+
 /// Records the arc `frompc` → `selfpc` (runtime PCs). Called by the assembly stubs with the stack
 /// aligned and every argument register saved; async-signal-safe, never panics, never allocates.
 pub extern "C" fn record_call(frompc: usize, selfpc: usize) {
@@ -352,18 +363,25 @@ pub extern "C" fn record_call(frompc: usize, selfpc: usize) {
     cache.depth = 0;
 }
 
-/// The cache part of [`record_call`]: counts the call in its entry, making the entry on a miss (the newest
-/// arc takes the set's first way; the arc it displaces moves to the second, whose count is flushed, unless
-/// it has the same callee, and is then flushed itself).
+/// The cache part of [`record_call`]: counts the call in its entry (in the pair's set or its alternate set),
+/// making the entry on a miss. The newest arc takes the set's first way. The arc it displaces moves to the
+/// second way, unless it has the same callee, and is then flushed itself. The second way's old arc is
+/// flushed, unless it has the same call site: it then moves to the alternate set's first way.
 fn record_cached(cache: &mut ThreadCache, slot: &CacheSlot, frompc: usize, selfpc: usize) {
     let index = cache_index(frompc, selfpc, cache.set_mask);
-    let Some([first, second]) = slot.entries().get(index..index + 2) else {
+    let alternate = alternate_index(index);
+    let (Some([first, second]), Some([alternate_first, alternate_second])) = (
+        slot.entries().get(index..index + 2),
+        slot.entries().get(alternate..alternate + 2),
+    ) else {
         return;
     };
-    let hit = [first, second].into_iter().find(|entry| {
-        entry.frompc.load(Ordering::Relaxed) == frompc
-            && entry.selfpc.load(Ordering::Relaxed) == selfpc
-    });
+    let hit = [first, second, alternate_first, alternate_second]
+        .into_iter()
+        .find(|entry| {
+            entry.frompc.load(Ordering::Relaxed) == frompc
+                && entry.selfpc.load(Ordering::Relaxed) == selfpc
+        });
     if let Some(entry) = hit {
         entry.count.fetch_add(1, Ordering::Relaxed);
         return;
@@ -388,6 +406,14 @@ fn record_cached(cache: &mut ThreadCache, slot: &CacheSlot, frompc: usize, selfp
     let displaced = if first.selfpc.load(Ordering::Relaxed) == selfpc {
         cache_slots::flush(first, slot.is_lent());
         true
+    } else if second.in_use() && second.frompc.load(Ordering::Relaxed) == frompc {
+        // The second way holds another callee of the same call site: it moves to the alternate set
+        // rather than out of the cache, so that a site with three or four hot callees does not miss on
+        // every call.
+        let displaced = insert_first(slot, alternate_first, alternate_second, second);
+        slot.touch(alternate);
+        second.copy_from(first);
+        displaced
     } else {
         let displaced = second.in_use();
         cache_slots::flush(second, slot.is_lent());
@@ -399,6 +425,29 @@ fn record_cached(cache: &mut ThreadCache, slot: &CacheSlot, frompc: usize, selfp
     if displaced {
         cache.count_eviction(slot);
     }
+}
+
+/// Puts a copy of `entry` into the first way of the set (`first`, `second`), keeping the two ways' callees
+/// different: an entry of the same callee there is flushed and replaced, else the first way moves to the
+/// second, whose entry is flushed. True if a valid entry was flushed.
+fn insert_first(
+    slot: &CacheSlot,
+    first: &CacheEntry,
+    second: &CacheEntry,
+    entry: &CacheEntry,
+) -> bool {
+    if first.in_use()
+        && first.selfpc.load(Ordering::Relaxed) == entry.selfpc.load(Ordering::Relaxed)
+    {
+        cache_slots::flush(first, slot.is_lent());
+        first.copy_from(entry);
+        return true;
+    }
+    let displaced = second.in_use();
+    cache_slots::flush(second, slot.is_lent());
+    second.copy_from(first);
+    first.copy_from(entry);
+    displaced
 }
 
 /// The slow path of a call nested in another (a signal handler that interrupted `record_call` or a fast

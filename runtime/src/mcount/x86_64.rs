@@ -66,6 +66,66 @@ macro_rules! mcount_stub {
     };
 }
 
+/// One way of the fast path's lookup, as one assembly template: the entry at `[rax + $way]` (0 or 32) must
+/// hold the pair, else jump to `$miss`; on a match, add 1 to its count and jump to the common exit `6`.
+macro_rules! mcount_probe_way {
+    ($frompc:literal, $selfpc:literal, $way:literal, $miss:literal) => {
+        concat!(
+            "mov rdx, ",
+            $frompc,
+            "\n",
+            "cmp qword ptr [rax + ",
+            $way,
+            "], rdx\n",
+            "jne ",
+            $miss,
+            "\n",
+            "mov rdx, ",
+            $selfpc,
+            "\n",
+            "cmp qword ptr [rax + ",
+            $way,
+            " + 8], rdx\n",
+            "jne ",
+            $miss,
+            "\n",
+            "add qword ptr [rax + ",
+            $way,
+            " + 24], 1\n",
+            "jmp 6b",
+        )
+    };
+}
+
+/// A grown cache's lookup in the set at rax, as one assembly template: the way is the one whose callee
+/// matches (the two ways of a set never hold the same callee), chosen by a `cmov`; a pair not there jumps to
+/// `$miss`; a match adds 1 to its count and falls through, with r11 the TLS offset again.
+macro_rules! mcount_pick_way {
+    ($frompc:literal, $selfpc:literal, $miss:literal) => {
+        concat!(
+            "mov rdx, ",
+            $selfpc,
+            "\n",
+            "lea r11, [rax + 32]\n",
+            "cmp qword ptr [rax + 8], rdx\n",
+            "cmovne rax, r11\n",
+            "mov r11, qword ptr [rip + mslprof_thread_cache@GOTTPOFF]\n",
+            "cmp qword ptr [rax + 8], rdx\n",
+            "jne ",
+            $miss,
+            "\n",
+            "mov rdx, ",
+            $frompc,
+            "\n",
+            "cmp qword ptr [rax], rdx\n",
+            "jne ",
+            $miss,
+            "\n",
+            "add qword ptr [rax + 24], 1",
+        )
+    };
+}
+
 /// The fast path shared by the exported stubs: with rax and rdx saved (pushed) and r11 used as scratch
 /// (as glibc's `_mcount` does: no compiler keeps a value in r11 across the profiling call), look the
 /// (frompc, selfpc) pair up in this thread's call cache and add 1 to the count kept in the entry. It
@@ -81,9 +141,12 @@ macro_rules! mcount_stub {
 /// of two 32-byte entries (frompc, selfpc, counter, count). The set of a pair is `(frompc >> 2) + bit 4
 /// of selfpc`, masked: the call sites of a program, executed in address order, walk the cache in address
 /// order too (the stub prefetches the set eight lines ahead), and the two sets an indirect call site's
-/// callees spread over give it four ways. In the first, smallest cache the way is found by branches (few
-/// hot arcs: predicted); in a grown one (set mask above the first's) by the callee and a `cmov` (a large
-/// working set's neighbouring call sites share sets, and which way holds a pair cannot be predicted).
+/// callees spread over give it four ways. A pair missing from its set may be in the set two sets away
+/// (address XOR 128), where `record_cached` keeps a call site's further callees (a chain of tail calls
+/// returns to one site); a hit in the set itself never looks there. In the first, smallest cache the way
+/// is found by branches (few hot arcs: predicted); in a grown one (set mask above the first's) by the
+/// callee and a `cmov` (a large working set's neighbouring call sites share sets, and which way holds a
+/// pair cannot be predicted).
 macro_rules! mcount_fast_path {
     ($frompc:literal, $selfpc:literal, $slow:path) => {
         core::arch::naked_asm!(
@@ -119,32 +182,28 @@ macro_rules! mcount_fast_path {
             "ret",
             // Second way of the set.
             "5:",
-            concat!("mov rdx, ", $frompc),
-            "cmp qword ptr [rax + 32], rdx",
-            "jne 2f",
-            concat!("mov rdx, ", $selfpc),
-            "cmp qword ptr [rax + 40], rdx",
-            "jne 2f",
-            "add qword ptr [rax + 56], 1",
-            "jmp 6b",
+            mcount_probe_way!($frompc, $selfpc, 32, "3f"),
+            // The pair's alternate set, two sets away (where `record_cached` keeps a call site's other
+            // callees): its two ways.
+            "3:",
+            "xor rax, 128",
+            mcount_probe_way!($frompc, $selfpc, 0, "4f"),
+            "4:",
+            mcount_probe_way!($frompc, $selfpc, 32, "2f"),
             // A grown cache: the way is the one whose callee matches (the two ways of a set never hold the
             // same callee), chosen without a branch.
             "7:",
-            concat!("mov rdx, ", $selfpc),
-            "lea r11, [rax + 32]",
-            "cmp qword ptr [rax + 8], rdx",
-            "cmovne rax, r11",
-            "mov r11, qword ptr [rip + mslprof_thread_cache@GOTTPOFF]",
-            "cmp qword ptr [rax + 8], rdx",
-            "jne 2f",
-            concat!("mov rdx, ", $frompc),
-            "cmp qword ptr [rax], rdx",
-            "jne 2f",
-            "add qword ptr [rax + 24], 1",
+            mcount_pick_way!($frompc, $selfpc, "8f"),
             "sub dword ptr fs:[r11 + 8], 1",
             "pop rdx",
             "pop rax",
             "ret",
+            // The alternate set (as above), from the start of the set whichever way was picked.
+            "8:",
+            "and rax, -64",
+            "xor rax, 128",
+            mcount_pick_way!($frompc, $selfpc, "2f"),
+            "jmp 6b",
             // Miss: leave the cache to the Rust side.
             "2:",
             "sub dword ptr fs:[r11 + 8], 1",
