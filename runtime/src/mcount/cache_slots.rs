@@ -307,14 +307,11 @@ impl CacheSlot {
                 if !entry.in_use() {
                     continue;
                 }
-                let index = super::cache_index(
-                    entry.frompc.load(Ordering::Relaxed),
-                    entry.selfpc.load(Ordering::Relaxed),
-                    set_mask,
-                );
+                let selfpc = entry.selfpc.load(Ordering::Relaxed);
+                let index =
+                    super::cache_index(entry.frompc.load(Ordering::Relaxed), selfpc, set_mask);
                 // A free way, unless the other way holds the same callee (an entry from an alternate set
                 // can meet one from its own set there): the two ways of a set never share a callee.
-                let selfpc = entry.selfpc.load(Ordering::Relaxed);
                 let free = larger.get(index..index + 2).and_then(|set| {
                     let same_callee = set
                         .iter()

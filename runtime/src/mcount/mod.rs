@@ -401,52 +401,55 @@ fn record_cached(cache: &mut ThreadCache, slot: &CacheSlot, frompc: usize, selfp
             counter.load(Ordering::Relaxed).wrapping_add(1),
         ),
     };
-    // The two ways never hold the same callee (a grown cache's fast path picks the way by the callee): an
-    // arc whose callee is in the first way already, from another call site, replaces it there.
-    let displaced = if first.selfpc.load(Ordering::Relaxed) == selfpc {
-        cache_slots::flush(first, slot.is_lent());
-        true
-    } else if second.in_use() && second.frompc.load(Ordering::Relaxed) == frompc {
-        // The second way holds another callee of the same call site: it moves to the alternate set
-        // rather than out of the cache, so that a site with three or four hot callees does not miss on
-        // every call.
-        let displaced = insert_first(slot, alternate_first, alternate_second, second);
+    let lent = slot.is_lent();
+    let mut displaced = false;
+    if first.selfpc.load(Ordering::Relaxed) != selfpc
+        && second.in_use()
+        && second.frompc.load(Ordering::Relaxed) == frompc
+    {
+        // The second way, about to be displaced, holds another callee of the same call site: it moves to
+        // the alternate set rather than out of the cache, so that a site with three or four hot callees
+        // does not miss on every call.
+        let moved_selfpc = second.selfpc.load(Ordering::Relaxed);
+        displaced = insert_first(
+            alternate_first,
+            alternate_second,
+            moved_selfpc,
+            lent,
+            |way| way.copy_from(second),
+        );
         slot.touch(alternate);
-        second.copy_from(first);
-        displaced
-    } else {
-        let displaced = second.in_use();
-        cache_slots::flush(second, slot.is_lent());
-        second.copy_from(first);
-        displaced
-    };
-    first.set(frompc, selfpc, counter, count);
+        second.set(0, 0, 0, 0);
+    }
+    displaced |= insert_first(first, second, selfpc, lent, |way| {
+        way.set(frompc, selfpc, counter, count)
+    });
     slot.touch(index);
     if displaced {
         cache.count_eviction(slot);
     }
 }
 
-/// Puts a copy of `entry` into the first way of the set (`first`, `second`), keeping the two ways' callees
-/// different: an entry of the same callee there is flushed and replaced, else the first way moves to the
-/// second, whose entry is flushed. True if a valid entry was flushed.
+/// Writes an arc whose callee is `selfpc` into the first way of the set (`first`, `second`) with `write`,
+/// keeping the two ways' callees different (a grown cache's fast path picks the way by the callee): an arc
+/// of the same callee in the first way, from another call site, is flushed and replaced; otherwise the first
+/// way's arc moves to the second, whose arc is flushed. True if a valid entry was flushed.
 fn insert_first(
-    slot: &CacheSlot,
     first: &CacheEntry,
     second: &CacheEntry,
-    entry: &CacheEntry,
+    selfpc: usize,
+    lent: bool,
+    write: impl FnOnce(&CacheEntry),
 ) -> bool {
-    if first.in_use()
-        && first.selfpc.load(Ordering::Relaxed) == entry.selfpc.load(Ordering::Relaxed)
-    {
-        cache_slots::flush(first, slot.is_lent());
-        first.copy_from(entry);
+    if first.in_use() && first.selfpc.load(Ordering::Relaxed) == selfpc {
+        cache_slots::flush(first, lent);
+        write(first);
         return true;
     }
     let displaced = second.in_use();
-    cache_slots::flush(second, slot.is_lent());
+    cache_slots::flush(second, lent);
     second.copy_from(first);
-    first.copy_from(entry);
+    write(first);
     displaced
 }
 
