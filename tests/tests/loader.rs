@@ -578,8 +578,8 @@ fn threads_still_calling_at_exit_do_not_corrupt_the_profile() {
         let units = instances(&profile, "libunits.so");
         assert_eq!(units.len(), 1);
         assert!(
-            calls_into(units[0], &unit) > 17,
-            "round {round}: the busy threads' calls are in"
+            calls_into(units[0], &unit) >= 17 + 3,
+            "round {round}: the busy threads' calls are in (each made one before main exited)"
         );
         assert!(
             units[0].arcs.iter().all(|arc| arc.count > 0),
@@ -704,13 +704,16 @@ fn time_spent_in_a_constructor_during_dlopen_is_the_new_modules() {
     let workspace = Workspace::new();
     let spinner = workspace.shared_library("libspinner.so", &[source("spinner.c")], &["-O0"]);
     let app = workspace.program("openone", &[source("openone.c")], &["-ldl"]);
-    let output = run(workspace.command_with_runtime(&app).arg(&spinner));
+    // The constructor spins until the runtime has counted 15 more samples (the test hooks tell it how many).
+    let output = run(workspace
+        .command_with_test_hooks_runtime(&app)
+        .arg(&spinner));
     assert_success(&output);
     let profile = workspace.profile("gmon.out");
     let loads = instances(&profile, "libspinner.so");
     assert_eq!(loads.len(), 1);
     let total = profile.header.total_samples;
-    // About 30 samples at 100 Hz; all of them taken before the rescan that follows dlopen could register it.
+    // At least 15 samples; all of them taken before the rescan that follows dlopen could register it.
     assert!(
         loads[0].samples * 10 >= total * 8 && loads[0].samples >= 10,
         "libspinner.so has {} of {total} samples ({} unknown)",
