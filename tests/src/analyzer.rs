@@ -20,14 +20,15 @@ pub fn lua_debug_golden_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("golden/analyzer/lua-g")
 }
 
-/// Whether `tool --version` runs and succeeds.
+/// Whether `tool` is installed: `tool --version` can be started. Its exit status is not asked for:
+/// valgrind 3.19's `callgrind_annotate --version` prints its version and exits with 255.
 pub fn have(tool: &str) -> bool {
     Command::new(tool)
         .arg("--version")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()
-        .is_ok_and(|s| s.success())
+        .is_ok()
 }
 
 /// Whether gprof and the compilers are there; prints `SKIPPED: ...` naming the first one missing.

@@ -64,13 +64,20 @@ fn report_calls(dir: &Path, name: &str) -> u64 {
         .unwrap_or_else(|| panic!("no call count for {name}:\n{report}"))
 }
 
-/// callgrind_annotate's caller tree: `(caller, callee) -> calls`, names as `file:function [object]`
-/// reduced to `function [object file name]`.
+/// callgrind_annotate's calling tree: `(caller, callee) -> calls`, names as `file:function [object]`
+/// reduced to `function [object file name]`. Every function is listed (`--threshold=100`, inclusive costs),
+/// including those with no samples, so arcs between them are read too: a caller always has a `fn=` block,
+/// which holds its `calls=` lines.
 fn callgrind_callers(file: &Path) -> HashMap<(String, String), u64> {
     // From `/`: callgrind_annotate shortens `fl=` names under its working directory but not `cfi=` ones.
     let out = run(Command::new("callgrind_annotate")
         .current_dir("/")
-        .args(["--tree=caller", "--auto=no"])
+        .args([
+            "--tree=calling",
+            "--threshold=100",
+            "--inclusive=yes",
+            "--auto=no",
+        ])
         .arg(file));
     assert_success(&out, "callgrind_annotate");
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -81,26 +88,26 @@ fn callgrind_callers(file: &Path) -> HashMap<(String, String), u64> {
         let obj = obj.trim_end_matches(']');
         format!("{func} [{}]", obj.rsplit('/').next().unwrap_or(obj))
     };
-    let mut callers: Vec<(String, u64)> = Vec::new();
+    let mut caller: Option<String> = None;
     let mut arcs = HashMap::new();
     for line in text.lines() {
-        if let Some(i) = line.find("  < ") {
-            let rest = &line[i + 4..];
-            let (name, tail) = rest.split_once(" (").expect("caller line");
+        if let Some(i) = line.find("  *  ") {
+            caller = Some(short(&line[i + 5..]));
+        } else if let Some(i) = line.find("  >   ") {
+            let rest = &line[i + 6..];
+            let (name, tail) = rest.split_once(" (").expect("callee line");
             let count: u64 = tail
                 .split_once("x)")
                 .map(|(n, _)| n.replace(',', ""))
                 .and_then(|n| n.parse().ok())
                 .expect("call count");
             let obj = tail.split_once("x) ").map_or("", |(_, o)| o);
-            callers.push((short(&format!("{name} {obj}")), count));
-        } else if let Some(i) = line.find("  *  ") {
-            let callee = short(&line[i + 5..]);
-            for (caller, count) in callers.drain(..) {
-                arcs.insert((caller, callee.clone()), count);
-            }
+            let caller = caller
+                .clone()
+                .expect("a callee line follows its caller's line");
+            arcs.insert((caller, short(&format!("{name} {obj}"))), count);
         } else if line.trim().is_empty() {
-            callers.clear();
+            caller = None;
         }
     }
     arcs
@@ -417,7 +424,15 @@ fn dot_export_renders_with_graphviz() {
     let Some(ws) = profiled_demo() else { return };
     let out = mslprof_ok(
         ws.path(),
-        &["export", "--format", "dot", "--node-threshold", "0"],
+        &[
+            "export",
+            "--format",
+            "dot",
+            "--node-threshold",
+            "0",
+            "--edge-threshold",
+            "0",
+        ],
     );
     let dot = String::from_utf8_lossy(&out.stdout).into_owned();
     for module in ["demo", "libtext.so", "libshapes.so"] {
@@ -427,6 +442,12 @@ fn dot_export_renders_with_graphviz() {
         );
     }
     assert!(dot.contains("subgraph cluster_"));
+    // text_count_words → demo_score_word, with its exact count on the edge.
+    assert!(
+        dot.lines()
+            .any(|l| l.contains(" -> ") && l.contains("\\n11520000×\"")),
+        "{dot}"
+    );
     if dot_missing() {
         return;
     }
@@ -441,8 +462,9 @@ fn dot_export_renders_with_graphviz() {
     assert!(svg.contains("text_count_words"), "{svg}");
     assert!(svg.contains("11520000×"), "{svg}");
     assert!(svg.contains(">libtext.so<"), "{svg}");
-    // The same graph rendered by mslprof itself. The threshold is 0 here too: with the default 0.5 %,
-    // whether text_count_words is drawn depends on where the samples fell (a noisy CI host left it out).
+    // The same graph rendered by mslprof itself. The thresholds are 0 here too: with the defaults (0.5 % and
+    // 0.1 %), whether text_count_words and its edges are drawn depends on where the samples fell (a noisy CI
+    // host left it out).
     mslprof_ok(
         ws.path(),
         &[
@@ -450,6 +472,8 @@ fn dot_export_renders_with_graphviz() {
             "--format",
             "svg",
             "--node-threshold",
+            "0",
+            "--edge-threshold",
             "0",
             "-o",
             "g.svg",
