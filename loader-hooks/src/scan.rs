@@ -12,6 +12,7 @@ use crate::sys::{self, LoadedObject, ProgramHeader};
 const PT_LOAD: u32 = 1;
 const PT_DYNAMIC: u32 = 2;
 const PT_NOTE: u32 = 4;
+const PT_GNU_RELRO: u32 = 0x6474_e552;
 const PF_X: u32 = 1;
 const PF_R: u32 = 4;
 const DT_NULL: u64 = 0;
@@ -71,6 +72,9 @@ pub struct ModuleInfo {
     pub is_dynamic_linker: bool,
     /// Runtime address of the dynamic section (`PT_DYNAMIC`), 0 when the module has none.
     pub dynamic: usize,
+    /// The part the loader makes read-only after relocation (`PT_GNU_RELRO`, link-time addresses): where
+    /// the GOT is.
+    pub relro: Option<LinkRange>,
 }
 
 impl ModuleInfo {
@@ -248,6 +252,13 @@ fn describe(object: &LoadedObject<'_>, identity: &ProcessIdentity, exe_path: &[u
             .iter()
             .find(|h| h.p_type == PT_DYNAMIC)
             .map_or(0, |h| runtime_address(object, h.p_vaddr).as_usize()),
+        relro: headers
+            .iter()
+            .find(|h| h.p_type == PT_GNU_RELRO && h.p_memsz > 0)
+            .map(|h| LinkRange {
+                start: h.p_vaddr,
+                end: h.p_vaddr + h.p_memsz,
+            }),
     }
 }
 

@@ -67,6 +67,51 @@ pub unsafe fn unmap(base: *mut u8, len: usize) {
     unsafe { libc::munmap(base.cast(), len) };
 }
 
+/// Maps `len` bytes of private anonymous read-write memory exactly at `address`, if nothing is mapped there
+/// (`MAP_FIXED_NOREPLACE`); `None` otherwise. A kernel older than 4.17 takes the address as a hint: a
+/// mapping placed elsewhere is given back.
+pub fn map_exactly_at(address: usize, len: usize) -> Option<*mut u8> {
+    let _errno = SavedErrno::save();
+    // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing mapping; the kernel fails instead.
+    let base = unsafe {
+        libc::mmap(
+            address as *mut c_void,
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
+            -1,
+            0,
+        )
+    };
+    if base == libc::MAP_FAILED {
+        return None;
+    }
+    if base as usize != address {
+        // SAFETY: the mapping the kernel just made for us elsewhere, not used by anything.
+        unsafe { libc::munmap(base, len) };
+        return None;
+    }
+    Some(base.cast::<u8>())
+}
+
+/// Makes the pages of `[address, address + len)` read-only and executable (`executable`) or read-only
+/// (`!executable`), or readable and writable (`writable`). False when the kernel refuses.
+///
+/// # Safety
+/// Nothing may run code in, or write to, pages that lose that permission.
+pub unsafe fn protect(address: usize, len: usize, writable: bool, executable: bool) -> bool {
+    let _errno = SavedErrno::save();
+    let mut prot = libc::PROT_READ;
+    if writable {
+        prot |= libc::PROT_WRITE;
+    }
+    if executable {
+        prot |= libc::PROT_EXEC;
+    }
+    // SAFETY: the caller guarantees no code depends on the permissions taken away.
+    unsafe { libc::mprotect(address as *mut c_void, len, prot) == 0 }
+}
+
 /// Gives the pages of a [`map_zeroed`] mapping back to the kernel; they read as zero afterwards.
 pub fn discard(base: *mut u8, len: usize) {
     let _errno = SavedErrno::save();

@@ -188,6 +188,51 @@ fn four_tail_called_callees_of_one_call_site_count_exactly_and_as_glibc_does() {
     assert_eq!(profile_call_graph(&profile, &tail_function), expected);
 }
 
+/// The main program's GOT entry for `mcount` and main's address, as near.c prints them.
+fn got_mcount_and_main(stdout: &str) -> (u64, u64) {
+    let parse = |word: &str| u64::from_str_radix(word.trim_start_matches("0x"), 16).unwrap();
+    let words: Vec<&str> = stdout.split_whitespace().collect();
+    assert_eq!(words.len(), 2, "near.c printed {stdout:?}");
+    (parse(words[0]), parse(words[1]))
+}
+
+#[test]
+fn main_program_calls_a_copy_of_mcount_next_to_it_and_counts_stay_exact() {
+    let calls = 1_000_000u64;
+    let expected: CallGraph = [(("main".to_string(), "step".to_string()), calls)]
+        .into_iter()
+        .collect();
+    let step_arcs = |name: &str| name == "main" || name == "step";
+    let workspace = Workspace::new();
+    let exe = build_program(&workspace, "near", &["near.c"], &[], &pg_flags("-O2"));
+
+    // The PIE program is mapped far from the shared libraries: its GOT entry is pointed at the copy the
+    // runtime mapped next to it (within 128 MiB), and every call is counted through it.
+    let stdout = run_ok(workspace.command_with_runtime(&exe).arg(calls.to_string()));
+    let (mcount, main) = got_mcount_and_main(&stdout);
+    assert!(
+        mcount.abs_diff(main) < 1 << 30,
+        "mcount {mcount:#x} is not next to main {main:#x}"
+    );
+    let profile = read_profile(&workspace.join("gmon.out"));
+    assert_eq!(profile_call_graph(&profile, &step_arcs), expected);
+
+    // MSLPROF_NEAR_MCOUNT=0 leaves the entry at the library's own mcount, and counts the same.
+    let stdout = run_ok(
+        workspace
+            .command_with_runtime(&exe)
+            .env("MSLPROF_NEAR_MCOUNT", "0")
+            .arg(calls.to_string()),
+    );
+    let (far_mcount, main) = got_mcount_and_main(&stdout);
+    assert!(
+        far_mcount.abs_diff(main) >= 1 << 31,
+        "mcount {far_mcount:#x} is next to main {main:#x} although MSLPROF_NEAR_MCOUNT=0"
+    );
+    let profile = read_profile(&workspace.join("gmon.out"));
+    assert_eq!(profile_call_graph(&profile, &step_arcs), expected);
+}
+
 #[test]
 fn signal_handler_calling_instrumented_code_during_mcount_counts_exactly() {
     let workspace = Workspace::new();

@@ -47,6 +47,8 @@ use cache_slots::{CacheEntry, CacheSlot};
 
 mod cache_slots;
 #[cfg(target_arch = "x86_64")]
+pub mod near;
+#[cfg(target_arch = "x86_64")]
 mod x86_64;
 
 /// Caller key of an arc whose call site is in no known module (SPEC.md §5).

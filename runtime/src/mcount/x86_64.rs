@@ -101,7 +101,7 @@ macro_rules! mcount_probe_way {
 /// matches (the two ways of a set never hold the same callee), chosen by a `cmov`; a pair not there jumps to
 /// `$miss`; a match adds 1 to its count and falls through, with r11 the TLS offset again.
 macro_rules! mcount_pick_way {
-    ($frompc:literal, $selfpc:literal, $miss:literal) => {
+    ($frompc:literal, $selfpc:literal, $miss:literal, $tls:literal) => {
         concat!(
             "mov rdx, ",
             $selfpc,
@@ -109,7 +109,8 @@ macro_rules! mcount_pick_way {
             "lea r11, [rax + 32]\n",
             "cmp qword ptr [rax + 8], rdx\n",
             "cmovne rax, r11\n",
-            "mov r11, qword ptr [rip + mslprof_thread_cache@GOTTPOFF]\n",
+            $tls,
+            "\n",
             "cmp qword ptr [rax + 8], rdx\n",
             "jne ",
             $miss,
@@ -150,70 +151,100 @@ macro_rules! mcount_pick_way {
 macro_rules! mcount_fast_path {
     ($frompc:literal, $selfpc:literal, $slow:path) => {
         core::arch::naked_asm!(
-            "push rax",
-            "push rdx",
-            "mov r11, qword ptr [rip + mslprof_thread_cache@GOTTPOFF]",
-            "add dword ptr fs:[r11 + 8], 1",
-            "mov rax, qword ptr [rip + {table}]",
-            "xor rax, qword ptr [rip + {state}]",
-            "cmp qword ptr fs:[r11], rax",
-            "jne 2f",
-            concat!("mov rdx, ", $frompc),
-            "mov rax, rdx",
-            "shr rax, 2",
-            concat!("bt ", $selfpc, ", 4"),
-            "adc rax, 0",
-            "and eax, dword ptr fs:[r11 + 24]",
-            "shl rax, 6",
-            "add rax, qword ptr fs:[r11 + 16]",
-            "prefetcht0 [rax + 512]",
-            "cmp dword ptr fs:[r11 + 24], {first_set_mask}",
-            "ja 7f",
-            "cmp qword ptr [rax], rdx",
-            "jne 5f",
-            concat!("mov rdx, ", $selfpc),
-            "cmp qword ptr [rax + 8], rdx",
-            "jne 5f",
-            "add qword ptr [rax + 24], 1",
-            "6:",
-            "sub dword ptr fs:[r11 + 8], 1",
-            "pop rdx",
-            "pop rax",
-            "ret",
-            // Second way of the set.
-            "5:",
-            mcount_probe_way!($frompc, $selfpc, 32, "3f"),
-            // The pair's alternate set, two sets away (where `record_cached` keeps a call site's other
-            // callees): its two ways.
-            "3:",
-            "xor rax, 128",
-            mcount_probe_way!($frompc, $selfpc, 0, "4f"),
-            "4:",
-            mcount_probe_way!($frompc, $selfpc, 32, "2f"),
-            // A grown cache: the way is the one whose callee matches (the two ways of a set never hold the
-            // same callee), chosen without a branch.
-            "7:",
-            mcount_pick_way!($frompc, $selfpc, "8f"),
-            "sub dword ptr fs:[r11 + 8], 1",
-            "pop rdx",
-            "pop rax",
-            "ret",
-            // The alternate set (as above), from the start of the set whichever way was picked.
-            "8:",
-            "and rax, -64",
-            "xor rax, 128",
-            mcount_pick_way!($frompc, $selfpc, "2f"),
-            "jmp 6b",
-            // Miss: leave the cache to the Rust side.
-            "2:",
-            "sub dword ptr fs:[r11 + 8], 1",
-            "pop rdx",
-            "pop rax",
-            "jmp {slow}",
+            mcount_hit_path!(
+                $frompc,
+                $selfpc,
+                "mov r11, qword ptr [rip + mslprof_thread_cache@GOTTPOFF]",
+                "mov rax, qword ptr [rip + {table}]\nxor rax, qword ptr [rip + {state}]",
+                "jmp {slow}"
+            ),
             first_set_mask = const super::FIRST_CACHE_SETS - 1,
             state = sym super::CACHE_STATE,
             table = sym crate::modules::CURRENT,
             slow = sym $slow,
+        )
+    };
+}
+
+/// The fast path's instructions as one assembly template, for the exported stubs and for the relocatable
+/// copy of `mcount` (`near.rs`). `$tls` loads this thread's cache header offset into r11, `$generation`
+/// leaves the current generation (module table XOR counting state) in rax using rax and rdx only, and
+/// `$slow` leaves for the full stub with every register but r11 as the instrumented function left it.
+macro_rules! mcount_hit_path {
+    ($frompc:literal, $selfpc:literal, $tls:literal, $generation:literal, $slow:literal) => {
+        concat!(
+            "push rax\n",
+            "push rdx\n",
+            $tls,
+            "\n",
+            "add dword ptr fs:[r11 + 8], 1\n",
+            $generation,
+            "\n",
+            "cmp qword ptr fs:[r11], rax\n",
+            "jne 2f\n",
+            "mov rdx, ",
+            $frompc,
+            "\n",
+            "mov rax, rdx\n",
+            "shr rax, 2\n",
+            "bt ",
+            $selfpc,
+            ", 4\n",
+            "adc rax, 0\n",
+            "and eax, dword ptr fs:[r11 + 24]\n",
+            "shl rax, 6\n",
+            "add rax, qword ptr fs:[r11 + 16]\n",
+            "prefetcht0 [rax + 512]\n",
+            "cmp dword ptr fs:[r11 + 24], {first_set_mask}\n",
+            "ja 7f\n",
+            "cmp qword ptr [rax], rdx\n",
+            "jne 5f\n",
+            "mov rdx, ",
+            $selfpc,
+            "\n",
+            "cmp qword ptr [rax + 8], rdx\n",
+            "jne 5f\n",
+            "add qword ptr [rax + 24], 1\n",
+            "6:\n",
+            "sub dword ptr fs:[r11 + 8], 1\n",
+            "pop rdx\n",
+            "pop rax\n",
+            "ret\n",
+            // Second way of the set.
+            "5:\n",
+            mcount_probe_way!($frompc, $selfpc, 32, "3f"),
+            "\n",
+            // The pair's alternate set, two sets away (where `record_cached` keeps a call site's other
+            // callees): its two ways.
+            "3:\n",
+            "xor rax, 128\n",
+            mcount_probe_way!($frompc, $selfpc, 0, "4f"),
+            "\n",
+            "4:\n",
+            mcount_probe_way!($frompc, $selfpc, 32, "2f"),
+            "\n",
+            // A grown cache: the way is the one whose callee matches (the two ways of a set never hold the
+            // same callee), chosen without a branch.
+            "7:\n",
+            mcount_pick_way!($frompc, $selfpc, "8f", $tls),
+            "\n",
+            "sub dword ptr fs:[r11 + 8], 1\n",
+            "pop rdx\n",
+            "pop rax\n",
+            "ret\n",
+            // The alternate set (as above), from the start of the set whichever way was picked.
+            "8:\n",
+            "and rax, -64\n",
+            "xor rax, 128\n",
+            mcount_pick_way!($frompc, $selfpc, "2f", $tls),
+            "\n",
+            "jmp 6b\n",
+            // Miss: leave the cache to the Rust side.
+            "2:\n",
+            "sub dword ptr fs:[r11 + 8], 1\n",
+            "pop rdx\n",
+            "pop rax\n",
+            $slow,
         )
     };
 }
@@ -256,6 +287,73 @@ pub unsafe extern "C" fn _mcount() {
 pub unsafe extern "C" fn __fentry__() {
     // After the two pushes: [rsp + 16] = selfpc, [rsp + 24] = frompc.
     mcount_fast_path!("qword ptr [rsp + 24]", "qword ptr [rsp + 16]", fentry_slow)
+}
+
+/// Placeholders in [`near_mcount_template`], each an `movabs` immediate that every copy replaces
+/// (`near.rs`): the TLS offset of this thread's cache header, the addresses of `modules::CURRENT` and
+/// `CACHE_STATE`, and the address of [`mcount_slow`].
+pub const NEAR_PLACEHOLDERS: [u64; 4] = [
+    0x6d73_6c70_726f_6601,
+    0x6d73_6c70_726f_6602,
+    0x6d73_6c70_726f_6603,
+    0x6d73_6c70_726f_6604,
+];
+
+/// [`mcount`] as position-independent code, for a copy next to a module that is far from this library
+/// (`near.rs`): the same hit path, with the four addresses it takes from this library's GOT or by
+/// rip-relative loads held in `movabs` immediates ([`NEAR_PLACEHOLDERS`]) instead. Never called here.
+///
+/// # Safety
+/// Never to be called: its placeholders are not addresses.
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
+pub unsafe extern "C" fn near_mcount_template() {
+    core::arch::naked_asm!(
+        mcount_hit_path!(
+            "qword ptr [rbp + 8]",
+            "qword ptr [rsp + 16]",
+            "movabs r11, 0x6d736c70726f6601",
+            "movabs rax, 0x6d736c70726f6602\nmov rax, qword ptr [rax]\nmovabs rdx, 0x6d736c70726f6603\nxor rax, qword ptr [rdx]",
+            "movabs r11, 0x6d736c70726f6604\njmp r11"
+        ),
+        ".globl mslprof_near_mcount_end",
+        ".hidden mslprof_near_mcount_end",
+        "mslprof_near_mcount_end:",
+        first_set_mask = const super::FIRST_CACHE_SETS - 1,
+    )
+}
+
+#[cfg(target_arch = "x86_64")]
+unsafe extern "C" {
+    /// The first byte after [`near_mcount_template`].
+    static mslprof_near_mcount_end: u8;
+}
+
+/// The machine code of [`near_mcount_template`], and the values of its [`NEAR_PLACEHOLDERS`] in this
+/// process, in the same order.
+#[cfg(target_arch = "x86_64")]
+pub fn near_mcount_code() -> (&'static [u8], [u64; 4]) {
+    let start = near_mcount_template as *const () as usize;
+    let end = core::ptr::addr_of!(mslprof_near_mcount_end) as usize;
+    let tls_offset: u64;
+    // SAFETY: reads the linker-provided TLS offset of our own `.tbss` symbol from the GOT.
+    unsafe {
+        core::arch::asm!(
+            "mov {offset}, qword ptr [rip + mslprof_thread_cache@GOTTPOFF]",
+            offset = out(reg) tls_offset,
+            options(nostack, readonly, pure),
+        );
+    }
+    let values = [
+        tls_offset,
+        core::ptr::addr_of!(crate::modules::CURRENT) as u64,
+        core::ptr::addr_of!(super::CACHE_STATE) as u64,
+        mcount_slow as *const () as usize as u64,
+    ];
+    // SAFETY: [start, end) is the template's code in this library's mapped, never unmapped text.
+    let code =
+        unsafe { core::slice::from_raw_parts(start as *const u8, end.saturating_sub(start)) };
+    (code, values)
 }
 
 /// Slow path of [`mcount`]: entered by a jump with the original registers and stack.

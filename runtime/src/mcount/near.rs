@@ -1,0 +1,166 @@
+//! A copy of `mcount` next to the main program, which `-pg` code there calls instead of the library's own.
+//!
+//! A `-pg` module calls `mcount` through its GOT, and the loader fills that entry with this library's
+//! `mcount`. A PIE main program is mapped at 0x55…, about 40 TB below the shared libraries (0x7f…).
+//! On the machines this project measures on, a call to code that far away and its return cost about
+//! 0.8 ns more than the same call to code 1 GiB away (runtime/CALLCOUNTS.md, "The call into the
+//! runtime"): a third of glibc's whole per-call overhead on fib, paid by every counted call of the main
+//! program. So at start-up, if the main program's code is more than 2 GiB from this library's `mcount`,
+//! the runtime maps a copy of `mcount`'s code within 128 MiB below it, and points the main program's GOT
+//! entries for `mcount` and `_mcount` at the copy. The copy is the same hit path, with the addresses it
+//! needs held as immediates ([`super::x86_64::near_mcount_template`]); a miss jumps to the library's slow
+//! path, so counting is unchanged. `MSLPROF_NEAR_MCOUNT=0` turns it off. Shared libraries are left alone:
+//! they are mapped near this library, and may be unloaded.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use super::x86_64::{NEAR_PLACEHOLDERS, near_mcount_code};
+use crate::modules::LiveModule;
+use crate::sys;
+
+/// Modules whose code is at least this far from the library's `mcount` get the copy.
+const FAR: usize = 1 << 31;
+/// The copy's mapping.
+const COPY_BYTES: usize = 4096;
+/// The copy is placed at the first free one of this many 2 MiB-aligned addresses below the main program.
+const PLACEMENT_TRIES: usize = 64;
+const PLACEMENT_STEP: usize = 2 << 20;
+
+/// Redirects the main program's GOT entries for `mcount` and `_mcount` to a copy of `mcount` mapped
+/// next to it, when the program is far from this library. Returns the number of entries redirected.
+/// Run once, at start-up, before the runtime counts.
+pub fn redirect_main_program(modules: &[&LiveModule]) -> usize {
+    if std::env::var_os("MSLPROF_NEAR_MCOUNT").is_some_and(|v| v == "0") {
+        return 0;
+    }
+    let Some(main) = modules.iter().find(|m| m.info.is_main) else {
+        return 0;
+    };
+    let targets = [
+        super::x86_64::mcount as *const () as usize,
+        super::x86_64::_mcount as *const () as usize,
+    ];
+    let info = &main.info;
+    let (Some(relro), Some((text, _))) = (info.relro, info.runtime_ranges().next()) else {
+        return 0;
+    };
+    let text = text.as_usize();
+    if text.abs_diff(targets[0]) < FAR {
+        return 0;
+    }
+    let page = sys::page_size();
+    let start = (info.bias + relro.start as usize).next_multiple_of(8);
+    let end = info.bias + relro.end as usize;
+    // The loader made [start, end rounded down to a page) read-only; the rest of the last page stays
+    // writable.
+    let protected_end = end & !(page - 1);
+    let mut copy = None;
+    let mut redirected = 0;
+    let mut address = start;
+    while address + 8 <= end {
+        // SAFETY: the main program's RELRO segment is mapped readable for the life of the process, and
+        // `address` is an aligned word inside it.
+        let word = unsafe { &*(address as *const AtomicUsize) };
+        if targets.contains(&word.load(Ordering::Relaxed)) {
+            if copy.is_none() {
+                copy = make_copy(text);
+            }
+            let Some(copy) = copy else {
+                return redirected;
+            };
+            if store_in_relro(word, copy, address < protected_end, page) {
+                redirected += 1;
+            }
+        }
+        address += 8;
+    }
+    redirected
+}
+
+/// Maps a copy of `mcount`'s code just below `text`, with its placeholders filled in; its address.
+fn make_copy(text: usize) -> Option<usize> {
+    let (code, values) = near_mcount_code();
+    if code.is_empty() || code.len() > COPY_BYTES {
+        return None;
+    }
+    let base = (1..=PLACEMENT_TRIES).find_map(|k| {
+        let address = (text & !(PLACEMENT_STEP - 1)).checked_sub(k * PLACEMENT_STEP)?;
+        sys::map_exactly_at(address, COPY_BYTES)
+    })?;
+    // SAFETY: `base` is our own fresh read-write mapping of COPY_BYTES bytes, which nothing else uses yet.
+    let bytes = unsafe { std::slice::from_raw_parts_mut(base, COPY_BYTES) };
+    bytes[..code.len()].copy_from_slice(code);
+    let filled = NEAR_PLACEHOLDERS
+        .iter()
+        .zip(values)
+        .all(|(placeholder, value)| replace_all(&mut bytes[..code.len()], *placeholder, value) > 0);
+    // SAFETY: nothing runs code in the copy yet, and nothing writes it after this.
+    if !filled || !unsafe { sys::protect(base as usize, COPY_BYTES, false, true) } {
+        // SAFETY: our own mapping, never handed out.
+        unsafe { sys::unmap(base, COPY_BYTES) };
+        return None;
+    }
+    Some(base as usize)
+}
+
+/// Replaces every occurrence of the little-endian bytes of `placeholder` in `code` by those of `value`;
+/// how many there were.
+fn replace_all(code: &mut [u8], placeholder: u64, value: u64) -> usize {
+    let (from, to) = (placeholder.to_le_bytes(), value.to_le_bytes());
+    let mut count = 0;
+    let mut i = 0;
+    while i + 8 <= code.len() {
+        if code[i..i + 8] == from {
+            code[i..i + 8].copy_from_slice(&to);
+            count += 1;
+            i += 8;
+        } else {
+            i += 1;
+        }
+    }
+    count
+}
+
+/// Stores `value` into a GOT entry, making its page writable for the store if the loader made it
+/// read-only. False if the kernel refused.
+fn store_in_relro(word: &AtomicUsize, value: usize, read_only: bool, page: usize) -> bool {
+    let page_start = word as *const AtomicUsize as usize & !(page - 1);
+    // SAFETY: the page only gains write permission; code and readers are unaffected.
+    if read_only && !unsafe { sys::protect(page_start, page, true, false) } {
+        return false;
+    }
+    // An aligned 8-byte store: a thread calling through the entry meanwhile reads the old or the new
+    // address, and both are a working `mcount`.
+    word.store(value, Ordering::Release);
+    if read_only {
+        // SAFETY: back to read-only, as the loader left it; nothing writes the GOT after relocation.
+        unsafe { sys::protect(page_start, page, false, false) };
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placeholders_are_replaced_wherever_they_occur() {
+        let mut code = vec![0x90u8; 40];
+        code[3..11].copy_from_slice(&7u64.to_le_bytes());
+        code[20..28].copy_from_slice(&7u64.to_le_bytes());
+        assert_eq!(replace_all(&mut code, 7, 9), 2);
+        assert_eq!(code[3..11], 9u64.to_le_bytes());
+        assert_eq!(code[20..28], 9u64.to_le_bytes());
+        assert_eq!(replace_all(&mut code, 7, 9), 0);
+    }
+
+    #[test]
+    fn the_template_holds_each_placeholder() {
+        let (code, _) = near_mcount_code();
+        assert!(!code.is_empty() && code.len() <= COPY_BYTES);
+        for placeholder in NEAR_PLACEHOLDERS {
+            let bytes = placeholder.to_le_bytes();
+            assert!(code.windows(8).any(|w| w == bytes), "{placeholder:#x}");
+        }
+    }
+}
