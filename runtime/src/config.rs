@@ -26,6 +26,9 @@ pub struct Settings {
     pub output: OutputRule,
     /// argv[0] without its directories.
     pub program_name: Vec<u8>,
+    /// `MSLPROF_NEAR_MCOUNT` is not `0`: a far main program calls a copy of `mcount` next to it
+    /// (`mcount::near`).
+    pub near_mcount: bool,
 }
 
 impl Settings {
@@ -72,6 +75,7 @@ impl Settings {
                 env("GMON_OUT_PREFIX").as_deref().map(|v| v.as_bytes()),
             ),
             program_name,
+            near_mcount: env("MSLPROF_NEAR_MCOUNT").is_none_or(|v| v != "0"),
         }
     }
 }

@@ -105,7 +105,9 @@ fn start(explicit: bool) -> u8 {
         }
     });
     #[cfg(target_arch = "x86_64")]
-    mcount::near::redirect_main_program(modules::all());
+    if settings.near_mcount {
+        mcount::near::redirect_main_program(modules::all());
+    }
     dump::DUMP.note_start();
     if !sampler::start(settings.hz) {
         sys::stderr_line(&[b"mslprof: cannot install the SIGPROF handler; profiling is off\n"]);

@@ -41,14 +41,21 @@ pub fn stderr_line(parts: &[&[u8]]) {
 /// Maps `len` bytes of zeroed, private, anonymous memory; `None` if the kernel refuses.
 /// Async-signal-safe (one system call), errno preserved.
 pub fn map_zeroed(len: usize) -> Option<*mut u8> {
+    map_anonymous(0, len, libc::MAP_NORESERVE)
+}
+
+/// One private anonymous read-write mapping of `len` bytes with `flags` added, at `address` (0: the
+/// kernel's choice); `None` if the kernel refuses. Async-signal-safe, errno preserved.
+fn map_anonymous(address: usize, len: usize, flags: libc::c_int) -> Option<*mut u8> {
     let _errno = SavedErrno::save();
-    // SAFETY: an anonymous private mapping at an address of the kernel's choice touches no existing memory.
+    // SAFETY: an anonymous private mapping that replaces nothing (the callers never pass MAP_FIXED)
+    // touches no existing memory.
     let base = unsafe {
         libc::mmap(
-            core::ptr::null_mut(),
+            address as *mut c_void,
             len,
             libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | flags,
             -1,
             0,
         )
@@ -71,27 +78,14 @@ pub unsafe fn unmap(base: *mut u8, len: usize) {
 /// (`MAP_FIXED_NOREPLACE`); `None` otherwise. A kernel older than 4.17 takes the address as a hint: a
 /// mapping placed elsewhere is given back.
 pub fn map_exactly_at(address: usize, len: usize) -> Option<*mut u8> {
-    let _errno = SavedErrno::save();
-    // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing mapping; the kernel fails instead.
-    let base = unsafe {
-        libc::mmap(
-            address as *mut c_void,
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
-            -1,
-            0,
-        )
-    };
-    if base == libc::MAP_FAILED {
-        return None;
-    }
+    // MAP_FIXED_NOREPLACE never replaces an existing mapping: the kernel fails instead.
+    let base = map_anonymous(address, len, libc::MAP_FIXED_NOREPLACE)?;
     if base as usize != address {
-        // SAFETY: the mapping the kernel just made for us elsewhere, not used by anything.
-        unsafe { libc::munmap(base, len) };
+        // SAFETY: the mapping the kernel just made for us elsewhere, which nothing uses.
+        unsafe { unmap(base, len) };
         return None;
     }
-    Some(base.cast::<u8>())
+    Some(base)
 }
 
 /// Makes the pages of `[address, address + len)` read-only and executable (`executable`) or read-only

@@ -9,8 +9,9 @@
 //! the runtime maps a copy of `mcount`'s code within 128 MiB below it, and points the main program's GOT
 //! entries for `mcount` and `_mcount` at the copy. The copy is the same hit path, with the addresses it
 //! needs held as immediates ([`super::x86_64::near_mcount_template`]); a miss jumps to the library's slow
-//! path, so counting is unchanged. `MSLPROF_NEAR_MCOUNT=0` turns it off. Shared libraries are left alone:
-//! they are mapped near this library, and may be unloaded.
+//! path, so counting is unchanged. `MSLPROF_NEAR_MCOUNT=0` turns it off (`config::Settings::near_mcount`,
+//! checked by the caller). Shared libraries are left alone: they are mapped near this library, and may be
+//! unloaded.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -30,9 +31,6 @@ const PLACEMENT_STEP: usize = 2 << 20;
 /// next to it, when the program is far from this library. Returns the number of entries redirected.
 /// Run once, at start-up, before the runtime counts.
 pub fn redirect_main_program(modules: &[&LiveModule]) -> usize {
-    if std::env::var_os("MSLPROF_NEAR_MCOUNT").is_some_and(|v| v == "0") {
-        return 0;
-    }
     let Some(main) = modules.iter().find(|m| m.info.is_main) else {
         return 0;
     };

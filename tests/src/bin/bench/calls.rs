@@ -492,14 +492,14 @@ fn first_sweep_cost(
 /// per-call overhead of each counter over the plain build, per trial. The number of calls is the one
 /// mslprof's profile of the same run counts.
 struct WholeRun<'a> {
-    label: &'a str,
+    label: &'static str,
     builds: &'a Builds,
     dir: &'a Path,
     args: Vec<String>,
 }
 
-/// The table rows of `run` and the calls it made.
-fn whole_run_rows(
+/// The per-call slopes of `run` and the calls it made.
+fn whole_run_slopes(
     env: &Env,
     floor: &Path,
     run: &WholeRun,
@@ -552,9 +552,9 @@ fn real_programs_section(env: &Env, floor: &Path, trials: usize) -> Result<Secti
                 dir: &pg_dir,
                 args: Vec::new(),
             };
-            let (slopes, calls) = whole_run_rows(env, floor, &run, trials)?;
+            let (slopes, calls) = whole_run_slopes(env, floor, &run, trials)?;
             rows.extend(slopes.rows(run.label));
-            ratios.push(("Lua 5.4", slopes.mslprof_to_glibc()));
+            ratios.push((run.label, slopes.mslprof_to_glibc()));
             notes.push(format!(
                 "Lua 5.4: `liblua.so` built with `-pg -O2` and the driver `tests/golden/analyzer/lua/driver.c`; {calls} calls, counted by mslprof in every module (glibc's mcount pays for them too but keeps only the main program's)."
             ));
