@@ -11,7 +11,9 @@
 //! needs held as immediates ([`super::x86_64::near_mcount_template`]); a miss jumps to the library's slow
 //! path, so counting is unchanged. `MSLPROF_NEAR_MCOUNT=0` turns it off (`config::Settings::near_mcount`,
 //! checked by the caller). Shared libraries are left alone: they are mapped near this library, and may be
-//! unloaded.
+//! unloaded. A sample taken in the copy is counted at the same instruction of the template
+//! ([`library_address`]), so the copy's time is this library's (profiling overhead), not code outside every
+//! module.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -26,6 +28,28 @@ const COPY_BYTES: usize = 4096;
 /// The copy is placed at the first free one of this many 2 MiB-aligned addresses below the main program.
 const PLACEMENT_TRIES: usize = 64;
 const PLACEMENT_STEP: usize = 2 << 20;
+
+/// The copy's address (0 until one is mapped).
+static COPY: AtomicUsize = AtomicUsize::new(0);
+
+/// `pc` as an address in this library: a PC in the copy becomes the same instruction of
+/// `near_mcount_template`, any other PC stays as it is. Async-signal-safe (one atomic load).
+pub fn library_address(pc: usize) -> usize {
+    let copy = COPY.load(Ordering::Relaxed);
+    if copy == 0 {
+        return pc;
+    }
+    let (template, _) = near_mcount_code();
+    copied_from(pc, copy, template)
+}
+
+/// The address in `template` that `pc` executes when it lies in the copy of it at `copy`; else `pc`.
+fn copied_from(pc: usize, copy: usize, template: &[u8]) -> usize {
+    match pc.checked_sub(copy) {
+        Some(offset) if offset < template.len() => template.as_ptr() as usize + offset,
+        _ => pc,
+    }
+}
 
 /// Redirects the main program's GOT entries for `mcount` and `_mcount` to a copy of `mcount` mapped
 /// next to it, when the program is far from this library. Returns the number of entries redirected.
@@ -98,6 +122,7 @@ fn make_copy(text: usize) -> Option<usize> {
         unsafe { sys::unmap(base, COPY_BYTES) };
         return None;
     }
+    COPY.store(base as usize, Ordering::Relaxed);
     Some(base as usize)
 }
 
@@ -150,6 +175,17 @@ mod tests {
         assert_eq!(code[3..11], 9u64.to_le_bytes());
         assert_eq!(code[20..28], 9u64.to_le_bytes());
         assert_eq!(replace_all(&mut code, 7, 9), 0);
+    }
+
+    #[test]
+    fn a_pc_in_the_copy_is_the_same_instruction_of_the_template() {
+        let template = [0x90u8; 16];
+        let start = template.as_ptr() as usize;
+        let copy = 0x5000_0000;
+        assert_eq!(copied_from(copy, copy, &template), start);
+        assert_eq!(copied_from(copy + 15, copy, &template), start + 15);
+        assert_eq!(copied_from(copy + 16, copy, &template), copy + 16);
+        assert_eq!(copied_from(copy - 1, copy, &template), copy - 1);
     }
 
     #[test]
