@@ -49,6 +49,9 @@ mod cache_slots;
 #[cfg(target_arch = "x86_64")]
 pub mod near;
 #[cfg(target_arch = "x86_64")]
+#[allow(dead_code)] // Wired into start-up in the next step (branch site-stubs).
+pub mod sites;
+#[cfg(target_arch = "x86_64")]
 mod x86_64;
 
 /// Caller key of an arc whose call site is in no known module (SPEC.md §5).
