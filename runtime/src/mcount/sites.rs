@@ -123,6 +123,8 @@ pub fn encode_stub(
     let table_disp = i32::try_from(table).ok()?;
     let count_disp = table_disp.checked_add(24)?;
     let mut code = Vec::with_capacity(STUB_BYTES);
+    // A branch's rel32, from the end of the instruction being written (opcode and rel32 still to come).
+    let branch = |code: &Vec<u8>, to: usize| rel32(stub + code.len() + 5, to);
     code.push(0x50);
     code.extend([0x48, 0x8b, 0x45, 0x08]);
     code.extend([0xc1, 0xe0, 0x03]);
@@ -133,19 +135,24 @@ pub fn encode_stub(
     code.extend([0x4c, 0x8b, 0x98]);
     code.extend(table_disp.to_le_bytes());
     code.extend([0x4c, 0x3b, 0x5d, 0x08]);
+    // jne over the hit's add, pop and jmp (8 + 1 + 5 bytes).
     code.extend([0x75, 0x0e]);
     code.extend([0x48, 0x83, 0x80]);
     code.extend(count_disp.to_le_bytes());
     code.push(0x01);
     code.push(0x58);
+    let hit_back = branch(&code, back)?;
     code.push(0xe9);
-    code.extend(rel32(stub + 49, back)?.to_le_bytes());
+    code.extend(hit_back.to_le_bytes());
     code.push(0x58);
+    let to_miss = branch(&code, miss)?;
     code.push(0xe8);
-    code.extend(rel32(stub + MISS_RETURN, miss)?.to_le_bytes());
+    code.extend(to_miss.to_le_bytes());
+    debug_assert_eq!(code.len(), MISS_RETURN);
+    let miss_back = branch(&code, back)?;
     code.push(0xe9);
-    code.extend(rel32(stub + 60, back)?.to_le_bytes());
-    debug_assert_eq!(code.len(), 60);
+    code.extend(miss_back.to_le_bytes());
+    debug_assert_eq!(code.len(), MISS_RETURN + METADATA_AFTER_MISS_CALL);
     code.extend(table.to_le_bytes());
     code.extend((back as u64).to_le_bytes());
     code.resize(STUB_BYTES, 0xcc);
