@@ -104,6 +104,11 @@ fn start(explicit: bool) -> u8 {
             table.add(info);
         }
     });
+    // Before the copy of `mcount` takes the main program's GOT entries: the sites are found by them.
+    #[cfg(target_arch = "x86_64")]
+    if settings.site_stubs {
+        mcount::install_site_stubs(modules::all());
+    }
     #[cfg(target_arch = "x86_64")]
     if settings.near_mcount {
         mcount::near::redirect_main_program(modules::all());

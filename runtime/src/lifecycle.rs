@@ -113,7 +113,7 @@ impl LoaderEvents for Lifecycle {
             selection: &settings.selection,
             bucket_bits: settings.bucket_bits,
         };
-        modules::update(&policy, |table| {
+        let unloaded = modules::update(&policy, |table| {
             // Loaded modules by (bias, path): a few hundred at most, compared in one pass each way.
             let mut loaded: std::collections::HashMap<(LoadBias, &[u8]), Vec<&'static LiveModule>> =
                 std::collections::HashMap::new();
@@ -145,13 +145,18 @@ impl LoaderEvents for Lifecycle {
             // Unloads first, in load order, so that unload order numbers follow the loader's.
             let mut gone = gone;
             gone.sort_unstable();
+            let unloaded = !gone.is_empty();
             for key in gone {
                 table.unload(key);
             }
             for info in added {
                 table.add(info.clone());
             }
+            unloaded
         });
+        if unloaded {
+            mcount::note_unload();
+        }
         sampler::attribute_parked_samples();
     }
 

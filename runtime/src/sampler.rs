@@ -281,7 +281,7 @@ pub fn record_pc(pc: usize) {
     SAMPLER.total_samples.fetch_add(1, Ordering::Relaxed);
     crate::smonitor::record(pc);
     #[cfg(target_arch = "x86_64")]
-    let pc = crate::mcount::near::library_address(pc);
+    let pc = crate::mcount::library_address(pc);
     let pc = RuntimeAddress::from_usize(pc);
     match modules::find_address(pc) {
         Some(module) => module.record_sample(pc),

@@ -106,6 +106,12 @@ pub unsafe fn protect(address: usize, len: usize, writable: bool, executable: bo
     unsafe { libc::mprotect(address as *mut c_void, len, prot) == 0 }
 }
 
+/// Threads of this process (the entries of `/proc/self/task`); `None` when it cannot be read. Not
+/// async-signal-safe (allocates).
+pub fn thread_count() -> Option<usize> {
+    Some(std::fs::read_dir("/proc/self/task").ok()?.count())
+}
+
 /// Gives the pages of a [`map_zeroed`] mapping back to the kernel; they read as zero afterwards.
 pub fn discard(base: *mut u8, len: usize) {
     let _errno = SavedErrno::save();

@@ -365,3 +365,57 @@ fn linked_instead_of_preloaded_the_runtime_counts_all_the_same() {
         );
     }
 }
+
+#[test]
+fn rewritten_sites_count_exactly_across_call_sites_threads_and_reloaded_libraries() {
+    let workspace = Workspace::new();
+    let flags = pg_flags("-O2");
+    for (name, caller) in [("sitea", "a_calls"), ("siteb", "b_calls")] {
+        let mut library_flags = flags.clone();
+        library_flags.push(format!("-DCALLER={caller}"));
+        build_library(&workspace, name, &["sitecaller.c"], &library_flags);
+    }
+    let exe = build_program(&workspace, "sites", &["sites.c"], &[], &flags);
+    let expected: CallGraph = [
+        (("main", "many_sites"), 1),
+        (("many_sites", "step"), 300 * 1000),
+        (("worker", "step"), 4 * 200_000),
+        (("main", "call_library"), 2),
+        (("call_library", "a_calls"), 1),
+        (("a_calls", "step"), 30_000),
+        (("call_library", "b_calls"), 1),
+        (("b_calls", "step"), 30_000),
+    ]
+    .into_iter()
+    .map(|((caller, callee), count)| ((caller.to_string(), callee.to_string()), count))
+    .collect();
+    let names = [
+        "main",
+        "many_sites",
+        "worker",
+        "call_library",
+        "a_calls",
+        "b_calls",
+        "step",
+    ];
+    // With the rewrite (the default) step's call of mcount is a jump to its stub; with MSLPROF_SITE_STUBS=0 it
+    // stays a call. Both count the same: 300 call sites share step's 256-entry table (the rest go to the
+    // cache), four threads have regions of their own, and b_calls is not counted as a_calls although libsiteb.so
+    // usually takes the place libsitea.so left.
+    for (setting, site) in [(None, "jump"), (Some("0"), "call")] {
+        let mut command = workspace.command_with_runtime(&exe);
+        command.arg(workspace.path());
+        if let Some(setting) = setting {
+            command.env("MSLPROF_SITE_STUBS", setting);
+        }
+        let stdout = run_ok(&mut command);
+        assert_eq!(stdout.trim(), site, "MSLPROF_SITE_STUBS={setting:?}");
+        let profile = read_profile(&workspace.join("gmon.out"));
+        assert_eq!(
+            profile_call_graph(&profile, &|name| names.contains(&name)),
+            expected,
+            "MSLPROF_SITE_STUBS={setting:?}"
+        );
+        assert_eq!(profile.header.dropped_arcs, 0);
+    }
+}

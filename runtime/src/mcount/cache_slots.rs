@@ -20,6 +20,8 @@ use core::sync::atomic::{
     AtomicBool, AtomicPtr, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
 };
 
+use super::sites;
+use crate::modules;
 use crate::sys;
 
 /// Slots in the table: threads beyond this many alive at once count without a cache (every call takes
@@ -133,6 +135,17 @@ pub struct CacheSlot {
     mappings: [AtomicPtr<CacheEntry>; LEVELS],
     /// Bit i: chunk i of the current mapping may hold entries. Written by the owner only.
     touched: [AtomicU64; TOUCHED_WORDS],
+    /// The slot's site region (`sites.rs`: one table per rewritten function; null before its first use),
+    /// kept for the slot's next owners like the cache mappings.
+    site_base: AtomicPtr<u8>,
+    /// [`sites::unloads`] when the region last dropped the entries of unloaded callers.
+    site_unloads: AtomicUsize,
+    /// The owner's `ThreadCache::site_region` (its stubs' region address, in its TLS), which other threads
+    /// clear to take the owner off its region ([`CacheSlot::stop_site_counting`]); null while none.
+    site_word: AtomicPtr<AtomicUsize>,
+    /// Other threads between reading `site_word` and clearing the word: the owner waits for 0 before its TLS
+    /// goes away.
+    site_users: AtomicU32,
 }
 
 #[allow(clippy::declare_interior_mutable_const)]
@@ -144,6 +157,10 @@ const EMPTY_SLOT: CacheSlot = CacheSlot {
     level: AtomicUsize::new(0),
     mappings: [const { AtomicPtr::new(core::ptr::null_mut()) }; LEVELS],
     touched: [const { AtomicU64::new(0) }; TOUCHED_WORDS],
+    site_base: AtomicPtr::new(core::ptr::null_mut()),
+    site_unloads: AtomicUsize::new(0),
+    site_word: AtomicPtr::new(core::ptr::null_mut()),
+    site_users: AtomicU32::new(0),
 };
 
 static SLOTS: [CacheSlot; MAX_SLOTS] = [EMPTY_SLOT; MAX_SLOTS];
@@ -396,26 +413,134 @@ impl CacheSlot {
                 // SAFETY: `index` is below the entry count of mapping `entries` (read together with its
                 // level), which is never unmapped; its fields are atomics.
                 let entry = unsafe { &*entries.add(index) };
-                let Some((tagged, total)) = self.read_stable(|| {
-                    (
-                        entry.counter.load(Ordering::Relaxed),
-                        entry.count.load(Ordering::Relaxed),
-                    )
-                }) else {
-                    owner_busy = true;
-                    return;
-                };
-                match tagged_counter(tagged) {
-                    Some((counter, false)) => {
-                        counter.fetch_max(total, Ordering::Relaxed);
-                    }
-                    Some((counter, true)) if lend && total != 0 => {
-                        counter.fetch_add(total, Ordering::Relaxed);
-                    }
-                    _ => {}
-                }
+                owner_busy = !self.publish_entry(entry, lend);
             }
         });
+        let region = self.site_base.load(Ordering::Acquire);
+        if !region.is_null() && !owner_busy {
+            // SAFETY: the slot's site region, never unmapped.
+            unsafe {
+                sites::for_each_used_entry(region, |entry| {
+                    owner_busy = owner_busy || !self.publish_entry(entry, lend);
+                })
+            };
+        }
+    }
+
+    /// [`CacheSlot::publish`] for one entry; false when the owner stays busy.
+    fn publish_entry(&self, entry: &CacheEntry, lend: bool) -> bool {
+        let Some((tagged, total)) = self.read_stable(|| {
+            (
+                entry.counter.load(Ordering::Relaxed),
+                entry.count.load(Ordering::Relaxed),
+            )
+        }) else {
+            return false;
+        };
+        match tagged_counter(tagged) {
+            Some((counter, false)) => {
+                counter.fetch_max(total, Ordering::Relaxed);
+            }
+            Some((counter, true)) if lend && total != 0 => {
+                counter.fetch_add(total, Ordering::Relaxed);
+            }
+            _ => {}
+        }
+        true
+    }
+
+    /// The owner's site region, mapped on first use, with the entries whose caller's module was unloaded
+    /// since the last look dropped (flushed); `None` when no site is rewritten or nothing can be mapped.
+    /// Owner only, inside `begin_write`/`end_write`.
+    pub fn site_region(&self) -> Option<*mut u8> {
+        let bytes = sites::region_bytes();
+        if bytes == 0 {
+            return None;
+        }
+        let unloads = sites::unloads();
+        let mut base = self.site_base.load(Ordering::Relaxed);
+        if base.is_null() {
+            base = sys::map_zeroed(bytes)?;
+            self.site_base.store(base, Ordering::Release);
+            self.site_unloads.store(unloads, Ordering::Relaxed);
+        }
+        if self.site_unloads.load(Ordering::Relaxed) != unloads {
+            let lent = self.is_lent();
+            // SAFETY: the slot's site region.
+            unsafe {
+                sites::for_each_used_entry(base, |entry| {
+                    let key = entry.selfpc.load(Ordering::Relaxed) as u32;
+                    if key != super::UNKNOWN_KEY
+                        && modules::by_key(key).is_none_or(|module| module.is_unloaded())
+                    {
+                        flush(entry, lent);
+                    }
+                })
+            };
+            self.site_unloads.store(unloads, Ordering::Relaxed);
+        }
+        Some(base)
+    }
+
+    /// [`sites::unloads`] as of the region's last check.
+    pub fn site_region_unloads(&self) -> usize {
+        self.site_unloads.load(Ordering::Relaxed)
+    }
+
+    /// Makes `word` (the owner's `ThreadCache::site_region`) the one other threads clear.
+    pub fn register_site_word(&self, word: &AtomicUsize) {
+        let word = word as *const AtomicUsize as *mut AtomicUsize;
+        if self.site_word.load(Ordering::Relaxed) != word {
+            self.site_word.store(word, Ordering::SeqCst);
+        }
+    }
+
+    /// Stops other threads from clearing the owner's word (it is exiting: its TLS goes), waiting for any that
+    /// is about to.
+    pub fn unregister_site_word(&self) {
+        self.site_word.store(core::ptr::null_mut(), Ordering::SeqCst);
+        while self.site_users.load(Ordering::SeqCst) != 0 {
+            core::hint::spin_loop();
+        }
+    }
+
+    /// Takes the owner off its site region: its stubs miss until its slow path installs the region again,
+    /// having seen the change that called this. Async-signal-safe.
+    fn stop_site_counting(&self) {
+        self.site_users.fetch_add(1, Ordering::SeqCst);
+        let word = self.site_word.load(Ordering::SeqCst);
+        // SAFETY: a registered word is the owner's TLS, which stays while `site_users` is non-zero.
+        if let Some(word) = unsafe { word.as_ref() } {
+            word.store(0, Ordering::Relaxed);
+        }
+        self.site_users.fetch_sub(1, Ordering::Release);
+    }
+
+    /// Stores the running totals, and adds the deltas, of the owner's site region to their counters, keeping
+    /// the entries (a dump on the owner's thread). Owner only.
+    pub fn flush_site_region(&self) {
+        let region = self.site_base.load(Ordering::Relaxed);
+        if region.is_null() {
+            return;
+        }
+        let lent = self.is_lent();
+        // SAFETY: the slot's site region.
+        unsafe { sites::for_each_used_entry(region, |entry| flush_kept(entry, lent)) };
+    }
+
+    /// Flushes and drops every entry of the owner's site region (it is exiting: the next owner has another
+    /// stripe), giving its pages back.
+    pub fn empty_site_region_now(&self) {
+        let region = self.site_base.load(Ordering::Relaxed);
+        if region.is_null() {
+            return;
+        }
+        self.begin_write();
+        let lent = self.is_lent();
+        // SAFETY: the slot's site region.
+        unsafe { sites::for_each_used_entry(region, |entry| flush(entry, lent)) };
+        sys::discard(region, sites::region_bytes());
+        self.end_write();
     }
 
     fn is_claimed(&self) -> bool {
@@ -433,6 +558,16 @@ pub fn publish_all(except: Option<&CacheSlot>, lend: bool) {
     }
 }
 
+/// Takes every thread off its site region (a pause, or an unload: see `mcount::note_unload`). Async-signal-safe.
+pub fn stop_site_counting_everywhere() {
+    if sites::region_bytes() == 0 {
+        return;
+    }
+    for slot in &SLOTS {
+        slot.stop_site_counting();
+    }
+}
+
 /// In a forked child (one thread): drops every slot's entries without counting them, and frees the slots
 /// of the parent's other threads, which do not exist here.
 pub fn reset_after_fork(own: Option<&CacheSlot>) {
@@ -441,6 +576,14 @@ pub fn reset_after_fork(own: Option<&CacheSlot>) {
         let writes = slot.writes.load(Ordering::Relaxed);
         slot.writes
             .store(writes.wrapping_add(writes & 1), Ordering::Relaxed);
+        let region = slot.site_base.load(Ordering::Relaxed);
+        if !region.is_null() {
+            sys::discard(region, sites::region_bytes());
+        }
+        if !own.is_some_and(|own| core::ptr::eq(own, slot)) {
+            slot.site_word.store(core::ptr::null_mut(), Ordering::Relaxed);
+            slot.site_users.store(0, Ordering::Relaxed);
+        }
         if slot.is_claimed() {
             slot.empty_now(false);
             if !own.is_some_and(|own| core::ptr::eq(own, slot)) {
@@ -465,6 +608,26 @@ fn for_each_chunk_in(
                 visit(start..(start + CHUNK_ENTRIES).min(len));
             }
         }
+    }
+}
+
+/// Moves an entry's count into its counter as [`flush`] does, but keeps the entry: its running total stays, its
+/// delta restarts from 0.
+fn flush_kept(entry: &CacheEntry, lent: bool) {
+    match tagged_counter(entry.counter.load(Ordering::Relaxed)) {
+        Some((counter, true)) => {
+            let count = entry.count.swap(0, Ordering::Relaxed);
+            if count != 0 && !lent {
+                counter.fetch_add(count, Ordering::Relaxed);
+            }
+        }
+        Some((counter, false)) => {
+            let count = entry.count.load(Ordering::Relaxed);
+            if count > counter.load(Ordering::Relaxed) {
+                counter.store(count, Ordering::Relaxed);
+            }
+        }
+        None => {}
     }
 }
 

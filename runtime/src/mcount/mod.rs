@@ -49,7 +49,7 @@ mod cache_slots;
 #[cfg(target_arch = "x86_64")]
 pub mod near;
 #[cfg(target_arch = "x86_64")]
-#[allow(dead_code)] // Wired into start-up in the next step (branch site-stubs).
+#[cfg(target_arch = "x86_64")]
 pub mod sites;
 #[cfg(target_arch = "x86_64")]
 mod x86_64;
@@ -94,7 +94,10 @@ const STATE_EPOCH: usize = 4;
 /// Pauses (`true`) or resumes call counting.
 pub fn set_paused(paused: bool) {
     if paused {
-        CACHE_STATE.fetch_or(STATE_PAUSED, Ordering::Relaxed);
+        let was = CACHE_STATE.fetch_or(STATE_PAUSED, Ordering::SeqCst);
+        if was & STATE_PAUSED == 0 {
+            cache_slots::stop_site_counting_everywhere();
+        }
     } else {
         CACHE_STATE.fetch_and(!STATE_PAUSED, Ordering::Relaxed);
     }
@@ -125,10 +128,66 @@ pub fn reset_after_fork() {
     // SAFETY: as in `record_call`; only this (the only) thread's own header is used.
     let cache = unsafe { &mut *x86_64::thread_cache_block().cast::<ThreadCache>() };
     cache.generation = 0;
+    cache.site_region.store(0, Ordering::Relaxed);
     // SAFETY: a non-null `slot` points into the static slot table.
     cache_slots::reset_after_fork(unsafe { cache.slot.as_ref() });
     let own = (cache.stripe != 0).then(|| (cache.stripe - 1) as usize);
     arcs::reset_stripes_after_fork(own);
+}
+
+/// After a module was unloaded: the site regions' entries whose caller was in it must go before a stub can
+/// match them again (a module loaded later at the same address would be counted as the old one), so every
+/// thread leaves its region until its next miss, which drops them (`CacheSlot::site_region`).
+pub fn note_unload() {
+    if sites::region_bytes() != 0 {
+        sites::note_unload();
+        cache_slots::stop_site_counting_everywhere();
+    }
+}
+
+/// Rewrites the `-pg` sites of the profiled modules to jump to per-function stubs (`sites.rs`). Start-up
+/// only, from the runtime's own start on a process with one thread and outside any counting call; the calls
+/// counted so far are flushed from this thread's cache first, so that no arc is in both. Returns the sites
+/// rewritten.
+pub fn install_site_stubs(modules: &[&modules::LiveModule]) -> usize {
+    // SAFETY: as in `record_call`; only this thread's own header is used.
+    let cache = unsafe { &mut *x86_64::thread_cache_block().cast::<ThreadCache>() };
+    if cache.depth != 0 || cache.window != 0 || sys::thread_count() != Some(1) {
+        return 0;
+    }
+    let Some(tls) = x86_64::site_region_tls_offset() else {
+        return 0;
+    };
+    cache.depth = 1;
+    cache.generation = 0;
+    compiler_fence(Ordering::SeqCst);
+    // SAFETY: a non-null `slot` points into the static slot table.
+    if let Some(slot) = unsafe { cache.slot.as_ref() } {
+        slot.empty_now(true);
+    }
+    let targets = [
+        x86_64::mcount as *const () as usize,
+        x86_64::_mcount as *const () as usize,
+    ];
+    let rewritten = sites::install(
+        modules,
+        install_site_stubs as *const () as usize,
+        &targets,
+        tls,
+        x86_64::site_miss as *const () as usize,
+    );
+    compiler_fence(Ordering::SeqCst);
+    cache.depth = 0;
+    rewritten
+}
+
+/// `pc` as an address in this library when it is in a stub or in the copy of `mcount` (both this library's
+/// counting code, moved next to the code that calls it). Async-signal-safe.
+pub fn library_address(pc: usize) -> usize {
+    sites::library_address(
+        near::library_address(pc),
+        x86_64::mcount as *const () as usize,
+    )
 }
 
 static START_TRIED: AtomicBool = AtomicBool::new(false);
@@ -183,6 +242,10 @@ struct ThreadCache {
     evictions: u32,
     /// The thread's slot (null: none claimed yet).
     slot: *const CacheSlot,
+    /// The thread's site region (`sites.rs`), read by every stub of a rewritten site; 0 while the stubs must
+    /// miss: before the thread's first miss, while the slow path runs, and after another thread took every
+    /// thread off its region (a pause, an unload: [`CacheSlot::stop_site_counting`]).
+    site_region: AtomicUsize,
 }
 
 impl ThreadCache {
@@ -252,13 +315,17 @@ unsafe extern "C" fn release_thread_cache(_slot: *mut libc::c_void) {
     let cache = unsafe { &mut *cache };
     let depth = core::mem::replace(&mut cache.depth, 1);
     cache.generation = 0;
+    cache.site_region.store(0, Ordering::Relaxed);
     compiler_fence(Ordering::SeqCst);
     // SAFETY: a non-null `slot` points into the static slot table.
-    if let Some(slot) = unsafe { cache.slot.as_ref() }
-        && slot.begin_exit()
-    {
-        slot.empty_now(true);
-        slot.release();
+    if let Some(slot) = unsafe { cache.slot.as_ref() } {
+        // No other thread may write this thread's TLS once it is gone.
+        slot.unregister_site_word();
+        if slot.begin_exit() {
+            slot.empty_now(true);
+            slot.empty_site_region_now();
+            slot.release();
+        }
     }
     cache.slot = core::ptr::null();
     cache.entries = core::ptr::null_mut();
@@ -303,6 +370,7 @@ pub fn publish_cached_counts(last_dump: bool) {
         cache.generation = 0;
         compiler_fence(Ordering::SeqCst);
         slot.empty_now(true);
+        slot.flush_site_region();
         compiler_fence(Ordering::SeqCst);
         cache.depth = 0;
         flushed = Some(slot);
@@ -329,6 +397,22 @@ fn alternate_index(index: usize) -> usize {
 /// Records the arc `frompc` → `selfpc` (runtime PCs). Called by the assembly stubs with the stack
 /// aligned and every argument register saved; async-signal-safe, never panics, never allocates.
 pub extern "C" fn record_call(frompc: usize, selfpc: usize) {
+    record_top_level(frompc, selfpc, None);
+}
+
+/// Records a call that missed in a rewritten site's stub (`sites.rs`): `miss_return` is the return address
+/// of the stub's `call`, behind which the stub keeps its function's table and selfpc. The call is counted in
+/// the thread's site region when its entry is free (and then hits in the stub from now on), else in the call
+/// cache. Called by `x86_64::site_miss` as [`record_call`] is by the `mcount` stubs.
+pub extern "C" fn record_site_call(frompc: usize, miss_return: usize) {
+    // SAFETY: `site_miss` is reached only from a stub's `call`, whose return address this is.
+    let (table, selfpc) = unsafe { sites::stub_metadata(miss_return) };
+    record_top_level(frompc, selfpc, Some(table));
+}
+
+/// [`record_call`], and [`record_site_call`] with `site_table` the stub's table.
+#[inline(always)]
+fn record_top_level(frompc: usize, selfpc: usize, site_table: Option<u32>) {
     let state = CACHE_STATE.load(Ordering::Relaxed);
     if state & STATE_PAUSED != 0 {
         return;
@@ -336,16 +420,19 @@ pub extern "C" fn record_call(frompc: usize, selfpc: usize) {
     let cache = x86_64::thread_cache_block().cast::<ThreadCache>();
     // SAFETY: the block is this thread's own, zero-initialised (a valid ThreadCache: integers,
     // false, null pointers), aligned and large enough (checked in `x86_64`). Only this thread touches
-    // it; a signal handler on this thread sees `depth` or `window` non-zero and stays away from the
-    // entries.
+    // it (but `site_region`, an atomic); a signal handler on this thread sees `depth` or `window` non-zero
+    // and stays away from the entries.
     let cache = unsafe { &mut *cache };
     if cache.depth != 0 || cache.window != 0 {
         record_nested(cache, frompc, selfpc);
         return;
     }
     cache.depth = 1;
-    // While this runs, a signal handler's fast path must not read the entries: it misses and its
-    // call, nested, is counted without the cache.
+    // While this runs, a signal handler's fast path must not read the entries (nor a stub the site region):
+    // it misses and its call, nested, is counted without them.
+    if site_table.is_some() {
+        cache.site_region.store(0, Ordering::Relaxed);
+    }
     let made_under = core::mem::replace(&mut cache.generation, 0);
     compiler_fence(Ordering::SeqCst);
     // Never 0 (STATE_FIXED; the table pointer is aligned), so a zeroed cache is always stale.
@@ -356,16 +443,98 @@ pub extern "C" fn record_call(frompc: usize, selfpc: usize) {
         if made_under != generation {
             slot.empty(true);
         }
-        record_cached(cache, slot, frompc, selfpc);
+        let region = site_table.and_then(|_| slot.site_region());
+        let in_region = match (region, site_table) {
+            (Some(region), Some(table)) => {
+                record_in_region(cache, region, table, frompc, selfpc)
+            }
+            _ => false,
+        };
+        if !in_region {
+            record_cached(cache, slot, frompc, selfpc);
+        }
         slot.end_write();
         compiler_fence(Ordering::SeqCst);
         cache.generation = generation;
+        if let Some(region) = region {
+            install_site_region(cache, slot, region);
+        }
     } else if let Some(counted) = record_uncached(thread_stripe(cache), frompc, selfpc, true)
         && let Some(counter) = unsafe_counter(counted.counter)
     {
         counter.fetch_add(1, Ordering::Relaxed);
     }
     cache.depth = 0;
+}
+
+/// Points the thread's stubs at its site region again, unless a pause or an unload meanwhile wants them off
+/// it: the other thread changes its state, then takes every thread off (`stop_site_counting`); this thread
+/// installs, then reads the state (both sequentially consistent), so one of them sees the other.
+fn install_site_region(cache: &ThreadCache, slot: &CacheSlot, region: *mut u8) {
+    slot.register_site_word(&cache.site_region);
+    cache.site_region.store(region as usize, Ordering::SeqCst);
+    if CACHE_STATE.load(Ordering::SeqCst) & STATE_PAUSED != 0
+        || sites::unloads() != slot.site_region_unloads()
+    {
+        cache.site_region.store(0, Ordering::Relaxed);
+    }
+}
+
+/// The site-region part of [`record_site_call`]: counts the call in its entry of the function's table when
+/// the entry holds this caller, or makes the entry when it is free; false (the cache counts it) when another
+/// caller holds it. An arc is therefore in the region or in the cache, never both: an entry, once made, is
+/// dropped only with the whole region (thread exit, fork) or when its caller's module is unloaded.
+fn record_in_region(
+    cache: &mut ThreadCache,
+    region: *mut u8,
+    table: u32,
+    frompc: usize,
+    selfpc: usize,
+) -> bool {
+    let offset = sites::entry_offset(table, frompc);
+    if offset + core::mem::size_of::<CacheEntry>() > sites::region_bytes() {
+        return false;
+    }
+    // SAFETY: `region` is this thread's site region and `offset` an entry of a table in it.
+    let entry = unsafe { sites::region_entry(region, offset) };
+    match entry.frompc.load(Ordering::Relaxed) {
+        0 => {}
+        held if held == frompc => {
+            entry.count.fetch_add(1, Ordering::Relaxed);
+            return true;
+        }
+        _ => return false,
+    }
+    let shared = cache.shared_stripe;
+    let stripe = thread_stripe(cache);
+    let Some(counted) = record_uncached(stripe, frompc, selfpc, true) else {
+        return true;
+    };
+    let (counter, count) = cached_count(&counted, shared);
+    entry.counter.store(counter, Ordering::Relaxed);
+    entry.count.store(count, Ordering::Relaxed);
+    // A region entry's `selfpc` is its caller's module key (the stub knows its callee): unload drops by it.
+    entry.selfpc.store(counted.caller_key as usize, Ordering::Relaxed);
+    entry.frompc.store(frompc, Ordering::Release);
+    // SAFETY: as above.
+    unsafe { sites::touch(region, offset) };
+    true
+}
+
+/// What a new cache or region entry holds for `counted`, with the call being made counted: its counter, tagged
+/// [`cache_slots::DELTA`] when the count is a delta (the thread shares its stripe, or the caller is in no
+/// module), and the count: a running total starts from what the thread's stripe holds (see `cache_slots`), a
+/// delta from 0.
+fn cached_count(counted: &Counted, shared: bool) -> (usize, u64) {
+    let delta = shared || counted.shared_arc;
+    match unsafe_counter(counted.counter) {
+        None => (0, 0),
+        Some(_) if delta => (counted.counter as usize | cache_slots::DELTA, 1),
+        Some(counter) => (
+            counted.counter as usize,
+            counter.load(Ordering::Relaxed).wrapping_add(1),
+        ),
+    }
 }
 
 /// The cache part of [`record_call`]: counts the call in its entry (in the pair's set or its alternate set),
@@ -396,16 +565,7 @@ fn record_cached(cache: &mut ThreadCache, slot: &CacheSlot, frompc: usize, selfp
     let Some(counted) = record_uncached(stripe, frompc, selfpc, true) else {
         return;
     };
-    // A running total starts from what the thread's stripe holds (see `cache_slots`); a delta from 0.
-    let delta = shared || counted.shared_arc;
-    let (counter, count) = match unsafe_counter(counted.counter) {
-        None => (0, 0),
-        Some(_) if delta => (counted.counter as usize | cache_slots::DELTA, 1),
-        Some(counter) => (
-            counted.counter as usize,
-            counter.load(Ordering::Relaxed).wrapping_add(1),
-        ),
-    };
+    let (counter, count) = cached_count(&counted, shared);
     let lent = slot.is_lent();
     let mut displaced = false;
     if first.selfpc.load(Ordering::Relaxed) != selfpc
@@ -505,6 +665,8 @@ struct Counted {
     counter: *const AtomicU64,
     /// The caller is in no module: calls from many return addresses share this arc (and its counter).
     shared_arc: bool,
+    /// The caller's module key ([`UNKNOWN_KEY`] for none).
+    caller_key: u32,
 }
 
 /// Maps the PCs to modules and finds (or inserts) the arc; the caller adds the call. Returns the
@@ -536,6 +698,7 @@ fn record_uncached(
     let unprofiled = Counted {
         counter: core::ptr::null(),
         shared_arc: false,
+        caller_key: UNKNOWN_KEY,
     };
     if !callee.profiled && !callee.plt_counted {
         return Some(unprofiled);
@@ -561,6 +724,7 @@ fn record_uncached(
         .map(|counter| Counted {
             counter,
             shared_arc: caller.is_none(),
+            caller_key,
         })
 }
 

@@ -19,6 +19,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::x86_64::{NEAR_PLACEHOLDERS, near_mcount_code};
 use crate::modules::LiveModule;
+use mslprof_loader_hooks::ModuleInfo;
 use crate::sys;
 
 /// Modules whose code is at least this far from the library's `mcount` get the copy.
@@ -63,7 +64,7 @@ pub fn redirect_main_program(modules: &[&LiveModule]) -> usize {
         super::x86_64::_mcount as *const () as usize,
     ];
     let info = &main.info;
-    let (Some(relro), Some((text, _))) = (info.relro, info.runtime_ranges().next()) else {
+    let Some((text, _)) = info.runtime_ranges().next() else {
         return 0;
     };
     let text = text.as_usize();
@@ -71,32 +72,61 @@ pub fn redirect_main_program(modules: &[&LiveModule]) -> usize {
         return 0;
     }
     let page = sys::page_size();
+    let mut copy = None;
+    let mut redirected = 0;
+    for (word, read_only) in relro_words_holding(info, &targets) {
+        if copy.is_none() {
+            copy = make_copy(text);
+        }
+        let Some(copy) = copy else {
+            return redirected;
+        };
+        if store_in_relro(word, copy, read_only, page) {
+            redirected += 1;
+        }
+    }
+    redirected
+}
+
+/// The words of a module's RELRO segment (its GOT, once relocated) that hold one of `targets`, each with
+/// whether the loader made its page read-only.
+pub fn relro_words_holding(
+    info: &ModuleInfo,
+    targets: &[usize],
+) -> Vec<(&'static AtomicUsize, bool)> {
+    let Some(relro) = info.relro else {
+        return Vec::new();
+    };
     let start = (info.bias + relro.start as usize).next_multiple_of(8);
     let end = info.bias + relro.end as usize;
     // The loader made [start, end rounded down to a page) read-only; the rest of the last page stays
     // writable.
-    let protected_end = end & !(page - 1);
-    let mut copy = None;
-    let mut redirected = 0;
-    let mut address = start;
-    while address + 8 <= end {
-        // SAFETY: the main program's RELRO segment is mapped readable for the life of the process, and
-        // `address` is an aligned word inside it.
-        let word = unsafe { &*(address as *const AtomicUsize) };
-        if targets.contains(&word.load(Ordering::Relaxed)) {
-            if copy.is_none() {
-                copy = make_copy(text);
-            }
-            let Some(copy) = copy else {
-                return redirected;
-            };
-            if store_in_relro(word, copy, address < protected_end, page) {
-                redirected += 1;
-            }
-        }
-        address += 8;
-    }
-    redirected
+    let protected_end = end & !(sys::page_size() - 1);
+    (start..end.saturating_sub(7))
+        .step_by(8)
+        .filter_map(|address| {
+            // SAFETY: the module's RELRO segment is mapped readable while the module is loaded (the
+            // callers run at start-up, on modules that are never unloaded), and `address` is an aligned
+            // word inside it.
+            let word: &'static AtomicUsize = unsafe { &*(address as *const AtomicUsize) };
+            targets
+                .contains(&word.load(Ordering::Relaxed))
+                .then_some((word, address < protected_end))
+        })
+        .collect()
+}
+
+/// Maps `len` (at most [`PLACEMENT_STEP`]) bytes of read-write memory at the first free 2 MiB-aligned address
+/// below `text`, within [`PLACEMENT_TRIES`] steps, or else above `text_end`: within 130 MiB of the code
+/// between them, so that a `rel32` branch reaches either way.
+pub fn map_near(text: usize, text_end: usize, len: usize) -> Option<*mut u8> {
+    let below = (1..=PLACEMENT_TRIES).filter_map(|k| {
+        (text & !(PLACEMENT_STEP - 1)).checked_sub(k * PLACEMENT_STEP)
+    });
+    let above = (1..=PLACEMENT_TRIES).map(|k| text_end.next_multiple_of(PLACEMENT_STEP) + k * PLACEMENT_STEP);
+    below
+        .chain(above)
+        .find_map(|address| sys::map_exactly_at(address, len))
 }
 
 /// Maps a copy of `mcount`'s code just below `text`, with its placeholders filled in; its address.
@@ -105,10 +135,7 @@ fn make_copy(text: usize) -> Option<usize> {
     if code.is_empty() || code.len() > COPY_BYTES {
         return None;
     }
-    let base = (1..=PLACEMENT_TRIES).find_map(|k| {
-        let address = (text & !(PLACEMENT_STEP - 1)).checked_sub(k * PLACEMENT_STEP)?;
-        sys::map_exactly_at(address, COPY_BYTES)
-    })?;
+    let base = map_near(text, text, COPY_BYTES)?;
     // SAFETY: `base` is our own fresh read-write mapping of COPY_BYTES bytes, which nothing else uses yet.
     let bytes = unsafe { std::slice::from_raw_parts_mut(base, COPY_BYTES) };
     bytes[..code.len()].copy_from_slice(code);

@@ -13,36 +13,43 @@
 //! A site becomes `jmp stub` (`e9 rel32`) and a `nop`; the stub jumps back to the instruction after the site.
 //!
 //! **A stub** ([`STUB_BYTES`] bytes) looks the caller's return address up in the function's table, a slice
-//! of [`TABLE_ENTRIES`] entries at a fixed offset in the thread's site region, whose address is a TLS word:
+//! of [`TABLE_ENTRIES`] entries at a fixed offset in the thread's site region. The region's address is a
+//! word of the thread's cache header in static TLS (`ThreadCache::site_region`), 0 until the thread's first
+//! miss installs it and whenever counting must leave the stubs (a pause, an unload, the slow path itself):
 //! ```text
 //!  0  push rax
-//!  1  mov rax, [rbp + 8]            the caller's return address
-//!  5  shl eax, 3                    ((frompc >> 2) mod TABLE_ENTRIES) * 32
-//!  8  and eax, INDEX_MASK
-//! 13  add rax, fs:[tls]             + the thread's site region
-//! 22  mov r11, [rax + table]        the entry's frompc
-//! 29  cmp r11, [rbp + 8]
-//! 33  jne 49
-//! 35  add qword [rax + table + 24], 1
-//! 43  pop rax
-//! 44  jmp back
-//! 49  pop rax                       a miss: as if `mcount` were called from the site
-//! 50  call miss                     (the region's trampoline to the slow path)
+//!  1  mov rax, fs:[tls]             the thread's site region
+//! 10  test rax, rax                 none: a miss
+//! 13  jz 60
+//! 15  mov r11, [rbp + 8]            the caller's return address
+//! 19  shl r11d, 3                   ((frompc >> 2) mod TABLE_ENTRIES) * 32
+//! 23  and r11d, INDEX_MASK
+//! 30  add rax, r11
+//! 33  mov r11, [rax + table]        the entry's frompc
+//! 40  cmp r11, [rbp + 8]
+//! 44  jne 60
+//! 46  add qword [rax + table + 24], 1
+//! 54  pop rax
 //! 55  jmp back
-//! 60  table (u32), selfpc (u64)     read by the slow path through its return address
+//! 60  pop rax                       a miss: as if `mcount` were called from the site
+//! 61  call miss                     (the module's trampoline to the slow path)
+//! 66  jmp back
+//! 71  table (u32), selfpc (u64)     read by the slow path through its return address
 //! ```
+
+use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// Entries of one function's table: callers whose return addresses differ in bits 2–9 never collide.
 pub const TABLE_ENTRIES: usize = 256;
 /// Bytes of one function's table (entries are 32 bytes, as the thread cache's).
 pub const TABLE_BYTES: usize = TABLE_ENTRIES * 32;
 /// Bytes of one stub, rounded up to 16.
-pub const STUB_BYTES: usize = 80;
+pub const STUB_BYTES: usize = 96;
 /// Where the slow path finds a stub's table offset and selfpc: this far after the return address of its
 /// `call miss`.
 pub const METADATA_AFTER_MISS_CALL: usize = 5;
 /// Offset of the return address of a stub's `call miss` in the stub.
-pub const MISS_RETURN: usize = 55;
+pub const MISS_RETURN: usize = 66;
 /// The start of the `-pg` prologue before a site.
 const PROLOGUE: [u8; 4] = [0x55, 0x48, 0x89, 0xe5];
 /// Most bytes between the prologue's start and the site: `mov rbp, rsp`, six pushes, a `sub rsp, imm32`.
@@ -126,17 +133,22 @@ pub fn encode_stub(
     // A branch's rel32, from the end of the instruction being written (opcode and rel32 still to come).
     let branch = |code: &Vec<u8>, to: usize| rel32(stub + code.len() + 5, to);
     code.push(0x50);
-    code.extend([0x48, 0x8b, 0x45, 0x08]);
-    code.extend([0xc1, 0xe0, 0x03]);
-    code.push(0x25);
-    code.extend(INDEX_MASK.to_le_bytes());
-    code.extend([0x64, 0x48, 0x03, 0x04, 0x25]);
+    code.extend([0x64, 0x48, 0x8b, 0x04, 0x25]);
     code.extend(tls.to_le_bytes());
+    code.extend([0x48, 0x85, 0xc0]);
+    // jz to the miss; its rel8 is filled in once the miss's position is known.
+    code.extend([0x74, 0x00]);
+    let no_region = code.len() - 1;
+    code.extend([0x4c, 0x8b, 0x5d, 0x08]);
+    code.extend([0x41, 0xc1, 0xe3, 0x03]);
+    code.extend([0x41, 0x81, 0xe3]);
+    code.extend(INDEX_MASK.to_le_bytes());
+    code.extend([0x4c, 0x01, 0xd8]);
     code.extend([0x4c, 0x8b, 0x98]);
     code.extend(table_disp.to_le_bytes());
     code.extend([0x4c, 0x3b, 0x5d, 0x08]);
-    // jne over the hit's add, pop and jmp (8 + 1 + 5 bytes).
-    code.extend([0x75, 0x0e]);
+    code.extend([0x75, 0x00]);
+    let other_caller = code.len() - 1;
     code.extend([0x48, 0x83, 0x80]);
     code.extend(count_disp.to_le_bytes());
     code.push(0x01);
@@ -144,17 +156,25 @@ pub fn encode_stub(
     let hit_back = branch(&code, back)?;
     code.push(0xe9);
     code.extend(hit_back.to_le_bytes());
+    let miss_at = code.len();
+    for rel8_at in [no_region, other_caller] {
+        code[rel8_at] = u8::try_from(miss_at - rel8_at - 1).ok()?;
+    }
     code.push(0x58);
     let to_miss = branch(&code, miss)?;
     code.push(0xe8);
     code.extend(to_miss.to_le_bytes());
-    debug_assert_eq!(code.len(), MISS_RETURN);
+    if code.len() != MISS_RETURN {
+        return None;
+    }
     let miss_back = branch(&code, back)?;
     code.push(0xe9);
     code.extend(miss_back.to_le_bytes());
-    debug_assert_eq!(code.len(), MISS_RETURN + METADATA_AFTER_MISS_CALL);
     code.extend(table.to_le_bytes());
     code.extend((back as u64).to_le_bytes());
+    if code.len() != MISS_RETURN + METADATA_AFTER_MISS_CALL + 12 {
+        return None;
+    }
     code.resize(STUB_BYTES, 0xcc);
     code.try_into().ok()
 }
@@ -178,6 +198,259 @@ pub unsafe fn stub_metadata(miss_return: usize) -> (u32, usize) {
 /// The offset of the entry a call from `frompc` uses in the table at `table`.
 pub fn entry_offset(table: u32, frompc: usize) -> usize {
     table as usize + ((frompc << 3) as u32 & INDEX_MASK) as usize
+}
+
+
+// ---- In this process: the rewrite at start-up, the site regions' layout, and the stubs' addresses. ----
+
+/// Most tables (rewritten functions) in all: a thread's region is then at most 512 MiB of address space
+/// (mapped without reserve; only the pages of tables used become resident). Further modules keep `mcount`.
+pub const MAX_TABLES: usize = 1 << 16;
+/// Most modules whose stubs are mapped (each gets one mapping).
+const MAX_STUB_MAPPINGS: usize = 64;
+/// The trampoline at the start of each stub mapping: `jmp [rip]`, then the slow path's address.
+const TRAMPOLINE_BYTES: usize = 16;
+
+/// Bytes of a site region's header (the bitmap of the tables used, one bit per table, rounded up to a
+/// page); the tables follow it. 0 while no site is rewritten.
+static HEADER_BYTES: AtomicUsize = AtomicUsize::new(0);
+/// Bytes of a site region (0: no site is rewritten, no thread needs one).
+static REGION_BYTES: AtomicUsize = AtomicUsize::new(0);
+/// Unloads seen: a region whose entries were checked under an older count may hold callers that are gone.
+static UNLOADS: AtomicUsize = AtomicUsize::new(0);
+/// The stub mappings, `[start, end)`, for the sampler (`library_address`); `STUB_MAPPINGS` of them valid.
+static STUB_STARTS: [AtomicUsize; MAX_STUB_MAPPINGS] = [const { AtomicUsize::new(0) }; MAX_STUB_MAPPINGS];
+static STUB_ENDS: [AtomicUsize; MAX_STUB_MAPPINGS] = [const { AtomicUsize::new(0) }; MAX_STUB_MAPPINGS];
+static STUB_MAPPINGS: AtomicUsize = AtomicUsize::new(0);
+
+/// Bytes of one thread's site region; 0 when no site was rewritten.
+pub fn region_bytes() -> usize {
+    REGION_BYTES.load(Ordering::Relaxed)
+}
+
+/// Unloads so far (see [`note_unload`]).
+pub fn unloads() -> usize {
+    UNLOADS.load(Ordering::SeqCst)
+}
+
+/// Notes that a module was unloaded: each region drops its entries whose caller was in it before it is
+/// used again (the caller must then take every thread off its region).
+pub fn note_unload() {
+    UNLOADS.fetch_add(1, Ordering::SeqCst);
+}
+
+/// `pc` as an address in this library: a PC in a stub counts as `count_in` (the library's `mcount`: the
+/// stubs are its hit path, moved next to the modules). Async-signal-safe.
+pub fn library_address(pc: usize, count_in: usize) -> usize {
+    let mappings = STUB_MAPPINGS.load(Ordering::Acquire).min(MAX_STUB_MAPPINGS);
+    let inside = (0..mappings).any(|i| {
+        (STUB_STARTS[i].load(Ordering::Relaxed)..STUB_ENDS[i].load(Ordering::Relaxed)).contains(&pc)
+    });
+    if inside { count_in } else { pc }
+}
+
+/// The table bytes of the `table`th rewritten function, from the start of a region.
+fn table_offset(table: usize) -> Option<u32> {
+    u32::try_from(HEADER_BYTES.load(Ordering::Relaxed) + table * TABLE_BYTES).ok()
+}
+
+/// The entry at `offset` (from [`entry_offset`]) of the region at `base`.
+///
+/// # Safety
+/// `base` must be a site region ([`region_bytes`] bytes, zero-initialised, never unmapped) and `offset` an
+/// entry's offset from [`entry_offset`] for a table of it.
+pub unsafe fn region_entry(base: *mut u8, offset: usize) -> &'static super::CacheEntry {
+    // SAFETY: as the caller guarantees; an all-zero entry is valid (atomics).
+    unsafe { &*base.add(offset).cast::<super::CacheEntry>() }
+}
+
+/// Marks the table of the entry at `offset` used in the region at `base` (owner only).
+///
+/// # Safety
+/// As [`region_entry`].
+pub unsafe fn touch(base: *mut u8, offset: usize) {
+    let table = (offset - HEADER_BYTES.load(Ordering::Relaxed)) / TABLE_BYTES;
+    // SAFETY: the header holds one bit per table; `base` is a region.
+    let word = unsafe { &*base.add(table / 64 * 8).cast::<AtomicU64>() };
+    let bit = 1u64 << (table % 64);
+    let bits = word.load(Ordering::Relaxed);
+    if bits & bit == 0 {
+        word.store(bits | bit, Ordering::Relaxed);
+    }
+}
+
+/// Visits every entry of the used tables of the region at `base` that holds a caller.
+///
+/// # Safety
+/// `base` must be a site region.
+pub unsafe fn for_each_used_entry(base: *mut u8, mut visit: impl FnMut(&'static super::CacheEntry)) {
+    let header = HEADER_BYTES.load(Ordering::Relaxed);
+    let region = REGION_BYTES.load(Ordering::Relaxed);
+    for word_index in 0..header / 8 {
+        // SAFETY: the header's words are in the region.
+        let word = unsafe { &*base.add(word_index * 8).cast::<AtomicU64>() };
+        let mut bits = word.load(Ordering::Relaxed);
+        while bits != 0 {
+            let table = word_index * 64 + bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            let start = header + table * TABLE_BYTES;
+            if start + TABLE_BYTES > region {
+                continue;
+            }
+            for entry in 0..TABLE_ENTRIES {
+                // SAFETY: an entry of a table inside the region.
+                let entry = unsafe { region_entry(base, start + entry * 32) };
+                if entry.frompc.load(Ordering::Acquire) != 0 {
+                    visit(entry);
+                }
+            }
+        }
+    }
+}
+
+/// One module's sites, found before any is rewritten.
+struct ModuleSites {
+    /// Lowest and highest address of its code.
+    text: (usize, usize),
+    /// Its executable ranges, page-rounded, for the rewrite.
+    pages: Vec<(usize, usize)>,
+    sites: Vec<usize>,
+}
+
+/// Rewrites the `-pg` sites of `modules` (profiled, with `mcount` or `_mcount` in their GOT, other than this
+/// library) to jump to stubs of their own, whose thread's region address is at `fs:[tls]` and whose misses
+/// go to `miss`; `targets` are the addresses of `mcount` and `_mcount`. Returns the sites rewritten. Only at
+/// start-up, with one thread: the rewrite is not atomic for a thread running the code.
+pub fn install(
+    modules: &[&crate::modules::LiveModule],
+    own_code: usize,
+    targets: &[usize],
+    tls: i32,
+    miss: usize,
+) -> usize {
+    let page = crate::sys::page_size();
+    let mut found = Vec::new();
+    let mut tables = 0;
+    for module in modules {
+        let info = &module.info;
+        if !module.profiled || info.is_vdso || info.is_dynamic_linker || module.is_unloaded() {
+            continue;
+        }
+        let ranges: Vec<(usize, usize)> = info
+            .runtime_ranges()
+            .map(|(start, end)| (start.as_usize(), end.as_usize()))
+            .filter(|&(start, end)| start < end)
+            .collect();
+        if ranges.is_empty() || ranges.iter().any(|&(start, end)| (start..end).contains(&own_code)) {
+            continue;
+        }
+        let got: Vec<usize> = super::near::relro_words_holding(info, targets)
+            .into_iter()
+            .map(|(word, _)| word as *const AtomicUsize as usize)
+            .collect();
+        if got.is_empty() {
+            continue;
+        }
+        let mut sites = Vec::new();
+        for &(start, end) in &ranges {
+            // SAFETY: a loaded module's executable segment is mapped readable, and stays so (modules
+            // present at start-up are never unloaded).
+            let text = unsafe { core::slice::from_raw_parts(start as *const u8, end - start) };
+            sites.extend(find_sites(text, start, &got));
+        }
+        if sites.is_empty() || tables + sites.len() > MAX_TABLES || found.len() == MAX_STUB_MAPPINGS {
+            continue;
+        }
+        tables += sites.len();
+        let text = (
+            ranges.iter().map(|r| r.0).min().unwrap_or(0),
+            ranges.iter().map(|r| r.1).max().unwrap_or(0),
+        );
+        let pages = ranges
+            .iter()
+            .map(|&(start, end)| (start & !(page - 1), end.next_multiple_of(page)))
+            .collect();
+        found.push(ModuleSites { text, pages, sites });
+    }
+    if tables == 0 {
+        return 0;
+    }
+    let header = tables.div_ceil(64).saturating_mul(8).next_multiple_of(page);
+    // The stubs may run as soon as a site is rewritten: the regions' layout is set first.
+    HEADER_BYTES.store(header, Ordering::Relaxed);
+    REGION_BYTES.store(header + tables * TABLE_BYTES, Ordering::Relaxed);
+    let mut table = 0;
+    let mut rewritten = 0;
+    for module in &found {
+        if let Some(count) = rewrite_module(module, table, tls, miss, page) {
+            rewritten += count;
+        }
+        table += module.sites.len();
+    }
+    rewritten
+}
+
+/// Maps `module`'s stubs (its tables numbered from `first_table`) and rewrites its sites; the number
+/// rewritten, `None` when the stubs could not be placed within reach or the code made writable.
+fn rewrite_module(
+    module: &ModuleSites,
+    first_table: usize,
+    tls: i32,
+    miss: usize,
+    page: usize,
+) -> Option<usize> {
+    let bytes = (TRAMPOLINE_BYTES + module.sites.len() * STUB_BYTES).next_multiple_of(page);
+    let base = super::near::map_near(module.text.0, module.text.1, bytes)? as usize;
+    let give_back = || {
+        // SAFETY: our own fresh mapping, which no code runs in yet.
+        unsafe { crate::sys::unmap(base as *mut u8, bytes) }
+    };
+    // SAFETY: `base` is our own fresh read-write mapping of `bytes` bytes.
+    let code = unsafe { core::slice::from_raw_parts_mut(base as *mut u8, bytes) };
+    code[..6].copy_from_slice(&[0xff, 0x25, 0, 0, 0, 0]);
+    code[6..14].copy_from_slice(&(miss as u64).to_le_bytes());
+    let mut jumps = Vec::with_capacity(module.sites.len());
+    for (i, &site) in module.sites.iter().enumerate() {
+        let at = TRAMPOLINE_BYTES + i * STUB_BYTES;
+        let stub = base + at;
+        let table = table_offset(first_table + i);
+        let encoded = table.and_then(|table| encode_stub(stub, site, tls, table, base));
+        let (Some(encoded), Some(jump)) = (encoded, site_jump(site, stub)) else {
+            give_back();
+            return None;
+        };
+        code[at..at + STUB_BYTES].copy_from_slice(&encoded);
+        jumps.push((site, jump));
+    }
+    // SAFETY: no code runs in the stubs yet, and nothing writes them after this.
+    if !unsafe { crate::sys::protect(base, bytes, false, true) } {
+        give_back();
+        return None;
+    }
+    let slot = STUB_MAPPINGS.load(Ordering::Relaxed);
+    STUB_STARTS[slot].store(base, Ordering::Relaxed);
+    STUB_ENDS[slot].store(base + bytes, Ordering::Relaxed);
+    STUB_MAPPINGS.store(slot + 1, Ordering::Release);
+    // The code gains write permission, keeping execute: the start-up code calling this may be running in
+    // it (a constructor of the module).
+    // SAFETY: only adds a permission.
+    let writable = module
+        .pages
+        .iter()
+        .all(|&(start, end)| unsafe { crate::sys::protect(start, end - start, true, true) });
+    if writable {
+        for (site, jump) in &jumps {
+            // SAFETY: `site` is a site found in this module's code, now writable; the process has one
+            // thread, and a frame suspended in the function returns past the site, whose end stays an
+            // instruction boundary (`jmp` + `nop`).
+            unsafe { core::ptr::copy_nonoverlapping(jump.as_ptr(), *site as *mut u8, SITE_BYTES) };
+        }
+    }
+    for &(start, end) in &module.pages {
+        // SAFETY: back to read-only and executable, as the loader mapped code.
+        unsafe { crate::sys::protect(start, end - start, false, true) };
+    }
+    writable.then_some(jumps.len())
 }
 
 #[cfg(test)]
@@ -234,9 +507,12 @@ mod tests {
             let rel = i32::from_le_bytes(code[at + 1..at + 5].try_into().unwrap());
             (stub as isize + at as isize + 5 + rel as isize) as usize
         };
-        assert_eq!((code[44], back(44)), (0xe9, site + SITE_BYTES));
-        assert_eq!((code[50], back(50)), (0xe8, stub + 0x1000));
         assert_eq!((code[55], back(55)), (0xe9, site + SITE_BYTES));
+        assert_eq!((code[61], back(61)), (0xe8, stub + 0x1000));
+        assert_eq!((code[66], back(66)), (0xe9, site + SITE_BYTES));
+        // Both the missing region (jz) and another caller (jne) go to the miss at 60.
+        assert_eq!((code[13], 15 + code[14] as usize), (0x74, 60));
+        assert_eq!((code[44], 46 + code[45] as usize), (0x75, 60));
         // SAFETY: `code` holds a whole stub; its metadata follows the miss call.
         let (table, selfpc) = unsafe { stub_metadata(code.as_ptr() as usize + MISS_RETURN) };
         assert_eq!((table, selfpc), (3 * TABLE_BYTES as u32, site + SITE_BYTES));

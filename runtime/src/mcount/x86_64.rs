@@ -367,6 +367,38 @@ unsafe extern "C" fn mcount_slow() {
     )
 }
 
+/// The slow path of the rewritten sites' stubs (`sites.rs`), reached from a stub's `call` through its module's
+/// trampoline: the stack is as `mcount` sees it, but with the return address into the stub, through which
+/// [`super::record_site_call`] finds the function's table and selfpc.
+///
+/// # Safety
+/// Only a stub's `call miss` may reach this, with rbp the instrumented function's frame pointer.
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
+pub unsafe extern "C" fn site_miss() {
+    // After our `push rbp`: [rbp] = instrumented function's rbp, [rbp + 8] = the stub's return address.
+    mcount_stub!(
+        "mov rsi, [rbp + 8]\nmov rdi, [rbp]\nmov rdi, [rdi + 8]",
+        super::record_site_call
+    )
+}
+
+/// The `fs`-relative offset of this thread's `ThreadCache::site_region` (the same in every thread: static
+/// TLS), for the stubs' `mov rax, fs:[offset]`.
+#[cfg(target_arch = "x86_64")]
+pub fn site_region_tls_offset() -> Option<i32> {
+    let tls_offset: i64;
+    // SAFETY: reads the linker-provided TLS offset of our own `.tbss` symbol from the GOT.
+    unsafe {
+        core::arch::asm!(
+            "mov {offset}, qword ptr [rip + mslprof_thread_cache@GOTTPOFF]",
+            offset = out(reg) tls_offset,
+            options(nostack, readonly, pure),
+        );
+    }
+    i32::try_from(tls_offset + core::mem::offset_of!(ThreadCache, site_region) as i64).ok()
+}
+
 /// Slow path of [`__fentry__`]: entered by a jump with the original registers and stack.
 #[cfg(target_arch = "x86_64")]
 #[unsafe(naked)]
@@ -483,6 +515,7 @@ const _: () = {
     assert!(core::mem::offset_of!(ThreadCache, window) == 8);
     assert!(core::mem::offset_of!(ThreadCache, entries) == 16);
     assert!(core::mem::offset_of!(ThreadCache, set_mask) == 24);
+    assert!(core::mem::size_of::<core::sync::atomic::AtomicUsize>() == 8);
     assert!(core::mem::size_of::<CacheEntry>() == 32);
     assert!(core::mem::offset_of!(CacheEntry, frompc) == 0);
     assert!(core::mem::offset_of!(CacheEntry, selfpc) == 8);
