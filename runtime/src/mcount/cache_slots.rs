@@ -498,7 +498,8 @@ impl CacheSlot {
     /// Stops other threads from clearing the owner's word (it is exiting: its TLS goes), waiting for any that
     /// is about to.
     pub fn unregister_site_word(&self) {
-        self.site_word.store(core::ptr::null_mut(), Ordering::SeqCst);
+        self.site_word
+            .store(core::ptr::null_mut(), Ordering::SeqCst);
         while self.site_users.load(Ordering::SeqCst) != 0 {
             core::hint::spin_loop();
         }
@@ -581,7 +582,8 @@ pub fn reset_after_fork(own: Option<&CacheSlot>) {
             sys::discard(region, sites::region_bytes());
         }
         if !own.is_some_and(|own| core::ptr::eq(own, slot)) {
-            slot.site_word.store(core::ptr::null_mut(), Ordering::Relaxed);
+            slot.site_word
+                .store(core::ptr::null_mut(), Ordering::Relaxed);
             slot.site_users.store(0, Ordering::Relaxed);
         }
         if slot.is_claimed() {

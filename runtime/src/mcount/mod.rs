@@ -20,6 +20,11 @@
 //! lives in its own set or, when its call site has more callees than that set holds (a chain of tail
 //! calls), in the set two sets away ([`alternate_index`]); the stub looks in both.
 //!
+//! **Rewritten sites** (`sites`): at start-up, the `-pg` sites of the selected modules become jumps to
+//! per-function stubs that count in a per-thread table (one compare) and jump back; their misses reach
+//! [`record_site_call`], which shares `record_call`'s protocol and counts in the table or, when the table's
+//! entry holds another caller, in the cache.
+//!
 //! **Slow path** (cache miss): map selfpc to its module load instance; a callee in a module that
 //! LD_PROFILE did not select returns at once (remembered in the cache with no counter, so the next call is
 //! cheap too), unless the call came through a PLT stub of the audit module (`LiveModule::plt_counted`)
@@ -445,9 +450,7 @@ fn record_top_level(frompc: usize, selfpc: usize, site_table: Option<u32>) {
         }
         let region = site_table.and_then(|_| slot.site_region());
         let in_region = match (region, site_table) {
-            (Some(region), Some(table)) => {
-                record_in_region(cache, region, table, frompc, selfpc)
-            }
+            (Some(region), Some(table)) => record_in_region(cache, region, table, frompc, selfpc),
             _ => false,
         };
         if !in_region {
@@ -514,7 +517,9 @@ fn record_in_region(
     entry.counter.store(counter, Ordering::Relaxed);
     entry.count.store(count, Ordering::Relaxed);
     // A region entry's `selfpc` is its caller's module key (the stub knows its callee): unload drops by it.
-    entry.selfpc.store(counted.caller_key as usize, Ordering::Relaxed);
+    entry
+        .selfpc
+        .store(counted.caller_key as usize, Ordering::Relaxed);
     entry.frompc.store(frompc, Ordering::Release);
     // SAFETY: as above.
     unsafe { sites::touch(region, offset) };

@@ -19,8 +19,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::x86_64::{NEAR_PLACEHOLDERS, near_mcount_code};
 use crate::modules::LiveModule;
-use mslprof_loader_hooks::ModuleInfo;
 use crate::sys;
+use mslprof_loader_hooks::ModuleInfo;
 
 /// Modules whose code is at least this far from the library's `mcount` get the copy.
 const FAR: usize = 1 << 31;
@@ -120,10 +120,10 @@ pub fn relro_words_holding(
 /// below `text`, within [`PLACEMENT_TRIES`] steps, or else above `text_end`: within 130 MiB of the code
 /// between them, so that a `rel32` branch reaches either way.
 pub fn map_near(text: usize, text_end: usize, len: usize) -> Option<*mut u8> {
-    let below = (1..=PLACEMENT_TRIES).filter_map(|k| {
-        (text & !(PLACEMENT_STEP - 1)).checked_sub(k * PLACEMENT_STEP)
-    });
-    let above = (1..=PLACEMENT_TRIES).map(|k| text_end.next_multiple_of(PLACEMENT_STEP) + k * PLACEMENT_STEP);
+    let below = (1..=PLACEMENT_TRIES)
+        .filter_map(|k| (text & !(PLACEMENT_STEP - 1)).checked_sub(k * PLACEMENT_STEP));
+    let above = (1..=PLACEMENT_TRIES)
+        .map(|k| text_end.next_multiple_of(PLACEMENT_STEP) + k * PLACEMENT_STEP);
     below
         .chain(above)
         .find_map(|address| sys::map_exactly_at(address, len))

@@ -3,8 +3,10 @@
 //!
 //! runtime/CALLCOUNTS.md ("Jumping to a per-function stub") measured the design: a jump to a stub and back
 //! costs Lua's interpreter about 0.4 ns less per call than a call and its return, and a table per function
-//! needs one compare (the caller's return address) where the thread cache needs two. This file holds the
-//! parts that do not depend on the process: finding the sites in a module's code and encoding a stub.
+//! needs one compare (the caller's return address) where the thread cache needs two. This file finds the
+//! sites in a module's code, encodes the stubs, rewrites the sites at start-up ([`install`]) and lays out the
+//! per-thread site regions; the slow path is `record_site_call` in `mod.rs`, and each thread's region belongs
+//! to its slot in `cache_slots`. runtime/CALLCOUNTS.md, "Rewritten sites", explains why each part is safe.
 //!
 //! **A site** is `ff 15 disp32` (`call *[rip + disp32]`) whose operand is a GOT entry holding `mcount` or
 //! `_mcount`, after the `-pg` prologue: `push rbp; mov rbp, rsp` (`55 48 89 e5`), then only pushes of
@@ -20,7 +22,7 @@
 //!  0  push rax
 //!  1  mov rax, fs:[tls]             the thread's site region
 //! 10  test rax, rax                 none: a miss
-//! 13  jz 60
+//! 13  jz 78
 //! 15  mov r11, [rbp + 8]            the caller's return address
 //! 19  shl r11d, 3                   ((frompc >> 2) mod TABLE_ENTRIES) * 32
 //! 23  and r11d, INDEX_MASK
@@ -31,10 +33,16 @@
 //! 46  add qword [rax + table + 24], 1
 //! 54  pop rax
 //! 55  jmp back
-//! 60  pop rax                       a miss: as if `mcount` were called from the site
-//! 61  call miss                     (the module's trampoline to the slow path)
-//! 66  jmp back
-//! 71  table (u32), selfpc (u64)     read by the slow path through its return address
+//! 60  test r11, r11                 a free entry: the slow path fills it
+//! 63  jz 78
+//! 65  pop rax                       another caller holds it: the arc is `mcount`'s (the cache), so go
+//! 66  push qword [rip + selfpc]     there as the site would have: `mcount` sees the site's return
+//! 72  jmp qword [rip + mcount]      address, and returns to it
+//! 78  pop rax                       no region, or a free entry: as if `mcount` were called from the site
+//! 79  call miss                     (the module's trampoline to the slow path)
+//! 84  jmp back
+//! 89  table (u32), selfpc (u64),    read by the slow path through its return address
+//!     mcount (u64)
 //! ```
 
 use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -44,12 +52,12 @@ pub const TABLE_ENTRIES: usize = 256;
 /// Bytes of one function's table (entries are 32 bytes, as the thread cache's).
 pub const TABLE_BYTES: usize = TABLE_ENTRIES * 32;
 /// Bytes of one stub, rounded up to 16.
-pub const STUB_BYTES: usize = 96;
+pub const STUB_BYTES: usize = 112;
 /// Where the slow path finds a stub's table offset and selfpc: this far after the return address of its
 /// `call miss`.
 pub const METADATA_AFTER_MISS_CALL: usize = 5;
 /// Offset of the return address of a stub's `call miss` in the stub.
-pub const MISS_RETURN: usize = 66;
+pub const MISS_RETURN: usize = 84;
 /// The start of the `-pg` prologue before a site.
 const PROLOGUE: [u8; 4] = [0x55, 0x48, 0x89, 0xe5];
 /// Most bytes between the prologue's start and the site: `mov rbp, rsp`, six pushes, a `sub rsp, imm32`.
@@ -117,14 +125,16 @@ pub fn site_jump(site: usize, stub: usize) -> Option<[u8; SITE_BYTES]> {
 }
 
 /// The stub at `stub` for the site at `site`: its function's table at `table` bytes into the thread's site
-/// region, whose address is at `fs:[tls]`; a miss calls `miss`. `None` when a branch does not reach or the
-/// table is beyond a 32-bit displacement.
+/// region, whose address is at `fs:[tls]`; a call whose entry is free (or with no region) calls `miss`, one
+/// whose entry holds another caller jumps to `mcount`. `None` when a branch does not reach or the table is
+/// beyond a 32-bit displacement.
 pub fn encode_stub(
     stub: usize,
     site: usize,
     tls: i32,
     table: u32,
     miss: usize,
+    mcount: usize,
 ) -> Option<[u8; STUB_BYTES]> {
     let back = site + SITE_BYTES;
     let table_disp = i32::try_from(table).ok()?;
@@ -132,13 +142,14 @@ pub fn encode_stub(
     let mut code = Vec::with_capacity(STUB_BYTES);
     // A branch's rel32, from the end of the instruction being written (opcode and rel32 still to come).
     let branch = |code: &Vec<u8>, to: usize| rel32(stub + code.len() + 5, to);
+    // Where each rel8 branch's byte is, filled in once its target's position is known.
+    let mut to_miss = Vec::new();
     code.push(0x50);
     code.extend([0x64, 0x48, 0x8b, 0x04, 0x25]);
     code.extend(tls.to_le_bytes());
     code.extend([0x48, 0x85, 0xc0]);
-    // jz to the miss; its rel8 is filled in once the miss's position is known.
     code.extend([0x74, 0x00]);
-    let no_region = code.len() - 1;
+    to_miss.push(code.len() - 1);
     code.extend([0x4c, 0x8b, 0x5d, 0x08]);
     code.extend([0x41, 0xc1, 0xe3, 0x03]);
     code.extend([0x41, 0x81, 0xe3]);
@@ -148,7 +159,7 @@ pub fn encode_stub(
     code.extend(table_disp.to_le_bytes());
     code.extend([0x4c, 0x3b, 0x5d, 0x08]);
     code.extend([0x75, 0x00]);
-    let other_caller = code.len() - 1;
+    let not_this_caller = code.len() - 1;
     code.extend([0x48, 0x83, 0x80]);
     code.extend(count_disp.to_le_bytes());
     code.push(0x01);
@@ -156,14 +167,25 @@ pub fn encode_stub(
     let hit_back = branch(&code, back)?;
     code.push(0xe9);
     code.extend(hit_back.to_le_bytes());
+    code[not_this_caller] = u8::try_from(code.len() - not_this_caller - 1).ok()?;
+    code.extend([0x4d, 0x85, 0xdb]);
+    code.extend([0x74, 0x00]);
+    to_miss.push(code.len() - 1);
+    code.push(0x58);
+    // push qword [rip + selfpc] and jmp qword [rip + mcount]: their displacements are filled in with the
+    // metadata's position.
+    code.extend([0xff, 0x35, 0, 0, 0, 0]);
+    let push_selfpc = code.len();
+    code.extend([0xff, 0x25, 0, 0, 0, 0]);
+    let jump_mcount = code.len();
     let miss_at = code.len();
-    for rel8_at in [no_region, other_caller] {
+    for rel8_at in to_miss {
         code[rel8_at] = u8::try_from(miss_at - rel8_at - 1).ok()?;
     }
     code.push(0x58);
-    let to_miss = branch(&code, miss)?;
+    let call_miss = branch(&code, miss)?;
     code.push(0xe8);
-    code.extend(to_miss.to_le_bytes());
+    code.extend(call_miss.to_le_bytes());
     if code.len() != MISS_RETURN {
         return None;
     }
@@ -171,9 +193,16 @@ pub fn encode_stub(
     code.push(0xe9);
     code.extend(miss_back.to_le_bytes());
     code.extend(table.to_le_bytes());
+    let selfpc_at = code.len();
     code.extend((back as u64).to_le_bytes());
-    if code.len() != MISS_RETURN + METADATA_AFTER_MISS_CALL + 12 {
+    let mcount_at = code.len();
+    code.extend((mcount as u64).to_le_bytes());
+    if selfpc_at != MISS_RETURN + METADATA_AFTER_MISS_CALL + 4 || code.len() > STUB_BYTES {
         return None;
+    }
+    for (end, target) in [(push_selfpc, selfpc_at), (jump_mcount, mcount_at)] {
+        let disp = i32::try_from(target - end).ok()?.to_le_bytes();
+        code[end - 4..end].copy_from_slice(&disp);
     }
     code.resize(STUB_BYTES, 0xcc);
     code.try_into().ok()
@@ -200,7 +229,6 @@ pub fn entry_offset(table: u32, frompc: usize) -> usize {
     table as usize + ((frompc << 3) as u32 & INDEX_MASK) as usize
 }
 
-
 // ---- In this process: the rewrite at start-up, the site regions' layout, and the stubs' addresses. ----
 
 /// Most tables (rewritten functions) in all: a thread's region is then at most 512 MiB of address space
@@ -219,8 +247,10 @@ static REGION_BYTES: AtomicUsize = AtomicUsize::new(0);
 /// Unloads seen: a region whose entries were checked under an older count may hold callers that are gone.
 static UNLOADS: AtomicUsize = AtomicUsize::new(0);
 /// The stub mappings, `[start, end)`, for the sampler (`library_address`); `STUB_MAPPINGS` of them valid.
-static STUB_STARTS: [AtomicUsize; MAX_STUB_MAPPINGS] = [const { AtomicUsize::new(0) }; MAX_STUB_MAPPINGS];
-static STUB_ENDS: [AtomicUsize; MAX_STUB_MAPPINGS] = [const { AtomicUsize::new(0) }; MAX_STUB_MAPPINGS];
+static STUB_STARTS: [AtomicUsize; MAX_STUB_MAPPINGS] =
+    [const { AtomicUsize::new(0) }; MAX_STUB_MAPPINGS];
+static STUB_ENDS: [AtomicUsize; MAX_STUB_MAPPINGS] =
+    [const { AtomicUsize::new(0) }; MAX_STUB_MAPPINGS];
 static STUB_MAPPINGS: AtomicUsize = AtomicUsize::new(0);
 
 /// Bytes of one thread's site region; 0 when no site was rewritten.
@@ -283,7 +313,10 @@ pub unsafe fn touch(base: *mut u8, offset: usize) {
 ///
 /// # Safety
 /// `base` must be a site region.
-pub unsafe fn for_each_used_entry(base: *mut u8, mut visit: impl FnMut(&'static super::CacheEntry)) {
+pub unsafe fn for_each_used_entry(
+    base: *mut u8,
+    mut visit: impl FnMut(&'static super::CacheEntry),
+) {
     let header = HEADER_BYTES.load(Ordering::Relaxed);
     let region = REGION_BYTES.load(Ordering::Relaxed);
     for word_index in 0..header / 8 {
@@ -319,7 +352,8 @@ struct ModuleSites {
 
 /// Rewrites the `-pg` sites of `modules` (profiled, with `mcount` or `_mcount` in their GOT, other than this
 /// library) to jump to stubs of their own, whose thread's region address is at `fs:[tls]` and whose misses
-/// go to `miss`; `targets` are the addresses of `mcount` and `_mcount`. Returns the sites rewritten. Only at
+/// go to `miss` (or, when another caller holds the entry, to `targets[0]`); `targets` are the addresses of
+/// `mcount` and `_mcount`. Returns the sites rewritten. Only at
 /// start-up, with one thread: the rewrite is not atomic for a thread running the code.
 pub fn install(
     modules: &[&crate::modules::LiveModule],
@@ -341,7 +375,11 @@ pub fn install(
             .map(|(start, end)| (start.as_usize(), end.as_usize()))
             .filter(|&(start, end)| start < end)
             .collect();
-        if ranges.is_empty() || ranges.iter().any(|&(start, end)| (start..end).contains(&own_code)) {
+        if ranges.is_empty()
+            || ranges
+                .iter()
+                .any(|&(start, end)| (start..end).contains(&own_code))
+        {
             continue;
         }
         let got: Vec<usize> = super::near::relro_words_holding(info, targets)
@@ -358,7 +396,8 @@ pub fn install(
             let text = unsafe { core::slice::from_raw_parts(start as *const u8, end - start) };
             sites.extend(find_sites(text, start, &got));
         }
-        if sites.is_empty() || tables + sites.len() > MAX_TABLES || found.len() == MAX_STUB_MAPPINGS {
+        if sites.is_empty() || tables + sites.len() > MAX_TABLES || found.len() == MAX_STUB_MAPPINGS
+        {
             continue;
         }
         tables += sites.len();
@@ -382,7 +421,7 @@ pub fn install(
     let mut table = 0;
     let mut rewritten = 0;
     for module in &found {
-        if let Some(count) = rewrite_module(module, table, tls, miss, page) {
+        if let Some(count) = rewrite_module(module, table, tls, miss, targets[0], page) {
             rewritten += count;
         }
         table += module.sites.len();
@@ -397,6 +436,7 @@ fn rewrite_module(
     first_table: usize,
     tls: i32,
     miss: usize,
+    mcount: usize,
     page: usize,
 ) -> Option<usize> {
     let bytes = (TRAMPOLINE_BYTES + module.sites.len() * STUB_BYTES).next_multiple_of(page);
@@ -414,7 +454,7 @@ fn rewrite_module(
         let at = TRAMPOLINE_BYTES + i * STUB_BYTES;
         let stub = base + at;
         let table = table_offset(first_table + i);
-        let encoded = table.and_then(|table| encode_stub(stub, site, tls, table, base));
+        let encoded = table.and_then(|table| encode_stub(stub, site, tls, table, base, mcount));
         let (Some(encoded), Some(jump)) = (encoded, site_jump(site, stub)) else {
             give_back();
             return None;
@@ -502,17 +542,38 @@ mod tests {
         assert_eq!(jump[0], 0xe9);
         let rel = i32::from_le_bytes(jump[1..5].try_into().unwrap());
         assert_eq!((site as isize + 5 + rel as isize) as usize, stub);
-        let code = encode_stub(stub, site, -0x100, 3 * TABLE_BYTES as u32, stub + 0x1000).unwrap();
+        let mcount = 0x7f00_0000_1000usize;
+        let code = encode_stub(
+            stub,
+            site,
+            -0x100,
+            3 * TABLE_BYTES as u32,
+            stub + 0x1000,
+            mcount,
+        )
+        .unwrap();
         let back = |at: usize| {
             let rel = i32::from_le_bytes(code[at + 1..at + 5].try_into().unwrap());
             (stub as isize + at as isize + 5 + rel as isize) as usize
         };
         assert_eq!((code[55], back(55)), (0xe9, site + SITE_BYTES));
-        assert_eq!((code[61], back(61)), (0xe8, stub + 0x1000));
-        assert_eq!((code[66], back(66)), (0xe9, site + SITE_BYTES));
-        // Both the missing region (jz) and another caller (jne) go to the miss at 60.
-        assert_eq!((code[13], 15 + code[14] as usize), (0x74, 60));
+        assert_eq!((code[79], back(79)), (0xe8, stub + 0x1000));
+        assert_eq!((code[84], back(84)), (0xe9, site + SITE_BYTES));
+        // No region (jz) and a free entry (jne, then jz) go to the miss at 78; another caller to `mcount`,
+        // with the site's return address pushed.
+        assert_eq!((code[13], 15 + code[14] as usize), (0x74, 78));
         assert_eq!((code[44], 46 + code[45] as usize), (0x75, 60));
+        assert_eq!((code[63], 65 + code[64] as usize), (0x74, 78));
+        let rip_operand = |at: usize| {
+            let disp = i32::from_le_bytes(code[at + 2..at + 6].try_into().unwrap());
+            let address = (at as isize + 6 + disp as isize) as usize;
+            u64::from_le_bytes(code[address..address + 8].try_into().unwrap()) as usize
+        };
+        assert_eq!(
+            (code[66], code[67], rip_operand(66)),
+            (0xff, 0x35, site + SITE_BYTES)
+        );
+        assert_eq!((code[72], code[73], rip_operand(72)), (0xff, 0x25, mcount));
         // SAFETY: `code` holds a whole stub; its metadata follows the miss call.
         let (table, selfpc) = unsafe { stub_metadata(code.as_ptr() as usize + MISS_RETURN) };
         assert_eq!((table, selfpc), (3 * TABLE_BYTES as u32, site + SITE_BYTES));
