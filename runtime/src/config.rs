@@ -29,8 +29,9 @@ pub struct Settings {
     /// `MSLPROF_NEAR_MCOUNT` is not `0`: a far main program calls a copy of `mcount` next to it
     /// (`mcount::near`).
     pub near_mcount: bool,
-    /// `MSLPROF_SITE_STUBS` is not `0`: the profiled modules' `-pg` calls of `mcount` become jumps to
-    /// per-function stubs at start-up (`mcount::sites`).
+    /// `MSLPROF_SITE_STUBS=1`: the profiled modules' `-pg` calls of `mcount` become jumps to per-function
+    /// stubs at start-up (`mcount::sites`). Off by default until large working sets stop paying for it
+    /// (runtime/CALLCOUNTS.md, "Rewritten sites").
     pub site_stubs: bool,
 }
 
@@ -79,7 +80,7 @@ impl Settings {
             ),
             program_name,
             near_mcount: env("MSLPROF_NEAR_MCOUNT").is_none_or(|v| v != "0"),
-            site_stubs: env("MSLPROF_SITE_STUBS").is_none_or(|v| v != "0"),
+            site_stubs: env("MSLPROF_SITE_STUBS").is_some_and(|v| v == "1"),
         }
     }
 }

@@ -398,11 +398,10 @@ fn rewritten_sites_count_exactly_across_call_sites_threads_and_reloaded_librarie
         "b_calls",
         "step",
     ];
-    // With the rewrite (the default) step's call of mcount is a jump to its stub; with MSLPROF_SITE_STUBS=0 it
-    // stays a call. Both count the same: 300 call sites share step's 256-entry table (the rest go to the
+    // With MSLPROF_SITE_STUBS=1 step's call of mcount is a jump to its stub; by default it stays a call. Both count the same: 300 call sites share step's 256-entry table (the rest go to the
     // cache), four threads have regions of their own, and b_calls is not counted as a_calls although libsiteb.so
     // usually takes the place libsitea.so left.
-    for (setting, site) in [(None, "jump"), (Some("0"), "call")] {
+    for (setting, site) in [(Some("1"), "jump"), (None, "call")] {
         let mut command = workspace.command_with_runtime(&exe);
         command.arg(workspace.path());
         if let Some(setting) = setting {

@@ -20,7 +20,7 @@
 //! lives in its own set or, when its call site has more callees than that set holds (a chain of tail
 //! calls), in the set two sets away ([`alternate_index`]); the stub looks in both.
 //!
-//! **Rewritten sites** (`sites`): at start-up, the `-pg` sites of the selected modules become jumps to
+//! **Rewritten sites** (`sites`, with `MSLPROF_SITE_STUBS=1`): at start-up, the `-pg` sites of the selected modules become jumps to
 //! per-function stubs that count in a per-thread table (one compare) and jump back; their misses reach
 //! [`record_site_call`], which shares `record_call`'s protocol and counts in the table or, when the table's
 //! entry holds another caller, in the cache.

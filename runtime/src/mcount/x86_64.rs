@@ -335,17 +335,8 @@ unsafe extern "C" {
 pub fn near_mcount_code() -> (&'static [u8], [u64; 4]) {
     let start = near_mcount_template as *const () as usize;
     let end = core::ptr::addr_of!(mslprof_near_mcount_end) as usize;
-    let tls_offset: u64;
-    // SAFETY: reads the linker-provided TLS offset of our own `.tbss` symbol from the GOT.
-    unsafe {
-        core::arch::asm!(
-            "mov {offset}, qword ptr [rip + mslprof_thread_cache@GOTTPOFF]",
-            offset = out(reg) tls_offset,
-            options(nostack, readonly, pure),
-        );
-    }
     let values = [
-        tls_offset,
+        thread_cache_tls_offset() as u64,
         core::ptr::addr_of!(crate::modules::CURRENT) as u64,
         core::ptr::addr_of!(super::CACHE_STATE) as u64,
         mcount_slow as *const () as usize as u64,
@@ -387,6 +378,13 @@ pub unsafe extern "C" fn site_miss() {
 /// TLS), for the stubs' `mov rax, fs:[offset]`.
 #[cfg(target_arch = "x86_64")]
 pub fn site_region_tls_offset() -> Option<i32> {
+    let field = core::mem::offset_of!(ThreadCache, site_region) as i64;
+    i32::try_from(thread_cache_tls_offset() + field).ok()
+}
+
+/// The `fs`-relative offset of this thread's cache header (the same in every thread: static TLS).
+#[cfg(target_arch = "x86_64")]
+fn thread_cache_tls_offset() -> i64 {
     let tls_offset: i64;
     // SAFETY: reads the linker-provided TLS offset of our own `.tbss` symbol from the GOT.
     unsafe {
@@ -396,7 +394,7 @@ pub fn site_region_tls_offset() -> Option<i32> {
             options(nostack, readonly, pure),
         );
     }
-    i32::try_from(tls_offset + core::mem::offset_of!(ThreadCache, site_region) as i64).ok()
+    tls_offset
 }
 
 /// Slow path of [`__fentry__`]: entered by a jump with the original registers and stack.
