@@ -54,7 +54,6 @@ mod cache_slots;
 #[cfg(target_arch = "x86_64")]
 pub mod near;
 #[cfg(target_arch = "x86_64")]
-#[cfg(target_arch = "x86_64")]
 pub mod sites;
 #[cfg(target_arch = "x86_64")]
 mod x86_64;
@@ -170,14 +169,10 @@ pub fn install_site_stubs(modules: &[&modules::LiveModule]) -> usize {
     if let Some(slot) = unsafe { cache.slot.as_ref() } {
         slot.empty_now(true);
     }
-    let targets = [
-        x86_64::mcount as *const () as usize,
-        x86_64::_mcount as *const () as usize,
-    ];
     let rewritten = sites::install(
         modules,
         install_site_stubs as *const () as usize,
-        &targets,
+        &x86_64::mcount_entry_points(),
         tls,
         x86_64::site_miss as *const () as usize,
     );
@@ -448,18 +443,16 @@ fn record_top_level(frompc: usize, selfpc: usize, site_table: Option<u32>) {
         if made_under != generation {
             slot.empty(true);
         }
-        let region = site_table.and_then(|_| slot.site_region());
-        let in_region = match (region, site_table) {
-            (Some(region), Some(table)) => record_in_region(cache, region, table, frompc, selfpc),
-            _ => false,
-        };
+        let site = site_table.and_then(|table| Some((slot.site_region()?, table)));
+        let in_region = site
+            .is_some_and(|(region, table)| record_in_region(cache, region, table, frompc, selfpc));
         if !in_region {
             record_cached(cache, slot, frompc, selfpc);
         }
         slot.end_write();
         compiler_fence(Ordering::SeqCst);
         cache.generation = generation;
-        if let Some(region) = region {
+        if let Some((region, _)) = site {
             install_site_region(cache, slot, region);
         }
     } else if let Some(counted) = record_uncached(thread_stripe(cache), frompc, selfpc, true)

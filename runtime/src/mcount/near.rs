@@ -59,10 +59,7 @@ pub fn redirect_main_program(modules: &[&LiveModule]) -> usize {
     let Some(main) = modules.iter().find(|m| m.info.is_main) else {
         return 0;
     };
-    let targets = [
-        super::x86_64::mcount as *const () as usize,
-        super::x86_64::_mcount as *const () as usize,
-    ];
+    let targets = super::x86_64::mcount_entry_points();
     let info = &main.info;
     let Some((text, _)) = info.runtime_ranges().next() else {
         return 0;

@@ -47,6 +47,8 @@
 
 use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
+use mslprof_format::RuntimeAddress;
+
 /// Entries of one function's table: callers whose return addresses differ in bits 2–9 never collide.
 pub const TABLE_ENTRIES: usize = 256;
 /// Bytes of one function's table (entries are 32 bytes, as the thread cache's).
@@ -375,11 +377,7 @@ pub fn install(
             .map(|(start, end)| (start.as_usize(), end.as_usize()))
             .filter(|&(start, end)| start < end)
             .collect();
-        if ranges.is_empty()
-            || ranges
-                .iter()
-                .any(|&(start, end)| (start..end).contains(&own_code))
-        {
+        if ranges.is_empty() || module.contains_address(RuntimeAddress::from_usize(own_code)) {
             continue;
         }
         let got: Vec<usize> = super::near::relro_words_holding(info, targets)

@@ -347,6 +347,12 @@ pub fn near_mcount_code() -> (&'static [u8], [u64; 4]) {
     (code, values)
 }
 
+/// The addresses of [`mcount`] and [`_mcount`]: what a `-pg` module's GOT holds for its profiling calls.
+#[cfg(target_arch = "x86_64")]
+pub fn mcount_entry_points() -> [usize; 2] {
+    [mcount as *const () as usize, _mcount as *const () as usize]
+}
+
 /// Slow path of [`mcount`]: entered by a jump with the original registers and stack.
 #[cfg(target_arch = "x86_64")]
 #[unsafe(naked)]
