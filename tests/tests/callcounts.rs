@@ -379,6 +379,8 @@ fn rewritten_sites_count_exactly_across_call_sites_threads_and_reloaded_librarie
     let expected: CallGraph = [
         (("main", "many_sites"), 1),
         (("many_sites", "step"), 300 * 1000),
+        (("main", "crowd"), 1),
+        (("crowd", "crowded"), 10),
         (("worker", "step"), 4 * 200_000),
         (("main", "call_library"), 2),
         (("call_library", "a_calls"), 1),
@@ -397,11 +399,14 @@ fn rewritten_sites_count_exactly_across_call_sites_threads_and_reloaded_librarie
         "a_calls",
         "b_calls",
         "step",
+        "crowd",
+        "crowded",
     ];
-    // With MSLPROF_SITE_STUBS=1 step's call of mcount is a jump to its stub; by default it stays a call. Both count the same: 300 call sites share step's 256-entry table (the rest go to the
-    // cache), four threads have regions of their own, and b_calls is not counted as a_calls although libsiteb.so
-    // usually takes the place libsitea.so left.
-    for (setting, site) in [(Some("1"), "jump"), (None, "call")] {
+    // With MSLPROF_SITE_STUBS=1 step's call of mcount is a jump to its stub, while crowded's stays a call (ten
+    // direct call sites); by default both stay calls. Both count the same: 300 call sites share step's
+    // 256-entry table (the rest go to the cache), four threads have regions of their own, and b_calls is not
+    // counted as a_calls although libsiteb.so usually takes the place libsitea.so left.
+    for (setting, site) in [(Some("1"), "jump call"), (None, "call call")] {
         let mut command = workspace.command_with_runtime(&exe);
         command.arg(workspace.path());
         if let Some(setting) = setting {

@@ -135,11 +135,7 @@ fn make_copy(text: usize) -> Option<usize> {
     let base = map_near(text, text, COPY_BYTES)?;
     // SAFETY: `base` is our own fresh read-write mapping of COPY_BYTES bytes, which nothing else uses yet.
     let bytes = unsafe { std::slice::from_raw_parts_mut(base, COPY_BYTES) };
-    bytes[..code.len()].copy_from_slice(code);
-    let filled = NEAR_PLACEHOLDERS
-        .iter()
-        .zip(values)
-        .all(|(placeholder, value)| replace_all(&mut bytes[..code.len()], *placeholder, value) > 0);
+    let filled = fill_copy(bytes, code, values);
     // SAFETY: nothing runs code in the copy yet, and nothing writes it after this.
     if !filled || !unsafe { sys::protect(base as usize, COPY_BYTES, false, true) } {
         // SAFETY: our own mapping, never handed out.
@@ -148,6 +144,19 @@ fn make_copy(text: usize) -> Option<usize> {
     }
     COPY.store(base as usize, Ordering::Relaxed);
     Some(base as usize)
+}
+
+/// Writes a template's `code` at the start of `to` with its placeholders replaced by `values`; false when it
+/// does not fit or a placeholder is missing.
+pub fn fill_copy(to: &mut [u8], code: &[u8], values: [u64; 4]) -> bool {
+    let Some(to) = to.get_mut(..code.len()) else {
+        return false;
+    };
+    to.copy_from_slice(code);
+    NEAR_PLACEHOLDERS
+        .iter()
+        .zip(values)
+        .all(|(placeholder, value)| replace_all(to, *placeholder, value) > 0)
 }
 
 /// Replaces every occurrence of the little-endian bytes of `placeholder` in `code` by those of `value`;
@@ -213,12 +222,19 @@ mod tests {
     }
 
     #[test]
-    fn the_template_holds_each_placeholder() {
-        let (code, _) = near_mcount_code();
-        assert!(!code.is_empty() && code.len() <= COPY_BYTES);
-        for placeholder in NEAR_PLACEHOLDERS {
-            let bytes = placeholder.to_le_bytes();
-            assert!(code.windows(8).any(|w| w == bytes), "{placeholder:#x}");
+    fn the_templates_hold_each_placeholder() {
+        for (code, values) in [
+            near_mcount_code(),
+            super::super::x86_64::near_site_mcount_code(),
+        ] {
+            assert!(!code.is_empty() && code.len() <= COPY_BYTES);
+            for placeholder in NEAR_PLACEHOLDERS {
+                let bytes = placeholder.to_le_bytes();
+                assert!(code.windows(8).any(|w| w == bytes), "{placeholder:#x}");
+            }
+            let mut copy = vec![0u8; code.len()];
+            assert!(fill_copy(&mut copy, code, values));
+            assert!(!fill_copy(&mut copy[1..], code, values));
         }
     }
 }

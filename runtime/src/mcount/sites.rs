@@ -13,16 +13,19 @@
 //! callee-saved registers and `sub rsp, imm` (gcc -O2 puts those before the call in 516 of the 680 functions
 //! of the bench's `liblua.so`). The stub reads the caller's return address at `[rbp + 8]`, as `mcount` does.
 //! A site becomes `jmp stub` (`e9 rel32`) and a `nop`; the stub jumps back to the instruction after the site.
+//! Only the sites of functions with at most [`MAX_CALL_SITES`] direct call sites in their module are
+//! rewritten ([`with_few_call_sites`]).
 //!
-//! **A stub** ([`STUB_BYTES`] bytes) looks the caller's return address up in the function's table, a slice
-//! of [`TABLE_ENTRIES`] entries at a fixed offset in the thread's site region. The region's address is a
-//! word of the thread's cache header in static TLS (`ThreadCache::site_region`), 0 until the thread's first
-//! miss installs it and whenever counting must leave the stubs (a pause, an unload, the slow path itself):
+//! **A stub** ([`STUB_BYTES`] bytes, starting a cache line) looks the caller's return address up in the
+//! function's table, a slice of [`TABLE_ENTRIES`] entries at a fixed offset in the thread's site region. The
+//! region's address is a word of the thread's cache header in static TLS (`ThreadCache::site_region`), 0
+//! until the thread's first miss installs it and whenever counting must leave the stubs (a pause, an unload,
+//! the slow path itself):
 //! ```text
 //!  0  push rax
 //!  1  mov rax, fs:[tls]             the thread's site region
 //! 10  test rax, rax                 none: a miss
-//! 13  jz 78
+//! 13  jz 90
 //! 15  mov r11, [rbp + 8]            the caller's return address
 //! 19  shl r11d, 3                   ((frompc >> 2) mod TABLE_ENTRIES) * 32
 //! 23  and r11d, INDEX_MASK
@@ -34,16 +37,20 @@
 //! 54  pop rax
 //! 55  jmp back
 //! 60  test r11, r11                 a free entry: the slow path fills it
-//! 63  jz 78
-//! 65  pop rax                       another caller holds it: the arc is `mcount`'s (the cache), so go
-//! 66  push qword [rip + selfpc]     there as the site would have: `mcount` sees the site's return
-//! 72  jmp qword [rip + mcount]      address, and returns to it
-//! 78  pop rax                       no region, or a free entry: as if `mcount` were called from the site
-//! 79  call miss                     (the module's trampoline to the slow path)
-//! 84  jmp back
-//! 89  table (u32), selfpc (u64),    read by the slow path through its return address
-//!     mcount (u64)
+//! 63  jz 90
+//! 65  pop rax                       another caller holds it: the arc is the thread cache's, so call the
+//! 66  lea r11, [rip + back]         module's copy of `mcount`'s hit path with the site's return address
+//! 73  push r11                      (selfpc) pushed; it returns here (every `ret` matches its `call`)
+//! 75  call elsewhere
+//! 80  lea rsp, [rsp + 8]
+//! 85  jmp back
+//! 90  pop rax                       no region, or a free entry: as if `mcount` were called from the site
+//! 91  call miss                     (the module's trampoline to the slow path)
+//! 96  jmp back
+//! 101 table (u32), selfpc (u64)     read by the slow path through its return address
 //! ```
+//! Each module's stub mapping starts with the trampoline to the slow path and the copy of the hit path
+//! (`x86_64::near_site_mcount_template`), both within a `rel32` of every stub.
 
 use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
@@ -54,12 +61,16 @@ pub const TABLE_ENTRIES: usize = 256;
 /// Bytes of one function's table (entries are 32 bytes, as the thread cache's).
 pub const TABLE_BYTES: usize = TABLE_ENTRIES * 32;
 /// Bytes of one stub, rounded up to 16.
-pub const STUB_BYTES: usize = 112;
+pub const STUB_BYTES: usize = 128;
 /// Where the slow path finds a stub's table offset and selfpc: this far after the return address of its
 /// `call miss`.
 pub const METADATA_AFTER_MISS_CALL: usize = 5;
 /// Offset of the return address of a stub's `call miss` in the stub.
-pub const MISS_RETURN: usize = 84;
+pub const MISS_RETURN: usize = 96;
+/// Most direct call sites of a function whose site is rewritten (see [`with_few_call_sites`]).
+pub const MAX_CALL_SITES: usize = 8;
+/// `endbr64`, which may come before a function's prologue (the entry of an indirect-branch-tracking build).
+const ENDBR64: [u8; 4] = [0xf3, 0x0f, 0x1e, 0xfa];
 /// The start of the `-pg` prologue before a site.
 const PROLOGUE: [u8; 4] = [0x55, 0x48, 0x89, 0xe5];
 /// Most bytes between the prologue's start and the site: `mov rbp, rsp`, six pushes, a `sub rsp, imm32`.
@@ -69,21 +80,39 @@ pub const SITE_BYTES: usize = 6;
 /// Mask of the table index, already multiplied by the entry size.
 const INDEX_MASK: u32 = ((TABLE_ENTRIES - 1) * 32) as u32;
 
+/// A site found in a module's code: its address, and its function's entry (where direct calls to the
+/// function go: the prologue's start, or the `endbr64` before it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Site {
+    pub at: usize,
+    pub entry: usize,
+}
+
 /// The sites in `text` (mapped at `text_start`) whose operand is one of `got_entries` (runtime addresses of
-/// GOT entries holding `mcount`), as runtime addresses of their first byte, in order.
-pub fn find_sites(text: &[u8], text_start: usize, got_entries: &[usize]) -> Vec<usize> {
+/// GOT entries holding `mcount`), in order.
+pub fn find_sites(text: &[u8], text_start: usize, got_entries: &[usize]) -> Vec<Site> {
     let mut sites = Vec::new();
     if got_entries.is_empty() {
         return sites;
     }
     let mut i = PROLOGUE.len();
     while i + SITE_BYTES <= text.len() {
-        if text[i] == 0xff && text[i + 1] == 0x15 && after_prologue(text, i) {
+        if text[i] == 0xff
+            && text[i + 1] == 0x15
+            && let Some(start) = prologue_start(text, i)
+        {
             let disp = i32::from_le_bytes([text[i + 2], text[i + 3], text[i + 4], text[i + 5]]);
             let next = text_start.wrapping_add(i + SITE_BYTES);
             let operand = next.wrapping_add_signed(disp as isize);
             if got_entries.contains(&operand) {
-                sites.push(text_start + i);
+                let entry = match start.checked_sub(ENDBR64.len()) {
+                    Some(before) if text[before..start] == ENDBR64 => before,
+                    _ => start,
+                };
+                sites.push(Site {
+                    at: text_start + i,
+                    entry: text_start + entry,
+                });
                 i += SITE_BYTES;
                 continue;
             }
@@ -93,14 +122,47 @@ pub fn find_sites(text: &[u8], text_start: usize, got_entries: &[usize]) -> Vec<
     sites
 }
 
-/// Whether the code before `site` is the `-pg` prologue: `push rbp; mov rbp, rsp`, then pushes and at most
-/// one `sub rsp, imm` (each tried as a start, the rest must decode exactly up to the site).
-fn after_prologue(text: &[u8], site: usize) -> bool {
-    (PROLOGUE.len()..=PROLOGUE_REACH.min(site)).any(|back| {
-        let start = site - back;
-        text[start..start + PROLOGUE.len()] == PROLOGUE
-            && frame_setup_ends_at(&text[start + PROLOGUE.len()..site])
-    })
+/// Where the `-pg` prologue before `site` starts: `push rbp; mov rbp, rsp`, then pushes and at most one
+/// `sub rsp, imm` (each start tried, the rest must decode exactly up to the site).
+fn prologue_start(text: &[u8], site: usize) -> Option<usize> {
+    (PROLOGUE.len()..=PROLOGUE_REACH.min(site))
+        .map(|back| site - back)
+        .find(|&start| {
+            text[start..start + PROLOGUE.len()] == PROLOGUE
+                && frame_setup_ends_at(&text[start + PROLOGUE.len()..site])
+        })
+}
+
+/// The sites of `sites` whose function is the target of at most [`MAX_CALL_SITES`] direct calls (`call
+/// rel32`) in `code` (a module's executable ranges, each with its runtime start). A function called from
+/// many places spreads its callers over its table, where they collide and go to the thread cache through
+/// the stub, and its table is read at scattered entries: such a function costs less through `mcount`
+/// (runtime/CALLCOUNTS.md, "Which sites are rewritten").
+pub fn with_few_call_sites(sites: &[Site], code: &[(usize, &[u8])]) -> Vec<usize> {
+    let mut entries: Vec<(usize, usize)> = sites.iter().map(|site| (site.entry, 0)).collect();
+    entries.sort_unstable();
+    entries.dedup();
+    for &(start, text) in code {
+        for (i, window) in text.windows(5).enumerate() {
+            if window[0] != 0xe8 {
+                continue;
+            }
+            let rel = i32::from_le_bytes([window[1], window[2], window[3], window[4]]);
+            let target = (start + i + 5).wrapping_add_signed(rel as isize);
+            if let Ok(found) = entries.binary_search_by_key(&target, |&(entry, _)| entry) {
+                entries[found].1 += 1;
+            }
+        }
+    }
+    sites
+        .iter()
+        .filter(|site| {
+            entries
+                .binary_search_by_key(&site.entry, |&(entry, _)| entry)
+                .is_ok_and(|found| entries[found].1 <= MAX_CALL_SITES)
+        })
+        .map(|site| site.at)
+        .collect()
 }
 
 /// Whether `code` is only pushes of registers followed by at most one `sub rsp, imm8/imm32`.
@@ -128,15 +190,15 @@ pub fn site_jump(site: usize, stub: usize) -> Option<[u8; SITE_BYTES]> {
 
 /// The stub at `stub` for the site at `site`: its function's table at `table` bytes into the thread's site
 /// region, whose address is at `fs:[tls]`; a call whose entry is free (or with no region) calls `miss`, one
-/// whose entry holds another caller jumps to `mcount`. `None` when a branch does not reach or the table is
-/// beyond a 32-bit displacement.
+/// whose entry holds another caller calls `elsewhere` (the mapping's copy of the hit path) with selfpc
+/// pushed. `None` when a branch does not reach or the table is beyond a 32-bit displacement.
 pub fn encode_stub(
     stub: usize,
     site: usize,
     tls: i32,
     table: u32,
     miss: usize,
-    mcount: usize,
+    elsewhere: usize,
 ) -> Option<[u8; STUB_BYTES]> {
     let back = site + SITE_BYTES;
     let table_disp = i32::try_from(table).ok()?;
@@ -144,6 +206,8 @@ pub fn encode_stub(
     let mut code = Vec::with_capacity(STUB_BYTES);
     // A branch's rel32, from the end of the instruction being written (opcode and rel32 still to come).
     let branch = |code: &Vec<u8>, to: usize| rel32(stub + code.len() + 5, to);
+    // A rip-relative displacement to `to`, written next with `rest` bytes of the instruction still to come.
+    let branch_disp = |code: &Vec<u8>, rest: usize, to: usize| rel32(stub + code.len() + rest, to);
     // Where each rel8 branch's byte is, filled in once its target's position is known.
     let mut to_miss = Vec::new();
     code.push(0x50);
@@ -174,12 +238,17 @@ pub fn encode_stub(
     code.extend([0x74, 0x00]);
     to_miss.push(code.len() - 1);
     code.push(0x58);
-    // push qword [rip + selfpc] and jmp qword [rip + mcount]: their displacements are filled in with the
-    // metadata's position.
-    code.extend([0xff, 0x35, 0, 0, 0, 0]);
-    let push_selfpc = code.len();
-    code.extend([0xff, 0x25, 0, 0, 0, 0]);
-    let jump_mcount = code.len();
+    // lea r11, [rip + back]; push r11: selfpc, with no load (the stub's bytes are code, not data).
+    code.extend([0x4c, 0x8d, 0x1d]);
+    code.extend(branch_disp(&code, 4, back)?.to_le_bytes());
+    code.extend([0x41, 0x53]);
+    let call_elsewhere = branch(&code, elsewhere)?;
+    code.push(0xe8);
+    code.extend(call_elsewhere.to_le_bytes());
+    code.extend([0x48, 0x8d, 0x64, 0x24, 0x08]);
+    let elsewhere_back = branch(&code, back)?;
+    code.push(0xe9);
+    code.extend(elsewhere_back.to_le_bytes());
     let miss_at = code.len();
     for rel8_at in to_miss {
         code[rel8_at] = u8::try_from(miss_at - rel8_at - 1).ok()?;
@@ -197,14 +266,8 @@ pub fn encode_stub(
     code.extend(table.to_le_bytes());
     let selfpc_at = code.len();
     code.extend((back as u64).to_le_bytes());
-    let mcount_at = code.len();
-    code.extend((mcount as u64).to_le_bytes());
     if selfpc_at != MISS_RETURN + METADATA_AFTER_MISS_CALL + 4 || code.len() > STUB_BYTES {
         return None;
-    }
-    for (end, target) in [(push_selfpc, selfpc_at), (jump_mcount, mcount_at)] {
-        let disp = i32::try_from(target - end).ok()?.to_le_bytes();
-        code[end - 4..end].copy_from_slice(&disp);
     }
     code.resize(STUB_BYTES, 0xcc);
     code.try_into().ok()
@@ -238,8 +301,9 @@ pub fn entry_offset(table: u32, frompc: usize) -> usize {
 pub const MAX_TABLES: usize = 1 << 16;
 /// Most modules whose stubs are mapped (each gets one mapping).
 const MAX_STUB_MAPPINGS: usize = 64;
-/// The trampoline at the start of each stub mapping: `jmp [rip]`, then the slow path's address.
-const TRAMPOLINE_BYTES: usize = 16;
+/// Where the copy of the hit path for calls held by another caller starts in each stub mapping, after the
+/// trampoline to the slow path (`jmp [rip]`, then the slow path's address).
+const ELSEWHERE_AT: usize = 64;
 
 /// Bytes of a site region's header (the bitmap of the tables used, one bit per table, rounded up to a
 /// page); the tables follow it. 0 while no site is rewritten.
@@ -354,8 +418,7 @@ struct ModuleSites {
 
 /// Rewrites the `-pg` sites of `modules` (profiled, with `mcount` or `_mcount` in their GOT, other than this
 /// library) to jump to stubs of their own, whose thread's region address is at `fs:[tls]` and whose misses
-/// go to `miss` (or, when another caller holds the entry, to `targets[0]`); `targets` are the addresses of
-/// `mcount` and `_mcount`. Returns the sites rewritten. Only at
+/// go to `miss`; `targets` are the addresses of `mcount` and `_mcount`. Returns the sites rewritten. Only at
 /// start-up, with one thread: the rewrite is not atomic for a thread running the code.
 pub fn install(
     modules: &[&crate::modules::LiveModule],
@@ -387,13 +450,21 @@ pub fn install(
         if got.is_empty() {
             continue;
         }
-        let mut sites = Vec::new();
-        for &(start, end) in &ranges {
-            // SAFETY: a loaded module's executable segment is mapped readable, and stays so (modules
-            // present at start-up are never unloaded).
-            let text = unsafe { core::slice::from_raw_parts(start as *const u8, end - start) };
-            sites.extend(find_sites(text, start, &got));
-        }
+        let code: Vec<(usize, &[u8])> = ranges
+            .iter()
+            .map(|&(start, end)| {
+                // SAFETY: a loaded module's executable segment is mapped readable, and stays so (modules
+                // present at start-up are never unloaded).
+                (start, unsafe {
+                    core::slice::from_raw_parts(start as *const u8, end - start)
+                })
+            })
+            .collect();
+        let found_sites: Vec<Site> = code
+            .iter()
+            .flat_map(|&(start, text)| find_sites(text, start, &got))
+            .collect();
+        let sites = with_few_call_sites(&found_sites, &code);
         if sites.is_empty() || tables + sites.len() > MAX_TABLES || found.len() == MAX_STUB_MAPPINGS
         {
             continue;
@@ -419,7 +490,7 @@ pub fn install(
     let mut table = 0;
     let mut rewritten = 0;
     for module in &found {
-        if let Some(count) = rewrite_module(module, table, tls, miss, targets[0], page) {
+        if let Some(count) = rewrite_module(module, table, tls, miss, page) {
             rewritten += count;
         }
         table += module.sites.len();
@@ -428,16 +499,20 @@ pub fn install(
 }
 
 /// Maps `module`'s stubs (its tables numbered from `first_table`) and rewrites its sites; the number
-/// rewritten, `None` when the stubs could not be placed within reach or the code made writable.
+/// rewritten, `None` when the stubs could not be placed within reach or the code made writable. The mapping
+/// holds the trampoline to `miss`, then the copy of the hit path for calls held by another caller
+/// (`x86_64::near_site_mcount_template`), then the stubs, each starting a cache line: its hit path is one
+/// line.
 fn rewrite_module(
     module: &ModuleSites,
     first_table: usize,
     tls: i32,
     miss: usize,
-    mcount: usize,
     page: usize,
 ) -> Option<usize> {
-    let bytes = (TRAMPOLINE_BYTES + module.sites.len() * STUB_BYTES).next_multiple_of(page);
+    let (elsewhere_code, elsewhere_values) = super::x86_64::near_site_mcount_code();
+    let first_stub = (ELSEWHERE_AT + elsewhere_code.len()).next_multiple_of(STUB_BYTES);
+    let bytes = (first_stub + module.sites.len() * STUB_BYTES).next_multiple_of(page);
     let base = super::near::map_near(module.text.0, module.text.1, bytes)? as usize;
     let give_back = || {
         // SAFETY: our own fresh mapping, which no code runs in yet.
@@ -447,12 +522,17 @@ fn rewrite_module(
     let code = unsafe { core::slice::from_raw_parts_mut(base as *mut u8, bytes) };
     code[..6].copy_from_slice(&[0xff, 0x25, 0, 0, 0, 0]);
     code[6..14].copy_from_slice(&(miss as u64).to_le_bytes());
+    if !super::near::fill_copy(&mut code[ELSEWHERE_AT..], elsewhere_code, elsewhere_values) {
+        give_back();
+        return None;
+    }
+    let elsewhere = base + ELSEWHERE_AT;
     let mut jumps = Vec::with_capacity(module.sites.len());
     for (i, &site) in module.sites.iter().enumerate() {
-        let at = TRAMPOLINE_BYTES + i * STUB_BYTES;
+        let at = first_stub + i * STUB_BYTES;
         let stub = base + at;
         let table = table_offset(first_table + i);
-        let encoded = table.and_then(|table| encode_stub(stub, site, tls, table, base, mcount));
+        let encoded = table.and_then(|table| encode_stub(stub, site, tls, table, base, elsewhere));
         let (Some(encoded), Some(jump)) = (encoded, site_jump(site, stub)) else {
             give_back();
             return None;
@@ -509,7 +589,13 @@ mod tests {
         let start = 0x1000;
         let text = text_with_site(10, 0x200);
         let entry = start + 16 + 0x200;
-        assert_eq!(find_sites(&text, start, &[entry]), vec![start + 10]);
+        assert_eq!(
+            find_sites(&text, start, &[entry]),
+            vec![Site {
+                at: start + 10,
+                entry: start + 6
+            }]
+        );
         assert!(find_sites(&text, start, &[entry + 8]).is_empty());
         let mut no_prologue = text.clone();
         no_prologue[7] = 0x90;
@@ -527,7 +613,13 @@ mod tests {
         let site = text.len();
         text.extend([0xff, 0x15, 0x00, 0x02, 0x00, 0x00, 0xc3]);
         let entry = start + site + 6 + 0x200;
-        assert_eq!(find_sites(&text, start, &[entry]), vec![start + site]);
+        assert_eq!(
+            find_sites(&text, start, &[entry])
+                .iter()
+                .map(|s| s.at)
+                .collect::<Vec<_>>(),
+            vec![start + site]
+        );
         // A `mov` in between is not frame set-up.
         text[12] = 0x89;
         assert!(find_sites(&text, start, &[entry]).is_empty());
@@ -540,42 +632,81 @@ mod tests {
         assert_eq!(jump[0], 0xe9);
         let rel = i32::from_le_bytes(jump[1..5].try_into().unwrap());
         assert_eq!((site as isize + 5 + rel as isize) as usize, stub);
-        let mcount = 0x7f00_0000_1000usize;
-        let code = encode_stub(
-            stub,
-            site,
-            -0x100,
-            3 * TABLE_BYTES as u32,
-            stub + 0x1000,
-            mcount,
-        )
-        .unwrap();
-        let back = |at: usize| {
-            let rel = i32::from_le_bytes(code[at + 1..at + 5].try_into().unwrap());
-            (stub as isize + at as isize + 5 + rel as isize) as usize
+        let (miss, elsewhere) = (stub - 0x1000, stub - 0x1000 + ELSEWHERE_AT);
+        let code =
+            encode_stub(stub, site, -0x100, 3 * TABLE_BYTES as u32, miss, elsewhere).unwrap();
+        let target = |at: usize, len: usize| {
+            let rel = i32::from_le_bytes(code[at + len - 4..at + len].try_into().unwrap());
+            (stub as isize + (at + len) as isize + rel as isize) as usize
         };
-        assert_eq!((code[55], back(55)), (0xe9, site + SITE_BYTES));
-        assert_eq!((code[79], back(79)), (0xe8, stub + 0x1000));
-        assert_eq!((code[84], back(84)), (0xe9, site + SITE_BYTES));
-        // No region (jz) and a free entry (jne, then jz) go to the miss at 78; another caller to `mcount`,
-        // with the site's return address pushed.
-        assert_eq!((code[13], 15 + code[14] as usize), (0x74, 78));
-        assert_eq!((code[44], 46 + code[45] as usize), (0x75, 60));
-        assert_eq!((code[63], 65 + code[64] as usize), (0x74, 78));
-        let rip_operand = |at: usize| {
-            let disp = i32::from_le_bytes(code[at + 2..at + 6].try_into().unwrap());
-            let address = (at as isize + 6 + disp as isize) as usize;
-            u64::from_le_bytes(code[address..address + 8].try_into().unwrap()) as usize
-        };
+        assert_eq!((code[55], target(55, 5)), (0xe9, site + SITE_BYTES));
+        // Held by another caller: selfpc pushed without a load, a direct call, the stack restored, back.
+        assert_eq!(code[66..69], [0x4c, 0x8d, 0x1d]);
+        assert_eq!(target(66, 7), site + SITE_BYTES);
+        assert_eq!(code[73..75], [0x41, 0x53]);
+        assert_eq!((code[75], target(75, 5)), (0xe8, elsewhere));
+        assert_eq!(code[80..85], [0x48, 0x8d, 0x64, 0x24, 0x08]);
+        assert_eq!((code[85], target(85, 5)), (0xe9, site + SITE_BYTES));
+        assert_eq!((code[91], target(91, 5)), (0xe8, miss));
         assert_eq!(
-            (code[66], code[67], rip_operand(66)),
-            (0xff, 0x35, site + SITE_BYTES)
+            (code[MISS_RETURN], target(MISS_RETURN, 5)),
+            (0xe9, site + SITE_BYTES)
         );
-        assert_eq!((code[72], code[73], rip_operand(72)), (0xff, 0x25, mcount));
+        // No region (jz) and a free entry (jne, then jz) go to the miss at 90; another caller on to 65.
+        assert_eq!((code[13], 15 + code[14] as usize), (0x74, 90));
+        assert_eq!((code[44], 46 + code[45] as usize), (0x75, 60));
+        assert_eq!((code[63], 65 + code[64] as usize), (0x74, 90));
         // SAFETY: `code` holds a whole stub; its metadata follows the miss call.
         let (table, selfpc) = unsafe { stub_metadata(code.as_ptr() as usize + MISS_RETURN) };
         assert_eq!((table, selfpc), (3 * TABLE_BYTES as u32, site + SITE_BYTES));
         assert!(site_jump(site, site + (3 << 30)).is_none());
+    }
+
+    #[test]
+    fn only_functions_with_few_direct_call_sites_are_rewritten() {
+        let start = 0x1000;
+        let (few, many) = (
+            Site {
+                at: start + 4,
+                entry: start,
+            },
+            Site {
+                at: start + 36,
+                entry: start + 32,
+            },
+        );
+        let mut text = vec![0x90u8; 512];
+        let mut call = |at: usize, to: usize| {
+            text[at] = 0xe8;
+            let rel = (to as isize - (start + at + 5) as isize) as i32;
+            text[at + 1..at + 5].copy_from_slice(&rel.to_le_bytes());
+        };
+        for i in 0..MAX_CALL_SITES {
+            call(64 + i * 5, few.entry);
+        }
+        for i in 0..=MAX_CALL_SITES {
+            call(256 + i * 5, many.entry);
+        }
+        assert_eq!(
+            with_few_call_sites(&[few, many], &[(start, &text)]),
+            vec![few.at]
+        );
+    }
+
+    #[test]
+    fn a_function_entry_includes_its_endbr64() {
+        let start = 0x1000;
+        let mut text = ENDBR64.to_vec();
+        text.extend(PROLOGUE);
+        text.extend([0xff, 0x15, 0, 2, 0, 0]);
+        let entry = start + text.len() + 0x200;
+        assert_eq!(
+            find_sites(&text, start, &[entry]),
+            vec![Site {
+                at: start + 8,
+                entry: start
+            }]
+        );
     }
 
     #[test]

@@ -299,49 +299,91 @@ pub const NEAR_PLACEHOLDERS: [u64; 4] = [
     0x6d73_6c70_726f_6604,
 ];
 
+/// The hit path as position-independent code, for a copy next to the code that calls it (`near.rs`,
+/// `sites.rs`): `$selfpc` is where it finds selfpc, `$end` the label after it. The four addresses the hit
+/// path takes from this library's GOT or by rip-relative loads are `movabs` immediates
+/// ([`NEAR_PLACEHOLDERS`]) that each copy replaces; the fourth is the slow path.
+macro_rules! near_template {
+    ($selfpc:literal, $end:literal) => {
+        core::arch::naked_asm!(
+            mcount_hit_path!(
+                "qword ptr [rbp + 8]",
+                $selfpc,
+                "movabs r11, 0x6d736c70726f6601",
+                "movabs rax, 0x6d736c70726f6602\nmov rax, qword ptr [rax]\nmovabs rdx, 0x6d736c70726f6603\nxor rax, qword ptr [rdx]",
+                "movabs r11, 0x6d736c70726f6604\njmp r11"
+            ),
+            concat!(".globl ", $end),
+            concat!(".hidden ", $end),
+            concat!($end, ":"),
+            first_set_mask = const super::FIRST_CACHE_SETS - 1,
+        )
+    };
+}
+
 /// [`mcount`] as position-independent code, for a copy next to a module that is far from this library
-/// (`near.rs`): the same hit path, with the four addresses it takes from this library's GOT or by
-/// rip-relative loads held in `movabs` immediates ([`NEAR_PLACEHOLDERS`]) instead. Never called here.
+/// (`near.rs`), whose slow path is [`mcount_slow`]. Never called here.
 ///
 /// # Safety
 /// Never to be called: its placeholders are not addresses.
 #[cfg(target_arch = "x86_64")]
 #[unsafe(naked)]
 pub unsafe extern "C" fn near_mcount_template() {
-    core::arch::naked_asm!(
-        mcount_hit_path!(
-            "qword ptr [rbp + 8]",
-            "qword ptr [rsp + 16]",
-            "movabs r11, 0x6d736c70726f6601",
-            "movabs rax, 0x6d736c70726f6602\nmov rax, qword ptr [rax]\nmovabs rdx, 0x6d736c70726f6603\nxor rax, qword ptr [rdx]",
-            "movabs r11, 0x6d736c70726f6604\njmp r11"
-        ),
-        ".globl mslprof_near_mcount_end",
-        ".hidden mslprof_near_mcount_end",
-        "mslprof_near_mcount_end:",
-        first_set_mask = const super::FIRST_CACHE_SETS - 1,
-    )
+    near_template!("qword ptr [rsp + 16]", "mslprof_near_mcount_end")
+}
+
+/// The hit path for a rewritten site's stub whose table entry holds another caller, as position-independent
+/// code for a copy in each module's stub mapping (`sites.rs`), which the stubs reach by a direct `call` with
+/// selfpc pushed; its slow path is [`site_mcount_slow`]. Never called here.
+///
+/// # Safety
+/// Never to be called: its placeholders are not addresses.
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
+pub unsafe extern "C" fn near_site_mcount_template() {
+    near_template!("qword ptr [rsp + 24]", "mslprof_near_site_mcount_end")
 }
 
 #[cfg(target_arch = "x86_64")]
 unsafe extern "C" {
     /// The first byte after [`near_mcount_template`].
     static mslprof_near_mcount_end: u8;
+    /// The first byte after [`near_site_mcount_template`].
+    static mslprof_near_site_mcount_end: u8;
 }
 
 /// The machine code of [`near_mcount_template`], and the values of its [`NEAR_PLACEHOLDERS`] in this
 /// process, in the same order.
 #[cfg(target_arch = "x86_64")]
 pub fn near_mcount_code() -> (&'static [u8], [u64; 4]) {
-    let start = near_mcount_template as *const () as usize;
-    let end = core::ptr::addr_of!(mslprof_near_mcount_end) as usize;
+    template_code(
+        near_mcount_template as *const () as usize,
+        core::ptr::addr_of!(mslprof_near_mcount_end) as usize,
+        mcount_slow as *const () as usize,
+    )
+}
+
+/// The machine code of [`near_site_mcount_template`], and the values of its [`NEAR_PLACEHOLDERS`] in this
+/// process, in the same order.
+#[cfg(target_arch = "x86_64")]
+pub fn near_site_mcount_code() -> (&'static [u8], [u64; 4]) {
+    template_code(
+        near_site_mcount_template as *const () as usize,
+        core::ptr::addr_of!(mslprof_near_site_mcount_end) as usize,
+        site_mcount_slow as *const () as usize,
+    )
+}
+
+/// The code of a template at `[start, end)` and its placeholders' values, with `slow` its slow path.
+#[cfg(target_arch = "x86_64")]
+fn template_code(start: usize, end: usize, slow: usize) -> (&'static [u8], [u64; 4]) {
     let values = [
         thread_cache_tls_offset() as u64,
         core::ptr::addr_of!(crate::modules::CURRENT) as u64,
         core::ptr::addr_of!(super::CACHE_STATE) as u64,
-        mcount_slow as *const () as usize as u64,
+        slow as u64,
     ];
-    // SAFETY: [start, end) is the template's code in this library's mapped, never unmapped text.
+    // SAFETY: [start, end) is a template's code in this library's mapped, never unmapped text.
     let code =
         unsafe { core::slice::from_raw_parts(start as *const u8, end.saturating_sub(start)) };
     (code, values)
@@ -377,6 +419,21 @@ pub unsafe extern "C" fn site_miss() {
     mcount_stub!(
         "mov rsi, [rbp + 8]\nmov rdi, [rbp]\nmov rdi, [rdi + 8]",
         super::record_site_call
+    )
+}
+
+/// Slow path of the stubs' copy of [`near_site_mcount_template`], their way to the thread cache when their
+/// table entry holds another caller: a stub runs `lea r11, [rip + back]; push r11; call copy; lea rsp,
+/// [rsp + 8]; jmp back`, so the copy finds selfpc (the site's return address) one word above its return
+/// address and returns into the stub, so that every `ret` matches its `call` (return prediction). Entered
+/// by a jump with the original registers and stack.
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
+unsafe extern "C" fn site_mcount_slow() {
+    // After our `push rbp`: [rbp] = instrumented function's rbp, [rbp + 16] = selfpc.
+    mcount_stub!(
+        "mov rsi, [rbp + 16]\nmov rdi, [rbp]\nmov rdi, [rdi + 8]",
+        super::record_call
     )
 }
 
