@@ -30,8 +30,8 @@ pub struct Settings {
     /// (`mcount::near`).
     pub near_mcount: bool,
     /// `MSLPROF_SITE_STUBS=1`: the profiled modules' `-pg` calls of `mcount` become jumps to per-function
-    /// stubs at start-up (`mcount::sites`). Off by default until large working sets stop paying for it
-    /// (runtime/CALLCOUNTS.md, "Rewritten sites").
+    /// stubs at start-up (`mcount::sites`). Off by default: many functions hot in scattered order make each
+    /// stub a cold line of code (runtime/CALLCOUNTS.md, "Rewritten sites").
     pub site_stubs: bool,
 }
 

@@ -616,21 +616,13 @@ fn for_each_chunk_in(
 /// Moves an entry's count into its counter as [`flush`] does, but keeps the entry: its running total stays, its
 /// delta restarts from 0.
 fn flush_kept(entry: &CacheEntry, lent: bool) {
-    match tagged_counter(entry.counter.load(Ordering::Relaxed)) {
-        Some((counter, true)) => {
-            let count = entry.count.swap(0, Ordering::Relaxed);
-            if count != 0 && !lent {
-                counter.fetch_add(count, Ordering::Relaxed);
-            }
-        }
-        Some((counter, false)) => {
-            let count = entry.count.load(Ordering::Relaxed);
-            if count > counter.load(Ordering::Relaxed) {
-                counter.store(count, Ordering::Relaxed);
-            }
-        }
-        None => {}
-    }
+    let tagged = entry.counter.load(Ordering::Relaxed);
+    let count = if tagged & DELTA != 0 {
+        entry.count.swap(0, Ordering::Relaxed)
+    } else {
+        entry.count.load(Ordering::Relaxed)
+    };
+    settle(tagged, count, lent);
 }
 
 /// Moves an entry's count into its counter (a running total is stored when larger, a delta added unless the
@@ -639,6 +631,12 @@ pub fn flush(entry: &CacheEntry, lent: bool) {
     let tagged = entry.counter.load(Ordering::Relaxed);
     let count = entry.count.load(Ordering::Relaxed);
     entry.set(0, 0, 0, 0);
+    settle(tagged, count, lent);
+}
+
+/// Moves `count`, taken from an entry whose counter is `tagged`, into that counter: a running total is stored
+/// when larger, a delta added unless the slot was `lent`.
+fn settle(tagged: usize, count: u64, lent: bool) {
     match tagged_counter(tagged) {
         Some((counter, true)) if count != 0 && !lent => {
             counter.fetch_add(count, Ordering::Relaxed);

@@ -60,7 +60,7 @@ use mslprof_format::RuntimeAddress;
 pub const TABLE_ENTRIES: usize = 256;
 /// Bytes of one function's table (entries are 32 bytes, as the thread cache's).
 pub const TABLE_BYTES: usize = TABLE_ENTRIES * 32;
-/// Bytes of one stub, rounded up to 16.
+/// Bytes of one stub: two cache lines, so that each stub starts one and its hit path (60 bytes) is one line.
 pub const STUB_BYTES: usize = 128;
 /// Where the slow path finds a stub's table offset and selfpc: this far after the return address of its
 /// `call miss`.
@@ -101,9 +101,7 @@ pub fn find_sites(text: &[u8], text_start: usize, got_entries: &[usize]) -> Vec<
             && text[i + 1] == 0x15
             && let Some(start) = prologue_start(text, i)
         {
-            let disp = i32::from_le_bytes([text[i + 2], text[i + 3], text[i + 4], text[i + 5]]);
-            let next = text_start.wrapping_add(i + SITE_BYTES);
-            let operand = next.wrapping_add_signed(disp as isize);
+            let operand = rel32_target(text_start + i + SITE_BYTES, &text[i + 2..i + 6]);
             if got_entries.contains(&operand) {
                 let entry = match start.checked_sub(ENDBR64.len()) {
                     Some(before) if text[before..start] == ENDBR64 => before,
@@ -147,8 +145,7 @@ pub fn with_few_call_sites(sites: &[Site], code: &[(usize, &[u8])]) -> Vec<usize
             if window[0] != 0xe8 {
                 continue;
             }
-            let rel = i32::from_le_bytes([window[1], window[2], window[3], window[4]]);
-            let target = (start + i + 5).wrapping_add_signed(rel as isize);
+            let target = rel32_target(start + i + 5, &window[1..]);
             if let Ok(found) = entries.binary_search_by_key(&target, |&(entry, _)| entry) {
                 entries[found].1 += 1;
             }
@@ -175,6 +172,13 @@ fn frame_setup_ends_at(mut code: &[u8]) -> bool {
             _ => return false,
         };
     }
+}
+
+/// Where a `rel32` (or rip-relative `disp32`) operand whose 4 bytes are `rel` points, from `next`, the address
+/// of the byte after its instruction.
+fn rel32_target(next: usize, rel: &[u8]) -> usize {
+    let rel = i32::from_le_bytes([rel[0], rel[1], rel[2], rel[3]]);
+    next.wrapping_add_signed(rel as isize)
 }
 
 /// The `rel32` of a branch at `from` (address of the byte after it) to `to`, when it reaches.
