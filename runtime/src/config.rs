@@ -29,10 +29,9 @@ pub struct Settings {
     /// `MSLPROF_NEAR_MCOUNT` is not `0`: a far main program calls a copy of `mcount` next to it
     /// (`mcount::near`).
     pub near_mcount: bool,
-    /// `MSLPROF_SITE_STUBS=1`: the profiled modules' `-pg` calls of `mcount` become jumps to per-function
-    /// stubs at start-up (`mcount::sites`). Off by default: many functions hot in scattered order make each
-    /// stub a cold line of code (runtime/CALLCOUNTS.md, "Rewritten sites").
-    pub site_stubs: bool,
+    /// `MSLPROF_SITE_STUBS`: when the profiled modules' `-pg` calls of `mcount` become jumps to per-function
+    /// stubs (`mcount::sites`).
+    pub site_stubs: SiteStubs,
 }
 
 impl Settings {
@@ -80,8 +79,28 @@ impl Settings {
             ),
             program_name,
             near_mcount: env("MSLPROF_NEAR_MCOUNT").is_none_or(|v| v != "0"),
-            site_stubs: env("MSLPROF_SITE_STUBS").is_some_and(|v| v == "1"),
+            site_stubs: site_stubs(env("MSLPROF_SITE_STUBS").as_deref()),
         }
+    }
+}
+
+/// `MSLPROF_SITE_STUBS`: which `-pg` sites become jumps to per-function stubs, and when.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SiteStubs {
+    /// `0`: none; every call reaches `mcount`.
+    Off,
+    /// The default: those of the functions found hot while the program runs (`mcount::hot`).
+    WhenHot,
+    /// `1`: every eligible site, at start-up.
+    AtStartUp,
+}
+
+/// `MSLPROF_SITE_STUBS`: `0`, `1`, or unset (or anything else) for the default.
+pub fn site_stubs(value: Option<&std::ffi::OsStr>) -> SiteStubs {
+    match value.map(|v| v.as_encoded_bytes()) {
+        Some(b"0") => SiteStubs::Off,
+        Some(b"1") => SiteStubs::AtStartUp,
+        _ => SiteStubs::WhenHot,
     }
 }
 

@@ -106,9 +106,15 @@ fn start(explicit: bool) -> u8 {
     });
     // Before the copy of `mcount` takes the main program's GOT entries: the sites are found by them.
     #[cfg(target_arch = "x86_64")]
-    if settings.site_stubs {
-        mcount::install_site_stubs(modules::all());
-    }
+    match settings.site_stubs {
+        config::SiteStubs::Off => 0,
+        config::SiteStubs::WhenHot => {
+            mcount::install_site_stubs(modules::all(), mcount::sites::Rewrite::WhenHot)
+        }
+        config::SiteStubs::AtStartUp => {
+            mcount::install_site_stubs(modules::all(), mcount::sites::Rewrite::AtStartUp)
+        }
+    };
     #[cfg(target_arch = "x86_64")]
     if settings.near_mcount {
         mcount::near::redirect_main_program(modules::all());

@@ -345,6 +345,8 @@ extern "C" fn on_sigprof(signal: i32, info: *mut libc::siginfo_t, context: *mut 
             // SAFETY: the kernel passed `context` to this SA_SIGINFO handler.
             let pc = unsafe { sys::interrupted_pc(context) };
             record_pc(pc);
+            #[cfg(target_arch = "x86_64")]
+            crate::mcount::hot::on_tick();
         }
     });
     SAMPLER.handlers_running.fetch_sub(1, Ordering::SeqCst);

@@ -112,6 +112,113 @@ pub fn thread_count() -> Option<usize> {
     Some(std::fs::read_dir("/proc/self/task").ok()?.count())
 }
 
+/// Threads of this process, from field 20 (`num_threads`) of `/proc/self/stat`; `None` when it cannot be
+/// read. Async-signal-safe: open/read/close into a buffer on the stack, errno kept.
+pub fn thread_count_now() -> Option<usize> {
+    let _errno = SavedErrno::save();
+    // SAFETY: a NUL-terminated path; the descriptor is closed below.
+    let fd = unsafe {
+        libc::open(
+            c"/proc/self/stat".as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return None;
+    }
+    let mut buffer = [0u8; 512];
+    // SAFETY: reads at most the buffer's length into it.
+    let read = unsafe { libc::read(fd, buffer.as_mut_ptr().cast(), buffer.len()) };
+    // SAFETY: our own descriptor.
+    unsafe { libc::close(fd) };
+    let line = buffer.get(..usize::try_from(read).ok()?)?;
+    stat_thread_count(line)
+}
+
+/// `num_threads` of a `/proc/PID/stat` line (its start is enough): the 18th field after the command name,
+/// which ends at the line's last `)`.
+fn stat_thread_count(line: &[u8]) -> Option<usize> {
+    let after_name = line.iter().rposition(|&b| b == b')')? + 1;
+    let field = line[after_name..]
+        .split(|&b| b == b' ')
+        .filter(|field| !field.is_empty())
+        .nth(17)?;
+    core::str::from_utf8(field).ok()?.parse().ok()
+}
+
+/// Registers this process for [`sync_cores`] (`membarrier`'s private expedited core-serialising command,
+/// Linux 4.16 on); false where the kernel lacks it.
+pub fn register_core_sync() -> bool {
+    let _errno = SavedErrno::save();
+    // SAFETY: membarrier takes two integers and a CPU id; registration has no other effect on the process.
+    unsafe {
+        libc::syscall(
+            libc::SYS_membarrier,
+            libc::MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE,
+            0,
+            0,
+        ) == 0
+    }
+}
+
+/// Makes every running thread of this process execute a core-serialising instruction before this returns,
+/// so that none runs code it fetched before the call (the cross-modifying-code protocol). Needs
+/// [`register_core_sync`]. Async-signal-safe (one system call), errno kept.
+pub fn sync_cores() -> bool {
+    let _errno = SavedErrno::save();
+    // SAFETY: as in `register_core_sync`.
+    unsafe {
+        libc::syscall(
+            libc::SYS_membarrier,
+            libc::MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE,
+            0,
+            0,
+        ) == 0
+    }
+}
+
+/// Stores two bytes of code at `address` with one instruction, so that a thread fetching them sees either
+/// the old two or the new two.
+///
+/// # Safety
+/// `address` and the next byte must be writable and in one cache line (x86 makes a store within a line
+/// atomic); the caller follows the cross-modifying-code protocol for the rest.
+#[cfg(target_arch = "x86_64")]
+pub unsafe fn store_code_pair(address: usize, bytes: [u8; 2]) {
+    let value = u16::from_le_bytes(bytes);
+    // SAFETY: as the caller guarantees; one `mov word` store, no other memory touched.
+    unsafe {
+        core::arch::asm!(
+            "mov word ptr [{address}], {value:x}",
+            address = in(reg) address,
+            value = in(reg) value,
+            options(nostack, preserves_flags),
+        )
+    };
+}
+
+/// Blocks every signal on this thread; the mask to give [`restore_signals`]. Async-signal-safe.
+pub fn block_signals() -> libc::sigset_t {
+    let _errno = SavedErrno::save();
+    // SAFETY: sigset_t is plain data, filled by sigfillset and pthread_sigmask before use.
+    let mut all: libc::sigset_t = unsafe { core::mem::zeroed() };
+    // SAFETY: as above.
+    let mut old: libc::sigset_t = unsafe { core::mem::zeroed() };
+    // SAFETY: valid pointers to sigset_t values on this stack.
+    unsafe {
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old);
+    }
+    old
+}
+
+/// Restores the signal mask [`block_signals`] returned. Async-signal-safe.
+pub fn restore_signals(mask: &libc::sigset_t) {
+    let _errno = SavedErrno::save();
+    // SAFETY: a valid mask from `block_signals`.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, mask, core::ptr::null_mut()) };
+}
+
 /// Gives the pages of a [`map_zeroed`] mapping back to the kernel; they read as zero afterwards.
 pub fn discard(base: *mut u8, len: usize) {
     let _errno = SavedErrno::save();
@@ -764,4 +871,18 @@ pub fn signal_number(name: &[u8]) -> Option<i32> {
         _ => return None,
     };
     Some(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_thread_count_is_the_eighteenth_field_after_the_command_name() {
+        let line =
+            b"4242 (a (b) c) R 1 4242 4242 0 -1 4194304 100 0 0 0 5 1 0 0 20 0 3 0 1234 5678";
+        assert_eq!(stat_thread_count(line), Some(3));
+        assert_eq!(stat_thread_count(b"4242 (x) R 1 2"), None);
+        assert_eq!(thread_count_now(), thread_count());
+    }
 }

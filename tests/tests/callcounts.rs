@@ -367,6 +367,67 @@ fn linked_instead_of_preloaded_the_runtime_counts_all_the_same() {
 }
 
 #[test]
+fn sites_of_hot_functions_are_rewritten_while_the_program_runs_and_count_exactly() {
+    let workspace = Workspace::new();
+    let exe = build_program(&workspace, "hot", &["hot.c"], &[], &pg_flags("-O2"));
+    let names = [
+        "main",
+        "second",
+        "round_of_calls",
+        "hot_leaf",
+        "cold_leaf",
+        "crowd",
+        "crowded",
+        "on_alarm",
+    ];
+    // By default hot_leaf (a thousand calls a round) becomes a jump, alone or while a second thread runs
+    // through its site; cold_leaf (one call a round) and crowded (ten direct call sites) stay calls. Calls
+    // before the rewrite are counted through mcount, calls after it through the stub, and the counts stay
+    // exact across the move, and with a signal handler calling hot_leaf all the while.
+    for (mode, setting, most_rounds, sites) in [
+        ("alone", None, "400000", "jump call call"),
+        ("thread", None, "400000", "jump call call"),
+        ("alone", Some("0"), "3000", "call call call"),
+    ] {
+        let mut command = workspace.command_with_runtime(&exe);
+        command.args([mode, most_rounds]).env("MSLPROF_HZ", "1000");
+        if let Some(setting) = setting {
+            command.env("MSLPROF_SITE_STUBS", setting);
+        }
+        let stdout = run_ok(&mut command);
+        let what = format!("{mode}, MSLPROF_SITE_STUBS={setting:?}: {stdout}");
+        let fields: Vec<&str> = stdout.split_whitespace().collect();
+        assert_eq!(fields.len(), 6, "{what}");
+        assert_eq!(fields[..3].join(" "), sites, "{what}");
+        let [rounds, second_rounds, handled] =
+            [3, 4, 5].map(|i| fields[i].parse::<u64>().expect("a number"));
+        assert!(handled > 0, "{what}");
+        assert_eq!(second_rounds > 0, mode == "thread", "{what}");
+        let all_rounds = rounds + second_rounds;
+        let mut expected: CallGraph = [
+            (("main", "round_of_calls"), rounds),
+            (("second", "round_of_calls"), second_rounds),
+            (("round_of_calls", "hot_leaf"), 1000 * all_rounds),
+            (("round_of_calls", "cold_leaf"), all_rounds),
+            (("round_of_calls", "crowd"), all_rounds),
+            (("crowd", "crowded"), 10 * all_rounds),
+            (("on_alarm", "hot_leaf"), handled),
+        ]
+        .into_iter()
+        .filter(|&(_, count)| count > 0)
+        .map(|((caller, callee), count)| ((caller.to_string(), callee.to_string()), count))
+        .collect();
+        let profile = read_profile(&workspace.join("gmon.out"));
+        let mut counted = profile_call_graph(&profile, &|name| names.contains(&name));
+        // main's call of second (through pthread_create) is not a direct call: whatever it is, keep it out.
+        counted.retain(|(caller, callee), _| !(caller == "main" && callee == "second"));
+        expected.retain(|_, count| *count > 0);
+        assert_eq!(counted, expected, "{what}");
+        assert_eq!(profile.header.dropped_arcs, 0, "{what}");
+    }
+}
+
+#[test]
 fn rewritten_sites_count_exactly_across_call_sites_threads_and_reloaded_libraries() {
     let workspace = Workspace::new();
     let flags = pg_flags("-O2");

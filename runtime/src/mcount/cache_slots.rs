@@ -252,6 +252,18 @@ impl CacheSlot {
         for_each_chunk_in(words, len, visit);
     }
 
+    /// Visits the entries of the current mapping that hold an arc (in the chunks used). Owner only, or a
+    /// signal handler on the owner that interrupted no change of the entries.
+    pub fn for_each_entry_in_use(&self, mut visit: impl FnMut(&CacheEntry)) {
+        let all = self.entries();
+        self.for_each_touched_chunk(false, all.len(), |range| {
+            all[range]
+                .iter()
+                .filter(|entry| entry.in_use())
+                .for_each(&mut visit)
+        });
+    }
+
     /// Flushes every entry of the current mapping ([`flush`]; not when `keep_counts` is false: a forked
     /// child drops its parent's) and gives the touched chunks' pages back (they read as zero). Owner only,
     /// inside `begin_write`/`end_write`.

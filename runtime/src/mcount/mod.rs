@@ -20,8 +20,9 @@
 //! lives in its own set or, when its call site has more callees than that set holds (a chain of tail
 //! calls), in the set two sets away ([`alternate_index`]); the stub looks in both.
 //!
-//! **Rewritten sites** (`sites`, with `MSLPROF_SITE_STUBS=1`): at start-up, the `-pg` sites of the selected modules become jumps to
-//! per-function stubs that count in a per-thread table (one compare) and jump back; their misses reach
+//! **Rewritten sites** (`sites`, `hot`): the `-pg` sites of the selected modules' hottest functions, found
+//! while the program runs (or, with `MSLPROF_SITE_STUBS=1`, of every eligible function at start-up), become
+//! jumps to per-function stubs that count in a per-thread table (one compare) and jump back; their misses reach
 //! [`record_site_call`], which shares `record_call`'s protocol and counts in the table or, when the table's
 //! entry holds another caller, in the cache.
 //!
@@ -51,6 +52,8 @@ use crate::sys;
 use cache_slots::{CacheEntry, CacheSlot};
 
 mod cache_slots;
+#[cfg(target_arch = "x86_64")]
+pub mod hot;
 #[cfg(target_arch = "x86_64")]
 pub mod near;
 #[cfg(target_arch = "x86_64")]
@@ -149,25 +152,29 @@ pub fn note_unload() {
     }
 }
 
-/// Rewrites the `-pg` sites of the profiled modules to jump to per-function stubs (`sites.rs`). Start-up
-/// only, from the runtime's own start on a process with one thread and outside any counting call; the calls
-/// counted so far are flushed from this thread's cache first, so that no arc is in both. Returns the sites
-/// rewritten.
-pub fn install_site_stubs(modules: &[&modules::LiveModule]) -> usize {
+/// Maps per-function stubs for the `-pg` sites of the profiled modules (`sites.rs`) and, with
+/// [`sites::Rewrite::AtStartUp`], rewrites the sites to jump to them; with [`sites::Rewrite::WhenHot`] the
+/// sites are kept for `hot.rs`. Start-up only, from the runtime's own start outside any counting call. A
+/// rewrite at start-up needs a process with one thread, and flushes the calls counted so far from this
+/// thread's cache first, so that no arc is in both. Returns the sites rewritten or kept.
+pub fn install_site_stubs(modules: &[&modules::LiveModule], rewrite: sites::Rewrite) -> usize {
     // SAFETY: as in `record_call`; only this thread's own header is used.
     let cache = unsafe { &mut *x86_64::thread_cache_block().cast::<ThreadCache>() };
-    if cache.depth != 0 || cache.window != 0 || sys::thread_count() != Some(1) {
+    let now = rewrite == sites::Rewrite::AtStartUp;
+    if cache.depth != 0 || cache.window != 0 || (now && sys::thread_count() != Some(1)) {
         return 0;
     }
     let Some(tls) = x86_64::site_region_tls_offset() else {
         return 0;
     };
     cache.depth = 1;
-    cache.generation = 0;
-    compiler_fence(Ordering::SeqCst);
-    // SAFETY: a non-null `slot` points into the static slot table.
-    if let Some(slot) = unsafe { cache.slot.as_ref() } {
-        slot.empty_now(true);
+    if now {
+        cache.generation = 0;
+        compiler_fence(Ordering::SeqCst);
+        // SAFETY: a non-null `slot` points into the static slot table.
+        if let Some(slot) = unsafe { cache.slot.as_ref() } {
+            slot.empty_now(true);
+        }
     }
     let rewritten = sites::install(
         modules,
@@ -175,6 +182,7 @@ pub fn install_site_stubs(modules: &[&modules::LiveModule]) -> usize {
         &x86_64::mcount_entry_points(),
         tls,
         x86_64::site_miss as *const () as usize,
+        rewrite,
     );
     compiler_fence(Ordering::SeqCst);
     cache.depth = 0;
@@ -444,8 +452,9 @@ fn record_top_level(frompc: usize, selfpc: usize, site_table: Option<u32>) {
             slot.empty(true);
         }
         let site = site_table.and_then(|table| Some((slot.site_region()?, table)));
-        let in_region = site
-            .is_some_and(|(region, table)| record_in_region(cache, region, table, frompc, selfpc));
+        let in_region = site.is_some_and(|(region, table)| {
+            record_in_region(cache, slot, region, table, frompc, selfpc)
+        });
         if !in_region {
             record_cached(cache, slot, frompc, selfpc);
         }
@@ -482,6 +491,7 @@ fn install_site_region(cache: &ThreadCache, slot: &CacheSlot, region: *mut u8) {
 /// dropped only with the whole region (thread exit, fork) or when its caller's module is unloaded.
 fn record_in_region(
     cache: &mut ThreadCache,
+    slot: &CacheSlot,
     region: *mut u8,
     table: u32,
     frompc: usize,
@@ -501,6 +511,7 @@ fn record_in_region(
         }
         _ => return false,
     }
+    take_from_cache(cache, slot, frompc, selfpc);
     let shared = cache.shared_stripe;
     let stripe = thread_stripe(cache);
     let Some(counted) = record_uncached(stripe, frompc, selfpc, true) else {
@@ -517,6 +528,24 @@ fn record_in_region(
     // SAFETY: as above.
     unsafe { sites::touch(region, offset) };
     true
+}
+
+/// Takes the arc `frompc` → `selfpc` out of the thread's cache, its count flushed into its counter, when the
+/// cache holds it. A function whose site is rewritten while the program runs (`hot.rs`) has arcs that the
+/// cache counted until then: each moves to the site region when its entry there is made, so that the entry's
+/// running total starts from a counter that has every earlier call, and the arc is never in both.
+fn take_from_cache(cache: &ThreadCache, slot: &CacheSlot, frompc: usize, selfpc: usize) {
+    let index = cache_index(frompc, selfpc, cache.set_mask);
+    let lent = slot.is_lent();
+    for set in [index, alternate_index(index)] {
+        for entry in slot.entries().get(set..set + 2).unwrap_or(&[]) {
+            if entry.frompc.load(Ordering::Relaxed) == frompc
+                && entry.selfpc.load(Ordering::Relaxed) == selfpc
+            {
+                cache_slots::flush(entry, lent);
+            }
+        }
+    }
 }
 
 /// What a new cache or region entry holds for `counted`, with the call being made counted: its counter, tagged

@@ -4,8 +4,9 @@
 //! runtime/CALLCOUNTS.md ("Jumping to a per-function stub") measured the design: a jump to a stub and back
 //! costs Lua's interpreter about 0.4 ns less per call than a call and its return, and a table per function
 //! needs one compare (the caller's return address) where the thread cache needs two. This file finds the
-//! sites in a module's code, encodes the stubs, rewrites the sites at start-up ([`install`]) and lays out the
-//! per-thread site regions; the slow path is `record_site_call` in `mod.rs`, and each thread's region belongs
+//! sites in a module's code, encodes the stubs, rewrites the sites at start-up or keeps them for `hot.rs`
+//! ([`install`]), rewrites a kept site while other threads may run it ([`SiteJump::rewrite_live`]) and lays
+//! out the per-thread site regions; the slow path is `record_site_call` in `mod.rs`, and each thread's region belongs
 //! to its slot in `cache_slots`. runtime/CALLCOUNTS.md, "Rewritten sites", explains why each part is safe.
 //!
 //! **A site** is `ff 15 disp32` (`call *[rip + disp32]`) whose operand is a GOT entry holding `mcount` or
@@ -52,7 +53,7 @@
 //! Each module's stub mapping starts with the trampoline to the slow path and the copy of the hit path
 //! (`x86_64::near_site_mcount_template`), both within a `rel32` of every stub.
 
-use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
 use mslprof_format::RuntimeAddress;
 
@@ -75,6 +76,8 @@ const ENDBR64: [u8; 4] = [0xf3, 0x0f, 0x1e, 0xfa];
 const PROLOGUE: [u8; 4] = [0x55, 0x48, 0x89, 0xe5];
 /// Most bytes between the prologue's start and the site: `mov rbp, rsp`, six pushes, a `sub rsp, imm32`.
 const PROLOGUE_REACH: usize = PROLOGUE.len() + 6 * 2 + 7;
+/// The first two bytes of a site: `call *[rip + disp32]`.
+const CALL_THROUGH_GOT: [u8; 2] = [0xff, 0x15];
 /// Bytes of a site (`call *[rip + disp32]`).
 pub const SITE_BYTES: usize = 6;
 /// Mask of the table index, already multiplied by the entry size.
@@ -97,8 +100,7 @@ pub fn find_sites(text: &[u8], text_start: usize, got_entries: &[usize]) -> Vec<
     }
     let mut i = PROLOGUE.len();
     while i + SITE_BYTES <= text.len() {
-        if text[i] == 0xff
-            && text[i + 1] == 0x15
+        if text[i..i + 2] == CALL_THROUGH_GOT
             && let Some(start) = prologue_start(text, i)
         {
             let operand = rel32_target(text_start + i + SITE_BYTES, &text[i + 2..i + 6]);
@@ -420,16 +422,29 @@ struct ModuleSites {
     sites: Vec<usize>,
 }
 
-/// Rewrites the `-pg` sites of `modules` (profiled, with `mcount` or `_mcount` in their GOT, other than this
-/// library) to jump to stubs of their own, whose thread's region address is at `fs:[tls]` and whose misses
-/// go to `miss`; `targets` are the addresses of `mcount` and `_mcount`. Returns the sites rewritten. Only at
-/// start-up, with one thread: the rewrite is not atomic for a thread running the code.
+/// When [`install`] rewrites the sites it finds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rewrite {
+    /// All of them, at once (start-up only, with one thread).
+    AtStartUp,
+    /// None yet: the stubs are made and the sites kept ([`prepared`]); `hot.rs` rewrites those of the
+    /// functions it finds hot while the program runs.
+    WhenHot,
+}
+
+/// Finds the `-pg` sites of `modules` (profiled, with `mcount` or `_mcount` in their GOT, other than this
+/// library) and maps a stub of their own for each, whose thread's region address is at `fs:[tls]` and whose
+/// misses go to `miss`; `targets` are the addresses of `mcount` and `_mcount`. With [`Rewrite::AtStartUp`]
+/// the sites are rewritten to jump to their stubs (only at start-up, with one thread: the rewrite is not
+/// atomic for a thread running the code); with [`Rewrite::WhenHot`] they are kept for later. Returns the
+/// sites rewritten or kept.
 pub fn install(
     modules: &[&crate::modules::LiveModule],
     own_code: usize,
     targets: &[usize],
     tls: i32,
     miss: usize,
+    rewrite: Rewrite,
 ) -> usize {
     let page = crate::sys::page_size();
     let mut found = Vec::new();
@@ -493,27 +508,37 @@ pub fn install(
     REGION_BYTES.store(header + tables * TABLE_BYTES, Ordering::Relaxed);
     let mut table = 0;
     let mut rewritten = 0;
+    let mut kept = Vec::new();
     for module in &found {
-        if let Some(count) = rewrite_module(module, table, tls, miss, page) {
-            rewritten += count;
+        if let Some(jumps) = map_stubs(module, table, tls, miss, page) {
+            match rewrite {
+                Rewrite::AtStartUp if write_jumps(&module.pages, &jumps) => {
+                    rewritten += jumps.len()
+                }
+                Rewrite::AtStartUp => {}
+                Rewrite::WhenHot => kept.extend(jumps),
+            }
         }
         table += module.sites.len();
+    }
+    if rewrite == Rewrite::WhenHot && !kept.is_empty() {
+        rewritten = kept.len();
+        keep(kept);
     }
     rewritten
 }
 
-/// Maps `module`'s stubs (its tables numbered from `first_table`) and rewrites its sites; the number
-/// rewritten, `None` when the stubs could not be placed within reach or the code made writable. The mapping
-/// holds the trampoline to `miss`, then the copy of the hit path for calls held by another caller
-/// (`x86_64::near_site_mcount_template`), then the stubs, each starting a cache line: its hit path is one
-/// line.
-fn rewrite_module(
+/// Maps `module`'s stubs (its tables numbered from `first_table`); the jump that rewrites each of its sites,
+/// `None` when the stubs could not be placed within reach. The mapping holds the trampoline to `miss`, then
+/// the copy of the hit path for calls held by another caller (`x86_64::near_site_mcount_template`), then the
+/// stubs, each starting a cache line: its hit path is one line.
+fn map_stubs(
     module: &ModuleSites,
     first_table: usize,
     tls: i32,
     miss: usize,
     page: usize,
-) -> Option<usize> {
+) -> Option<Vec<SiteJump>> {
     let (elsewhere_code, elsewhere_values) = super::x86_64::near_site_mcount_code();
     let first_stub = (ELSEWHERE_AT + elsewhere_code.len()).next_multiple_of(STUB_BYTES);
     let bytes = (first_stub + module.sites.len() * STUB_BYTES).next_multiple_of(page);
@@ -542,7 +567,11 @@ fn rewrite_module(
             return None;
         };
         code[at..at + STUB_BYTES].copy_from_slice(&encoded);
-        jumps.push((site, jump));
+        jumps.push(SiteJump {
+            selfpc: site + SITE_BYTES,
+            site,
+            jump,
+        });
     }
     // SAFETY: no code runs in the stubs yet, and nothing writes them after this.
     if !unsafe { crate::sys::protect(base, bytes, false, true) } {
@@ -553,26 +582,167 @@ fn rewrite_module(
     STUB_STARTS[slot].store(base, Ordering::Relaxed);
     STUB_ENDS[slot].store(base + bytes, Ordering::Relaxed);
     STUB_MAPPINGS.store(slot + 1, Ordering::Release);
+    Some(jumps)
+}
+
+/// Rewrites the sites of `jumps`, in a module whose code is `pages`, at start-up; false when the code could
+/// not be made writable (nothing is rewritten then).
+fn write_jumps(pages: &[(usize, usize)], jumps: &[SiteJump]) -> bool {
     // The code gains write permission, keeping execute: the start-up code calling this may be running in
     // it (a constructor of the module).
     // SAFETY: only adds a permission.
-    let writable = module
-        .pages
+    let writable = pages
         .iter()
         .all(|&(start, end)| unsafe { crate::sys::protect(start, end - start, true, true) });
     if writable {
-        for (site, jump) in &jumps {
+        for jump in jumps {
             // SAFETY: `site` is a site found in this module's code, now writable; the process has one
             // thread, and a frame suspended in the function returns past the site, whose end stays an
             // instruction boundary (`jmp` + `nop`).
-            unsafe { core::ptr::copy_nonoverlapping(jump.as_ptr(), *site as *mut u8, SITE_BYTES) };
+            unsafe { jump.write() };
         }
     }
-    for &(start, end) in &module.pages {
+    for &(start, end) in pages {
         // SAFETY: back to read-only and executable, as the loader mapped code.
         unsafe { crate::sys::protect(start, end - start, false, true) };
     }
-    writable.then_some(jumps.len())
+    writable
+}
+
+/// A site and the jump to its stub that replaces it.
+#[derive(Clone, Copy, Debug)]
+pub struct SiteJump {
+    /// The return address of the site's call of `mcount`: the selfpc its calls are counted under.
+    pub selfpc: usize,
+    site: usize,
+    jump: [u8; SITE_BYTES],
+}
+
+impl SiteJump {
+    /// Writes the jump over the site.
+    ///
+    /// # Safety
+    /// The site's code must be writable, and no thread may be running the site's bytes or be able to start
+    /// before the write ends (a thread stopped at the site itself, or returning past it, is fine: the site's
+    /// end stays an instruction boundary).
+    unsafe fn write(&self) {
+        // SAFETY: as the caller guarantees; `site` is a site of a loaded module that is never unloaded.
+        unsafe {
+            core::ptr::copy_nonoverlapping(self.jump.as_ptr(), self.site as *mut u8, SITE_BYTES)
+        };
+    }
+
+    /// Rewrites the site now, making its page(s) writable for the write: false when the kernel refused.
+    /// Async-signal-safe (two `mprotect`s, no allocation, errno kept).
+    ///
+    /// # Safety
+    /// As [`SiteJump::write`]: the process runs one thread, and no signal handler that could run the
+    /// site may interrupt this (the caller blocks signals).
+    pub unsafe fn rewrite(&self) -> bool {
+        let page = crate::sys::page_size();
+        let start = self.site & !(page - 1);
+        let len = (self.site + SITE_BYTES).next_multiple_of(page) - start;
+        // SAFETY: adds a permission to the pages of a loaded module's code.
+        if !unsafe { crate::sys::protect(start, len, true, true) } {
+            return false;
+        }
+        // SAFETY: now writable; the rest as the caller guarantees.
+        unsafe { self.write() };
+        // SAFETY: back to read-only and executable, as the loader mapped code.
+        unsafe { crate::sys::protect(start, len, false, true) };
+        true
+    }
+
+    /// Rewrites the site while other threads may be running it: its first two bytes become `jmp $` (a
+    /// thread arriving there waits), then, once every thread has serialised, the last four change, and once
+    /// more, the first two become the jump's; a thread sees the old instruction, the wait, or the new one,
+    /// never a mix. False, with the site unchanged, when the kernel refused a step or the first two bytes
+    /// straddle a cache line (their store would not be atomic). Async-signal-safe (system calls only).
+    ///
+    /// # Safety
+    /// `sys::register_core_sync` must have succeeded, and no signal handler on this thread may run the site
+    /// meanwhile (the caller blocks signals): this thread would wait for itself.
+    pub unsafe fn rewrite_live(&self) -> bool {
+        const WAIT_HERE: [u8; 2] = [0xeb, 0xfe];
+        if self.site % 64 == 63 {
+            return false;
+        }
+        let page = crate::sys::page_size();
+        let start = self.site & !(page - 1);
+        let len = (self.site + SITE_BYTES).next_multiple_of(page) - start;
+        // SAFETY: adds a permission to the pages of a loaded module's code.
+        if !unsafe { crate::sys::protect(start, len, true, true) } {
+            return false;
+        }
+        // SAFETY: writable now, two bytes in one line; the steps below are the cross-modifying protocol.
+        unsafe { crate::sys::store_code_pair(self.site, WAIT_HERE) };
+        let waiting = crate::sys::sync_cores();
+        if waiting {
+            // SAFETY: no thread runs these bytes: any at the site waits on its first two.
+            unsafe {
+                core::ptr::copy_nonoverlapping(
+                    self.jump[2..].as_ptr(),
+                    (self.site + 2) as *mut u8,
+                    SITE_BYTES - 2,
+                )
+            };
+            crate::sys::sync_cores();
+        }
+        // The jump's first two bytes, or (the kernel refused to serialise, the rest unchanged) the call's.
+        let first = if waiting {
+            [self.jump[0], self.jump[1]]
+        } else {
+            CALL_THROUGH_GOT
+        };
+        // SAFETY: as the first store.
+        unsafe { crate::sys::store_code_pair(self.site, first) };
+        crate::sys::sync_cores();
+        // SAFETY: back to read-only and executable, as the loader mapped code.
+        unsafe { crate::sys::protect(start, len, false, true) };
+        waiting
+    }
+}
+
+/// The sites kept by [`Rewrite::WhenHot`], sorted by selfpc, with room for their call counts and whether
+/// each was rewritten (or given up). Made once at start-up, never freed.
+pub struct KeptSites {
+    pub sites: Box<[SiteJump]>,
+    /// Calls counted for each site's function in the last look (`hot.rs`).
+    pub calls: Box<[AtomicU64]>,
+    /// Whether each site was rewritten (or its rewrite failed: it is not tried again).
+    pub done: Box<[AtomicBool]>,
+    /// Whether sites may be rewritten while other threads run (`sys::register_core_sync` succeeded).
+    pub live: bool,
+}
+
+impl KeptSites {
+    /// The index of the site whose calls are counted under `selfpc`.
+    pub fn find(&self, selfpc: usize) -> Option<usize> {
+        self.sites
+            .binary_search_by_key(&selfpc, |site| site.selfpc)
+            .ok()
+    }
+}
+
+/// The kept sites (null until [`install`] kept some).
+static KEPT: AtomicPtr<KeptSites> = AtomicPtr::new(core::ptr::null_mut());
+
+/// Publishes `jumps` as the kept sites.
+fn keep(mut jumps: Vec<SiteJump>) {
+    jumps.sort_unstable_by_key(|jump| jump.selfpc);
+    let kept = Box::new(KeptSites {
+        calls: jumps.iter().map(|_| AtomicU64::new(0)).collect(),
+        done: jumps.iter().map(|_| AtomicBool::new(false)).collect(),
+        sites: jumps.into_boxed_slice(),
+        live: crate::sys::register_core_sync(),
+    });
+    KEPT.store(Box::into_raw(kept), Ordering::Release);
+}
+
+/// The sites [`Rewrite::WhenHot`] kept, if any. Async-signal-safe (one atomic load).
+pub fn kept() -> Option<&'static KeptSites> {
+    // SAFETY: set once from a leaked Box, never freed.
+    unsafe { KEPT.load(Ordering::Acquire).as_ref() }
 }
 
 #[cfg(test)]
