@@ -106,13 +106,14 @@ fn start(explicit: bool) -> u8 {
     });
     // Before the copy of `mcount` takes the main program's GOT entries: the sites are found by them.
     #[cfg(target_arch = "x86_64")]
-    match settings.site_stubs {
-        config::SiteStubs::Off => 0,
+    let looks_for_hot_functions = match settings.site_stubs {
+        config::SiteStubs::Off => false,
         config::SiteStubs::WhenHot => {
-            mcount::install_site_stubs(modules::all(), mcount::sites::Rewrite::WhenHot)
+            mcount::install_site_stubs(modules::all(), mcount::sites::Rewrite::WhenHot) > 0
         }
         config::SiteStubs::AtStartUp => {
-            mcount::install_site_stubs(modules::all(), mcount::sites::Rewrite::AtStartUp)
+            mcount::install_site_stubs(modules::all(), mcount::sites::Rewrite::AtStartUp);
+            false
         }
     };
     #[cfg(target_arch = "x86_64")]
@@ -123,6 +124,10 @@ fn start(explicit: bool) -> u8 {
     if !sampler::start(settings.hz) {
         sys::stderr_line(&[b"mslprof: cannot install the SIGPROF handler; profiling is off\n"]);
         return INERT;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if looks_for_hot_functions {
+        sampler::start_look_timer();
     }
     sys::at_exit(dump_at_exit);
     lifecycle::install(settings);

@@ -104,6 +104,32 @@ fn cookie() -> usize {
     &COOKIE as *const u8 as usize
 }
 
+/// Marks the signals of the timer that asks `mcount::hot` to look for hot functions.
+static LOOK_COOKIE: u8 = 0;
+
+fn look_cookie() -> usize {
+    &LOOK_COOKIE as *const u8 as usize
+}
+
+/// Process CPU time between two looks for hot functions (`mcount::hot`).
+const LOOK_PERIOD_NS: u64 = 10_000_000;
+
+/// Starts the timer that makes the SIGPROF handler look for hot functions whose sites to rewrite
+/// (`mcount::hot`): every [`LOOK_PERIOD_NS`] of the process's CPU time, on whichever thread runs. One timer
+/// for the process, where the sampling timers are per thread: with many threads sharing few cores, a
+/// thread's own first tick comes late (16 threads on 2 cores: after about 80 ms), and the calls made until
+/// the first look all pay `mcount`. False when the timer cannot be made (no look then).
+pub fn start_look_timer() -> bool {
+    is_started()
+        && sys::start_process_cpu_timer(
+            libc::SIGPROF,
+            look_cookie(),
+            LOOK_PERIOD_NS,
+            LOOK_PERIOD_NS,
+        )
+        .is_ok()
+}
+
 /// Requested period for `hz` samples per second.
 pub fn period_for(hz: u32) -> u64 {
     1_000_000_000 / u64::from(hz.max(1))
@@ -327,6 +353,16 @@ extern "C" fn on_sigprof(signal: i32, info: *mut libc::siginfo_t, context: *mut 
     let _errno = sys::SavedErrno::save();
     // SAFETY: the kernel passed `info` to this SA_SIGINFO handler.
     let origin = unsafe { sys::signal_origin(info) };
+    #[cfg(target_arch = "x86_64")]
+    if origin.code == sys::SI_TIMER && origin.value == look_cookie() {
+        SAMPLER.handlers_running.fetch_add(1, Ordering::SeqCst);
+        // Should the look ever panic, looks stop: profiling goes on.
+        if std::panic::catch_unwind(crate::mcount::hot::on_tick).is_err() {
+            crate::mcount::hot::give_up();
+        }
+        SAMPLER.handlers_running.fetch_sub(1, Ordering::SeqCst);
+        return;
+    }
     if origin.code != sys::SI_TIMER || origin.value != cookie() {
         // SAFETY: the kernel's arguments to this handler.
         unsafe { program_sigprof::forward(signal, info, context) };
@@ -345,8 +381,6 @@ extern "C" fn on_sigprof(signal: i32, info: *mut libc::siginfo_t, context: *mut 
             // SAFETY: the kernel passed `context` to this SA_SIGINFO handler.
             let pc = unsafe { sys::interrupted_pc(context) };
             record_pc(pc);
-            #[cfg(target_arch = "x86_64")]
-            crate::mcount::hot::on_tick();
         }
     });
     SAMPLER.handlers_running.fetch_sub(1, Ordering::SeqCst);

@@ -657,17 +657,46 @@ pub fn start_thread_cpu_timer(
     first_ns: u64,
     period_ns: u64,
 ) -> Result<ThreadTimer, i32> {
+    start_cpu_timer(true, signal, cookie, first_ns, period_ns)
+}
+
+/// Creates a timer on the process's CPU clock (all its threads' CPU time) that sends `signal` to the process
+/// (the kernel picks a thread that does not block it, the running one when it can) with `cookie` as its
+/// `si_value`, first after `first_ns` and then every `period_ns` nanoseconds. A forked child has none.
+pub fn start_process_cpu_timer(
+    signal: i32,
+    cookie: usize,
+    first_ns: u64,
+    period_ns: u64,
+) -> Result<ThreadTimer, i32> {
+    start_cpu_timer(false, signal, cookie, first_ns, period_ns)
+}
+
+/// [`start_thread_cpu_timer`] when `own_thread`, else [`start_process_cpu_timer`].
+fn start_cpu_timer(
+    own_thread: bool,
+    signal: i32,
+    cookie: usize,
+    first_ns: u64,
+    period_ns: u64,
+) -> Result<ThreadTimer, i32> {
     // SAFETY: sigevent is plain data; all-zero is a valid starting value.
     let mut event: libc::sigevent = unsafe { std::mem::zeroed() };
-    event.sigev_notify = libc::SIGEV_THREAD_ID;
     event.sigev_signo = signal;
     event.sigev_value = libc::sigval {
         sival_ptr: cookie as *mut c_void,
     };
-    event.sigev_notify_thread_id = gettid();
+    let clock = if own_thread {
+        event.sigev_notify = libc::SIGEV_THREAD_ID;
+        event.sigev_notify_thread_id = gettid();
+        libc::CLOCK_THREAD_CPUTIME_ID
+    } else {
+        event.sigev_notify = libc::SIGEV_SIGNAL;
+        libc::CLOCK_PROCESS_CPUTIME_ID
+    };
     let mut timer: libc::timer_t = std::ptr::null_mut();
-    // SAFETY: both pointers are valid for the call; CLOCK_THREAD_CPUTIME_ID names the calling thread's clock.
-    if unsafe { libc::timer_create(libc::CLOCK_THREAD_CPUTIME_ID, &mut event, &mut timer) } != 0 {
+    // SAFETY: both pointers are valid for the call; the clock is the calling thread's or process's.
+    if unsafe { libc::timer_create(clock, &mut event, &mut timer) } != 0 {
         return Err(errno());
     }
     let timespec = |ns: u64| libc::timespec {

@@ -5,8 +5,9 @@
 //! `mcount` when the function is called often, and more when many functions are hot in scattered order: a
 //! stub is a line of code of its own, cold when its function is one of thousands called in turn, where
 //! `mcount` is one piece of code that stays hot (runtime/CALLCOUNTS.md, "Rewritten sites"). So at start-up
-//! the stubs are made and the sites kept ([`sites::Rewrite::WhenHot`]), and on the sampler's ticks this file
-//! looks at the calls the thread's cache has counted and rewrites the sites of the functions with at least
+//! the stubs are made and the sites kept ([`sites::Rewrite::WhenHot`]), and on the ticks of a timer of the
+//! process's CPU time (`sampler::start_look_timer`) this file looks at the calls the running thread's cache
+//! has counted and rewrites the sites of the functions with at least
 //! one [`SHARE`]th of them, at most [`MAX_FUNCTIONS`] in all: few enough that their stubs stay in the
 //! instruction cache.
 //!
@@ -29,9 +30,9 @@ pub const SHARE: u64 = 512;
 /// Most functions rewritten in all.
 pub const MAX_FUNCTIONS: usize = 64;
 /// No decision before the thread has counted this many calls.
-const MIN_CALLS: u64 = 1 << 20;
+const MIN_CALLS: u64 = 1 << 18;
 /// Ticks on which to look: every one up to this, then one in [`LATER_EVERY`] (a look reads the whole cache:
-/// about 60 µs on Lua's, against the 10 ms of a tick at the default rate).
+/// about 60 µs on Lua's, against the 10 ms of process CPU time between ticks).
 const EVERY_TICK_UNTIL: u64 = 32;
 const LATER_EVERY: u64 = 4;
 
@@ -41,11 +42,16 @@ static TICKS: AtomicU64 = AtomicU64::new(0);
 static REWRITTEN: AtomicUsize = AtomicUsize::new(0);
 /// Set while a look is under way: a second handler (another thread's) stays out.
 static BUSY: AtomicBool = AtomicBool::new(false);
-/// Set once [`MAX_FUNCTIONS`] are rewritten: no more looks.
+/// Set once [`MAX_FUNCTIONS`] are rewritten (or a look failed): no more looks.
 static GIVEN_UP: AtomicBool = AtomicBool::new(false);
 
-/// Called by the sampler's SIGPROF handler on every tick: on the ticks of the schedule, rewrites the sites of
-/// the functions found hot. Async-signal-safe: atomics, reads of this thread's cache, a read of
+/// Stops the looks for good (after an internal fault in one).
+pub fn give_up() {
+    GIVEN_UP.store(true, Ordering::Relaxed);
+}
+
+/// Called by the SIGPROF handler on every tick of the look timer (`sampler::start_look_timer`): on the ticks
+/// of the schedule, rewrites the sites of the functions found hot. Async-signal-safe: atomics, reads of this thread's cache, a read of
 /// `/proc/self/stat`, two `mprotect`s per site (and three `membarrier`s while other threads run); no
 /// allocation, no lock, errno kept.
 pub fn on_tick() {

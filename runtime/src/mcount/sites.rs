@@ -427,7 +427,7 @@ struct ModuleSites {
 pub enum Rewrite {
     /// All of them, at once (start-up only, with one thread).
     AtStartUp,
-    /// None yet: the stubs are made and the sites kept ([`prepared`]); `hot.rs` rewrites those of the
+    /// None yet: the stubs are made and the sites kept ([`kept`]); `hot.rs` rewrites those of the
     /// functions it finds hot while the program runs.
     WhenHot,
 }
