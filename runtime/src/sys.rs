@@ -149,32 +149,21 @@ fn stat_thread_count(line: &[u8]) -> Option<usize> {
 /// Registers this process for [`sync_cores`] (`membarrier`'s private expedited core-serialising command,
 /// Linux 4.16 on); false where the kernel lacks it.
 pub fn register_core_sync() -> bool {
-    let _errno = SavedErrno::save();
-    // SAFETY: membarrier takes two integers and a CPU id; registration has no other effect on the process.
-    unsafe {
-        libc::syscall(
-            libc::SYS_membarrier,
-            libc::MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE,
-            0,
-            0,
-        ) == 0
-    }
+    membarrier(libc::MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE)
 }
 
 /// Makes every running thread of this process execute a core-serialising instruction before this returns,
 /// so that none runs code it fetched before the call (the cross-modifying-code protocol). Needs
 /// [`register_core_sync`]. Async-signal-safe (one system call), errno kept.
 pub fn sync_cores() -> bool {
+    membarrier(libc::MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE)
+}
+
+/// `membarrier(command, 0, 0)`: whether it succeeded. errno kept.
+fn membarrier(command: libc::c_int) -> bool {
     let _errno = SavedErrno::save();
-    // SAFETY: as in `register_core_sync`.
-    unsafe {
-        libc::syscall(
-            libc::SYS_membarrier,
-            libc::MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE,
-            0,
-            0,
-        ) == 0
-    }
+    // SAFETY: membarrier takes two integers and a CPU id, and touches no memory of ours.
+    unsafe { libc::syscall(libc::SYS_membarrier, command, 0, 0) == 0 }
 }
 
 /// Stores two bytes of code at `address` with one instruction, so that a thread fetching them sees either

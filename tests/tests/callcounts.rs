@@ -411,7 +411,7 @@ fn sites_of_hot_functions_are_rewritten_while_the_program_runs_and_count_exactly
             (("round_of_calls", "cold_leaf"), all_rounds),
             (("round_of_calls", "crowd"), all_rounds),
             (("crowd", "crowded"), 10 * all_rounds),
-            (("on_alarm", "hot_leaf"), handled),
+            (("on_alarm", "hot_leaf"), 10 * handled),
         ]
         .into_iter()
         .filter(|&(_, count)| count > 0)
