@@ -121,7 +121,8 @@ const LOOK_PERIOD_NS: u64 = 10_000_000;
 /// the first look all pay `mcount`. False when the timer cannot be made (no look then).
 pub fn start_look_timer() -> bool {
     is_started()
-        && sys::start_process_cpu_timer(
+        && sys::start_cpu_timer(
+            sys::CpuClock::Process,
             libc::SIGPROF,
             look_cookie(),
             LOOK_PERIOD_NS,
@@ -168,7 +169,13 @@ pub fn arm_current_thread() {
         return;
     }
     follow_fork();
-    match sys::start_thread_cpu_timer(libc::SIGPROF, cookie(), first_expiry(period), period) {
+    match sys::start_cpu_timer(
+        sys::CpuClock::Thread,
+        libc::SIGPROF,
+        cookie(),
+        first_expiry(period),
+        period,
+    ) {
         Ok(timer) => {
             let key = SAMPLER.thread_key.load(Ordering::Relaxed);
             if key != usize::MAX {

@@ -106,15 +106,9 @@ pub unsafe fn protect(address: usize, len: usize, writable: bool, executable: bo
     unsafe { libc::mprotect(address as *mut c_void, len, prot) == 0 }
 }
 
-/// Threads of this process (the entries of `/proc/self/task`); `None` when it cannot be read. Not
-/// async-signal-safe (allocates).
-pub fn thread_count() -> Option<usize> {
-    Some(std::fs::read_dir("/proc/self/task").ok()?.count())
-}
-
 /// Threads of this process, from field 20 (`num_threads`) of `/proc/self/stat`; `None` when it cannot be
 /// read. Async-signal-safe: open/read/close into a buffer on the stack, errno kept.
-pub fn thread_count_now() -> Option<usize> {
+pub fn thread_count() -> Option<usize> {
     let _errno = SavedErrno::save();
     // SAFETY: a NUL-terminated path; the descriptor is closed below.
     let fd = unsafe {
@@ -623,7 +617,7 @@ pub fn set_thread_value(key: libc::pthread_key_t, value: usize) {
     unsafe { libc::pthread_setspecific(key, value as *const c_void) };
 }
 
-/// A per-thread CPU-time timer (the kernel's timer id).
+/// A CPU-time timer (the kernel's timer id).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ThreadTimer(usize);
 
@@ -637,33 +631,20 @@ impl ThreadTimer {
     }
 }
 
-/// Creates a timer on the calling thread's CPU clock that sends `signal` to the calling thread with
-/// `cookie` as its `si_value`, first after `first_ns` and then every `period_ns` nanoseconds of this thread's
-/// CPU time.
-pub fn start_thread_cpu_timer(
-    signal: i32,
-    cookie: usize,
-    first_ns: u64,
-    period_ns: u64,
-) -> Result<ThreadTimer, i32> {
-    start_cpu_timer(true, signal, cookie, first_ns, period_ns)
+/// Whose CPU time a timer of [`start_cpu_timer`] counts, and which thread its signal goes to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CpuClock {
+    /// The calling thread's; the signal goes to that thread.
+    Thread,
+    /// The process's (all its threads'); the kernel picks a thread that does not block the signal (the
+    /// running one when it can). A forked child has no such timer.
+    Process,
 }
 
-/// Creates a timer on the process's CPU clock (all its threads' CPU time) that sends `signal` to the process
-/// (the kernel picks a thread that does not block it, the running one when it can) with `cookie` as its
-/// `si_value`, first after `first_ns` and then every `period_ns` nanoseconds. A forked child has none.
-pub fn start_process_cpu_timer(
-    signal: i32,
-    cookie: usize,
-    first_ns: u64,
-    period_ns: u64,
-) -> Result<ThreadTimer, i32> {
-    start_cpu_timer(false, signal, cookie, first_ns, period_ns)
-}
-
-/// [`start_thread_cpu_timer`] when `own_thread`, else [`start_process_cpu_timer`].
-fn start_cpu_timer(
-    own_thread: bool,
+/// Creates a timer on `clock` that sends `signal` with `cookie` as its `si_value`, first after `first_ns` and
+/// then every `period_ns` nanoseconds of that clock's CPU time.
+pub fn start_cpu_timer(
+    clock: CpuClock,
     signal: i32,
     cookie: usize,
     first_ns: u64,
@@ -675,13 +656,16 @@ fn start_cpu_timer(
     event.sigev_value = libc::sigval {
         sival_ptr: cookie as *mut c_void,
     };
-    let clock = if own_thread {
-        event.sigev_notify = libc::SIGEV_THREAD_ID;
-        event.sigev_notify_thread_id = gettid();
-        libc::CLOCK_THREAD_CPUTIME_ID
-    } else {
-        event.sigev_notify = libc::SIGEV_SIGNAL;
-        libc::CLOCK_PROCESS_CPUTIME_ID
+    let clock = match clock {
+        CpuClock::Thread => {
+            event.sigev_notify = libc::SIGEV_THREAD_ID;
+            event.sigev_notify_thread_id = gettid();
+            libc::CLOCK_THREAD_CPUTIME_ID
+        }
+        CpuClock::Process => {
+            event.sigev_notify = libc::SIGEV_SIGNAL;
+            libc::CLOCK_PROCESS_CPUTIME_ID
+        }
     };
     let mut timer: libc::timer_t = std::ptr::null_mut();
     // SAFETY: both pointers are valid for the call; the clock is the calling thread's or process's.
@@ -706,7 +690,7 @@ fn start_cpu_timer(
     Ok(ThreadTimer(timer as usize))
 }
 
-/// Deletes a timer created by [`start_thread_cpu_timer`].
+/// Deletes a timer created by [`start_cpu_timer`].
 pub fn delete_timer(timer: ThreadTimer) {
     // SAFETY: the id came from timer_create; a stale id only makes timer_delete fail with EINVAL.
     unsafe { libc::timer_delete(timer.0 as libc::timer_t) };
@@ -901,6 +885,9 @@ mod tests {
             b"4242 (a (b) c) R 1 4242 4242 0 -1 4194304 100 0 0 0 5 1 0 0 20 0 3 0 1234 5678";
         assert_eq!(stat_thread_count(line), Some(3));
         assert_eq!(stat_thread_count(b"4242 (x) R 1 2"), None);
-        assert_eq!(thread_count_now(), thread_count());
+        let tasks = std::fs::read_dir("/proc/self/task")
+            .map(|dir| dir.count())
+            .ok();
+        assert_eq!(thread_count(), tasks);
     }
 }

@@ -81,7 +81,7 @@ pub fn on_tick() {
 fn look_and_rewrite(kept: &sites::KeptSites) {
     // SAFETY: this thread's own header (see `record_top_level`), only read here; its entries are read only
     // when neither a stub's lookup nor the Rust side was interrupted (`window` and `depth` are 0).
-    let cache = unsafe { &mut *x86_64::thread_cache_block().cast::<ThreadCache>() };
+    let cache = unsafe { &*x86_64::thread_cache_block().cast::<ThreadCache>() };
     if cache.depth != 0
         || cache.window != 0
         || cache.generation == 0
@@ -104,7 +104,7 @@ fn look_and_rewrite(kept: &sites::KeptSites) {
     }
     // With one thread (this one, in its handler) no code runs elsewhere; with more, the rewrite follows the
     // cross-modifying-code protocol, where the kernel provides it.
-    let alone = sys::thread_count_now() == Some(1);
+    let alone = sys::thread_count() == Some(1);
     if !alone && !kept.live {
         return;
     }
@@ -160,19 +160,20 @@ fn count_calls(
 }
 
 /// Fills `picked` with the indices of the kept sites not yet rewritten whose function has at least a
-/// [`SHARE`]th of `total`, hottest first; the part filled.
+/// [`SHARE`]th of `total` (not 0), hottest first; the part filled. A site picked has its calls zeroed, so
+/// that the next pass passes it over.
 fn pick_hottest<'a>(kept: &sites::KeptSites, total: u64, picked: &'a mut [usize]) -> &'a [usize] {
     let mut filled = 0;
     while filled < picked.len() {
         let hottest = (0..kept.sites.len())
             .filter(|&index| !kept.done[index].load(Ordering::Relaxed))
-            .filter(|index| !picked[..filled].contains(index))
             .map(|index| (kept.calls[index].load(Ordering::Relaxed), index))
             .filter(|&(calls, _)| calls.saturating_mul(SHARE) >= total)
             .max();
         let Some((_, index)) = hottest else {
             break;
         };
+        kept.calls[index].store(0, Ordering::Relaxed);
         picked[filled] = index;
         filled += 1;
     }

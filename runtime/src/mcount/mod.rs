@@ -535,17 +535,41 @@ fn record_in_region(
 /// cache counted until then: each moves to the site region when its entry there is made, so that the entry's
 /// running total starts from a counter that has every earlier call, and the arc is never in both.
 fn take_from_cache(cache: &ThreadCache, slot: &CacheSlot, frompc: usize, selfpc: usize) {
-    let index = cache_index(frompc, selfpc, cache.set_mask);
-    let lent = slot.is_lent();
-    for set in [index, alternate_index(index)] {
-        for entry in slot.entries().get(set..set + 2).unwrap_or(&[]) {
-            if entry.frompc.load(Ordering::Relaxed) == frompc
-                && entry.selfpc.load(Ordering::Relaxed) == selfpc
-            {
-                cache_slots::flush(entry, lent);
-            }
-        }
+    if let Some(ways) = pair_ways(cache, slot, frompc, selfpc)
+        && let Some(entry) = way_holding(ways, frompc, selfpc)
+    {
+        cache_slots::flush(entry, slot.is_lent());
     }
+}
+
+/// The four entries where the cache may hold the pair: the two ways of its set, then the two of its alternate
+/// set. `None` when the mapping is too short (none yet).
+fn pair_ways<'a>(
+    cache: &ThreadCache,
+    slot: &'a CacheSlot,
+    frompc: usize,
+    selfpc: usize,
+) -> Option<[&'a CacheEntry; 4]> {
+    let index = cache_index(frompc, selfpc, cache.set_mask);
+    let alternate = alternate_index(index);
+    let entries = slot.entries();
+    match (
+        entries.get(index..index + 2),
+        entries.get(alternate..alternate + 2),
+    ) {
+        (Some([first, second]), Some([alternate_first, alternate_second])) => {
+            Some([first, second, alternate_first, alternate_second])
+        }
+        _ => None,
+    }
+}
+
+/// The one of `ways` that holds the pair (an arc is in one entry at most).
+fn way_holding(ways: [&CacheEntry; 4], frompc: usize, selfpc: usize) -> Option<&CacheEntry> {
+    ways.into_iter().find(|entry| {
+        entry.frompc.load(Ordering::Relaxed) == frompc
+            && entry.selfpc.load(Ordering::Relaxed) == selfpc
+    })
 }
 
 /// What a new cache or region entry holds for `counted`, with the call being made counted: its counter, tagged
@@ -571,19 +595,11 @@ fn cached_count(counted: &Counted, shared: bool) -> (usize, u64) {
 fn record_cached(cache: &mut ThreadCache, slot: &CacheSlot, frompc: usize, selfpc: usize) {
     let index = cache_index(frompc, selfpc, cache.set_mask);
     let alternate = alternate_index(index);
-    let (Some([first, second]), Some([alternate_first, alternate_second])) = (
-        slot.entries().get(index..index + 2),
-        slot.entries().get(alternate..alternate + 2),
-    ) else {
+    let Some(ways) = pair_ways(cache, slot, frompc, selfpc) else {
         return;
     };
-    let hit = [first, second, alternate_first, alternate_second]
-        .into_iter()
-        .find(|entry| {
-            entry.frompc.load(Ordering::Relaxed) == frompc
-                && entry.selfpc.load(Ordering::Relaxed) == selfpc
-        });
-    if let Some(entry) = hit {
+    let [first, second, alternate_first, alternate_second] = ways;
+    if let Some(entry) = way_holding(ways, frompc, selfpc) {
         entry.count.fetch_add(1, Ordering::Relaxed);
         return;
     }

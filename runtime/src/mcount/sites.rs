@@ -639,18 +639,11 @@ impl SiteJump {
     /// As [`SiteJump::write`]: the process runs one thread, and no signal handler that could run the
     /// site may interrupt this (the caller blocks signals).
     pub unsafe fn rewrite(&self) -> bool {
-        let page = crate::sys::page_size();
-        let start = self.site & !(page - 1);
-        let len = (self.site + SITE_BYTES).next_multiple_of(page) - start;
-        // SAFETY: adds a permission to the pages of a loaded module's code.
-        if !unsafe { crate::sys::protect(start, len, true, true) } {
-            return false;
-        }
-        // SAFETY: now writable; the rest as the caller guarantees.
-        unsafe { self.write() };
-        // SAFETY: back to read-only and executable, as the loader mapped code.
-        unsafe { crate::sys::protect(start, len, false, true) };
-        true
+        self.while_writable(|| {
+            // SAFETY: writable now; the rest as the caller guarantees.
+            unsafe { self.write() };
+            true
+        })
     }
 
     /// Rewrites the site while other threads may be running it: its first two bytes become `jmp $` (a
@@ -667,6 +660,38 @@ impl SiteJump {
         if self.site % 64 == 63 {
             return false;
         }
+        self.while_writable(|| {
+            // SAFETY: writable now, two bytes in one line; the steps below are the cross-modifying protocol.
+            unsafe { crate::sys::store_code_pair(self.site, WAIT_HERE) };
+            let waiting = crate::sys::sync_cores();
+            if waiting {
+                // SAFETY: no thread runs these bytes: any at the site waits on its first two.
+                unsafe {
+                    core::ptr::copy_nonoverlapping(
+                        self.jump[2..].as_ptr(),
+                        (self.site + 2) as *mut u8,
+                        SITE_BYTES - 2,
+                    )
+                };
+                crate::sys::sync_cores();
+            }
+            // The jump's first two bytes, or (the kernel refused to serialise, the rest unchanged) the call's.
+            let first = if waiting {
+                [self.jump[0], self.jump[1]]
+            } else {
+                CALL_THROUGH_GOT
+            };
+            // SAFETY: as the first store.
+            unsafe { crate::sys::store_code_pair(self.site, first) };
+            crate::sys::sync_cores();
+            waiting
+        })
+    }
+
+    /// Runs `change` with the site's page(s) writable (and still executable), then makes them read-only and
+    /// executable again, as the loader mapped code; what `change` returned, or false when the kernel refused
+    /// the write permission (`change` not run).
+    fn while_writable(&self, change: impl FnOnce() -> bool) -> bool {
         let page = crate::sys::page_size();
         let start = self.site & !(page - 1);
         let len = (self.site + SITE_BYTES).next_multiple_of(page) - start;
@@ -674,32 +699,10 @@ impl SiteJump {
         if !unsafe { crate::sys::protect(start, len, true, true) } {
             return false;
         }
-        // SAFETY: writable now, two bytes in one line; the steps below are the cross-modifying protocol.
-        unsafe { crate::sys::store_code_pair(self.site, WAIT_HERE) };
-        let waiting = crate::sys::sync_cores();
-        if waiting {
-            // SAFETY: no thread runs these bytes: any at the site waits on its first two.
-            unsafe {
-                core::ptr::copy_nonoverlapping(
-                    self.jump[2..].as_ptr(),
-                    (self.site + 2) as *mut u8,
-                    SITE_BYTES - 2,
-                )
-            };
-            crate::sys::sync_cores();
-        }
-        // The jump's first two bytes, or (the kernel refused to serialise, the rest unchanged) the call's.
-        let first = if waiting {
-            [self.jump[0], self.jump[1]]
-        } else {
-            CALL_THROUGH_GOT
-        };
-        // SAFETY: as the first store.
-        unsafe { crate::sys::store_code_pair(self.site, first) };
-        crate::sys::sync_cores();
-        // SAFETY: back to read-only and executable, as the loader mapped code.
+        let changed = change();
+        // SAFETY: takes back only the permission added above.
         unsafe { crate::sys::protect(start, len, false, true) };
-        waiting
+        changed
     }
 }
 
