@@ -252,15 +252,30 @@ impl CacheSlot {
         for_each_chunk_in(words, len, visit);
     }
 
-    /// Visits the entries of the current mapping that hold an arc (in the chunks used). Owner only, or a
-    /// signal handler on the owner that interrupted no change of the entries.
-    pub fn for_each_entry_in_use(&self, mut visit: impl FnMut(&CacheEntry)) {
+    /// Visits the entries that hold an arc among at most about `most` entries of the current mapping's
+    /// chunks used, evenly spaced (all of them when the chunks hold no more; the same ones on each call
+    /// while the mapping and its chunks stay the same). Owner only, or a signal handler on the owner that
+    /// interrupted no change of the entries.
+    pub fn for_each_sampled_entry_in_use(&self, most: usize, mut visit: impl FnMut(&CacheEntry)) {
         let all = self.entries();
+        let chunks: usize = self
+            .touched
+            .iter()
+            .map(|word| word.load(Ordering::Relaxed).count_ones() as usize)
+            .sum();
+        let step = (chunks * CHUNK_ENTRIES).div_ceil(most.max(1)).max(1);
+        // Entries to pass over at the start of the next chunk.
+        let mut carry = 0;
         self.for_each_touched_chunk(false, all.len(), |range| {
-            all[range]
-                .iter()
-                .filter(|entry| entry.in_use())
-                .for_each(&mut visit)
+            let chunk = &all[range];
+            let mut index = carry;
+            while let Some(entry) = chunk.get(index) {
+                if entry.in_use() {
+                    visit(entry);
+                }
+                index += step;
+            }
+            carry = index - chunk.len();
         });
     }
 

@@ -5,11 +5,12 @@
 //! `mcount` when the function is called often, and more when many functions are hot in scattered order: a
 //! stub is a line of code of its own, cold when its function is one of thousands called in turn, where
 //! `mcount` is one piece of code that stays hot (runtime/CALLCOUNTS.md, "Rewritten sites"). So at start-up
-//! the stubs are made and the sites kept ([`sites::Rewrite::WhenHot`]), and on the ticks of a timer of the
-//! process's CPU time (`sampler::start_look_timer`) this file looks at the calls the running thread's cache
-//! has counted and rewrites the sites of the functions with at least
-//! one [`SHARE`]th of them, at most [`MAX_FUNCTIONS`] in all: few enough that their stubs stay in the
-//! instruction cache.
+//! the stubs are made and the sites kept ([`sites::Rewrite::WhenHot`]), and on each tick of a timer of the
+//! process's CPU time (`sampler::start_look_timer`, every 10 ms) this file looks at the calls the running
+//! thread's cache (`mcount`) counted since the last look, and rewrites the sites of the functions with at
+//! least one [`SHARE`]th of them, unless their callers collide in their tables; at most [`MAX_FUNCTIONS`]
+//! in all. A function of a phase of the program that starts late is thus found within a tick or two, and
+//! a program whose thousands of functions are called in turn has none to rewrite.
 //!
 //! The rewrite happens in a SIGPROF handler, with every signal of its thread blocked (the interrupted code is
 //! at an instruction boundary, and a frame returning to the site's end finds one there too). When
@@ -24,20 +25,27 @@ use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use super::{CACHE_STATE, STATE_PAUSED, ThreadCache, sites, x86_64};
 use crate::sys;
 
-/// A function is rewritten when the thread's cache counts at least this fraction (1/SHARE) of all its calls
-/// for it.
+/// A function is rewritten when the thread's cache counted at least this fraction (1/SHARE) of its calls
+/// since the last look for it.
 pub const SHARE: u64 = 512;
-/// Most functions rewritten in all.
-pub const MAX_FUNCTIONS: usize = 64;
-/// No decision before the thread has counted this many calls.
-const MIN_CALLS: u64 = 1 << 18;
-/// Ticks on which to look: every one up to this, then one in [`LATER_EVERY`] (a look reads the whole cache:
-/// about 60 µs on Lua's, against the 10 ms of process CPU time between ticks).
-const EVERY_TICK_UNTIL: u64 = 32;
-const LATER_EVERY: u64 = 4;
+/// Most functions rewritten in all (their stubs are 16 KiB of code; those of one phase of a program fit the
+/// instruction cache).
+pub const MAX_FUNCTIONS: usize = 128;
+/// Most functions rewritten in one look.
+const PICKS_PER_LOOK: usize = 32;
+/// A hot function is not rewritten when more than one MOST_COLLIDINGth of its calls come from callers whose
+/// entry of its table another caller takes.
+pub const MOST_COLLIDING: u64 = 4;
+/// Nor is a function called fewer times than this since the last look (about 400 000 calls a second at a
+/// look every 10 ms: below that, a stub saves nothing worth one of the [`MAX_FUNCTIONS`]).
+const MIN_CALLS: u64 = 1 << 12;
+/// Most cache entries a look reads (256 KiB: all of a cache of the first size, evenly spaced ones of a
+/// larger; about 30 µs against the 10 ms of CPU time between looks).
+const LOOK_ENTRIES: usize = 1 << 13;
 
-/// SIGPROF ticks seen.
-static TICKS: AtomicU64 = AtomicU64::new(0);
+/// The thread (its cache header's address) that looked last, and the total it counted then.
+static LAST_LOOKER: AtomicUsize = AtomicUsize::new(0);
+static LAST_TOTAL: AtomicU64 = AtomicU64::new(0);
 /// Functions rewritten so far.
 static REWRITTEN: AtomicUsize = AtomicUsize::new(0);
 /// Set while a look is under way: a second handler (another thread's) stays out.
@@ -50,8 +58,8 @@ pub fn give_up() {
     GIVEN_UP.store(true, Ordering::Relaxed);
 }
 
-/// Called by the SIGPROF handler on every tick of the look timer (`sampler::start_look_timer`): on the ticks
-/// of the schedule, rewrites the sites of the functions found hot. Async-signal-safe: atomics, reads of this thread's cache, a read of
+/// Called by the SIGPROF handler on every tick of the look timer (`sampler::start_look_timer`): rewrites the
+/// sites of the functions found hot. Async-signal-safe: atomics, reads of this thread's cache, a read of
 /// `/proc/self/stat`, two `mprotect`s per site (and three `membarrier`s while other threads run); no
 /// allocation, no lock, errno kept.
 pub fn on_tick() {
@@ -59,10 +67,6 @@ pub fn on_tick() {
         return;
     };
     if GIVEN_UP.load(Ordering::Relaxed) {
-        return;
-    }
-    let tick = TICKS.fetch_add(1, Ordering::Relaxed) + 1;
-    if tick > EVERY_TICK_UNTIL && !tick.is_multiple_of(LATER_EVERY) {
         return;
     }
     if REWRITTEN.load(Ordering::Relaxed) >= MAX_FUNCTIONS {
@@ -93,15 +97,15 @@ fn look_and_rewrite(kept: &sites::KeptSites) {
     let Some(slot) = (unsafe { cache.slot.as_ref() }) else {
         return;
     };
-    let Some(total) = count_calls(kept, cache, slot) else {
-        return;
-    };
-    let mut picked = [usize::MAX; MAX_FUNCTIONS];
-    let room = MAX_FUNCTIONS - REWRITTEN.load(Ordering::Relaxed).min(MAX_FUNCTIONS);
+    let total = count_calls(kept, cache, slot);
+    let mut picked = [Pick::default(); PICKS_PER_LOOK];
+    let room =
+        (MAX_FUNCTIONS - REWRITTEN.load(Ordering::Relaxed).min(MAX_FUNCTIONS)).min(PICKS_PER_LOOK);
     let picked = pick_hottest(kept, total, &mut picked[..room]);
     if picked.is_empty() {
         return;
     }
+    count_colliding_calls(kept, slot, picked);
     // With one thread (this one, in its handler) no code runs elsewhere; with more, the rewrite follows the
     // cross-modifying-code protocol, where the kernel provides it.
     let alone = sys::thread_count() == Some(1);
@@ -109,9 +113,12 @@ fn look_and_rewrite(kept: &sites::KeptSites) {
         return;
     }
     let signals = sys::block_signals();
-    for &index in picked.iter() {
-        kept.done[index].store(true, Ordering::Relaxed);
-        let site = &kept.sites[index];
+    for pick in picked.iter() {
+        kept.done[pick.index].store(true, Ordering::Relaxed);
+        if pick.colliding.saturating_mul(MOST_COLLIDING) > pick.calls {
+            continue;
+        }
+        let site = &kept.sites[pick.index];
         // SAFETY: signals blocked on this thread; with one thread nothing else runs while the site changes,
         // with more the live rewrite's protocol (its registration is `kept.live`) keeps them off it.
         let rewritten = unsafe {
@@ -128,54 +135,100 @@ fn look_and_rewrite(kept: &sites::KeptSites) {
     sys::restore_signals(&signals);
 }
 
-/// Sums, for each kept site's function, the counts of the cache entries whose callee it is, into
-/// `kept.calls`; the total of every entry of the cache and of the thread's site region. `None` below
-/// [`MIN_CALLS`].
-fn count_calls(
-    kept: &sites::KeptSites,
-    cache: &ThreadCache,
-    slot: &super::CacheSlot,
-) -> Option<u64> {
+/// Sums, for each kept site's function, the counts of the thread cache's entries whose callee it is, and
+/// the counts of all its entries (at most [`LOOK_ENTRIES`] read): the calls `mcount` counted (the stubs'
+/// tables are not read: a look would cost ten times as much). Stores in `kept.calls` each function's calls since this thread's last look (all
+/// of them if another thread looked last), and returns the same for the total.
+///
+/// Counting since the last look, not since the start, lets a phase of the program that begins late have
+/// its functions found as soon as the phases before it (a function's running total would have to reach a
+/// [`SHARE`]th of everything counted before it started).
+fn count_calls(kept: &sites::KeptSites, cache: &ThreadCache, slot: &super::CacheSlot) -> u64 {
     kept.calls
         .iter()
         .for_each(|calls| calls.store(0, Ordering::Relaxed));
     let mut total = 0u64;
-    slot.for_each_entry_in_use(|entry| {
+    slot.for_each_sampled_entry_in_use(LOOK_ENTRIES, |entry| {
         let count = entry.count.load(Ordering::Relaxed);
         total = total.saturating_add(count);
         if let Some(index) = kept.find(entry.selfpc.load(Ordering::Relaxed)) {
             kept.calls[index].fetch_add(count, Ordering::Relaxed);
         }
     });
-    let region = cache.site_region.load(Ordering::Relaxed);
-    if region != 0 {
-        // SAFETY: a non-zero `site_region` is this thread's site region.
-        unsafe {
-            sites::for_each_used_entry(region as *mut u8, |entry| {
-                total = total.saturating_add(entry.count.load(Ordering::Relaxed));
-            })
-        };
+    let looker = cache as *const ThreadCache as usize;
+    let same_thread = LAST_LOOKER.swap(looker, Ordering::Relaxed) == looker;
+    let before = LAST_TOTAL.swap(total, Ordering::Relaxed);
+    for (calls, seen) in kept.calls.iter().zip(kept.seen.iter()) {
+        let now = calls.load(Ordering::Relaxed);
+        let then = seen.swap(now, Ordering::Relaxed);
+        if same_thread {
+            calls.store(now.saturating_sub(then), Ordering::Relaxed);
+        }
     }
-    (total >= MIN_CALLS).then_some(total)
+    if same_thread {
+        total.saturating_sub(before)
+    } else {
+        total
+    }
 }
 
-/// Fills `picked` with the indices of the kept sites not yet rewritten whose function has at least a
-/// [`SHARE`]th of `total` (not 0), hottest first; the part filled. A site picked has its calls zeroed, so
-/// that the next pass passes it over.
-fn pick_hottest<'a>(kept: &sites::KeptSites, total: u64, picked: &'a mut [usize]) -> &'a [usize] {
+/// A function found hot in a look.
+#[derive(Clone, Copy, Default)]
+struct Pick {
+    /// Its kept site.
+    index: usize,
+    /// Its calls in the thread's cache.
+    calls: u64,
+    /// Those of them whose caller's entry in the function's table another caller took first.
+    colliding: u64,
+    /// The entries of its table its callers take (a bit each).
+    taken: [u64; sites::TABLE_ENTRIES / 64],
+}
+
+/// Fills `picked` with the kept sites not yet rewritten whose function has at least a [`SHARE`]th of
+/// `total` (not 0), hottest first; the part filled. A site picked has its calls zeroed, so that the next
+/// pass passes it over.
+fn pick_hottest<'a>(kept: &sites::KeptSites, total: u64, picked: &'a mut [Pick]) -> &'a mut [Pick] {
     let mut filled = 0;
     while filled < picked.len() {
         let hottest = (0..kept.sites.len())
             .filter(|&index| !kept.done[index].load(Ordering::Relaxed))
             .map(|index| (kept.calls[index].load(Ordering::Relaxed), index))
-            .filter(|&(calls, _)| calls.saturating_mul(SHARE) >= total)
+            .filter(|&(calls, _)| calls >= MIN_CALLS && calls.saturating_mul(SHARE) >= total)
             .max();
-        let Some((_, index)) = hottest else {
+        let Some((calls, index)) = hottest else {
             break;
         };
         kept.calls[index].store(0, Ordering::Relaxed);
-        picked[filled] = index;
+        picked[filled] = Pick {
+            index,
+            calls,
+            ..Pick::default()
+        };
         filled += 1;
     }
-    &picked[..filled]
+    &mut picked[..filled]
+}
+
+/// Counts, for each picked function, the calls in the thread's cache whose caller would find its entry of
+/// the function's table taken by a caller seen before it: calls the stub would pass on to `mcount`'s hit
+/// path at a higher cost than `mcount`'s own (runtime/CALLCOUNTS.md, "Which sites are rewritten"). In a
+/// cache larger than [`LOOK_ENTRIES`], only the callers in the entries read are seen.
+fn count_colliding_calls(kept: &sites::KeptSites, slot: &super::CacheSlot, picked: &mut [Pick]) {
+    slot.for_each_sampled_entry_in_use(LOOK_ENTRIES, |entry| {
+        let Some(index) = kept.find(entry.selfpc.load(Ordering::Relaxed)) else {
+            return;
+        };
+        let Some(pick) = picked.iter_mut().find(|pick| pick.index == index) else {
+            return;
+        };
+        let at = sites::entry_index(entry.frompc.load(Ordering::Relaxed));
+        let (word, bit) = (at / 64, 1u64 << (at % 64));
+        if pick.taken[word] & bit != 0 {
+            pick.colliding = pick
+                .colliding
+                .saturating_add(entry.count.load(Ordering::Relaxed));
+        }
+        pick.taken[word] |= bit;
+    });
 }

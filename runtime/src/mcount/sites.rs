@@ -14,8 +14,9 @@
 //! callee-saved registers and `sub rsp, imm` (gcc -O2 puts those before the call in 516 of the 680 functions
 //! of the bench's `liblua.so`). The stub reads the caller's return address at `[rbp + 8]`, as `mcount` does.
 //! A site becomes `jmp stub` (`e9 rel32`) and a `nop`; the stub jumps back to the instruction after the site.
-//! Only the sites of functions with at most [`MAX_CALL_SITES`] direct call sites in their module are
-//! rewritten ([`with_few_call_sites`]).
+//! At start-up ([`Rewrite::AtStartUp`]) only the sites of functions with at most [`MAX_CALL_SITES`] direct
+//! call sites in their module are rewritten ([`with_few_call_sites`]); while the program runs, `hot.rs`
+//! judges each function by the callers it sees.
 //!
 //! **A stub** ([`STUB_BYTES`] bytes, starting a cache line) looks the caller's return address up in the
 //! function's table, a slice of [`TABLE_ENTRIES`] entries at a fixed offset in the thread's site region. The
@@ -295,9 +296,15 @@ pub unsafe fn stub_metadata(miss_return: usize) -> (u32, usize) {
     }
 }
 
+/// The entry a call from `frompc` uses in its callee's table: bits 2–9 of the return address, as the stub
+/// computes it.
+pub fn entry_index(frompc: usize) -> usize {
+    ((frompc << 3) as u32 & INDEX_MASK) as usize / 32
+}
+
 /// The offset of the entry a call from `frompc` uses in the table at `table`.
 pub fn entry_offset(table: u32, frompc: usize) -> usize {
-    table as usize + ((frompc << 3) as u32 & INDEX_MASK) as usize
+    table as usize + entry_index(frompc) * 32
 }
 
 // ---- In this process: the rewrite at start-up, the site regions' layout, and the stubs' addresses. ----
@@ -483,7 +490,12 @@ pub fn install(
             .iter()
             .flat_map(|&(start, text)| find_sites(text, start, &got))
             .collect();
-        let sites = with_few_call_sites(&found_sites, &code);
+        // At start-up nothing is known of how the functions are called but their static call sites; while
+        // the program runs, `hot.rs` sees each function's callers, and refuses those that collide.
+        let sites = match rewrite {
+            Rewrite::AtStartUp => with_few_call_sites(&found_sites, &code),
+            Rewrite::WhenHot => found_sites.iter().map(|site| site.at).collect(),
+        };
         if sites.is_empty() || tables + sites.len() > MAX_TABLES || found.len() == MAX_STUB_MAPPINGS
         {
             continue;
@@ -710,8 +722,10 @@ impl SiteJump {
 /// each was rewritten (or given up). Made once at start-up, never freed.
 pub struct KeptSites {
     pub sites: Box<[SiteJump]>,
-    /// Calls counted for each site's function in the last look (`hot.rs`).
+    /// Calls counted for each site's function since the look before the last (`hot.rs`).
     pub calls: Box<[AtomicU64]>,
+    /// Calls counted for each site's function in all, as of the last look.
+    pub seen: Box<[AtomicU64]>,
     /// Whether each site was rewritten (or its rewrite failed: it is not tried again).
     pub done: Box<[AtomicBool]>,
     /// Whether sites may be rewritten while other threads run (`sys::register_core_sync` succeeded).
@@ -735,6 +749,7 @@ fn keep(mut jumps: Vec<SiteJump>) {
     jumps.sort_unstable_by_key(|jump| jump.selfpc);
     let kept = Box::new(KeptSites {
         calls: jumps.iter().map(|_| AtomicU64::new(0)).collect(),
+        seen: jumps.iter().map(|_| AtomicU64::new(0)).collect(),
         done: jumps.iter().map(|_| AtomicBool::new(false)).collect(),
         sites: jumps.into_boxed_slice(),
         live: crate::sys::register_core_sync(),
