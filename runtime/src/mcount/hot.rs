@@ -137,8 +137,9 @@ fn look_and_rewrite(kept: &sites::KeptSites) {
 
 /// Sums, for each kept site's function, the counts of the thread cache's entries whose callee it is, and
 /// the counts of all its entries (at most [`LOOK_ENTRIES`] read): the calls `mcount` counted (the stubs'
-/// tables are not read: a look would cost ten times as much). Stores in `kept.calls` each function's calls since this thread's last look (all
-/// of them if another thread looked last), and returns the same for the total.
+/// tables are not read: a look would cost ten times as much). Stores in `kept.calls` each function's calls
+/// since this thread's last look (all of them if another thread looked last), and returns the same for the
+/// total.
 ///
 /// Counting since the last look, not since the start, lets a phase of the program that begins late have
 /// its functions found as soon as the phases before it (a function's running total would have to reach a
@@ -177,7 +178,7 @@ fn count_calls(kept: &sites::KeptSites, cache: &ThreadCache, slot: &super::Cache
 struct Pick {
     /// Its kept site.
     index: usize,
-    /// Its calls in the thread's cache.
+    /// Its calls in the thread's cache since the last look.
     calls: u64,
     /// Those of them whose caller's entry in the function's table another caller took first.
     colliding: u64,
@@ -185,8 +186,8 @@ struct Pick {
     taken: [u64; sites::TABLE_ENTRIES / 64],
 }
 
-/// Fills `picked` with the kept sites not yet rewritten whose function has at least a [`SHARE`]th of
-/// `total` (not 0), hottest first; the part filled. A site picked has its calls zeroed, so that the next
+/// Fills `picked` with the kept sites not yet rewritten whose function has at least [`MIN_CALLS`] and a
+/// [`SHARE`]th of `total`, hottest first; the part filled. A site picked has its calls zeroed, so that the next
 /// pass passes it over.
 fn pick_hottest<'a>(kept: &sites::KeptSites, total: u64, picked: &'a mut [Pick]) -> &'a mut [Pick] {
     let mut filled = 0;

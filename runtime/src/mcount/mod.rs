@@ -535,22 +535,16 @@ fn record_in_region(
 /// cache counted until then: each moves to the site region when its entry there is made, so that the entry's
 /// running total starts from a counter that has every earlier call, and the arc is never in both.
 fn take_from_cache(cache: &ThreadCache, slot: &CacheSlot, frompc: usize, selfpc: usize) {
-    if let Some(ways) = pair_ways(cache, slot, frompc, selfpc)
+    if let Some(ways) = pair_ways(slot, cache_index(frompc, selfpc, cache.set_mask))
         && let Some(entry) = way_holding(ways, frompc, selfpc)
     {
         cache_slots::flush(entry, slot.is_lent());
     }
 }
 
-/// The four entries where the cache may hold the pair: the two ways of its set, then the two of its alternate
-/// set. `None` when the mapping is too short (none yet).
-fn pair_ways<'a>(
-    cache: &ThreadCache,
-    slot: &'a CacheSlot,
-    frompc: usize,
-    selfpc: usize,
-) -> Option<[&'a CacheEntry; 4]> {
-    let index = cache_index(frompc, selfpc, cache.set_mask);
+/// The four entries where the cache may hold a pair whose set starts at `index` ([`cache_index`]): the two ways
+/// of its set, then the two of its alternate set. `None` when the mapping is too short (none yet).
+fn pair_ways(slot: &CacheSlot, index: usize) -> Option<[&CacheEntry; 4]> {
     let alternate = alternate_index(index);
     let entries = slot.entries();
     match (
@@ -595,7 +589,7 @@ fn cached_count(counted: &Counted, shared: bool) -> (usize, u64) {
 fn record_cached(cache: &mut ThreadCache, slot: &CacheSlot, frompc: usize, selfpc: usize) {
     let index = cache_index(frompc, selfpc, cache.set_mask);
     let alternate = alternate_index(index);
-    let Some(ways) = pair_ways(cache, slot, frompc, selfpc) else {
+    let Some(ways) = pair_ways(slot, index) else {
         return;
     };
     let [first, second, alternate_first, alternate_second] = ways;

@@ -722,9 +722,9 @@ impl SiteJump {
 /// each was rewritten (or given up). Made once at start-up, never freed.
 pub struct KeptSites {
     pub sites: Box<[SiteJump]>,
-    /// Calls counted for each site's function since the look before the last (`hot.rs`).
+    /// Each site's function's calls counted by the looking thread since its previous look (`hot.rs`).
     pub calls: Box<[AtomicU64]>,
-    /// Calls counted for each site's function in all, as of the last look.
+    /// Each site's function's calls counted by the thread that looked last, in all, as of that look.
     pub seen: Box<[AtomicU64]>,
     /// Whether each site was rewritten (or its rewrite failed: it is not tried again).
     pub done: Box<[AtomicBool]>,
