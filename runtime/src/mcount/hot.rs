@@ -15,7 +15,7 @@
 //! The rewrite happens in a SIGPROF handler, with every signal of its thread blocked (the interrupted code is
 //! at an instruction boundary, and a frame returning to the site's end finds one there too). When
 //! `/proc/self/stat` counts one thread, nothing else runs while the site's six bytes change; with more, the
-//! rewrite follows the cross-modifying-code protocol ([`sites::SiteJump::rewrite_live`]), or is not done
+//! rewrite follows the cross-modifying-code protocol ([`sites::rewrite_live_all`]), or is not done
 //! where the kernel lacks `membarrier`'s core-serialising command. The calls of a function rewritten now were
 //! counted in each thread's cache: each arc moves to the stub's table, with its count, when that thread's
 //! entry there is made (`take_from_cache` in `mod.rs`).
@@ -33,6 +33,7 @@ pub const SHARE: u64 = 512;
 pub const MAX_FUNCTIONS: usize = 128;
 /// Most functions rewritten in one look.
 const PICKS_PER_LOOK: usize = 32;
+const _: () = assert!(PICKS_PER_LOOK <= sites::MOST_LIVE_AT_ONCE);
 /// A hot function is not rewritten when more than one MOST_COLLIDINGth of its calls come from callers whose
 /// entry of its table another caller takes.
 pub const MOST_COLLIDING: u64 = 4;
@@ -84,10 +85,13 @@ pub fn on_tick() {
 /// hottest functions with at least a [`SHARE`]th of the calls.
 fn look_and_rewrite(kept: &sites::KeptSites) {
     // SAFETY: this thread's own header (see `record_top_level`), only read here; its entries are read only
-    // when neither a stub's lookup nor the Rust side was interrupted (`window` and `depth` are 0).
+    // when the Rust side, which may move them or change their mapping, was not interrupted (`depth` 0, a
+    // valid generation). A fast path interrupted between its lookup and its add (`window` non-zero) is no
+    // reason to wait: the look reads counts and changes code, never an entry, and the interrupted `mcount`
+    // returns to the site's end, an instruction boundary either way. Waiting for it skipped most looks of a
+    // program that spends its time in `mcount`, which is the program that needs one (runtime/CALLCOUNTS.md).
     let cache = unsafe { &*x86_64::thread_cache_block().cast::<ThreadCache>() };
     if cache.depth != 0
-        || cache.window != 0
         || cache.generation == 0
         || CACHE_STATE.load(Ordering::Relaxed) & STATE_PAUSED != 0
     {
@@ -115,23 +119,20 @@ fn look_and_rewrite(kept: &sites::KeptSites) {
     let signals = sys::block_signals();
     for pick in picked.iter() {
         kept.done[pick.index].store(true, Ordering::Relaxed);
-        if pick.colliding.saturating_mul(MOST_COLLIDING) > pick.calls {
-            continue;
-        }
-        let site = &kept.sites[pick.index];
-        // SAFETY: signals blocked on this thread; with one thread nothing else runs while the site changes,
-        // with more the live rewrite's protocol (its registration is `kept.live`) keeps them off it.
-        let rewritten = unsafe {
-            if alone {
-                site.rewrite()
-            } else {
-                site.rewrite_live()
-            }
-        };
-        if rewritten {
-            REWRITTEN.fetch_add(1, Ordering::Relaxed);
-        }
     }
+    let chosen = picked
+        .iter()
+        .filter(|pick| pick.colliding.saturating_mul(MOST_COLLIDING) <= pick.calls)
+        .map(|pick| &kept.sites[pick.index]);
+    let rewritten = if alone {
+        // SAFETY: signals blocked on this thread, and no other thread runs while the sites change.
+        chosen.filter(|site| unsafe { site.rewrite() }).count()
+    } else {
+        // SAFETY: signals blocked on this thread; the live rewrite's protocol (its registration is
+        // `kept.live`) keeps the other threads off the sites while they change.
+        unsafe { sites::rewrite_live_all(chosen) }
+    };
+    REWRITTEN.fetch_add(rewritten, Ordering::Relaxed);
     sys::restore_signals(&signals);
 }
 

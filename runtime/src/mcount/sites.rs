@@ -5,7 +5,7 @@
 //! costs Lua's interpreter about 0.4 ns less per call than a call and its return, and a table per function
 //! needs one compare (the caller's return address) where the thread cache needs two. This file finds the
 //! sites in a module's code, encodes the stubs, rewrites the sites at start-up or keeps them for `hot.rs`
-//! ([`install`]), rewrites a kept site while other threads may run it ([`SiteJump::rewrite_live`]) and lays
+//! ([`install`]), rewrites kept sites while other threads may run them ([`rewrite_live_all`]) and lays
 //! out the per-thread site regions; the slow path is `record_site_call` in `mod.rs`, and each thread's region belongs
 //! to its slot in `cache_slots`. runtime/CALLCOUNTS.md, "Rewritten sites", explains why each part is safe.
 //!
@@ -658,63 +658,114 @@ impl SiteJump {
         })
     }
 
-    /// Rewrites the site while other threads may be running it: its first two bytes become `jmp $` (a
-    /// thread arriving there waits), then, once every thread has serialised, the last four change, and once
-    /// more, the first two become the jump's; a thread sees the old instruction, the wait, or the new one,
-    /// never a mix. False, with the site unchanged, when the kernel refused a step or the first two bytes
-    /// straddle a cache line (their store would not be atomic). Async-signal-safe (system calls only).
-    ///
-    /// # Safety
-    /// `sys::register_core_sync` must have succeeded, and no signal handler on this thread may run the site
-    /// meanwhile (the caller blocks signals): this thread would wait for itself.
-    pub unsafe fn rewrite_live(&self) -> bool {
-        const WAIT_HERE: [u8; 2] = [0xeb, 0xfe];
-        if self.site % 64 == 63 {
-            return false;
-        }
-        self.while_writable(|| {
-            // SAFETY: writable now, two bytes in one line; the steps below are the cross-modifying protocol.
-            unsafe { crate::sys::store_code_pair(self.site, WAIT_HERE) };
-            let waiting = crate::sys::sync_cores();
-            if waiting {
-                // SAFETY: no thread runs these bytes: any at the site waits on its first two.
-                unsafe {
-                    core::ptr::copy_nonoverlapping(
-                        self.jump[2..].as_ptr(),
-                        (self.site + 2) as *mut u8,
-                        SITE_BYTES - 2,
-                    )
-                };
-                crate::sys::sync_cores();
-            }
-            // The jump's first two bytes, or (the kernel refused to serialise, the rest unchanged) the call's.
-            let first = if waiting {
-                [self.jump[0], self.jump[1]]
-            } else {
-                CALL_THROUGH_GOT
-            };
-            // SAFETY: as the first store.
-            unsafe { crate::sys::store_code_pair(self.site, first) };
-            crate::sys::sync_cores();
-            waiting
-        })
-    }
-
     /// Runs `change` with the site's page(s) writable (and still executable), then makes them read-only and
     /// executable again, as the loader mapped code; what `change` returned, or false when the kernel refused
     /// the write permission (`change` not run).
     fn while_writable(&self, change: impl FnOnce() -> bool) -> bool {
-        let page = crate::sys::page_size();
-        let start = self.site & !(page - 1);
-        let len = (self.site + SITE_BYTES).next_multiple_of(page) - start;
-        // SAFETY: adds a permission to the pages of a loaded module's code.
-        if !unsafe { crate::sys::protect(start, len, true, true) } {
+        if !self.make_writable() {
             return false;
         }
         let changed = change();
-        // SAFETY: takes back only the permission added above.
-        unsafe { crate::sys::protect(start, len, false, true) };
+        self.make_read_only();
         changed
+    }
+
+    /// Adds write permission to the site's page(s), keeping execute: false when the kernel refused.
+    fn make_writable(&self) -> bool {
+        let (start, len) = self.pages();
+        // SAFETY: adds a permission to the pages of a loaded module's code.
+        unsafe { crate::sys::protect(start, len, true, true) }
+    }
+
+    /// Makes the site's page(s) read-only and executable again, as the loader mapped code.
+    fn make_read_only(&self) {
+        let (start, len) = self.pages();
+        // SAFETY: takes back only the permission [`SiteJump::make_writable`] added.
+        unsafe { crate::sys::protect(start, len, false, true) };
+    }
+
+    /// The start and length of the page(s) the site's bytes are on.
+    fn pages(&self) -> (usize, usize) {
+        let page = crate::sys::page_size();
+        let start = self.site & !(page - 1);
+        (
+            start,
+            (self.site + SITE_BYTES).next_multiple_of(page) - start,
+        )
+    }
+}
+
+/// Most sites [`rewrite_live_all`] rewrites in one round.
+pub const MOST_LIVE_AT_ONCE: usize = 64;
+
+/// Rewrites the sites of `jumps` (the first [`MOST_LIVE_AT_ONCE`]) while other threads may be running them,
+/// all in one round of the cross-modifying-code protocol: each site's first two bytes become `jmp $` (a
+/// thread arriving there waits), then, once every thread has serialised, their last four change, and once
+/// more, their first two become the jump's; a thread sees the old instruction, the wait, or the new one,
+/// never a mix. Returns how many were rewritten: none when the kernel refused to serialise (the sites are
+/// as they were); a site is left out when its page cannot be made writable or its first two bytes straddle
+/// a cache line (their store would not be atomic). Async-signal-safe (system calls only).
+///
+/// One round for all, not one per site: a thread waiting on a `jmp $` spins until the rewriting thread
+/// goes on, and each `membarrier` is a point where the kernel may switch that thread out (with 16 threads
+/// of fib on 2 cores, the rewrite of fib's one site took 40 ms in one run of six, 0.1–0.2 ms in the
+/// others). Two system calls while sites wait in each look, rather than two per site, leave fewer such
+/// points.
+///
+/// # Safety
+/// `sys::register_core_sync` must have succeeded, and no signal handler on this thread may run the sites
+/// meanwhile (the caller blocks signals): this thread would wait for itself.
+pub unsafe fn rewrite_live_all<'a>(jumps: impl Iterator<Item = &'a SiteJump> + Clone) -> usize {
+    const WAIT_HERE: [u8; 2] = [0xeb, 0xfe];
+    let mut taking = 0u64;
+    for (at, jump) in jumps.clone().take(MOST_LIVE_AT_ONCE).enumerate() {
+        if jump.site % 64 != 63 && jump.make_writable() {
+            taking |= 1 << at;
+        }
+    }
+    let each = |step: &mut dyn FnMut(&SiteJump)| {
+        jumps
+            .clone()
+            .take(MOST_LIVE_AT_ONCE)
+            .enumerate()
+            .filter(|&(at, _)| taking & (1 << at) != 0)
+            .for_each(|(_, jump)| step(jump));
+    };
+    each(&mut |jump| {
+        // SAFETY: the site is writable now and its first two bytes are in one line; the steps here are the
+        // cross-modifying protocol.
+        unsafe { crate::sys::store_code_pair(jump.site, WAIT_HERE) }
+    });
+    let waiting = crate::sys::sync_cores();
+    if waiting {
+        each(&mut |jump| {
+            // SAFETY: no thread runs these bytes: any at the site waits on its first two.
+            unsafe {
+                core::ptr::copy_nonoverlapping(
+                    jump.jump[2..].as_ptr(),
+                    (jump.site + 2) as *mut u8,
+                    SITE_BYTES - 2,
+                )
+            }
+        });
+        crate::sys::sync_cores();
+    }
+    // The jumps' first two bytes, or (the kernel refused to serialise, the rest unchanged) the calls'.
+    each(&mut |jump| {
+        let first = if waiting {
+            [jump.jump[0], jump.jump[1]]
+        } else {
+            CALL_THROUGH_GOT
+        };
+        // SAFETY: as the `jmp $` store.
+        unsafe { crate::sys::store_code_pair(jump.site, first) }
+    });
+    crate::sys::sync_cores();
+    each(&mut |jump| jump.make_read_only());
+    if waiting {
+        taking.count_ones() as usize
+    } else {
+        0
     }
 }
 
