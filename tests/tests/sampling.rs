@@ -836,13 +836,16 @@ fn a_large_library_histogram_is_written_from_its_touched_pages() {
         assert!(buckets >= 1024 * 1024, "{buckets} buckets");
         assert!(big.samples >= 5, "{} samples", big.samples);
         assert_eq!(histogram_total(big), big.samples, "{bits}-bit");
-        // Every sample lies in the burner's code (burn() is inlined into spin_big), far into the range.
+        // Every sample lies in the code after the padding, far into the range: spin_big (burn() is inlined
+        // into it) or burn.h's clock reader, which -O1 keeps as a function of its own just before it (a
+        // sample landed there in one run of the fresh-clone CI).
+        let code_after_padding = padding + 4 * 1024 * 1024;
         for range in &histogram.ranges {
             for (index, _) in range.buckets.nonzero() {
                 let address = range.start.0 + index * 4;
                 assert!(
-                    address >= burner && address < burner + 4096,
-                    "sample at {address:#x}, burner at {burner:#x}"
+                    address >= code_after_padding && address < burner + 4096,
+                    "sample at {address:#x}, code after the padding from {code_after_padding:#x}, burner at {burner:#x}"
                 );
             }
         }
