@@ -213,7 +213,7 @@ fn first_expiry(period: u64) -> u64 {
 
 unsafe extern "C" fn delete_thread_timer(value: *mut c_void) {
     if !value.is_null() {
-        sys::delete_timer(sys::ThreadTimer::from_id(value as usize - 1));
+        sys::delete_timer(sys::CpuTimer::from_id(value as usize - 1));
     }
 }
 

@@ -619,15 +619,15 @@ pub fn set_thread_value(key: libc::pthread_key_t, value: usize) {
 
 /// A CPU-time timer (the kernel's timer id).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ThreadTimer(usize);
+pub struct CpuTimer(usize);
 
-impl ThreadTimer {
+impl CpuTimer {
     pub fn id(self) -> usize {
         self.0
     }
 
-    pub fn from_id(id: usize) -> ThreadTimer {
-        ThreadTimer(id)
+    pub fn from_id(id: usize) -> CpuTimer {
+        CpuTimer(id)
     }
 }
 
@@ -649,7 +649,7 @@ pub fn start_cpu_timer(
     cookie: usize,
     first_ns: u64,
     period_ns: u64,
-) -> Result<ThreadTimer, i32> {
+) -> Result<CpuTimer, i32> {
     // SAFETY: sigevent is plain data; all-zero is a valid starting value.
     let mut event: libc::sigevent = unsafe { std::mem::zeroed() };
     event.sigev_signo = signal;
@@ -687,11 +687,11 @@ pub fn start_cpu_timer(
         unsafe { libc::timer_delete(timer) };
         return Err(error);
     }
-    Ok(ThreadTimer(timer as usize))
+    Ok(CpuTimer(timer as usize))
 }
 
 /// Deletes a timer created by [`start_cpu_timer`].
-pub fn delete_timer(timer: ThreadTimer) {
+pub fn delete_timer(timer: CpuTimer) {
     // SAFETY: the id came from timer_create; a stale id only makes timer_delete fail with EINVAL.
     unsafe { libc::timer_delete(timer.0 as libc::timer_t) };
 }

@@ -61,8 +61,8 @@ pub fn give_up() {
 
 /// Called by the SIGPROF handler on every tick of the look timer (`sampler::start_look_timer`): rewrites the
 /// sites of the functions found hot. Async-signal-safe: atomics, reads of this thread's cache, a read of
-/// `/proc/self/stat`, two `mprotect`s per site (and three `membarrier`s while other threads run); no
-/// allocation, no lock, errno kept.
+/// `/proc/self/stat`, two `mprotect`s per site (and, while other threads run, three `membarrier`s a look);
+/// no allocation, no lock, errno kept.
 pub fn on_tick() {
     let Some(kept) = sites::kept() else {
         return;

@@ -651,23 +651,13 @@ impl SiteJump {
     /// As [`SiteJump::write`]: the process runs one thread, and no signal handler that could run the
     /// site may interrupt this (the caller blocks signals).
     pub unsafe fn rewrite(&self) -> bool {
-        self.while_writable(|| {
-            // SAFETY: writable now; the rest as the caller guarantees.
-            unsafe { self.write() };
-            true
-        })
-    }
-
-    /// Runs `change` with the site's page(s) writable (and still executable), then makes them read-only and
-    /// executable again, as the loader mapped code; what `change` returned, or false when the kernel refused
-    /// the write permission (`change` not run).
-    fn while_writable(&self, change: impl FnOnce() -> bool) -> bool {
         if !self.make_writable() {
             return false;
         }
-        let changed = change();
+        // SAFETY: writable now; the rest as the caller guarantees.
+        unsafe { self.write() };
         self.make_read_only();
-        changed
+        true
     }
 
     /// Adds write permission to the site's page(s), keeping execute: false when the kernel refused.
