@@ -106,6 +106,139 @@ pub unsafe fn protect(address: usize, len: usize, writable: bool, executable: bo
     unsafe { libc::mprotect(address as *mut c_void, len, prot) == 0 }
 }
 
+/// Sets the protection of the pages of `[address, address + len)` to exactly `prot` (`PROT_*` bits, as
+/// [`page_protections`] read them). False when the kernel refuses. Async-signal-safe, errno kept.
+///
+/// # Safety
+/// Nothing may run code in, or write to, pages that lose that permission.
+pub unsafe fn protect_exactly(address: usize, len: usize, prot: i32) -> bool {
+    let _errno = SavedErrno::save();
+    // SAFETY: the caller guarantees no code depends on the permissions taken away.
+    unsafe { libc::mprotect(address as *mut c_void, len, prot) == 0 }
+}
+
+/// How a page is mapped, from `/proc/self/maps`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PageAccess {
+    /// Its `PROT_*` bits.
+    pub prot: i32,
+    /// Whether the mapping is shared (a write would reach the file or the other processes).
+    pub shared: bool,
+    /// Whether `/proc/self/maps` listed it at all.
+    pub mapped: bool,
+}
+
+/// Fills `access[i]` with how `pages[i]` is mapped now (`pages` sorted ascending), from one pass over
+/// `/proc/self/maps`: the protection the program (or the loader) chose, which a rewrite of code must give
+/// back exactly. False when the file cannot be read. Async-signal-safe: open/read/close into a buffer on the
+/// stack, no allocation, errno kept.
+pub fn page_protections(pages: &[usize], access: &mut [PageAccess]) -> bool {
+    let _errno = SavedErrno::save();
+    access.iter_mut().for_each(|a| *a = PageAccess::default());
+    // SAFETY: a NUL-terminated path; the descriptor is closed below.
+    let fd = unsafe {
+        libc::open(
+            c"/proc/self/maps".as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return false;
+    }
+    let mut buffer = [0u8; 4096];
+    let (mut held, mut next_page, mut complete) = (0usize, 0usize, false);
+    // Set while the rest of a line longer than the buffer is being dropped.
+    let mut dropping = false;
+    // Gives the pages in a line's range its access; maps lines come in address order, as the pages.
+    let mut note = |line: &[u8]| {
+        if let Some((low, high, line_access)) = maps_line(line) {
+            while next_page < pages.len() && pages[next_page] < high {
+                if pages[next_page] >= low {
+                    access[next_page] = line_access;
+                }
+                next_page += 1;
+            }
+        }
+    };
+    loop {
+        // SAFETY: reads into the free part of the buffer.
+        let read =
+            unsafe { libc::read(fd, buffer[held..].as_mut_ptr().cast(), buffer.len() - held) };
+        let Ok(read) = usize::try_from(read) else {
+            if errno() == libc::EINTR {
+                continue;
+            }
+            break;
+        };
+        if read == 0 {
+            complete = true;
+            break;
+        }
+        held += read;
+        let mut start = 0;
+        while let Some(end) = buffer[start..held].iter().position(|&b| b == b'\n') {
+            if !dropping {
+                note(&buffer[start..start + end]);
+            }
+            dropping = false;
+            start += end + 1;
+        }
+        if start == 0 && held == buffer.len() {
+            // A line longer than the buffer (a very long path): its start is enough, the rest is dropped.
+            if !dropping {
+                note(&buffer[..held]);
+            }
+            dropping = true;
+            start = held;
+        }
+        buffer.copy_within(start..held, 0);
+        held -= start;
+    }
+    // SAFETY: our own descriptor.
+    unsafe { libc::close(fd) };
+    complete
+}
+
+/// The range and access of one `/proc/self/maps` line (`start-end perms ...`, hexadecimal addresses).
+fn maps_line(line: &[u8]) -> Option<(usize, usize, PageAccess)> {
+    let mut fields = line.split(|&b| b == b' ');
+    let range = fields.next()?;
+    let perms = fields.next()?;
+    let dash = range.iter().position(|&b| b == b'-')?;
+    let hex = |digits: &[u8]| {
+        core::str::from_utf8(digits)
+            .ok()
+            .and_then(|digits| usize::from_str_radix(digits, 16).ok())
+    };
+    let (low, high) = (hex(&range[..dash])?, hex(&range[dash + 1..])?);
+    let [r, w, x, kind] = perms.get(..4)?.try_into().ok()?;
+    let bit = |flag: u8, letter: u8, value: i32| if flag == letter { value } else { 0 };
+    let prot = bit(r, b'r', libc::PROT_READ)
+        | bit(w, b'w', libc::PROT_WRITE)
+        | bit(x, b'x', libc::PROT_EXEC);
+    Some((
+        low,
+        high,
+        PageAccess {
+            prot,
+            shared: kind == b's',
+            mapped: true,
+        },
+    ))
+}
+
+/// Sleeps for `micros` microseconds (EINTR ends it early). Async-signal-safe, errno kept.
+#[cfg(feature = "test-hooks")]
+pub fn sleep_micros(micros: u64) {
+    let _errno = SavedErrno::save();
+    let time = libc::timespec {
+        tv_sec: (micros / 1_000_000) as libc::time_t,
+        tv_nsec: (micros % 1_000_000 * 1000) as libc::c_long,
+    };
+    // SAFETY: a valid timespec; the remainder is not wanted.
+    unsafe { libc::nanosleep(&time, core::ptr::null_mut()) };
+}
+
 /// Threads of this process, from field 20 (`num_threads`) of `/proc/self/stat`; `None` when it cannot be
 /// read. Async-signal-safe: open/read/close into a buffer on the stack, errno kept.
 pub fn thread_count() -> Option<usize> {
@@ -878,6 +1011,45 @@ pub fn signal_number(name: &[u8]) -> Option<i32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn page_protections_are_read_as_the_program_set_them() {
+        let page = page_size();
+        let base = map_zeroed(3 * page).expect("a mapping") as usize;
+        // SAFETY: our own fresh mapping; nothing runs in it.
+        assert!(unsafe { protect_exactly(base + page, page, libc::PROT_READ | libc::PROT_EXEC) });
+        // SAFETY: as above.
+        assert!(unsafe { protect_exactly(base + 2 * page, page, libc::PROT_NONE) });
+        let pages = [base, base + page, base + 2 * page, 4096];
+        let mut access = [PageAccess::default(); 4];
+        assert!(page_protections(&pages, &mut access));
+        let prots: Vec<(i32, bool)> = access.iter().map(|a| (a.prot, a.mapped)).collect();
+        assert_eq!(
+            prots,
+            [
+                (libc::PROT_READ | libc::PROT_WRITE, true),
+                (libc::PROT_READ | libc::PROT_EXEC, true),
+                (libc::PROT_NONE, true),
+                (0, false)
+            ]
+        );
+        assert!(access.iter().all(|a| !a.shared));
+        // SAFETY: our own mapping, no longer used.
+        unsafe { unmap(base as *mut u8, 3 * page) };
+        let line = b"7f00-7f10 r-xs 00000000 08:01 42 /a path with spaces";
+        assert_eq!(
+            maps_line(line),
+            Some((
+                0x7f00,
+                0x7f10,
+                PageAccess {
+                    prot: libc::PROT_READ | libc::PROT_EXEC,
+                    shared: true,
+                    mapped: true
+                }
+            ))
+        );
+    }
 
     #[test]
     fn the_thread_count_is_the_eighteenth_field_after_the_command_name() {

@@ -147,6 +147,55 @@ pub fn run_signal_fixture(
     (handled, crate::read_profile(&workspace.join("gmon.out")))
 }
 
+/// Checks a run of the hot fixture (hot.c, `alone` or `thread`): its output (the sites of hot_leaf,
+/// cold_leaf and crowded, the rounds of each thread, the signals handled) and the exact counts of every arc
+/// between its functions in `profile`. Returns what it says the three sites are (e.g. "jump call call").
+pub fn assert_hot_counts_exact(
+    stdout: &str,
+    profile: &Profile,
+    thread: bool,
+    what: &str,
+) -> String {
+    const NAMES: [&str; 8] = [
+        "main",
+        "second",
+        "round_of_calls",
+        "hot_leaf",
+        "cold_leaf",
+        "crowd",
+        "crowded",
+        "on_alarm",
+    ];
+    let fields: Vec<&str> = stdout.split_whitespace().collect();
+    assert_eq!(fields.len(), 6, "{what}");
+    let [rounds, second_rounds, handled] =
+        [3, 4, 5].map(|i| fields[i].parse::<u64>().expect("a number"));
+    assert!(handled > 0, "{what}");
+    assert_eq!(second_rounds > 0, thread, "{what}");
+    let all_rounds = rounds + second_rounds;
+    // Each thread calls cold_leaf in its rounds 0, COLD_EVERY, 2 COLD_EVERY...
+    let cold_calls = rounds.div_ceil(1000) + second_rounds.div_ceil(1000);
+    let expected: CallGraph = [
+        (("main", "round_of_calls"), rounds),
+        (("second", "round_of_calls"), second_rounds),
+        (("round_of_calls", "hot_leaf"), 1000 * all_rounds),
+        (("round_of_calls", "cold_leaf"), cold_calls),
+        (("round_of_calls", "crowd"), all_rounds),
+        (("crowd", "crowded"), 400 * all_rounds),
+        (("on_alarm", "hot_leaf"), 10 * handled),
+    ]
+    .into_iter()
+    .filter(|&(_, count)| count > 0)
+    .map(|((caller, callee), count)| ((caller.to_string(), callee.to_string()), count))
+    .collect();
+    let mut counted = profile_call_graph(profile, &|name| NAMES.contains(&name));
+    // main's call of second (through pthread_create) is not a direct call: whatever it is, keep it out.
+    counted.retain(|(caller, callee), _| !(caller == "main" && callee == "second"));
+    assert_eq!(counted, expected, "{what}");
+    assert_eq!(profile.header.dropped_arcs, 0, "{what}");
+    fields[..3].join(" ")
+}
+
 /// Builds the threads fixture (threads.c against `-pg -O2` libcct.so), runs it under the runtime with `args`
 /// (none: its defaults) and returns the profile with its call graph between `thread_body` and `t_work`.
 pub fn run_threads_fixture(args: &[&str]) -> (Profile, CallGraph) {

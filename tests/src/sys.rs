@@ -1,4 +1,5 @@
-//! The test helpers' one use of raw libc: reaping a child with `wait4` to learn the resources it used.
+//! The test helpers' uses of raw libc: reaping a child with `wait4` to learn the resources it used, and
+//! sending a child a signal.
 
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
@@ -46,4 +47,13 @@ pub fn wait_with_usage(pid: u32) -> std::io::Result<ChildUsage> {
         user_cpu: time(usage.ru_utime),
         system_cpu: time(usage.ru_stime),
     })
+}
+
+/// Sends `signal` to the process `pid`; false when it is gone.
+pub fn send_signal(pid: u32, signal: i32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
+    // SAFETY: kill takes two integers and touches no memory of ours.
+    unsafe { libc::kill(pid, signal) == 0 }
 }

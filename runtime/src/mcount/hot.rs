@@ -15,7 +15,7 @@
 //! The rewrite happens in a SIGPROF handler, with every signal of its thread blocked (the interrupted code is
 //! at an instruction boundary, and a frame returning to the site's end finds one there too). When
 //! `/proc/self/stat` counts one thread, nothing else runs while the site's six bytes change; with more, the
-//! rewrite follows the cross-modifying-code protocol ([`sites::rewrite_live_all`]), or is not done
+//! rewrite follows the cross-modifying-code protocol ([`sites::rewrite_round`]), or is not done
 //! where the kernel lacks `membarrier`'s core-serialising command. The calls of a function rewritten now were
 //! counted in each thread's cache: each arc moves to the stub's table, with its count, when that thread's
 //! entry there is made (`take_from_cache` in `mod.rs`).
@@ -33,7 +33,7 @@ pub const SHARE: u64 = 512;
 pub const MAX_FUNCTIONS: usize = 128;
 /// Most functions rewritten in one look.
 const PICKS_PER_LOOK: usize = 32;
-const _: () = assert!(PICKS_PER_LOOK <= sites::MOST_LIVE_AT_ONCE);
+const _: () = assert!(PICKS_PER_LOOK <= sites::MOST_AT_ONCE);
 /// A hot function is not rewritten when more than one MOST_COLLIDINGth of its calls come from callers whose
 /// entry of its table another caller takes.
 pub const MOST_COLLIDING: u64 = 4;
@@ -61,7 +61,7 @@ pub fn give_up() {
 
 /// Called by the SIGPROF handler on every tick of the look timer (`sampler::start_look_timer`): rewrites the
 /// sites of the functions found hot. Async-signal-safe: atomics, reads of this thread's cache, a read of
-/// `/proc/self/stat`, two `mprotect`s per site (and, while other threads run, three `membarrier`s a look);
+/// `/proc/self/stat` and `/proc/self/maps`, two `mprotect`s per page (and, while other threads run, three `membarrier`s a look);
 /// no allocation, no lock, errno kept.
 pub fn on_tick() {
     let Some(kept) = sites::kept() else {
@@ -124,14 +124,14 @@ fn look_and_rewrite(kept: &sites::KeptSites) {
         .iter()
         .filter(|pick| pick.colliding.saturating_mul(MOST_COLLIDING) <= pick.calls)
         .map(|pick| &kept.sites[pick.index]);
-    let rewritten = if alone {
-        // SAFETY: signals blocked on this thread, and no other thread runs while the sites change.
-        chosen.filter(|site| unsafe { site.rewrite() }).count()
+    let writing = if alone {
+        sites::Writing::Alone
     } else {
-        // SAFETY: signals blocked on this thread; the live rewrite's protocol (its registration is
-        // `kept.live`) keeps the other threads off the sites while they change.
-        unsafe { sites::rewrite_live_all(chosen) }
+        sites::Writing::WhileOthersRun
     };
+    // SAFETY: signals blocked on this thread; alone, no other thread runs while the sites change, and
+    // with others the live protocol (its registration is `kept.live`) keeps them off the sites.
+    let rewritten = unsafe { sites::rewrite_round(chosen, writing) };
     REWRITTEN.fetch_add(rewritten, Ordering::Relaxed);
     sys::restore_signals(&signals);
 }

@@ -5,7 +5,7 @@
 //! costs Lua's interpreter about 0.4 ns less per call than a call and its return, and a table per function
 //! needs one compare (the caller's return address) where the thread cache needs two. This file finds the
 //! sites in a module's code, encodes the stubs, rewrites the sites at start-up or keeps them for `hot.rs`
-//! ([`install`]), rewrites kept sites while other threads may run them ([`rewrite_live_all`]) and lays
+//! ([`install`]), rewrites kept sites while other threads may run them ([`rewrite_round`]) and lays
 //! out the per-thread site regions; the slow path is `record_site_call` in `mod.rs`, and each thread's region belongs
 //! to its slot in `cache_slots`. runtime/CALLCOUNTS.md, "Rewritten sites", explains why each part is safe.
 //!
@@ -54,7 +54,7 @@
 //! Each module's stub mapping starts with the trampoline to the slow path and the copy of the hit path
 //! (`x86_64::near_site_mcount_template`), both within a `rel32` of every stub.
 
-use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
 use mslprof_format::RuntimeAddress;
 
@@ -424,8 +424,6 @@ pub unsafe fn for_each_used_entry(
 struct ModuleSites {
     /// Lowest and highest address of its code.
     text: (usize, usize),
-    /// Its executable ranges, page-rounded, for the rewrite.
-    pages: Vec<(usize, usize)>,
     sites: Vec<usize>,
 }
 
@@ -453,6 +451,8 @@ pub fn install(
     miss: usize,
     rewrite: Rewrite,
 ) -> usize {
+    #[cfg(feature = "test-hooks")]
+    read_test_settings();
     let page = crate::sys::page_size();
     let mut found = Vec::new();
     let mut tables = 0;
@@ -505,11 +505,7 @@ pub fn install(
             ranges.iter().map(|r| r.0).min().unwrap_or(0),
             ranges.iter().map(|r| r.1).max().unwrap_or(0),
         );
-        let pages = ranges
-            .iter()
-            .map(|&(start, end)| (start & !(page - 1), end.next_multiple_of(page)))
-            .collect();
-        found.push(ModuleSites { text, pages, sites });
+        found.push(ModuleSites { text, sites });
     }
     if tables == 0 {
         return 0;
@@ -524,10 +520,12 @@ pub fn install(
     for module in &found {
         if let Some(jumps) = map_stubs(module, table, tls, miss, page) {
             match rewrite {
-                Rewrite::AtStartUp if write_jumps(&module.pages, &jumps) => {
-                    rewritten += jumps.len()
+                Rewrite::AtStartUp => {
+                    for round in jumps.chunks(MOST_AT_ONCE) {
+                        // SAFETY: start-up, one thread, signals that could run a site not yet handled.
+                        rewritten += unsafe { rewrite_round(round.iter(), Writing::Alone) };
+                    }
                 }
-                Rewrite::AtStartUp => {}
                 Rewrite::WhenHot => kept.extend(jumps),
             }
         }
@@ -579,9 +577,12 @@ fn map_stubs(
             return None;
         };
         code[at..at + STUB_BYTES].copy_from_slice(&encoded);
+        // SAFETY: the site's bytes are in the module's code, mapped readable (`find_sites` read them).
+        let original = unsafe { core::ptr::read(site as *const [u8; SITE_BYTES]) };
         jumps.push(SiteJump {
             selfpc: site + SITE_BYTES,
             site,
+            original,
             jump,
         });
     }
@@ -597,138 +598,226 @@ fn map_stubs(
     Some(jumps)
 }
 
-/// Rewrites the sites of `jumps`, in a module whose code is `pages`, at start-up; false when the code could
-/// not be made writable (nothing is rewritten then).
-fn write_jumps(pages: &[(usize, usize)], jumps: &[SiteJump]) -> bool {
-    // The code gains write permission, keeping execute: the start-up code calling this may be running in
-    // it (a constructor of the module).
-    // SAFETY: only adds a permission.
-    let writable = pages
-        .iter()
-        .all(|&(start, end)| unsafe { crate::sys::protect(start, end - start, true, true) });
-    if writable {
-        for jump in jumps {
-            // SAFETY: `site` is a site found in this module's code, now writable; the process has one
-            // thread, and a frame suspended in the function returns past the site, whose end stays an
-            // instruction boundary (`jmp` + `nop`).
-            unsafe { jump.write() };
-        }
-    }
-    for &(start, end) in pages {
-        // SAFETY: back to read-only and executable, as the loader mapped code.
-        unsafe { crate::sys::protect(start, end - start, false, true) };
-    }
-    writable
-}
-
 /// A site and the jump to its stub that replaces it.
 #[derive(Clone, Copy, Debug)]
 pub struct SiteJump {
     /// The return address of the site's call of `mcount`: the selfpc its calls are counted under.
     pub selfpc: usize,
     site: usize,
+    /// The site's bytes when its module was read at start-up: a site that no longer holds them (a
+    /// breakpoint, another patcher) is left alone.
+    original: [u8; SITE_BYTES],
     jump: [u8; SITE_BYTES],
 }
 
 impl SiteJump {
-    /// Writes the jump over the site.
+    /// The page(s) the site's bytes are on: one, or two when they cross a page boundary.
+    fn pages(&self, page: usize) -> [usize; 2] {
+        [
+            self.site & !(page - 1),
+            (self.site + SITE_BYTES - 1) & !(page - 1),
+        ]
+    }
+
+    /// Whether the site still holds the bytes start-up found.
     ///
     /// # Safety
-    /// The site's code must be writable, and no thread may be running the site's bytes or be able to start
-    /// before the write ends (a thread stopped at the site itself, or returning past it, is fine: the site's
-    /// end stays an instruction boundary).
+    /// The site's page(s) must be readable.
+    unsafe fn unchanged(&self) -> bool {
+        // SAFETY: as the caller guarantees.
+        unsafe { core::ptr::read_volatile(self.site as *const [u8; SITE_BYTES]) == self.original }
+    }
+
+    /// Writes the whole jump over the site.
+    ///
+    /// # Safety
+    /// The site's page(s) must be writable, and no other thread may be running the site's bytes (a thread
+    /// returning past it is fine: the site's end stays an instruction boundary).
     unsafe fn write(&self) {
-        // SAFETY: as the caller guarantees; `site` is a site of a loaded module that is never unloaded.
+        // SAFETY: as the caller guarantees.
         unsafe {
             core::ptr::copy_nonoverlapping(self.jump.as_ptr(), self.site as *mut u8, SITE_BYTES)
         };
     }
-
-    /// Rewrites the site now, making its page(s) writable for the write: false when the kernel refused.
-    /// Async-signal-safe (two `mprotect`s, no allocation, errno kept).
-    ///
-    /// # Safety
-    /// As [`SiteJump::write`]: the process runs one thread, and no signal handler that could run the
-    /// site may interrupt this (the caller blocks signals).
-    pub unsafe fn rewrite(&self) -> bool {
-        if !self.make_writable() {
-            return false;
-        }
-        // SAFETY: writable now; the rest as the caller guarantees.
-        unsafe { self.write() };
-        self.make_read_only();
-        true
-    }
-
-    /// Adds write permission to the site's page(s), keeping execute: false when the kernel refused.
-    fn make_writable(&self) -> bool {
-        let (start, len) = self.pages();
-        // SAFETY: adds a permission to the pages of a loaded module's code.
-        unsafe { crate::sys::protect(start, len, true, true) }
-    }
-
-    /// Makes the site's page(s) read-only and executable again, as the loader mapped code.
-    fn make_read_only(&self) {
-        let (start, len) = self.pages();
-        // SAFETY: takes back only the permission [`SiteJump::make_writable`] added.
-        unsafe { crate::sys::protect(start, len, false, true) };
-    }
-
-    /// The start and length of the page(s) the site's bytes are on.
-    fn pages(&self) -> (usize, usize) {
-        let page = crate::sys::page_size();
-        let start = self.site & !(page - 1);
-        (
-            start,
-            (self.site + SITE_BYTES).next_multiple_of(page) - start,
-        )
-    }
 }
 
-/// Most sites [`rewrite_live_all`] rewrites in one round.
-pub const MOST_LIVE_AT_ONCE: usize = 64;
+/// Most sites one round ([`rewrite_round`]) rewrites.
+pub const MOST_AT_ONCE: usize = 64;
+/// Most pages one round's sites are on (two a site when each crosses a page boundary).
+const MOST_PAGES: usize = 2 * MOST_AT_ONCE;
 
-/// Rewrites the sites of `jumps` (the first [`MOST_LIVE_AT_ONCE`]) while other threads may be running them,
-/// all in one round of the cross-modifying-code protocol: each site's first two bytes become `jmp $` (a
-/// thread arriving there waits), then, once every thread has serialised, their last four change, and once
-/// more, their first two become the jump's; a thread sees the old instruction, the wait, or the new one,
-/// never a mix. Returns how many were rewritten: none when the kernel refused to serialise (the sites are
-/// as they were); a site is left out when its page cannot be made writable or its first two bytes straddle
-/// a cache line (their store would not be atomic). Async-signal-safe (system calls only).
+/// How a round writes its sites.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Writing {
+    /// Six bytes at a time: no other thread runs (start-up, or a process of one thread).
+    Alone,
+    /// By the cross-modifying-code protocol: other threads may be running the sites.
+    WhileOthersRun,
+}
+
+/// The round of rewrites under way, where a child forked meanwhile finds it ([`finish_round_after_fork`]).
+/// One round at a time: `hot.rs`'s looks exclude each other, and the start-up rewrite runs alone.
 ///
-/// One round for all, not one per site: a thread waiting on a `jmp $` spins until the rewriting thread
-/// goes on, and each `membarrier` is a point where the kernel may switch that thread out (with 16 threads
-/// of fib on 2 cores, the rewrite of fib's one site took 40 ms in one run of six, 0.1–0.2 ms in the
-/// others). Two system calls while sites wait in each look, rather than two per site, leave fewer such
-/// points.
+/// The parent writes it in this order: the pages and their protections, `open`, then the sites, before
+/// any byte of code or any protection changes; `open` is cleared after the last protection is given back.
+/// fork() copies the parent's memory under the parent's mmap lock, and a store after the copy of its page
+/// waits for the lock, so a child that sees any change of the round's code sees the record and `open`.
+struct Round {
+    open: AtomicBool,
+    pages: [AtomicUsize; MOST_PAGES],
+    protections: [AtomicI32; MOST_PAGES],
+    page_count: AtomicUsize,
+    sites: [AtomicUsize; MOST_AT_ONCE],
+    jumps: [AtomicU64; MOST_AT_ONCE],
+    site_count: AtomicUsize,
+}
+
+static ROUND: Round = Round {
+    open: AtomicBool::new(false),
+    pages: [const { AtomicUsize::new(0) }; MOST_PAGES],
+    protections: [const { AtomicI32::new(0) }; MOST_PAGES],
+    page_count: AtomicUsize::new(0),
+    sites: [const { AtomicUsize::new(0) }; MOST_AT_ONCE],
+    jumps: [const { AtomicU64::new(0) }; MOST_AT_ONCE],
+    site_count: AtomicUsize::new(0),
+};
+
+/// Test hook (`test-hooks` builds, `MSLPROF_TEST_REWRITE_DELAY_US`): microseconds a live round waits with
+/// its sites at `jmp $`, so that tests can fork, stop or trace the process inside the window.
+#[cfg(feature = "test-hooks")]
+static ROUND_DELAY_MICROS: AtomicU64 = AtomicU64::new(0);
+
+/// Rewrites the sites of `jumps` (the first [`MOST_AT_ONCE`]) in one round; how many were rewritten.
+///
+/// Each page keeps the protection it had: the round reads it from `/proc/self/maps`, adds write permission
+/// where it is missing, and gives back exactly what it read. A site is left out when it no longer holds the
+/// bytes start-up found, when its page is shared, unreadable or cannot be made writable, or (while others
+/// run) when its first two bytes straddle a cache line (their store would not be atomic).
+///
+/// While other threads run ([`Writing::WhileOthersRun`]), the round follows the cross-modifying-code
+/// protocol: each site's first two bytes become `jmp $` (a thread arriving there waits), then, once every
+/// thread has serialised, their last four change, and once more, their first two become the jump's; a
+/// thread sees the old instruction, the wait, or the new one, never a mix. None is rewritten when the
+/// kernel refuses to serialise (the sites are as they were). One round for all, not one per site: a thread
+/// waiting on a `jmp $` spins until the rewriting thread goes on, and each `membarrier` is a point where the
+/// kernel may switch that thread out (with 16 threads of fib on 2 cores, the rewrite of fib's one site took
+/// 40 ms in one run of six, 0.1–0.2 ms in the others).
+///
+/// A child forked during the round finishes it ([`finish_round_after_fork`]). Async-signal-safe (system
+/// calls only, errno kept).
 ///
 /// # Safety
-/// `sys::register_core_sync` must have succeeded, and no signal handler on this thread may run the sites
-/// meanwhile (the caller blocks signals): this thread would wait for itself.
-pub unsafe fn rewrite_live_all<'a>(jumps: impl Iterator<Item = &'a SiteJump> + Clone) -> usize {
+/// No signal handler on this thread may run the sites meanwhile (the caller blocks signals: with
+/// `WhileOthersRun` this thread would wait for itself). With [`Writing::Alone`], no other thread runs;
+/// with `WhileOthersRun`, `sys::register_core_sync` must have succeeded.
+pub unsafe fn rewrite_round<'a>(
+    jumps: impl Iterator<Item = &'a SiteJump>,
+    writing: Writing,
+) -> usize {
     const WAIT_HERE: [u8; 2] = [0xeb, 0xfe];
-    let mut taking = 0u64;
-    for (at, jump) in jumps.clone().take(MOST_LIVE_AT_ONCE).enumerate() {
-        if jump.site % 64 != 63 && jump.make_writable() {
-            taking |= 1 << at;
+    let page = crate::sys::page_size();
+    let mut candidates: [Option<&SiteJump>; MOST_AT_ONCE] = [None; MOST_AT_ONCE];
+    let mut pages = [0usize; MOST_PAGES];
+    let mut page_count = 0;
+    for (slot, jump) in candidates.iter_mut().zip(jumps) {
+        if writing == Writing::WhileOthersRun && jump.site % 64 == 63 {
+            continue;
+        }
+        *slot = Some(jump);
+        for at in jump.pages(page) {
+            if let Err(index) = pages[..page_count].binary_search(&at) {
+                pages.copy_within(index..page_count, index + 1);
+                pages[index] = at;
+                page_count += 1;
+            }
         }
     }
-    let each = |step: &mut dyn FnMut(&SiteJump)| {
-        jumps
-            .clone()
-            .take(MOST_LIVE_AT_ONCE)
-            .enumerate()
-            .filter(|&(at, _)| taking & (1 << at) != 0)
-            .for_each(|(_, jump)| step(jump));
+    if page_count == 0 {
+        return 0;
+    }
+    let pages = &pages[..page_count];
+    let mut access = [crate::sys::PageAccess::default(); MOST_PAGES];
+    let access = &mut access[..page_count];
+    if !crate::sys::page_protections(pages, access) {
+        return 0;
+    }
+    for (i, (&at, how)) in pages.iter().zip(access.iter()).enumerate() {
+        ROUND.pages[i].store(at, Ordering::Relaxed);
+        ROUND.protections[i].store(how.prot, Ordering::Relaxed);
+    }
+    ROUND.page_count.store(page_count, Ordering::Relaxed);
+    ROUND.site_count.store(0, Ordering::Relaxed);
+    ROUND.open.store(true, Ordering::Release);
+    // Pages this round made writable (bit i: pages[i]), and those a site may be written on.
+    let (mut opened, mut usable) = (0u128, 0u128);
+    for (i, (&at, how)) in pages.iter().zip(access.iter()).enumerate() {
+        if !how.mapped || how.shared || how.prot & libc::PROT_READ == 0 {
+            continue;
+        }
+        if how.prot & libc::PROT_WRITE != 0 {
+            usable |= 1 << i;
+        // SAFETY: only adds write permission to a private mapping of code, keeping the rest.
+        } else if unsafe { crate::sys::protect_exactly(at, page, how.prot | libc::PROT_WRITE) } {
+            opened |= 1 << i;
+            usable |= 1 << i;
+        }
+    }
+    let usable_page = |at: usize| {
+        pages
+            .binary_search(&at)
+            .is_ok_and(|index| usable & (1 << index) != 0)
     };
-    each(&mut |jump| {
-        // SAFETY: the site is writable now and its first two bytes are in one line; the steps here are the
-        // cross-modifying protocol.
-        unsafe { crate::sys::store_code_pair(jump.site, WAIT_HERE) }
-    });
+    let mut taken: [Option<&SiteJump>; MOST_AT_ONCE] = [None; MOST_AT_ONCE];
+    let mut site_count = 0;
+    for jump in candidates.iter().flatten() {
+        // SAFETY: its pages are readable (usable).
+        if jump.pages(page).into_iter().all(usable_page) && unsafe { jump.unchanged() } {
+            let mut packed = [0u8; 8];
+            packed[..SITE_BYTES].copy_from_slice(&jump.jump);
+            ROUND.sites[site_count].store(jump.site, Ordering::Relaxed);
+            ROUND.jumps[site_count].store(u64::from_le_bytes(packed), Ordering::Relaxed);
+            taken[site_count] = Some(jump);
+            site_count += 1;
+        }
+    }
+    ROUND.site_count.store(site_count, Ordering::Release);
+    let taken = &taken[..site_count];
+    let rewritten = match writing {
+        Writing::Alone => {
+            for jump in taken.iter().flatten() {
+                // SAFETY: writable now; one thread, as the caller guarantees.
+                unsafe { jump.write() };
+            }
+            site_count
+        }
+        // SAFETY: the sites' pages are writable now; the caller guarantees the rest.
+        Writing::WhileOthersRun => unsafe { write_while_others_run(taken, WAIT_HERE) },
+    };
+    for (i, (&at, how)) in pages.iter().zip(access.iter()).enumerate() {
+        if opened & (1 << i) != 0 {
+            // SAFETY: gives back exactly the protection the page had, which took write away.
+            unsafe { crate::sys::protect_exactly(at, page, how.prot) };
+        }
+    }
+    ROUND.open.store(false, Ordering::Release);
+    rewritten
+}
+
+/// The cross-modifying-code protocol of [`rewrite_round`] over `taken`; how many sites were rewritten.
+///
+/// # Safety
+/// As [`rewrite_round`] with [`Writing::WhileOthersRun`]; the sites' pages are writable and each site's
+/// first two bytes are in one cache line.
+unsafe fn write_while_others_run(taken: &[Option<&SiteJump>], wait_here: [u8; 2]) -> usize {
+    for jump in taken.iter().flatten() {
+        // SAFETY: writable, the first two bytes in one line; the steps here are the protocol.
+        unsafe { crate::sys::store_code_pair(jump.site, wait_here) }
+    }
+    #[cfg(feature = "test-hooks")]
+    crate::sys::sleep_micros(ROUND_DELAY_MICROS.load(Ordering::Relaxed));
     let waiting = crate::sys::sync_cores();
     if waiting {
-        each(&mut |jump| {
+        for jump in taken.iter().flatten() {
             // SAFETY: no thread runs these bytes: any at the site waits on its first two.
             unsafe {
                 core::ptr::copy_nonoverlapping(
@@ -737,25 +826,85 @@ pub unsafe fn rewrite_live_all<'a>(jumps: impl Iterator<Item = &'a SiteJump> + C
                     SITE_BYTES - 2,
                 )
             }
-        });
+        }
         crate::sys::sync_cores();
     }
     // The jumps' first two bytes, or (the kernel refused to serialise, the rest unchanged) the calls'.
-    each(&mut |jump| {
+    for jump in taken.iter().flatten() {
         let first = if waiting {
             [jump.jump[0], jump.jump[1]]
         } else {
-            CALL_THROUGH_GOT
+            [jump.original[0], jump.original[1]]
         };
         // SAFETY: as the `jmp $` store.
         unsafe { crate::sys::store_code_pair(jump.site, first) }
-    });
+    }
     crate::sys::sync_cores();
-    each(&mut |jump| jump.make_read_only());
-    if waiting {
-        taking.count_ones() as usize
-    } else {
-        0
+    if waiting { taken.len() } else { 0 }
+}
+
+/// In a forked child (one thread, before the program's own child handlers): if the parent was inside a
+/// round when it forked, the child may hold sites at `jmp $` (which no thread of the child would ever
+/// release), half-written, or pages the parent made writable. The child writes each of the round's jumps
+/// whole and gives every page of the round its protection back. Async-signal-safe.
+pub fn finish_round_after_fork() {
+    if !ROUND.open.load(Ordering::Acquire) {
+        return;
+    }
+    let page = crate::sys::page_size();
+    let page_count = ROUND.page_count.load(Ordering::Relaxed).min(MOST_PAGES);
+    let protection_of = |at: usize| {
+        (0..page_count)
+            .find(|&i| ROUND.pages[i].load(Ordering::Relaxed) == at)
+            .map(|i| ROUND.protections[i].load(Ordering::Relaxed))
+    };
+    let site_count = ROUND.site_count.load(Ordering::Acquire).min(MOST_AT_ONCE);
+    let mut unfinished = 0;
+    for i in 0..site_count {
+        let site = ROUND.sites[i].load(Ordering::Relaxed);
+        let jump = ROUND.jumps[i].load(Ordering::Relaxed).to_le_bytes();
+        let pages = [site & !(page - 1), (site + SITE_BYTES - 1) & !(page - 1)];
+        let writable = pages.iter().all(|&at| {
+            // SAFETY: adds write permission to a page the parent made writable for this site (private
+            // code, readable), keeping the rest of the protection it read.
+            protection_of(at).is_some_and(|prot| unsafe {
+                crate::sys::protect_exactly(at, page, prot | libc::PROT_WRITE)
+            })
+        });
+        if writable {
+            // SAFETY: the child runs one thread, here; the site's page(s) are writable; the parent checked
+            // the site's bytes, which are now the call, a `jmp $`, a half-written jump or the jump.
+            unsafe { core::ptr::copy_nonoverlapping(jump.as_ptr(), site as *mut u8, SITE_BYTES) };
+        } else {
+            unfinished += 1;
+        }
+    }
+    for i in 0..page_count {
+        let (at, prot) = (
+            ROUND.pages[i].load(Ordering::Relaxed),
+            ROUND.protections[i].load(Ordering::Relaxed),
+        );
+        // SAFETY: gives back the protection the page had before the parent's round (the same protection
+        // again where neither the parent nor the child changed it).
+        unsafe { crate::sys::protect_exactly(at, page, prot) };
+    }
+    ROUND.open.store(false, Ordering::Relaxed);
+    if unfinished > 0 {
+        crate::sys::stderr_line(&[
+            b"mslprof: a rewrite of code was under way at fork and this child cannot finish it; ",
+            b"some of its profiled functions may hang\n",
+        ]);
+    }
+}
+
+/// Reads the test hooks' settings (`test-hooks` builds only; at start-up).
+#[cfg(feature = "test-hooks")]
+fn read_test_settings() {
+    if let Some(micros) = std::env::var("MSLPROF_TEST_REWRITE_DELAY_US")
+        .ok()
+        .and_then(|value| value.parse().ok())
+    {
+        ROUND_DELAY_MICROS.store(micros, Ordering::Relaxed);
     }
 }
 
@@ -940,6 +1089,87 @@ mod tests {
                 entry: start
             }]
         );
+    }
+
+    /// A page of our own holding fake sites at `offsets` (`call *[rip + 0x200]`), with protection `prot`.
+    fn page_of_sites(offsets: &[usize], prot: i32) -> (usize, Vec<SiteJump>) {
+        let page = crate::sys::page_size();
+        let base = crate::sys::map_zeroed(page).expect("a page") as usize;
+        let original = [0xff, 0x15, 0x00, 0x02, 0x00, 0x00];
+        let jumps = offsets
+            .iter()
+            .map(|&offset| {
+                let site = base + offset;
+                // SAFETY: our own fresh read-write page.
+                unsafe { core::ptr::write(site as *mut [u8; SITE_BYTES], original) };
+                SiteJump {
+                    selfpc: site + SITE_BYTES,
+                    site,
+                    original,
+                    jump: [0xe9, 1, 2, 3, 4, 0x90],
+                }
+            })
+            .collect();
+        // SAFETY: nothing runs in or writes the page.
+        assert!(unsafe { crate::sys::protect_exactly(base, page, prot) });
+        (base, jumps)
+    }
+
+    fn bytes_at(site: usize) -> [u8; SITE_BYTES] {
+        // SAFETY: a readable page of a test.
+        unsafe { core::ptr::read_volatile(site as *const [u8; SITE_BYTES]) }
+    }
+
+    fn protection(base: usize) -> i32 {
+        let mut access = [crate::sys::PageAccess::default()];
+        assert!(crate::sys::page_protections(&[base], &mut access));
+        access[0].prot
+    }
+
+    #[test]
+    fn a_round_keeps_each_page_protection_skips_changed_sites_and_a_forked_child_finishes_it() {
+        let (rx, rwx) = (
+            libc::PROT_READ | libc::PROT_EXEC,
+            libc::PROT_READ | libc::PROT_WRITE | libc::PROT_EXEC,
+        );
+        for prot in [rx, rwx] {
+            let (base, jumps) = page_of_sites(&[100, 200], prot);
+            // A patcher (a debugger's breakpoint) changed the second site since start-up.
+            // SAFETY: our own page, made writable for the change.
+            unsafe {
+                crate::sys::protect_exactly(base, crate::sys::page_size(), rwx);
+                core::ptr::write_volatile(jumps[1].site as *mut u8, 0xcc);
+                crate::sys::protect_exactly(base, crate::sys::page_size(), prot);
+            }
+            // SAFETY: nothing runs the page's bytes.
+            let rewritten = unsafe { rewrite_round(jumps.iter(), Writing::Alone) };
+            assert_eq!(rewritten, 1);
+            assert_eq!(bytes_at(jumps[0].site), jumps[0].jump);
+            assert_eq!(bytes_at(jumps[1].site)[0], 0xcc);
+            assert_eq!(protection(base), prot, "the page's protection changed");
+            assert!(!ROUND.open.load(Ordering::Relaxed));
+        }
+        // A child forked with the round's sites at `jmp $`, its page still writable: it writes each jump
+        // whole and gives the page its protection back.
+        let (base, jumps) = page_of_sites(&[300], rx);
+        // SAFETY: our own page, made writable as the parent's round did, with the first two bytes at `jmp $`.
+        unsafe {
+            crate::sys::protect_exactly(base, crate::sys::page_size(), rwx);
+            core::ptr::write_volatile(jumps[0].site as *mut [u8; 2], [0xeb, 0xfe]);
+        }
+        let mut packed = [0u8; 8];
+        packed[..SITE_BYTES].copy_from_slice(&jumps[0].jump);
+        ROUND.pages[0].store(base, Ordering::Relaxed);
+        ROUND.protections[0].store(rx, Ordering::Relaxed);
+        ROUND.page_count.store(1, Ordering::Relaxed);
+        ROUND.sites[0].store(jumps[0].site, Ordering::Relaxed);
+        ROUND.jumps[0].store(u64::from_le_bytes(packed), Ordering::Relaxed);
+        ROUND.site_count.store(1, Ordering::Relaxed);
+        ROUND.open.store(true, Ordering::Release);
+        finish_round_after_fork();
+        assert_eq!(bytes_at(jumps[0].site), jumps[0].jump);
+        assert_eq!(protection(base), rx);
+        assert!(!ROUND.open.load(Ordering::Relaxed));
     }
 
     #[test]

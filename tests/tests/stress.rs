@@ -1,0 +1,169 @@
+//! The runtime under stress from the program and from outside, bounded in time: forks while sites are being
+//! rewritten (widened with the test hooks' delay, and natural), a program that patches its own code, SIGSTOP
+//! storms and a debugger attaching and detaching while hot sites are rewritten. Each run must end as it
+//! would without the runtime, with exact counts.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use mslprof_tests::analyzer::have;
+use mslprof_tests::callcounts::{
+    assert_hot_counts_exact, build_program, pg_flags, profile_call_graph, run_ok,
+};
+use mslprof_tests::{Workspace, read_profile, send_signal, wait_at_most_20s};
+
+/// forkstorm's output: forks made, children hung, functions rewritten, calls the workers made.
+fn fork_storm(command: &mut Command, workspace: &Workspace, what: &str) -> (u64, u64) {
+    let stdout = run_ok(command);
+    let fields: Vec<&str> = stdout.split_whitespace().collect();
+    assert_eq!(fields.len(), 8, "{what}: {stdout}");
+    let [forks, hung, jumps, calls] =
+        [1, 3, 5, 7].map(|i| fields[i].parse::<u64>().expect("a number"));
+    assert_eq!(
+        hung, 0,
+        "{what}: children hung on a half-rewritten site: {stdout}"
+    );
+    assert!(forks > 0, "{what}: {stdout}");
+    assert!(
+        jumps > 0,
+        "{what}: no site was rewritten, so nothing was tested: {stdout}"
+    );
+    // Every call of the f functions is counted from burst, through mcount or a stub.
+    let profile = read_profile(&workspace.join("gmon.out"));
+    let graph = profile_call_graph(&profile, &|name| {
+        name == "burst" || (name.starts_with('f') && name[1..].parse::<u32>().is_ok())
+    });
+    let counted: u64 = graph
+        .iter()
+        .filter(|((caller, _), _)| caller == "burst")
+        .map(|(_, count)| count)
+        .sum();
+    assert_eq!(counted, calls, "{what}: {stdout}");
+    (forks, jumps)
+}
+
+#[test]
+fn forks_during_rewrites_never_leave_a_child_on_a_half_rewritten_site() {
+    let workspace = Workspace::new();
+    let exe = build_program(
+        &workspace,
+        "forkstorm",
+        &["forkstorm.c"],
+        &[],
+        &pg_flags("-O2"),
+    );
+    // Each round of rewrites waits 20 ms with its sites at `jmp $`: the forking thread forks inside it.
+    let mut widened = workspace.command_with_test_hooks_runtime(&exe);
+    widened.env("MSLPROF_TEST_REWRITE_DELAY_US", "20000");
+    fork_storm(&mut widened, &workspace, "with 20 ms rewrite windows");
+    for run in 0..2 {
+        fork_storm(
+            &mut workspace.command_with_runtime(&exe),
+            &workspace,
+            &format!("natural run {run}"),
+        );
+    }
+}
+
+#[test]
+fn a_program_that_patches_its_own_code_runs_to_the_end() {
+    let workspace = Workspace::new();
+    let exe = build_program(
+        &workspace,
+        "selfpatch",
+        &["selfpatch.c"],
+        &[],
+        &pg_flags("-O2"),
+    );
+    let stdout = run_ok(workspace.command_with_runtime(&exe).arg("400000"));
+    let fields: Vec<&str> = stdout.split_whitespace().collect();
+    assert_eq!(fields.len(), 6, "{stdout}");
+    // hot_leaf's site was rewritten on the page the program made writable; the program's own patch of that
+    // page worked afterwards, and the page is still as the program set it.
+    assert_eq!(
+        [fields[0], fields[1], fields[2], fields[4]],
+        ["jump", "11223344", "55667788", "rwxp"],
+        "{stdout}"
+    );
+    let rounds: u64 = fields[3].parse().expect("a number");
+    let profile = read_profile(&workspace.join("gmon.out"));
+    let graph = profile_call_graph(&profile, &|name| {
+        ["main", "round_of_calls", "hot_leaf"].contains(&name)
+    });
+    assert_eq!(
+        graph.get(&("round_of_calls".into(), "hot_leaf".into())),
+        Some(&(1000 * rounds)),
+        "{stdout}"
+    );
+    assert_eq!(
+        graph.get(&("main".into(), "round_of_calls".into())),
+        Some(&rounds),
+        "{stdout}"
+    );
+}
+
+/// Runs hot.c (`thread` mode, so a second thread runs through the site as it changes; for 3 s at least)
+/// while `disturb` is called with its pid again and again until it ends; checks its output and exact
+/// counts.
+fn hot_run_disturbed(what: &str, mut disturb: impl FnMut(u32)) {
+    let workspace = Workspace::new();
+    let exe = build_program(&workspace, "hot", &["hot.c"], &[], &pg_flags("-O2"));
+    let mut child = workspace
+        .command_with_runtime(&exe)
+        .args(["thread", "400000", "3000"])
+        .env("MSLPROF_HZ", "1000")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start hot");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while child.try_wait().expect("wait").is_none() && Instant::now() < deadline {
+        disturb(child.id());
+    }
+    let status = wait_at_most_20s(&mut child, &format!("{what}: hot did not end"));
+    let mut stdout = String::new();
+    std::io::Read::read_to_string(&mut child.stdout.take().expect("stdout"), &mut stdout)
+        .expect("read stdout");
+    assert!(status.success(), "{what}: {status:?} {stdout}");
+    let profile = read_profile(&workspace.join("gmon.out"));
+    let sites = assert_hot_counts_exact(&stdout, &profile, true, what);
+    assert_eq!(sites, "jump call call", "{what}");
+}
+
+#[test]
+fn sigstop_storms_while_sites_are_rewritten_change_nothing() {
+    let mut stops = 0;
+    hot_run_disturbed("SIGSTOP storm", |pid| {
+        if send_signal(pid, libc::SIGSTOP) {
+            stops += 1;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+        send_signal(pid, libc::SIGCONT);
+        std::thread::sleep(Duration::from_millis(2));
+    });
+    assert!(stops > 0, "no SIGSTOP was sent");
+}
+
+#[test]
+fn a_debugger_attaching_and_detaching_while_sites_are_rewritten_changes_nothing() {
+    if !have("gdb") {
+        eprintln!("SKIPPED: gdb is not installed");
+        return;
+    }
+    let mut attached = 0;
+    hot_run_disturbed("gdb attach and detach", |pid| {
+        let output = Command::new("gdb")
+            .args(["-nx", "-batch", "-p", &pid.to_string()])
+            .args(["-ex", "info threads", "-ex", "detach"])
+            .stdin(Stdio::null())
+            .output()
+            .expect("run gdb");
+        if String::from_utf8_lossy(&output.stdout).contains("Thread") {
+            attached += 1;
+        }
+    });
+    if attached == 0 {
+        eprintln!(
+            "SKIPPED: gdb could not attach (ptrace refused here); the run itself was checked"
+        );
+    }
+}
