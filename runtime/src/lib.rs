@@ -15,6 +15,7 @@ pub mod lifecycle;
 pub mod mcount;
 pub mod modules;
 pub mod on_demand;
+mod perf_map;
 pub mod program_sigprof;
 mod reexec;
 pub mod sampler;
@@ -120,6 +121,7 @@ fn start(explicit: bool) -> u8 {
     if settings.near_mcount {
         mcount::near::redirect_main_program(modules::all());
     }
+    perf_map::write_at_start_up();
     dump::DUMP.note_start();
     if !sampler::start(settings.hz) {
         sys::stderr_line(&[b"mslprof: cannot install the SIGPROF handler; profiling is off\n"]);

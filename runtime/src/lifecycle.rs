@@ -164,6 +164,7 @@ impl LoaderEvents for Lifecycle {
         // First: a rewrite of code the parent had under way is finished, before any code of the
         // program's runs in the child.
         mcount::sites::finish_round_after_fork();
+        crate::perf_map::copy_after_fork();
         // The child's profile covers only the child: each owner of state starts afresh.
         ENDING.reset_after_fork();
         modules::reset_samples_after_fork();

@@ -425,6 +425,68 @@ pub fn remove_file(path: &[u8]) {
     unsafe { libc::unlink(path.as_ptr() as *const libc::c_char) };
 }
 
+/// Appends `bytes` to the file at `path` (NUL-terminated), creating it (mode 0644) if needed.
+pub fn append_to_file(path: &[u8], bytes: &[u8]) -> Result<(), i32> {
+    debug_assert_eq!(path.last(), Some(&0));
+    let _errno = SavedErrno::save();
+    // SAFETY: `path` is NUL-terminated; open has no other preconditions.
+    let fd = unsafe {
+        libc::open(
+            path.as_ptr() as *const libc::c_char,
+            libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            0o644 as libc::c_uint,
+        )
+    };
+    if fd < 0 {
+        return Err(errno());
+    }
+    let written = write_all(fd, bytes);
+    close_file(fd);
+    written
+}
+
+/// Copies the file at `from` to a new or emptied file at `to` (both NUL-terminated), through a buffer on the
+/// stack: no allocation, errno kept. Gives up quietly on any error.
+pub fn copy_file(from: &[u8], to: &[u8]) {
+    let _errno = SavedErrno::save();
+    // SAFETY: NUL-terminated paths; the descriptors are closed below.
+    let (source, target) = unsafe {
+        (
+            libc::open(
+                from.as_ptr() as *const libc::c_char,
+                libc::O_RDONLY | libc::O_CLOEXEC,
+            ),
+            libc::open(
+                to.as_ptr() as *const libc::c_char,
+                libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+                0o644 as libc::c_uint,
+            ),
+        )
+    };
+    if source >= 0 && target >= 0 {
+        let mut buffer = [0u8; 4096];
+        loop {
+            // SAFETY: reads at most the buffer's length into it.
+            let read = unsafe { libc::read(source, buffer.as_mut_ptr().cast(), buffer.len()) };
+            match usize::try_from(read) {
+                Ok(0) => break,
+                Ok(read) => {
+                    if write_all(target, &buffer[..read]).is_err() {
+                        break;
+                    }
+                }
+                Err(_) if errno() == libc::EINTR => {}
+                Err(_) => break,
+            }
+        }
+    }
+    for fd in [source, target] {
+        if fd >= 0 {
+            close_file(fd);
+        }
+    }
+}
+
 /// A close-on-exec pipe whose write end does not block: `(read end, write end)`.
 pub fn wakeup_pipe() -> Option<(i32, i32)> {
     let mut fds = [0i32; 2];

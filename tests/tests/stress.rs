@@ -167,3 +167,72 @@ fn a_debugger_attaching_and_detaching_while_sites_are_rewritten_changes_nothing(
         );
     }
 }
+
+/// Removes perf's map file of a process when dropped (perf reads it from /tmp only).
+struct PerfMapFile(Option<std::path::PathBuf>);
+
+impl Drop for PerfMapFile {
+    fn drop(&mut self) {
+        if let Some(path) = &self.0 {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+#[test]
+fn with_mslprof_perf_map_perf_names_the_runtimes_generated_code() {
+    if let Some(reason) = mslprof_tests::perf_unavailable() {
+        eprintln!("SKIPPED: {reason}");
+        return;
+    }
+    let workspace = Workspace::new();
+    let exe = build_program(&workspace, "hot", &["hot.c"], &[], &pg_flags("-O2"));
+    let data = workspace.join("perf.data");
+    let mut command = Command::new("perf");
+    command
+        .current_dir(workspace.path())
+        .args(["record", "-q", "-e", "cpu-clock", "-o"])
+        .arg(&data)
+        .arg("--")
+        .arg(&exe)
+        .args(["alone", "400000", "300"]);
+    let program = workspace.command_with_runtime(&exe);
+    for (name, value) in program.get_envs() {
+        match value {
+            Some(value) => command.env(name, value),
+            None => command.env_remove(name),
+        };
+    }
+    command.env("MSLPROF_PERF_MAP", "1");
+    run_ok(&mut command);
+    let report = Command::new("perf")
+        .args(["report", "--stdio", "--sort", "dso,sym", "-i"])
+        .arg(&data)
+        .output()
+        .expect("perf report");
+    let report = String::from_utf8_lossy(&report.stdout).into_owned();
+    // perf files the samples in code outside any file under `[JIT] tid N`, and names them from the map.
+    let generated: Vec<&str> = report
+        .lines()
+        .filter(|line| line.contains("[JIT] tid "))
+        .collect();
+    let pid = generated.first().and_then(|line| {
+        let after = &line[line.find("[JIT] tid ")? + "[JIT] tid ".len()..];
+        after.split_whitespace().next()
+    });
+    let _map = PerfMapFile(pid.map(|pid| format!("/tmp/perf-{pid}.map").into()));
+    assert!(
+        !generated.is_empty(),
+        "no sample in the runtime's generated code:\n{report}"
+    );
+    assert!(
+        generated.iter().all(|line| line.contains("[.] mslprof ")),
+        "perf did not name every piece of generated code:\n{report}"
+    );
+    assert!(
+        generated
+            .iter()
+            .any(|line| line.contains("mslprof stub for the mcount call at hot+0x")),
+        "hot_leaf's stub is not named:\n{report}"
+    );
+}

@@ -40,9 +40,21 @@ static ENABLED: AtomicBool = AtomicBool::new(false);
 /// Run-time address of libmslprof.so's `mslprof_plt_entry` (0: the runtime is not loaded).
 static COUNT_ENTRY: AtomicUsize = AtomicUsize::new(0);
 
-/// First call from ld.so: accept its interface version and read `MSLPROF_PLT`.
+/// `MSLPROF_PERF_MAP=1`: the stubs' arena is named in perf's map file (`sys::stub`).
+static PERF_MAP: AtomicBool = AtomicBool::new(false);
+
+/// Whether `MSLPROF_PERF_MAP=1` asked for perf's map file.
+fn perf_map_wanted() -> bool {
+    PERF_MAP.load(Ordering::Relaxed)
+}
+
+/// First call from ld.so: accept its interface version and read `MSLPROF_PLT` and `MSLPROF_PERF_MAP`.
 #[unsafe(no_mangle)]
 pub extern "C" fn la_version(version: u32) -> u32 {
+    PERF_MAP.store(
+        std::env::var_os("MSLPROF_PERF_MAP").is_some_and(|v| v == "1"),
+        Ordering::Relaxed,
+    );
     let off = std::env::var_os("MSLPROF_PLT").is_some_and(|v| v == "0");
     ENABLED.store(!off && !restarting(), Ordering::Relaxed);
     if version == 0 {

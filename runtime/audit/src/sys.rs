@@ -91,7 +91,12 @@ fn arena(entry: usize) -> Option<usize> {
     // SAFETY: the first word of our new mapping, not yet visible to anyone.
     unsafe { (fresh as *mut usize).write(entry) };
     match ARENA.compare_exchange(0, fresh as usize, Ordering::AcqRel, Ordering::Acquire) {
-        Ok(_) => Some(fresh as usize),
+        Ok(_) => {
+            if crate::perf_map_wanted() {
+                name_for_perf(fresh as usize);
+            }
+            Some(fresh as usize)
+        }
         Err(first) => {
             // SAFETY: our own mapping, which nobody else has seen.
             unsafe { libc::munmap(fresh, ARENA_BYTES) };
@@ -126,4 +131,76 @@ pub fn stub(entry: usize, target: usize) -> Option<usize> {
     // these bytes to this call alone; nobody runs the stub before we return its address.
     unsafe { std::ptr::copy_nonoverlapping(code.as_ptr(), stub as *mut u8, STUB_BYTES) };
     Some(stub)
+}
+
+/// `MSLPROF_PERF_MAP=1`: appends the arena's line to perf's map file for this process
+/// (`/tmp/perf-PID.map`, `START SIZE name` in hexadecimal; libmslprof.so appends the lines of its own
+/// code), so that perf names the stubs' time instead of showing `[JIT] tid N`. Allocation-free (a stub may
+/// be made in a signal handler); gives up quietly.
+fn name_for_perf(base: usize) {
+    let mut line = [0u8; 96];
+    let mut used = 0;
+    let mut put = |bytes: &[u8]| {
+        let end = (used + bytes.len()).min(line.len());
+        line[used..end].copy_from_slice(&bytes[..end - used]);
+        used = end;
+    };
+    let mut digits = [0u8; 16];
+    put(hex(base as u64, &mut digits));
+    put(b" ");
+    put(hex(ARENA_BYTES as u64, &mut digits));
+    put(b" mslprof PLT counting stubs\n");
+    let mut path = [0u8; 40];
+    let mut at = 0;
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() } as u64;
+    let mut pid_digits = [0u8; 20];
+    let mut decimal = pid_digits.len();
+    let mut rest = pid;
+    loop {
+        decimal -= 1;
+        pid_digits[decimal] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    for part in [&b"/tmp/perf-"[..], &pid_digits[decimal..], b".map\0"] {
+        path[at..at + part.len()].copy_from_slice(part);
+        at += part.len();
+    }
+    // SAFETY: errno is this thread's; kept across the calls below.
+    let saved = unsafe { *libc::__errno_location() };
+    // SAFETY: a NUL-terminated path; the descriptor is closed below.
+    let fd = unsafe {
+        libc::open(
+            path.as_ptr().cast(),
+            libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            0o644 as libc::c_uint,
+        )
+    };
+    if fd >= 0 {
+        // SAFETY: writes the line's bytes from our buffer; one short line, appended whole.
+        unsafe {
+            libc::write(fd, line.as_ptr().cast(), used);
+            libc::close(fd);
+        }
+    }
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = saved };
+}
+
+/// `value` in lowercase hexadecimal, without leading zeros, in `digits`.
+fn hex(value: u64, digits: &mut [u8; 16]) -> &[u8] {
+    let mut at = digits.len();
+    let mut rest = value;
+    loop {
+        at -= 1;
+        digits[at] = b"0123456789abcdef"[(rest % 16) as usize];
+        rest /= 16;
+        if rest == 0 {
+            break;
+        }
+    }
+    &digits[at..]
 }

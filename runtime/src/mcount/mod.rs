@@ -142,6 +142,40 @@ pub fn reset_after_fork() {
     arcs::reset_stripes_after_fork(own);
 }
 
+/// Each piece of code the runtime made outside any file, with a name for profilers that name such code
+/// (`perf_map`): the copy of `mcount` next to the main program, and in each stub mapping the copy of the hit
+/// path and one stub per kept or rewritten site, named by the site's module and link-time address.
+#[cfg(target_arch = "x86_64")]
+pub fn for_each_generated_code(mut visit: impl FnMut(usize, usize, &str)) {
+    if let Some((start, len)) = near::copy_range() {
+        visit(
+            start,
+            len,
+            "mslprof mcount (its copy next to the main program)",
+        );
+    }
+    sites::for_each_generated_code(&mut |start, len, site| {
+        let Some(site) = site else {
+            visit(start, len, "mslprof mcount (its copy next to the stubs)");
+            return;
+        };
+        let at = RuntimeAddress::from_usize(site);
+        let name = match modules::find_address(at) {
+            Some(module) => {
+                let path = module.info.path.as_slice();
+                let file = path.rsplit(|&b| b == b'/').next().unwrap_or(path);
+                let LinkAddress(link) = module.link_address(at);
+                format!(
+                    "mslprof stub for the mcount call at {}+{link:#x}",
+                    String::from_utf8_lossy(file)
+                )
+            }
+            None => format!("mslprof stub for the mcount call at {site:#x}"),
+        };
+        visit(start, len, &name);
+    });
+}
+
 /// After a module was unloaded: the site regions' entries whose caller was in it must go before a stub can
 /// match them again (a module loaded later at the same address would be counted as the old one), so every
 /// thread leaves its region until its next miss, which drops them (`CacheSlot::site_region`).

@@ -52,6 +52,12 @@ fn copied_from(pc: usize, copy: usize, template: &[u8]) -> usize {
     }
 }
 
+/// The copy's start and length, once mapped.
+pub fn copy_range() -> Option<(usize, usize)> {
+    let copy = COPY.load(Ordering::Relaxed);
+    (copy != 0).then(|| (copy, near_mcount_code().0.len()))
+}
+
 /// Redirects the main program's GOT entries for `mcount` and `_mcount` to a copy of `mcount` mapped
 /// next to it, when the program is far from this library. Returns the number of entries redirected.
 /// Run once, at start-up, before the runtime counts.

@@ -538,6 +538,35 @@ pub fn install(
     rewritten
 }
 
+/// Where the first stub starts in a stub mapping: after the trampoline and the copy of the hit path, at a
+/// multiple of [`STUB_BYTES`].
+fn first_stub_offset() -> usize {
+    (ELSEWHERE_AT + super::x86_64::near_site_mcount_code().0.len()).next_multiple_of(STUB_BYTES)
+}
+
+/// Each piece of code in the stub mappings: `(start, length, None)` for a mapping's trampoline and copy of
+/// the hit path, `(start, STUB_BYTES, Some(site))` for each stub, with the site it serves.
+pub fn for_each_generated_code(visit: &mut dyn FnMut(usize, usize, Option<usize>)) {
+    let first_stub = first_stub_offset();
+    let mappings = STUB_MAPPINGS.load(Ordering::Acquire).min(MAX_STUB_MAPPINGS);
+    for i in 0..mappings {
+        let (start, end) = (
+            STUB_STARTS[i].load(Ordering::Relaxed),
+            STUB_ENDS[i].load(Ordering::Relaxed),
+        );
+        visit(start, first_stub, None);
+        let mut stub = start + first_stub;
+        // A stub starts with `push rax`; the mapping's rest, up to its last page, is zero.
+        // SAFETY: stub mappings are readable and never unmapped; each read is inside one.
+        while stub + STUB_BYTES <= end && unsafe { *(stub as *const u8) } == 0x50 {
+            // SAFETY: a stub, whose metadata follows its miss call.
+            let (_, selfpc) = unsafe { stub_metadata(stub + MISS_RETURN) };
+            visit(stub, STUB_BYTES, Some(selfpc - SITE_BYTES));
+            stub += STUB_BYTES;
+        }
+    }
+}
+
 /// Maps `module`'s stubs (its tables numbered from `first_table`); the jump that rewrites each of its sites,
 /// `None` when the stubs could not be placed within reach. The mapping holds the trampoline to `miss`, then
 /// the copy of the hit path for calls held by another caller (`x86_64::near_site_mcount_template`), then the
@@ -550,7 +579,7 @@ fn map_stubs(
     page: usize,
 ) -> Option<Vec<SiteJump>> {
     let (elsewhere_code, elsewhere_values) = super::x86_64::near_site_mcount_code();
-    let first_stub = (ELSEWHERE_AT + elsewhere_code.len()).next_multiple_of(STUB_BYTES);
+    let first_stub = first_stub_offset();
     let bytes = (first_stub + module.sites.len() * STUB_BYTES).next_multiple_of(page);
     let base = super::near::map_near(module.text.0, module.text.1, bytes)? as usize;
     let give_back = || {
