@@ -273,11 +273,9 @@ struct ThreadCache {
     entries: *mut CacheEntry,
     /// Sets − 1 (a power of two − 1).
     set_mask: u32,
-    /// True when this thread shares its stripe (entries hold deltas, added atomically).
-    shared_stripe: bool,
     /// True once the thread's cache was released at thread exit (or could not be had): never claim another.
     released: bool,
-    _reserved: [u8; 2],
+    _reserved: [u8; 3],
     /// Stripe + 1 (0 = unassigned).
     stripe: u32,
     /// Valid entries displaced since the cache was claimed or last grew.
@@ -373,7 +371,6 @@ unsafe extern "C" fn release_thread_cache(_slot: *mut libc::c_void) {
     cache.entries = core::ptr::null_mut();
     cache.released = true;
     let stripe = core::mem::replace(&mut cache.stripe, arcs::SHARED_STRIPE as u32 + 1);
-    cache.shared_stripe = true;
     compiler_fence(Ordering::SeqCst);
     if stripe != 0 {
         arcs::release_stripe((stripe - 1) as usize);
@@ -546,12 +543,11 @@ fn record_in_region(
         _ => return false,
     }
     take_from_cache(cache, slot, frompc, selfpc);
-    let shared = cache.shared_stripe;
     let stripe = thread_stripe(cache);
     let Some(counted) = record_uncached(stripe, frompc, selfpc, true) else {
         return true;
     };
-    let (counter, count) = cached_count(&counted, shared);
+    let (counter, count) = cached_count(&counted, stripe);
     entry.counter.store(counter, Ordering::Relaxed);
     entry.count.store(count, Ordering::Relaxed);
     // A region entry's `selfpc` is its caller's module key (the stub knows its callee): unload drops by it.
@@ -600,12 +596,12 @@ fn way_holding(ways: [&CacheEntry; 4], frompc: usize, selfpc: usize) -> Option<&
     })
 }
 
-/// What a new cache or region entry holds for `counted`, with the call being made counted: its counter, tagged
-/// [`cache_slots::DELTA`] when the count is a delta (the thread shares its stripe, or the caller is in no
-/// module), and the count: a running total starts from what the thread's stripe holds (see `cache_slots`), a
-/// delta from 0.
-fn cached_count(counted: &Counted, shared: bool) -> (usize, u64) {
-    let delta = shared || counted.shared_arc;
+/// What a new cache or region entry holds for `counted` (found in counter stripe `stripe`), with the call being
+/// made counted: its counter, tagged [`cache_slots::DELTA`] when the count is a delta (the stripe is the shared
+/// one, or the caller is in no module), and the count: a running total starts from what the thread's stripe
+/// holds (see `cache_slots`), a delta from 0.
+fn cached_count(counted: &Counted, stripe: usize) -> (usize, u64) {
+    let delta = stripe == arcs::SHARED_STRIPE || counted.shared_arc;
     match unsafe_counter(counted.counter) {
         None => (0, 0),
         Some(_) if delta => (counted.counter as usize | cache_slots::DELTA, 1),
@@ -631,12 +627,11 @@ fn record_cached(cache: &mut ThreadCache, slot: &CacheSlot, frompc: usize, selfp
         entry.count.fetch_add(1, Ordering::Relaxed);
         return;
     }
-    let shared = cache.shared_stripe;
     let stripe = thread_stripe(cache);
     let Some(counted) = record_uncached(stripe, frompc, selfpc, true) else {
         return;
     };
-    let (counter, count) = cached_count(&counted, shared);
+    let (counter, count) = cached_count(&counted, stripe);
     let lent = slot.is_lent();
     let mut displaced = false;
     if first.selfpc.load(Ordering::Relaxed) != selfpc
@@ -714,11 +709,11 @@ fn record_nested(cache: &mut ThreadCache, frompc: usize, selfpc: usize) {
     cache.depth = depth;
 }
 
+/// The thread's counter stripe, taken on its first use ([`arcs::SHARED_STRIPE`] when it has none of its own,
+/// and after it gave its own back at exit).
 fn thread_stripe(cache: &mut ThreadCache) -> usize {
     if cache.stripe == 0 {
-        let stripe = arcs::take_stripe();
-        cache.shared_stripe = stripe == arcs::SHARED_STRIPE;
-        cache.stripe = stripe as u32 + 1;
+        cache.stripe = arcs::take_stripe() as u32 + 1;
     }
     (cache.stripe - 1) as usize
 }
