@@ -4,11 +4,11 @@
 
 use mslprof_format::model::Profile;
 use mslprof_tests::callcounts::{
-    CallGraph, Instrumentation, assert_hot_counts_exact, build_library, build_oracle_app,
+    CallGraph, Instrumentation, Symbols, assert_hot_counts_exact, build_library, build_oracle_app,
     build_program, calls_per_function, common_flags, cpu_has_avx, gnu_call_graph, pg_flags,
     profile_call_graph, run_ok, run_signal_fixture, run_threads_fixture,
 };
-use mslprof_tests::{Workspace, read_profile};
+use mslprof_tests::{Workspace, module, read_profile};
 
 /// Functions of the oracle fixture (main.c, cca.c, ccb.c, ccc.c).
 fn oracle_function(name: &str) -> bool {
@@ -153,6 +153,80 @@ fn threads_still_alive_at_exit_have_their_cached_counts_in_the_file() {
             threads * 100_000,
             "{threads} threads: {graph:?}"
         );
+    }
+}
+
+/// The arcs into `callees` (functions of the executable module `exe`), each caller named by its function when
+/// it is in the executable and by its module's file name otherwise.
+fn arcs_into(profile: &Profile, exe: &str, callees: &[&str]) -> CallGraph {
+    let program = module(profile, exe);
+    let symbols = Symbols::of(std::path::Path::new(
+        std::str::from_utf8(&program.path).expect("a UTF-8 path"),
+    ));
+    let mut graph = CallGraph::new();
+    for arc in &program.arcs {
+        let Some(callee) = symbols.function_at(arc.callee_address.0) else {
+            continue;
+        };
+        if !callees.contains(&callee) {
+            continue;
+        }
+        let caller = if arc.caller_key == program.key {
+            symbols
+                .function_at(arc.caller_address.0)
+                .unwrap_or("?")
+                .to_string()
+        } else {
+            profile
+                .modules
+                .iter()
+                .find(|caller| caller.key == arc.caller_key)
+                .map_or("?".to_string(), |caller| {
+                    String::from_utf8_lossy(&caller.name).into_owned()
+                })
+        };
+        *graph.entry((caller, callee.to_string())).or_default() += arc.count;
+    }
+    graph
+}
+
+#[test]
+fn rounds_of_two_hundred_live_threads_coming_and_going_count_every_call_exactly() {
+    // Each round has 200 threads alive at once (a barrier): 63 own a counter stripe (the main thread one of
+    // them), the others share the last one and keep deltas; every round gives the owned stripes back and
+    // hands them out again. A thread's first counted call, the start routine's (from the runtime's wrapper of
+    // it, which starts the thread's sampling timer), is the one that takes its stripe. With call-site
+    // rewriting by default and off, three runs each.
+    const ROUNDS: u64 = 12;
+    const THREADS: u64 = 200;
+    let workspace = Workspace::new();
+    let exe = build_program(&workspace, "churn", &["churn.c"], &[], &pg_flags("-O2"));
+    let threads = ROUNDS * THREADS;
+    let expected: CallGraph = [
+        (("libmslprof.so", "w"), threads),
+        (("w", "hot_leaf"), threads * 10_000),
+        (("w", "leaf2"), threads * 1_000),
+    ]
+    .into_iter()
+    .map(|((caller, callee), count)| ((caller.to_string(), callee.to_string()), count))
+    .collect();
+    for setting in [None, Some("0")] {
+        for run in 0..3 {
+            let mut command = workspace.command_with_runtime(&exe);
+            command.args([ROUNDS.to_string(), THREADS.to_string()]);
+            if let Some(setting) = setting {
+                command.env("MSLPROF_SITE_STUBS", setting);
+            }
+            let stdout = run_ok(&mut command);
+            assert_eq!(stdout, format!("threads {threads}\n"));
+            let profile = read_profile(&workspace.join("gmon.out"));
+            let counted = arcs_into(&profile, "churn", &["w", "hot_leaf", "leaf2"]);
+            assert_eq!(
+                counted, expected,
+                "run {run}, MSLPROF_SITE_STUBS={setting:?}"
+            );
+            assert_eq!(profile.header.dropped_arcs, 0);
+        }
     }
 }
 
