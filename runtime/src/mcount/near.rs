@@ -184,19 +184,30 @@ fn replace_all(code: &mut [u8], placeholder: u64, value: u64) -> usize {
 }
 
 /// Stores `value` into a GOT entry, making its page writable for the store if the loader made it
-/// read-only. False if the kernel refused.
+/// read-only, and giving the page back exactly the protection `/proc/self/maps` showed. False if the kernel
+/// refused or the protection could not be read.
 fn store_in_relro(word: &AtomicUsize, value: usize, read_only: bool, page: usize) -> bool {
     let page_start = word as *const AtomicUsize as usize & !(page - 1);
+    let mut access = [sys::PageAccess::default()];
+    let prot = if read_only {
+        if !sys::page_protections(&[page_start], &mut access) || !access[0].mapped {
+            return false;
+        }
+        access[0].prot
+    } else {
+        0
+    };
+    let opened = read_only && prot & libc::PROT_WRITE == 0;
     // SAFETY: the page only gains write permission; code and readers are unaffected.
-    if read_only && !unsafe { sys::protect(page_start, page, true, false) } {
+    if opened && !unsafe { sys::protect_exactly(page_start, page, prot | libc::PROT_WRITE) } {
         return false;
     }
     // An aligned 8-byte store: a thread calling through the entry meanwhile reads the old or the new
     // address, and both are a working `mcount`.
     word.store(value, Ordering::Release);
-    if read_only {
-        // SAFETY: back to read-only, as the loader left it; nothing writes the GOT after relocation.
-        unsafe { sys::protect(page_start, page, false, false) };
+    if opened {
+        // SAFETY: back to the protection the page had; nothing writes the GOT after relocation.
+        unsafe { sys::protect_exactly(page_start, page, prot) };
     }
     true
 }
