@@ -323,7 +323,9 @@ pub unsafe fn write_file(settings: &Settings, path: &[u8]) -> Result<(), i32> {
 }
 
 /// Writes the profile without touching the heap (fatal signals, `_exit`), to the prepared path. Returns false
-/// if nothing could be written. The header's cause comes from the ending the caller recorded.
+/// if nothing could be written. The header's cause comes from the ending the caller recorded. As at exit, a
+/// forked child or descendant that recorded nothing in a selected module writes no file (a child forked only
+/// to `_exit` at once: creating its file cost more than the fork itself, about 1.5 ms of 2.5).
 pub fn write_without_heap(settings: &Settings) -> bool {
     if DUMP.prepared.get().is_none() {
         return false;
@@ -331,6 +333,10 @@ pub fn write_without_heap(settings: &Settings) -> bool {
     mcount::set_paused(true);
     sampler::stop_and_quiesce();
     mcount::publish_cached_counts(true);
+    if (DUMP.in_forked_child() || ENDING.writes_pid_named_file()) && !recorded_in_selected_modules()
+    {
+        return true;
+    }
     let moment = moment();
     // SAFETY: sampling was stopped and quiesced above.
     match unsafe { write_prepared(program(settings), &moment, modules::all(), &DUMP.prepared) } {
