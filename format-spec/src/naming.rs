@@ -31,22 +31,35 @@ impl OutputRule {
     /// `pid_named` (a forked child, a descendant of the profiled process) selects `gmon.out.PID` under the
     /// default rule; the other rules always name the pid.
     pub fn path(&self, pid: u32, program_name: &[u8], pid_named: bool) -> Option<Vec<u8>> {
-        let pid = pid.to_string();
+        if *self == OutputRule::Default && !pid_named {
+            return Some(b"gmon.out".to_vec());
+        }
+        let (before, after) = self.pid_named_parts(program_name)?;
+        Some(
+            [
+                before.as_slice(),
+                pid.to_string().as_bytes(),
+                after.as_slice(),
+            ]
+            .concat(),
+        )
+    }
+
+    /// A pid-named file's name as the parts before and after the pid (`path(pid, program_name, true)` is
+    /// `before`, the pid in decimal, `after`); `None` for no file. A forked child names its file from them
+    /// without the heap.
+    pub fn pid_named_parts(&self, program_name: &[u8]) -> Option<(Vec<u8>, Vec<u8>)> {
         match self {
             OutputRule::Nothing => None,
             OutputRule::Directory(dir) => {
-                let mut path = dir.clone();
-                if !path.ends_with(b"/") {
-                    path.push(b'/');
+                let mut before = dir.clone();
+                if !before.ends_with(b"/") {
+                    before.push(b'/');
                 }
-                path.extend_from_slice(pid.as_bytes());
-                path.push(b'.');
-                path.extend_from_slice(program_name);
-                Some(path)
+                Some((before, [&b"."[..], program_name].concat()))
             }
-            OutputRule::Prefix(prefix) => Some([prefix.as_slice(), b".", pid.as_bytes()].concat()),
-            OutputRule::Default if pid_named => Some([&b"gmon.out."[..], pid.as_bytes()].concat()),
-            OutputRule::Default => Some(b"gmon.out".to_vec()),
+            OutputRule::Prefix(prefix) => Some(([prefix.as_slice(), b"."].concat(), Vec::new())),
+            OutputRule::Default => Some((b"gmon.out.".to_vec(), Vec::new())),
         }
     }
 }
@@ -99,5 +112,14 @@ mod tests {
             b"gmon.out.7"
         );
         assert_eq!(OutputRule::Nothing.path(7, b"app", false), None);
+        assert_eq!(
+            output_rule(Some(b"d"), None).pid_named_parts(b"app"),
+            Some((b"d/".to_vec(), b".app".to_vec()))
+        );
+        assert_eq!(
+            OutputRule::Prefix(b"p".to_vec()).pid_named_parts(b"app"),
+            Some((b"p.".to_vec(), Vec::new()))
+        );
+        assert_eq!(OutputRule::Nothing.pid_named_parts(b"app"), None);
     }
 }

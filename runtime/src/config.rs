@@ -26,6 +26,8 @@ pub struct Settings {
     pub output: OutputRule,
     /// argv[0] without its directories.
     pub program_name: Vec<u8>,
+    /// `output`'s pid-named file name, before and after the pid (`None`: no file), for a forked child.
+    pub pid_named_parts: Option<(Vec<u8>, Vec<u8>)>,
     /// `MSLPROF_NEAR_MCOUNT` is not `0`: a far main program calls a copy of `mcount` next to it
     /// (`mcount::near`).
     pub near_mcount: bool,
@@ -54,6 +56,10 @@ impl Settings {
             .next()
             .unwrap_or_default()
             .to_vec();
+        let output = output_rule(
+            env("GPROFDIR").as_deref().map(|v| v.as_bytes()),
+            env("GMON_OUT_PREFIX").as_deref().map(|v| v.as_bytes()),
+        );
         Settings {
             hz: sampling_rate(env("MSLPROF_HZ").as_deref().map(|v| v.as_bytes())),
             bucket_bits: bucket_bits(
@@ -73,10 +79,8 @@ impl Settings {
                     .as_deref()
                     .map(|v| v.as_bytes()),
             ),
-            output: output_rule(
-                env("GPROFDIR").as_deref().map(|v| v.as_bytes()),
-                env("GMON_OUT_PREFIX").as_deref().map(|v| v.as_bytes()),
-            ),
+            pid_named_parts: output.pid_named_parts(&program_name),
+            output,
             program_name,
             near_mcount: env("MSLPROF_NEAR_MCOUNT").is_none_or(|v| v != "0"),
             site_stubs: site_stubs(env("MSLPROF_SITE_STUBS").as_deref()),

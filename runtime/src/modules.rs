@@ -178,8 +178,13 @@ pub fn module_loaded_during_open(selfpc: RuntimeAddress) -> Option<&'static Live
 
 /// In a forked child, whose profile covers only the child: forgets every sample the parent had counted
 /// (the arcs are mcount's to reset). Only valid while no handler can write (after fork there is one thread).
+/// A module without samples is left untouched: its histogram is all zero (a sample is counted in `samples`
+/// before its bucket), and storing into it would cost the child a copy-on-write fault.
 pub fn reset_samples_after_fork() {
     for module in all() {
+        if module.samples.load(Ordering::Relaxed) == 0 {
+            continue;
+        }
         module.samples.store(0, Ordering::Relaxed);
         if let Some(histogram) = &module.histogram {
             histogram.reset();

@@ -165,15 +165,31 @@ const EMPTY_SLOT: CacheSlot = CacheSlot {
 
 static SLOTS: [CacheSlot; MAX_SLOTS] = [EMPTY_SLOT; MAX_SLOTS];
 
+/// One more than the highest index of a slot ever claimed (raised before the claim): the slots from there
+/// on are as [`EMPTY_SLOT`] made them, and the walks over every slot stop there. The table is 154 pages: a
+/// forked child that read and wrote every slot took about 330 page faults (a zero page mapped, then
+/// copied), most of what a fork cost under the runtime.
+static SLOTS_USED: AtomicUsize = AtomicUsize::new(0);
+
+/// The slots that may have been claimed (every other one is untouched).
+fn used_slots() -> &'static [CacheSlot] {
+    let used = SLOTS_USED.load(Ordering::SeqCst).min(MAX_SLOTS);
+    SLOTS.get(..used).unwrap_or(&[])
+}
+
 /// Claims a free slot for the calling thread, with a mapping ready (the slot's largest one, or a new one
 /// of the first level). `None` if every slot is taken or nothing can be mapped.
 pub fn claim() -> Option<&'static CacheSlot> {
-    let slot = SLOTS.iter().find(|slot| {
-        !slot.claimed.load(Ordering::Relaxed)
-            && slot
-                .claimed
-                .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-                .is_ok()
+    let slot = SLOTS.iter().enumerate().find_map(|(index, slot)| {
+        if slot.claimed.load(Ordering::Relaxed) {
+            return None;
+        }
+        // Before the claim, so that a walk (or a fork) that sees the slot claimed sees it among the used.
+        SLOTS_USED.fetch_max(index + 1, Ordering::SeqCst);
+        slot.claimed
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+            .then_some(slot)
     })?;
     slot.phase.store(ACTIVE, Ordering::Relaxed);
     if slot.entries.load(Ordering::Relaxed).is_null() {
@@ -579,7 +595,7 @@ impl CacheSlot {
 /// Publishes the running totals of every claimed slot but `except`, and with `lend` lends their deltas (see
 /// [`CacheSlot::publish`]).
 pub fn publish_all(except: Option<&CacheSlot>, lend: bool) {
-    for slot in &SLOTS {
+    for slot in used_slots() {
         if slot.is_claimed() && !except.is_some_and(|except| core::ptr::eq(except, slot)) {
             slot.publish(lend);
         }
@@ -591,15 +607,18 @@ pub fn stop_site_counting_everywhere() {
     if sites::region_bytes() == 0 {
         return;
     }
-    for slot in &SLOTS {
+    // A slot beyond the used ones has no word to clear; one claimed meanwhile registers its word after its
+    // claim, as if this walk had read its word before.
+    for slot in used_slots() {
         slot.stop_site_counting();
     }
 }
 
 /// In a forked child (one thread): drops every slot's entries without counting them, and frees the slots
-/// of the parent's other threads, which do not exist here.
+/// of the parent's other threads, which do not exist here. Only the used slots are visited: the others are
+/// untouched, and storing into them would cost the child a page fault per page of the table.
 pub fn reset_after_fork(own: Option<&CacheSlot>) {
-    for slot in &SLOTS {
+    for slot in used_slots() {
         // A thread of the parent may have been in the middle of a change: its sequence must be even again.
         let writes = slot.writes.load(Ordering::Relaxed);
         slot.writes

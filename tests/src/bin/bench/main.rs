@@ -3,7 +3,7 @@
 //!
 //! Run it with `cargo run --release -p mslprof-tests --bin bench` (add `-- --quick` for a fast smoke run with
 //! fewer repetitions and smaller inputs, `-- --full` for the slow large-input gprof comparisons, `-- --only
-//! calls|plt|sampling|analysis` to run one suite and replace only its sections of BENCHMARKS.md). It builds the
+//! calls|plt|sampling|analysis|fork` to run one suite and replace only its sections of BENCHMARKS.md). It builds the
 //! release runtime and analyzer itself.
 //!
 //! Every mslprof run profiles every module by leaving `LD_PROFILE` unset (which means ALL): any value of that
@@ -13,6 +13,7 @@
 mod analysis;
 mod calls;
 mod fixtures;
+mod fork;
 mod measure;
 mod plt;
 mod report;
@@ -58,7 +59,7 @@ fn run() -> Result<(), String> {
             "--only" => only = args.next(),
             "--synthetic-gmon" => return analysis::synthetic_gmon_main(&args.collect::<Vec<_>>()),
             "-h" | "--help" => {
-                println!("usage: bench [--quick|--full] [--only calls|plt|sampling|analysis]");
+                println!("usage: bench [--quick|--full] [--only calls|plt|sampling|analysis|fork]");
                 return Ok(());
             }
             other => return Err(format!("unknown argument {other}")),
@@ -123,6 +124,10 @@ fn run() -> Result<(), String> {
     if wanted("plt") {
         eprintln!("bench: counting calls through the PLT (a C loop, rustc with LD_PROFILE=ALL)");
         sections.extend(plt::run(&env)?);
+    }
+    if wanted("fork") {
+        eprintln!("bench: what a fork costs (fork + _exit + waitpid, plain and -pg)");
+        sections.push(fork::run(&env)?);
     }
     sections.extend(measured_memory);
     let out = workspace.join("BENCHMARKS.md");
