@@ -9,6 +9,7 @@ pub mod config;
 pub mod dump;
 pub mod ending;
 pub mod exports;
+mod fork_reset;
 pub mod glibc_gmon;
 pub mod histogram;
 pub mod lifecycle;

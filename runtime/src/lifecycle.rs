@@ -165,18 +165,22 @@ impl LoaderEvents for Lifecycle {
         // program's runs in the child.
         mcount::sites::finish_round_after_fork();
         crate::perf_map::copy_after_fork();
-        // The child's profile covers only the child: each owner of state starts afresh.
+        // The child's profile covers only the child: it starts afresh. What cannot wait is done now (every
+        // call to the slow path, a new start time, the child's timer); the parent's counts go when the
+        // child first records, if ever (`fork_reset`: a child that only execs or exits never pays for it).
         ENDING.reset_after_fork();
-        modules::reset_samples_after_fork();
-        mcount::reset_after_fork();
-        if let Some(settings) = self.settings.get() {
-            DUMP.reset_after_fork(settings);
-        }
+        let own = mcount::reset_thread_after_fork();
+        DUMP.restart_after_fork();
+        crate::fork_reset::mark_pending(own);
         // Last: it starts the child's timer.
-        sampler::SAMPLER.reset_after_fork();
+        sampler::arm_current_thread();
     }
 
     fn process_ending(&self, end: ProcessEnd) {
+        // A forked child that recorded nothing leaves no file, however it ends.
+        if crate::fork_reset::pending() {
+            return;
+        }
         let (cause, signal) = match end {
             ProcessEnd::ExitFromThread => (IncompleteCause::ExitFromThread, 0),
             ProcessEnd::UnderscoreExit { .. } => (IncompleteCause::UnderscoreExit, 0),
@@ -216,5 +220,8 @@ impl LoaderEvents for Lifecycle {
 
 /// Whether this image has counted a sample or a call since it started (or forked).
 fn recorded_anything() -> bool {
+    if crate::fork_reset::pending() {
+        return false;
+    }
     sampler::SAMPLER.total_samples() != 0 || modules::all().iter().any(|m| !m.arcs.is_empty())
 }

@@ -46,6 +46,7 @@ pub fn snapshot(path: Option<&[u8]>) -> Result<(), Errno> {
 }
 
 fn write_snapshot(settings: &Settings, path: Option<&[u8]>) -> Result<(), Errno> {
+    crate::fork_reset::settle();
     let _one_at_a_time = ON_DEMAND.dumping.lock().unwrap_or_else(|e| e.into_inner());
     if DUMP.exit_dump_written() {
         return Err(libc::ENOTSUP);

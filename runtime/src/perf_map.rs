@@ -58,10 +58,15 @@ pub fn write_at_start_up() {
 
 /// In a forked child: copies the parent's map file to the child's name (the code is at the same addresses).
 /// Allocation-free.
+#[inline]
 pub fn copy_after_fork() {
-    if !ENABLED.load(Ordering::Relaxed) {
-        return;
+    if ENABLED.load(Ordering::Relaxed) {
+        copy_parents_file();
     }
+}
+
+#[cold]
+fn copy_parents_file() {
     let mut parent = [0u8; 32];
     let mut child = [0u8; 32];
     let (Some(parent), Some(child)) = (

@@ -87,16 +87,20 @@ impl Sampler {
         self.unknown_samples.load(Ordering::Relaxed)
     }
 
-    /// In a forked child: the child's profile covers only the child, so the parent's counts and parked
-    /// samples go; timers are not inherited, so the child's one thread gets its own.
-    pub fn reset_after_fork(&self) {
+    /// In a forked child, before its first sample (`fork_reset`): the child's profile covers only the
+    /// child, so the parent's counts and parked samples go. Stores only what is not zero already (a store
+    /// copies the page).
+    pub fn reset_counts_after_fork(&self) {
         for counter in [&self.total_samples, &self.unknown_samples, &self.overruns] {
-            counter.store(0, Ordering::Relaxed);
+            if counter.load(Ordering::Relaxed) != 0 {
+                counter.store(0, Ordering::Relaxed);
+            }
         }
         for slot in &self.parked {
-            slot.store(0, Ordering::Relaxed);
+            if slot.load(Ordering::Relaxed) != 0 {
+                slot.store(0, Ordering::Relaxed);
+            }
         }
-        arm_current_thread();
     }
 }
 
@@ -311,6 +315,7 @@ pub fn measured_period_ns() -> u64 {
 
 /// Counts one sample at `pc`. Async-signal-safe; also the test hook for the no-allocation test.
 pub fn record_pc(pc: usize) {
+    crate::fork_reset::settle();
     SAMPLER.total_samples.fetch_add(1, Ordering::Relaxed);
     crate::smonitor::record(pc);
     #[cfg(target_arch = "x86_64")]

@@ -191,8 +191,10 @@ fn counting_path_is_exact_allocation_free_and_survives_table_changes() {
         total + 10
     );
 
-    // After a fork-time reset the cached counters must not be used: counts start from zero.
-    mcount::reset_after_fork();
+    // After a fork-time reset (the thread's part at fork, the counts' part before the child's first count)
+    // the cached counters must not be used: counts start from zero.
+    let own = mcount::reset_thread_after_fork();
+    mcount::reset_counts_after_fork(own);
     assert!(arcs_at(BIAS_A + 0x1000).is_empty());
     for _ in 0..3 {
         mcount::record_call(BIAS_A + 0x1234, BIAS_A + 0x7000);

@@ -236,3 +236,25 @@ fn with_mslprof_perf_map_perf_names_the_runtimes_generated_code() {
         "hot_leaf's stub is not named:\n{report}"
     );
 }
+
+#[test]
+fn forked_children_that_record_nothing_leave_no_file_however_they_end() {
+    let workspace = Workspace::new();
+    let source = mslprof_tests::fixtures_dir("bench").join("fork_loop.c");
+    let exe = workspace.program("fork_loop", &[source], &[]);
+    // 50 children that `_exit(0)` at once: their reset is never needed, and they write nothing.
+    run_ok(workspace.command_with_runtime(&exe).arg("50"));
+    let mut files: Vec<String> = std::fs::read_dir(workspace.path())
+        .expect("read the workspace")
+        .map(|entry| {
+            entry
+                .expect("an entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .filter(|name| name.starts_with("gmon.out"))
+        .collect();
+    files.sort();
+    assert_eq!(files, ["gmon.out"]);
+}

@@ -145,12 +145,17 @@ impl DumpRecord {
             .store(sys::clock_ns(sys::CLOCK_REALTIME), Ordering::Relaxed);
     }
 
-    /// In a forked child, whose profile covers only the child: a new start time, a dump of its own (to its
-    /// own pid-named path, put together without the heap: formatting it with `String`s was a fifth of the
-    /// child's handler time, most of it in the page faults of a first `malloc` in the child).
-    pub fn reset_after_fork(&self, settings: &Settings) {
+    /// In a forked child's atfork handler, whose profile covers only the child: a new start time and a dump
+    /// of its own ([`DumpRecord::prepare_child_path`] names it, once the child records).
+    pub fn restart_after_fork(&self) {
         self.allow_another_dump();
         self.restart_clock();
+    }
+
+    /// In a forked child, before its first count (`fork_reset`): its own pid-named path, put together without
+    /// the heap (formatting it with `String`s was a fifth of the child's fork handler, most of it in the page
+    /// faults of a first `malloc` in the child).
+    pub fn prepare_child_path(&self, settings: &Settings) {
         let pid = sys::getpid();
         let mut digits = [0u8; 20];
         let pid_digits = file::decimal(u64::from(pid), &mut digits);
@@ -214,9 +219,10 @@ pub fn moment() -> Moment {
 /// Whether a selected (profiled) module of this image has a sample or a call: a descendant that recorded
 /// nothing in them (a wrapper's helper process) writes no file.
 pub fn recorded_in_selected_modules() -> bool {
-    modules::all()
-        .iter()
-        .any(|m| m.profiled && build::recorded(m))
+    !crate::fork_reset::pending()
+        && modules::all()
+            .iter()
+            .any(|m| m.profiled && build::recorded(m))
 }
 
 fn program(settings: &Settings) -> Program<'_> {
@@ -360,6 +366,10 @@ pub unsafe fn write_file(settings: &Settings, path: &[u8]) -> Result<(), i32> {
 pub fn write_without_heap(settings: &Settings) -> bool {
     if DUMP.prepared.get().is_none() {
         return false;
+    }
+    if crate::fork_reset::pending() {
+        // A forked child that recorded nothing: no file, and nothing of the parent's touched.
+        return true;
     }
     mcount::set_paused(true);
     sampler::stop_and_quiesce();

@@ -125,21 +125,38 @@ pub fn is_paused() -> bool {
     CACHE_STATE.load(Ordering::Relaxed) & STATE_PAUSED != 0
 }
 
-/// Forgets every arc of every module (in a forked child, which must profile only itself). Only
-/// valid while no other thread records: after `fork` there is one thread.
-pub fn reset_after_fork() {
+/// What a forked child's one thread keeps of the forking thread: its cache slot (address, 0: none) and its
+/// stripe + 1 (0: none).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ForkOwner {
+    pub slot: usize,
+    pub stripe: usize,
+}
+
+/// In a forked child's atfork handler (one thread): sends every call to the slow path (the fork epoch) and
+/// takes this thread's stubs off its site region, so that nothing is counted before the child's counts are
+/// reset (`fork_reset`). Returns what the thread keeps.
+pub fn reset_thread_after_fork() -> ForkOwner {
     CACHE_STATE.fetch_add(STATE_EPOCH, Ordering::Relaxed);
-    for module in modules::all() {
-        module.arcs.reset();
-    }
     // SAFETY: as in `record_call`; only this (the only) thread's own header is used.
     let cache = unsafe { &mut *x86_64::thread_cache_block().cast::<ThreadCache>() };
     cache.generation = 0;
     cache.site_region.store(0, Ordering::Relaxed);
-    // SAFETY: a non-null `slot` points into the static slot table.
-    cache_slots::reset_after_fork(unsafe { cache.slot.as_ref() });
-    let own = (cache.stripe != 0).then(|| (cache.stripe - 1) as usize);
-    arcs::reset_stripes_after_fork(own);
+    ForkOwner {
+        slot: cache.slot as usize,
+        stripe: cache.stripe as usize,
+    }
+}
+
+/// Forgets every arc of every module and every cached count but those of `own` (in a forked child, which
+/// must profile only itself; `fork_reset` calls it before the child's first count).
+pub fn reset_counts_after_fork(own: ForkOwner) {
+    for module in modules::all() {
+        module.arcs.reset();
+    }
+    // SAFETY: a non-zero slot address points into the static slot table.
+    cache_slots::reset_after_fork(unsafe { (own.slot as *const CacheSlot).as_ref() });
+    arcs::reset_stripes_after_fork(own.stripe.checked_sub(1));
 }
 
 /// Each piece of code the runtime made outside any file, with a name for profilers that name such code
@@ -452,6 +469,7 @@ pub extern "C" fn record_site_call(frompc: usize, miss_return: usize) {
 /// [`record_call`], and [`record_site_call`] with `site_table` the stub's table.
 #[inline(always)]
 fn record_top_level(frompc: usize, selfpc: usize, site_table: Option<u32>) {
+    crate::fork_reset::settle();
     let state = CACHE_STATE.load(Ordering::Relaxed);
     if state & STATE_PAUSED != 0 {
         return;
@@ -689,6 +707,7 @@ fn insert_first(
 /// store the thread's own stripe).
 #[cold]
 fn record_nested(cache: &mut ThreadCache, frompc: usize, selfpc: usize) {
+    crate::fork_reset::settle();
     let depth = cache.depth;
     if depth >= MAX_DEPTH {
         if let Some(callee) = modules::find_address(RuntimeAddress::from_usize(selfpc))

@@ -876,10 +876,16 @@ unsafe fn write_while_others_run(taken: &[Option<&SiteJump>], wait_here: [u8; 2]
 /// round when it forked, the child may hold sites at `jmp $` (which no thread of the child would ever
 /// release), half-written, or pages the parent made writable. The child writes each of the round's jumps
 /// whole and gives every page of the round its protection back. Async-signal-safe.
+#[inline]
 pub fn finish_round_after_fork() {
-    if !ROUND.open.load(Ordering::Acquire) {
-        return;
+    if ROUND.open.load(Ordering::Acquire) {
+        finish_open_round();
     }
+}
+
+/// [`finish_round_after_fork`] once the child found a round open.
+#[cold]
+fn finish_open_round() {
     let page = crate::sys::page_size();
     let page_count = ROUND.page_count.load(Ordering::Relaxed).min(MOST_PAGES);
     let protection_of = |at: usize| {
