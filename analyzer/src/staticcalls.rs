@@ -113,7 +113,7 @@ pub fn add_static_arcs(
 }
 
 /// The bytes of `[start, end)` in an executable section, if the range lies in one.
-fn code_bytes<'a>(file: &object::File<'a>, start: u64, end: u64) -> Option<&'a [u8]> {
+pub(crate) fn code_bytes<'a>(file: &object::File<'a>, start: u64, end: u64) -> Option<&'a [u8]> {
     file.sections().find_map(|s| {
         let section_end = s.address().saturating_add(s.size());
         if s.kind() != SectionKind::Text || start < s.address() || start >= section_end {
