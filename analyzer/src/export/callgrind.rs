@@ -77,12 +77,12 @@ pub fn write(p: &Prepared, out: &mut dyn Write) -> io::Result<()> {
     // function holding that instruction (the report splits straddling buckets; here costs stay whole).
     let mut own: Vec<BTreeMap<u64, u64>> = vec![BTreeMap::new(); g.nsyms];
     let mut total = 0u64;
-    for c in p.costs(&code) {
+    for c in p.costs(code) {
         *own[c.function].entry(c.address).or_insert(0) += c.samples;
         total += c.samples;
     }
     let mut sites: Vec<Vec<CallSite>> = vec![Vec::new(); g.nsyms];
-    for c in p.call_sites(&code) {
+    for c in p.call_sites(code) {
         sites[c.caller].push(c);
     }
     writeln!(out, "summary: {total}")?;

@@ -3,14 +3,15 @@
 //! addr2line, as `lines.rs` opens it, from the file or its separate debug file) and the executable segment
 //! (pprof's mapping). Link-time addresses throughout.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 use iced_x86::{Decoder, DecoderOptions, Instruction, Mnemonic};
 use object::{Object, ObjectSegment, SegmentFlags};
 
 use crate::lines::{Context, with_dwarf};
-use crate::staticcalls::code_bytes;
+use crate::staticcalls::{code_bytes, got_slots, plt_targets};
+use crate::symbols::COUNTING_IMPORTS;
 
 /// One source frame of an address: the innermost is where the instruction's line is, the others are the
 /// calls of the inlined functions around it (the outermost is the real function).
@@ -51,6 +52,10 @@ pub struct ModuleCode {
     starts: Vec<u64>,
     /// Return address → the call instruction that ends there.
     calls: HashMap<u64, u64>,
+    /// Entries of the decoded functions, and of those among them that count their calls (they call
+    /// `mcount`, `__fentry__`, ... before anything else calls).
+    decoded: HashSet<u64>,
+    counting: HashSet<u64>,
     /// Source frames (innermost first) of the addresses asked for.
     positions: HashMap<u64, Vec<Frame>>,
     /// Whether the module (or its debug file) has DWARF line tables.
@@ -104,11 +109,16 @@ impl ModuleCode {
     }
 
     fn decode(&mut self, file: &object::File<'_>, functions: &[(u64, u64)]) {
+        let counting =
+            |name: Option<&String>| name.is_some_and(|n| COUNTING_IMPORTS.contains(&n.as_str()));
+        let (plt, slots) = (plt_targets(file), got_slots(file));
         let mut ins = Instruction::default();
         for &(start, end) in functions {
             let Some(bytes) = code_bytes(file, start, end) else {
                 continue;
             };
+            self.decoded.insert(start);
+            let mut first_call = true;
             let mut decoder = Decoder::with_ip(64, bytes, start, DecoderOptions::NONE);
             while decoder.can_decode() {
                 decoder.decode_out(&mut ins);
@@ -118,6 +128,18 @@ impl ModuleCode {
                 self.starts.push(ins.ip());
                 if ins.mnemonic() == Mnemonic::Call {
                     self.calls.insert(ins.next_ip(), ins.ip());
+                    // -pg code calls the counting function first (through the PLT or the GOT).
+                    if first_call {
+                        let target = if ins.is_ip_rel_memory_operand() {
+                            slots.get(&ins.ip_rel_memory_address())
+                        } else {
+                            plt.get(&ins.near_branch_target())
+                        };
+                        if counting(target) {
+                            self.counting.insert(start);
+                        }
+                        first_call = false;
+                    }
                 }
             }
         }
@@ -134,6 +156,13 @@ impl ModuleCode {
             _ if i > 0 && self.starts[i - 1] + 15 > start => self.starts[i - 1],
             _ => start,
         }
+    }
+
+    /// Whether the function at `entry` counts its calls (`None` when its code was not decoded).
+    pub fn counts_calls(&self, entry: u64) -> Option<bool> {
+        self.decoded
+            .contains(&entry)
+            .then(|| self.counting.contains(&entry))
     }
 
     /// The address of the call instruction that returns to `ret`; `ret` itself when no decoded call ends

@@ -55,6 +55,8 @@ pub struct Prepared {
     pub analysis: Analysis,
     /// Warnings of the analysis (symbols missing, build-id mismatches, ...).
     pub warnings: Vec<String>,
+    /// The modules' code and source positions, read when first asked for ([`Prepared::code`]).
+    code: std::sync::OnceLock<Vec<ModuleCode>>,
 }
 
 impl Prepared {
@@ -89,6 +91,7 @@ impl Prepared {
             instances: merged.instances,
             analysis,
             warnings,
+            code: std::sync::OnceLock::new(),
         })
     }
 
@@ -137,13 +140,23 @@ impl Prepared {
     }
 
     /// The call count of function `s`, or `None` where calls were not counted: a function without
-    /// calls in a module that does not count its own (not built with -pg; a count there is one made at
-    /// the PLT).
+    /// calls whose code does not count them (not built with -pg: a count there is one made at the PLT),
+    /// a PLT stub, or a row that stands for more than a function.
     pub fn calls(&self, s: usize) -> Option<u64> {
         let sym = &self.analysis.graph.syms[s];
         let calls = sym.ncalls + sym.self_calls;
+        if calls > 0 {
+            return Some(calls);
+        }
         let module = &self.analysis.graph.modules[sym.module];
-        (calls > 0 || (module.profiled && !module.plt_counted)).then_some(calls)
+        let counted = module.profiled
+            && !module.plt_counted
+            && !sym.symbol.synthetic
+            && !sym.symbol.name.ends_with("@plt")
+            && self.code()[sym.module]
+                .counts_calls(sym.symbol.addr.0)
+                .unwrap_or(false);
+        counted.then_some(0)
     }
 
     /// Whether module `m` is the profiler's own (`libmslprof.so`, its PLT-counting audit module).
@@ -194,7 +207,11 @@ impl Prepared {
     }
 
     /// Decoded code and source positions of every module, for what the exports write.
-    pub fn code(&self) -> Vec<ModuleCode> {
+    pub fn code(&self) -> &[ModuleCode] {
+        self.code.get_or_init(|| self.read_code())
+    }
+
+    fn read_code(&self) -> Vec<ModuleCode> {
         let g = &self.analysis.graph;
         let mut wanted: Vec<Wanted> = (0..g.modules.len()).map(|_| Wanted::default()).collect();
         for s in self.active_functions() {

@@ -124,8 +124,8 @@ impl Builder<'_> {
 /// The profile message for `p`.
 pub fn profile(p: &Prepared) -> Profile {
     let code = p.code();
-    let costs = p.costs(&code);
-    let call_sites = p.call_sites(&code);
+    let costs = p.costs(code);
+    let call_sites = p.call_sites(code);
     let g = &p.analysis.graph;
     // Where each module's code lies (link-time): its executable segment where the file can be read,
     // else the range of the addresses written.
@@ -162,7 +162,7 @@ pub fn profile(p: &Prepared) -> Profile {
     let bias = place(p, &ranges);
     let mut b = Builder {
         p,
-        code: &code,
+        code,
         bias: bias.clone(),
         out: Profile::default(),
         strings: HashMap::new(),
