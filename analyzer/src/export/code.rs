@@ -176,10 +176,11 @@ impl ModuleCode {
         self.positions.get(&addr).map_or(&[], Vec::as_slice)
     }
 
-    /// The innermost source position of `addr`: `(file, line)`.
+    /// The innermost source position of `addr`: `(file, line)`; `None` where DWARF gives no line (line 0
+    /// is compiler-made code).
     pub fn position(&self, addr: u64) -> Option<(&str, u32)> {
         let f = self.frames(addr).first()?;
-        Some((f.file.as_deref()?, f.line))
+        Some((f.file.as_deref()?, f.line)).filter(|&(_, line)| line > 0)
     }
 }
 
