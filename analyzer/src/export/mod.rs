@@ -249,9 +249,9 @@ impl Prepared {
     pub fn costs(&self, code: &[ModuleCode]) -> Vec<Cost> {
         let g = &self.analysis.graph;
         let mut out = Vec::new();
-        for m in 0..self.profile.modules.len() {
+        for (m, module_code) in code.iter().enumerate() {
             for (start, end, samples) in self.buckets(m) {
-                let address = code[m].cost_address(start, end);
+                let address = module_code.cost_address(start, end);
                 if let Some(function) = g.lookup(m, LinkAddress(address)) {
                     out.push(Cost {
                         module: m,
