@@ -37,6 +37,15 @@ fn profiled_demo() -> Option<Workspace> {
     Some(ws)
 }
 
+/// [`profiled_demo`] when `tool` is installed; `None` with a SKIPPED line naming its `package` otherwise.
+fn profiled_demo_for(tool: &str, package: &str) -> Option<Workspace> {
+    if !have(tool) {
+        eprintln!("SKIPPED: no `{tool}` ({package})");
+        return None;
+    }
+    profiled_demo()
+}
+
 /// reload.c: libalpha.so opened, used (alpha_work(3)), closed, opened again, used (alpha_work(5)), closed.
 fn profiled_reload() -> Option<Workspace> {
     if !have("cc") {
@@ -115,11 +124,9 @@ fn callgrind_callers(file: &Path) -> HashMap<(String, String), u64> {
 
 #[test]
 fn callgrind_export_reads_back_in_callgrind_annotate() {
-    let Some(ws) = profiled_demo() else { return };
-    if !have("callgrind_annotate") {
-        eprintln!("SKIPPED: no `callgrind_annotate` (valgrind)");
+    let Some(ws) = profiled_demo_for("callgrind_annotate", "valgrind") else {
         return;
-    }
+    };
     let out = mslprof_ok(ws.path(), &["export", "--format", "callgrind"]);
     let pid = ws.profile("gmon.out").header.pid;
     let file = ws.join(&format!("callgrind.out.{pid}"));
@@ -561,11 +568,9 @@ fn gprof_calls(dir: &Path, module: &str, gmon: &Path) -> HashMap<String, u64> {
 
 #[test]
 fn gmon_export_keeps_cross_module_calls_for_gprof() {
-    let Some(ws) = profiled_demo() else { return };
-    if !have("gprof") {
-        eprintln!("SKIPPED: no `gprof`");
+    let Some(ws) = profiled_demo_for("gprof", "gprof") else {
         return;
-    }
+    };
     let doc = validate_json(ws.path());
     let ours = json_calls(&doc);
     mslprof_ok(ws.path(), &["export", "--format", "gmon", "-o", "gnu"]);
@@ -704,11 +709,9 @@ fn callgrind_costs(text: &str) -> Vec<(String, u64, u32, bool)> {
 
 #[test]
 fn callgrind_costs_sit_on_whole_instructions_and_calls_on_their_call_instructions() {
-    let Some(ws) = profiled_demo() else { return };
-    if !have("objdump") {
-        eprintln!("SKIPPED: no `objdump`");
+    let Some(ws) = profiled_demo_for("objdump", "objdump") else {
         return;
-    }
+    };
     mslprof_ok(
         ws.path(),
         &["export", "--format", "callgrind", "-o", "cg.out"],
@@ -749,11 +752,9 @@ fn callgrind_costs_sit_on_whole_instructions_and_calls_on_their_call_instruction
 
 #[test]
 fn callgrind_annotate_puts_calls_on_their_source_lines_without_a_warning() {
-    let Some(ws) = profiled_demo() else { return };
-    if !have("callgrind_annotate") {
-        eprintln!("SKIPPED: no `callgrind_annotate` (valgrind)");
+    let Some(ws) = profiled_demo_for("callgrind_annotate", "valgrind") else {
         return;
-    }
+    };
     mslprof_ok(
         ws.path(),
         &["export", "--format", "callgrind", "-o", "cg.out"],
@@ -944,11 +945,9 @@ fn dot_label_gives_seconds_and_no_count_where_none_was_counted() {
 
 #[test]
 fn gmon_export_writes_only_files_gprof_reads() {
-    let Some(ws) = profiled_demo() else { return };
-    if !have("gprof") {
-        eprintln!("SKIPPED: no `gprof`");
+    let Some(ws) = profiled_demo_for("gprof", "gprof") else {
         return;
-    }
+    };
     let out = mslprof_ok(ws.path(), &["export", "--format", "gmon", "-o", "gnu"]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let mut files = 0;
