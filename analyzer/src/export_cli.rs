@@ -33,7 +33,7 @@ struct ExportCli {
     /// Output format: callgrind, json, dot, svg, png (svg/png run Graphviz's dot), pprof or gmon.
     #[arg(long, value_enum)]
     format: Format,
-    /// Where to write (a folder for gmon; `-` for standard output with json, dot and callgrind).
+    /// Where to write (a folder for gmon; `-` for standard output with every format but gmon and png).
     #[arg(short = 'o', long = "output")]
     output: Option<PathBuf>,
     /// dot/svg/png: leave out functions whose total share is under this percentage.
@@ -42,6 +42,12 @@ struct ExportCli {
     /// dot/svg/png: leave out calls whose share of the time is under this percentage.
     #[arg(long = "edge-threshold", default_value_t = 0.1)]
     edge_threshold: f64,
+    /// dot/svg/png: draw at most this many functions (those with the largest total shares).
+    #[arg(long = "max-nodes", default_value_t = 60)]
+    max_nodes: usize,
+    /// gmon: also write files for the profiler's own modules (libmslprof.so, its audit module).
+    #[arg(long = "profiler-modules")]
+    profiler_modules: bool,
     /// mslprof profiles, summed as the report sums them (default ./gmon.out).
     profiles: Vec<PathBuf>,
 }
@@ -58,7 +64,7 @@ pub fn export(args: &[String]) -> ExitCode {
         if args.len() > 2 {
             Err("export: usage: mslprof export --format FMT [-o PATH] [PROFILE...]".to_string())
         } else {
-            gmon(&[input], &outdir)
+            gmon(&[input], &outdir, false)
         }
     } else {
         let cli: ExportCli = match crate::arguments::parse(
@@ -88,17 +94,28 @@ fn load(profiles: &[PathBuf]) -> Result<Prepared, String> {
     Ok(p)
 }
 
-fn gmon(profiles: &[PathBuf], outdir: &Path) -> Result<(), String> {
+fn gmon(profiles: &[PathBuf], outdir: &Path, profiler_modules: bool) -> Result<(), String> {
     let p = load(profiles)?;
-    let written = export::gmon::write(&p, outdir).map_err(|e| e.to_string())?;
-    if written.is_empty() {
+    let written = export::gmon::write(&p, outdir, profiler_modules).map_err(|e| e.to_string())?;
+    let mut files = 0;
+    for w in &written {
+        match w {
+            export::gmon::Written::File(module, file) => {
+                println!("gprof {module} {}", file.display());
+                files += 1;
+            }
+            export::gmon::Written::Unreadable(module, why) => {
+                eprintln!(
+                    "mslprof: note: {module}: no gmon file written: {why}; mslprof's report covers it"
+                );
+            }
+        }
+    }
+    if files == 0 {
         return Err(format!(
-            "{}: no profiled module with a histogram",
+            "{}: no profiled module with a histogram that gprof can read",
             profiles[0].display()
         ));
-    }
-    for (module, file) in written {
-        println!("gprof {module} {}", file.display());
     }
     Ok(())
 }
@@ -109,8 +126,34 @@ fn run(cli: &ExportCli) -> Result<(), String> {
     } else {
         cli.profiles.clone()
     };
+    if matches!(cli.format, Format::Gmon | Format::Png)
+        && cli.output.as_deref() == Some(Path::new("-"))
+    {
+        return Err(format!(
+            "export: --format {} cannot be written to standard output ({}); give -o a {}",
+            if cli.format == Format::Gmon {
+                "gmon"
+            } else {
+                "png"
+            },
+            if cli.format == Format::Gmon {
+                "it is one file per module"
+            } else {
+                "it is binary image data"
+            },
+            if cli.format == Format::Gmon {
+                "folder"
+            } else {
+                "file name"
+            }
+        ));
+    }
     if cli.format == Format::Gmon {
-        return gmon(&profiles, cli.output.as_deref().unwrap_or(Path::new(".")));
+        return gmon(
+            &profiles,
+            cli.output.as_deref().unwrap_or(Path::new(".")),
+            cli.profiler_modules,
+        );
     }
     if matches!(cli.format, Format::Svg | Format::Png) && !have_dot() {
         return Err(
@@ -123,6 +166,7 @@ fn run(cli: &ExportCli) -> Result<(), String> {
     let thresholds = export::dot::Thresholds {
         node: cli.node_threshold,
         edge: cli.edge_threshold,
+        max_nodes: cli.max_nodes,
     };
     let mut bytes = Vec::new();
     let written = match cli.format {
@@ -145,7 +189,9 @@ fn run(cli: &ExportCli) -> Result<(), String> {
         Format::Svg | Format::Png => {
             let out = target.unwrap_or_default();
             render(&bytes, cli.format, &out)?;
-            eprintln!("mslprof: wrote {}", out.display());
+            if out != Path::new("-") {
+                eprintln!("mslprof: wrote {}", out.display());
+            }
         }
         _ => match target {
             Some(out) if out != Path::new("-") => {
@@ -181,10 +227,13 @@ fn render(dot: &[u8], format: Format, out: &Path) -> Result<(), String> {
     } else {
         "-Tsvg"
     };
-    let mut child = Command::new("dot")
-        .arg(kind)
-        .arg("-o")
-        .arg(out)
+    let mut dot_command = Command::new("dot");
+    dot_command.arg(kind);
+    // `-o -` (svg): dot writes to our standard output.
+    if out != Path::new("-") {
+        dot_command.arg("-o").arg(out);
+    }
+    let mut child = dot_command
         .stdin(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

@@ -113,7 +113,7 @@ pub fn add_static_arcs(
 }
 
 /// The bytes of `[start, end)` in an executable section, if the range lies in one.
-fn code_bytes<'a>(file: &object::File<'a>, start: u64, end: u64) -> Option<&'a [u8]> {
+pub(crate) fn code_bytes<'a>(file: &object::File<'a>, start: u64, end: u64) -> Option<&'a [u8]> {
     file.sections().find_map(|s| {
         let section_end = s.address().saturating_add(s.size());
         if s.kind() != SectionKind::Text || start < s.address() || start >= section_end {
@@ -124,9 +124,8 @@ fn code_bytes<'a>(file: &object::File<'a>, start: u64, end: u64) -> Option<&'a [
     })
 }
 
-/// PLT entry address → name of the function it jumps to: each entry's indirect `jmp [rip+got]`
-/// reads a GOT slot that a jump-slot relocation names.
-fn plt_targets(file: &object::File<'_>) -> HashMap<u64, String> {
+/// GOT slot address → name of the symbol a dynamic relocation puts there.
+pub(crate) fn got_slots(file: &object::File<'_>) -> HashMap<u64, String> {
     let mut slots = HashMap::new();
     if let Some(relocs) = file.dynamic_relocations() {
         let dynsyms: Vec<_> = file.dynamic_symbols().collect();
@@ -139,6 +138,13 @@ fn plt_targets(file: &object::File<'_>) -> HashMap<u64, String> {
             }
         }
     }
+    slots
+}
+
+/// PLT entry address → name of the function it jumps to: each entry's indirect `jmp [rip+got]`
+/// reads a GOT slot that a jump-slot relocation names.
+pub(crate) fn plt_targets(file: &object::File<'_>) -> HashMap<u64, String> {
+    let slots = got_slots(file);
     let mut out = HashMap::new();
     for s in file.sections() {
         let Ok(name) = s.name() else { continue };

@@ -410,7 +410,7 @@ fn first_debug_file<T>(
 }
 
 /// Run `f` over the separate debug file of the module at `path` that has DWARF line tables, if any.
-fn with_debug_file<T>(
+pub(crate) fn with_debug_file<T>(
     path: &Path,
     file: &object::File<'_>,
     f: impl FnOnce(&object::File<'_>) -> T,

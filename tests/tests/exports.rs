@@ -3,7 +3,7 @@
 //! gprof (gmon), on the three-module demo and on a dlopen/dlclose fixture; and gprof2dot reading the text
 //! report. Counts are exact.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::Read;
 use std::path::Path;
 use std::process::{Command, Output};
@@ -35,6 +35,15 @@ fn profiled_demo() -> Option<Workspace> {
     let demo = build_demo(&ws);
     assert_success(&run(&mut ws.command_with_runtime(&demo)), "demo");
     Some(ws)
+}
+
+/// [`profiled_demo`] when `tool` is installed; `None` with a SKIPPED line naming its `package` otherwise.
+fn profiled_demo_for(tool: &str, package: &str) -> Option<Workspace> {
+    if !have(tool) {
+        eprintln!("SKIPPED: no `{tool}` ({package})");
+        return None;
+    }
+    profiled_demo()
 }
 
 /// reload.c: libalpha.so opened, used (alpha_work(3)), closed, opened again, used (alpha_work(5)), closed.
@@ -115,11 +124,9 @@ fn callgrind_callers(file: &Path) -> HashMap<(String, String), u64> {
 
 #[test]
 fn callgrind_export_reads_back_in_callgrind_annotate() {
-    let Some(ws) = profiled_demo() else { return };
-    if !have("callgrind_annotate") {
-        eprintln!("SKIPPED: no `callgrind_annotate` (valgrind)");
+    let Some(ws) = profiled_demo_for("callgrind_annotate", "valgrind") else {
         return;
-    }
+    };
     let out = mslprof_ok(ws.path(), &["export", "--format", "callgrind"]);
     let pid = ws.profile("gmon.out").header.pid;
     let file = ws.join(&format!("callgrind.out.{pid}"));
@@ -130,7 +137,7 @@ fn callgrind_export_reads_back_in_callgrind_annotate() {
     let text = std::fs::read_to_string(&file).unwrap();
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines[0], "# callgrind format");
-    assert!(lines.contains(&"version: 1") && lines.contains(&"positions: instr"));
+    assert!(lines.contains(&"version: 1") && lines.contains(&"positions: instr line"));
     let events = lines.iter().position(|l| *l == "events: Samples").unwrap();
     assert!(
         lines[events + 1].starts_with("summary: "),
@@ -208,26 +215,26 @@ fn validate_json(dir: &Path) -> serde_json::Value {
     if let Err(e) = schemas.validate(&doc, id) {
         panic!("the export does not follow the schema: {e:#}");
     }
-    assert_eq!(doc["schema_version"], 1);
+    assert_eq!(doc["schema_version"], 2);
     doc
 }
 
-/// `(function name, module name) -> calls` of a JSON export.
+/// `(function name, module name) -> calls` of a JSON export (functions whose calls were counted).
 fn json_calls(doc: &serde_json::Value) -> HashMap<(String, String), u64> {
     let modules = doc["modules"].as_array().unwrap();
     doc["functions"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|f| {
+        .filter_map(|f| {
             let m = f["module"].as_u64().unwrap() as usize;
-            (
+            Some((
                 (
                     f["name"].as_str().unwrap().to_string(),
                     modules[m]["name"].as_str().unwrap().to_string(),
                 ),
-                f["calls"].as_u64().unwrap(),
-            )
+                f["calls"].as_u64()?,
+            ))
         })
         .collect()
 }
@@ -320,7 +327,7 @@ fn pprof_calls(p: &proto::Profile) -> HashMap<(String, String), i64> {
     };
     let mut calls = HashMap::new();
     for sample in &p.sample {
-        if sample.value[1] == 0 {
+        if sample.value[2] == 0 {
             continue;
         }
         let callee = function_of(sample.location_id[0]);
@@ -329,7 +336,7 @@ fn pprof_calls(p: &proto::Profile) -> HashMap<(String, String), i64> {
             .get(1)
             .map(|&l| function_of(l))
             .unwrap_or_default();
-        *calls.entry((callee, caller)).or_insert(0) += sample.value[1];
+        *calls.entry((callee, caller)).or_insert(0) += sample.value[2];
     }
     calls
 }
@@ -346,8 +353,15 @@ fn pprof_export_round_trips_through_the_proto_types() {
         .iter()
         .map(|t| (s(t.r#type), s(t.unit)))
         .collect();
-    assert_eq!(types, [("samples", "count"), ("calls", "count")]);
-    assert_eq!(s(p.default_sample_type), "samples");
+    assert_eq!(
+        types,
+        [
+            ("samples", "count"),
+            ("cpu", "nanoseconds"),
+            ("calls", "count")
+        ]
+    );
+    assert_eq!(s(p.default_sample_type), "cpu");
     let period = p.period_type.unwrap();
     assert_eq!((s(period.r#type), s(period.unit)), ("cpu", "nanoseconds"));
     let profile = ws.profile("gmon.out");
@@ -554,11 +568,9 @@ fn gprof_calls(dir: &Path, module: &str, gmon: &Path) -> HashMap<String, u64> {
 
 #[test]
 fn gmon_export_keeps_cross_module_calls_for_gprof() {
-    let Some(ws) = profiled_demo() else { return };
-    if !have("gprof") {
-        eprintln!("SKIPPED: no `gprof`");
+    let Some(ws) = profiled_demo_for("gprof", "gprof") else {
         return;
-    }
+    };
     let doc = validate_json(ws.path());
     let ours = json_calls(&doc);
     mslprof_ok(ws.path(), &["export", "--format", "gmon", "-o", "gnu"]);
@@ -640,4 +652,342 @@ fn gmon_export_makes_the_folder_it_is_given_but_never_its_parents() {
     );
     mslprof_ok(ws.path(), &["export", "--format", "gmon", "-o", "made"]);
     assert!(ws.join("made").is_dir());
+}
+
+/// Instruction starts of the ELF file at `path` as objdump decodes it, and those of `call` instructions.
+fn instructions(path: &str) -> (HashSet<u64>, HashSet<u64>) {
+    let out = run(Command::new("objdump").args(["-d", "--no-show-raw-insn", path]));
+    assert_success(&out, "objdump -d");
+    let (mut all, mut calls) = (HashSet::new(), HashSet::new());
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let Some((addr, rest)) = line.trim_start().split_once(":\t") else {
+            continue;
+        };
+        let Ok(addr) = u64::from_str_radix(addr, 16) else {
+            continue;
+        };
+        all.insert(addr);
+        if rest.trim_start().starts_with("call") {
+            calls.insert(addr);
+        }
+    }
+    (all, calls)
+}
+
+/// A callgrind file's cost lines: `(object path, address, line, is the cost of a call)`.
+fn callgrind_costs(text: &str) -> Vec<(String, u64, u32, bool)> {
+    let mut names: HashMap<String, String> = HashMap::new();
+    let mut object = String::new();
+    let mut after_calls = false;
+    let mut out = Vec::new();
+    for line in text.lines() {
+        if let Some(ob) = line.strip_prefix("ob=").or(line.strip_prefix("cob=")) {
+            // `(id) name` the first time, `(id)` later.
+            let (id, name) = ob.split_once(' ').unwrap_or((ob, ""));
+            if !name.is_empty() {
+                names.insert(id.to_string(), name.to_string());
+            }
+            if line.starts_with("ob=") {
+                object = names[id].clone();
+            }
+        } else if line.starts_with("calls=") {
+            after_calls = true;
+        } else if let Some(rest) = line.strip_prefix("0x") {
+            let f: Vec<&str> = rest.split(' ').collect();
+            assert_eq!(f.len(), 3, "address, line, cost: {line}");
+            out.push((
+                object.clone(),
+                u64::from_str_radix(f[0], 16).unwrap(),
+                f[1].parse().unwrap(),
+                after_calls,
+            ));
+            after_calls = false;
+        }
+    }
+    out
+}
+
+#[test]
+fn callgrind_costs_sit_on_whole_instructions_and_calls_on_their_call_instructions() {
+    let Some(ws) = profiled_demo_for("objdump", "objdump") else {
+        return;
+    };
+    mslprof_ok(
+        ws.path(),
+        &["export", "--format", "callgrind", "-o", "cg.out"],
+    );
+    let text = std::fs::read_to_string(ws.join("cg.out")).unwrap();
+    let costs = callgrind_costs(&text);
+    let mut decoded: HashMap<String, (HashSet<u64>, HashSet<u64>)> = HashMap::new();
+    let (mut checked, mut calls) = (0, 0);
+    for (object, addr, line, is_call) in &costs {
+        // The demo's own modules: built here with -g, decoded by objdump (KCachegrind's "does not match
+        // the profile" check is objdump's instruction list).
+        if !["demo", "libtext.so", "libshapes.so"]
+            .iter()
+            .any(|m| object.ends_with(&format!("/{m}")))
+        {
+            continue;
+        }
+        let (all, call_sites) = decoded
+            .entry(object.clone())
+            .or_insert_with(|| instructions(object));
+        assert!(
+            all.contains(addr),
+            "{object}: cost at {addr:#x}, not an instruction boundary"
+        );
+        assert!(*line > 0, "{object}: {addr:#x} has no source line");
+        if *is_call {
+            assert!(
+                call_sites.contains(addr),
+                "{object}: call cost at {addr:#x}, not a call instruction"
+            );
+            calls += 1;
+        }
+        checked += 1;
+    }
+    // main's calls into both libraries and its own, text_count_words' callback, ...
+    assert!(calls >= 6 && checked > calls, "{calls} calls of {checked}");
+}
+
+#[test]
+fn callgrind_annotate_puts_calls_on_their_source_lines_without_a_warning() {
+    let Some(ws) = profiled_demo_for("callgrind_annotate", "valgrind") else {
+        return;
+    };
+    mslprof_ok(
+        ws.path(),
+        &["export", "--format", "callgrind", "-o", "cg.out"],
+    );
+    let out = run(Command::new("callgrind_annotate")
+        .current_dir(ws.path())
+        .args(["--auto=yes", "--threshold=100", "--context=40", "cg.out"]));
+    assert_success(&out, "callgrind_annotate --auto=yes");
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("-- Auto-annotated source: ") && text.contains("/demo.c"),
+        "{text}"
+    );
+    // Each call of main is annotated under its own source line, with its exact count (the context shows
+    // main whole: callgrind_annotate prints only lines near those with self costs).
+    let lines: Vec<&str> = text.lines().collect();
+    for (source, callee) in [
+        (
+            "area += shapes_total_area(60000);",
+            "shapes.c:shapes_total_area (200x)",
+        ),
+        (
+            "words += text_count_words(12);",
+            "text.c:text_count_words (200x)",
+        ),
+    ] {
+        let at = lines
+            .iter()
+            .position(|l| l.ends_with(source))
+            .unwrap_or_else(|| panic!("no line {source}:\n{text}"));
+        assert!(
+            lines[at + 1].contains("=> ") && lines[at + 1].ends_with(callee),
+            "after {source}: {}\n{text}",
+            lines[at + 1]
+        );
+    }
+}
+
+fn have_go_pprof() -> bool {
+    let ok = Command::new("go")
+        .args(["tool", "pprof", "-h"])
+        .output()
+        .is_ok_and(|o| !o.stdout.is_empty() || !o.stderr.is_empty());
+    if !ok {
+        eprintln!("SKIPPED: no `go tool pprof` (apt-get install golang-go)");
+    }
+    ok
+}
+
+#[test]
+fn go_tool_pprof_lists_source_lines_and_totals_in_time() {
+    let Some(ws) = profiled_demo() else { return };
+    if !have_go_pprof() {
+        return;
+    }
+    mslprof_ok(ws.path(), &["export", "--format", "pprof"]);
+    let pprof = |args: &[&str]| -> String {
+        let out = run(Command::new("go")
+            .current_dir(ws.path())
+            .env("HOME", ws.path())
+            .env("PPROF_TMPDIR", ws.path())
+            .env("GOCACHE", ws.join("gocache"))
+            .args(["tool", "pprof"])
+            .args(args)
+            .arg("profile.pb.gz"));
+        assert_success(&out, &format!("go tool pprof {args:?}"));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let top = pprof(&["-top"]);
+    let total = top
+        .lines()
+        .find_map(|l| l.split_once("Total samples = "))
+        .map(|(_, t)| t.split_whitespace().next().unwrap().to_string())
+        .unwrap_or_else(|| panic!("{top}"));
+    assert!(
+        ["ms", "s", "us", "mins"].iter().any(|u| total
+            .strip_suffix(u)
+            .is_some_and(|n| n.parse::<f64>().is_ok())),
+        "a total in time: {total}\n{top}"
+    );
+    // The calls, listed at main's source lines.
+    let list = pprof(&["-sample_index=calls", "-list", "^main$"]);
+    for source in [
+        "area += shapes_total_area(60000);",
+        "words += text_count_words(12);",
+    ] {
+        let line = list
+            .lines()
+            .find(|l| l.ends_with(source))
+            .unwrap_or_else(|| panic!("no line {source}:\n{list}"));
+        let cum: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(cum[1], "200", "{line}\n{list}");
+    }
+}
+
+#[test]
+fn json_export_tells_not_counted_from_zero_and_gives_sources_and_cpu_time() {
+    let Some(ws) = profiled_demo() else { return };
+    let doc = validate_json(ws.path());
+    let functions = doc["functions"].as_array().unwrap();
+    let function = |name: &str| {
+        functions
+            .iter()
+            .find(|f| f["name"] == name)
+            .unwrap_or_else(|| panic!("no {name}"))
+    };
+    // libc's caller of main is not built with -pg: its calls were not counted.
+    let start = function("__libc_start_call_main");
+    assert!(start["calls"].is_null(), "{start}");
+    let words = function("text_count_words");
+    assert_eq!(words["calls"], 200);
+    assert_eq!(words["calls_at_plt_only"], false);
+    assert!(
+        words["file"]
+            .as_str()
+            .unwrap()
+            .ends_with("analyzer/demo/text.c"),
+        "{words}"
+    );
+    let source = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../analyzer/demo/text.c"),
+    )
+    .unwrap();
+    let line = words["line"].as_u64().unwrap() as usize;
+    assert!(
+        source
+            .lines()
+            .nth(line - 1)
+            .unwrap()
+            .contains("text_count_words("),
+        "line {line}"
+    );
+    let profile = ws.profile("gmon.out");
+    let cpu = profile
+        .header
+        .cpu_time
+        .expect("the runtime records CPU time");
+    assert_eq!(doc["header"]["user_time_ns"], cpu.user_ns);
+    assert_eq!(doc["header"]["system_time_ns"], cpu.system_ns);
+    let runtime = doc["modules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "libmslprof.so")
+        .expect("libmslprof.so");
+    assert_eq!(runtime["profiling_overhead"], true);
+}
+
+#[test]
+fn dot_label_gives_seconds_and_no_count_where_none_was_counted() {
+    let Some(ws) = profiled_demo() else { return };
+    let out = mslprof_ok(
+        ws.path(),
+        &["export", "--format", "dot", "--node-threshold", "0"],
+    );
+    let dot = String::from_utf8_lossy(&out.stdout);
+    assert!(dot.contains(" s of CPU time ("), "{dot}");
+    let node = dot
+        .lines()
+        .find(|l| l.contains("label=\"__libc_start_call_main\\n"))
+        .unwrap_or_else(|| panic!("{dot}"));
+    assert!(!node.contains('×'), "{node}");
+    let few = mslprof_ok(
+        ws.path(),
+        &[
+            "export",
+            "--format",
+            "dot",
+            "--node-threshold",
+            "0",
+            "--max-nodes",
+            "3",
+        ],
+    );
+    let few = String::from_utf8_lossy(&few.stdout);
+    let nodes = few.lines().filter(|l| l.starts_with("    f")).count();
+    assert_eq!(nodes, 3, "{few}");
+    assert!(
+        few.contains("3 of ") && few.contains("the largest 3"),
+        "{few}"
+    );
+}
+
+#[test]
+fn gmon_export_writes_only_files_gprof_reads() {
+    let Some(ws) = profiled_demo_for("gprof", "gprof") else {
+        return;
+    };
+    let out = mslprof_ok(ws.path(), &["export", "--format", "gmon", "-o", "gnu"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let mut files = 0;
+    for line in stdout.lines() {
+        let args: Vec<&str> = line.split(' ').collect();
+        assert_eq!(args[0], "gprof", "{line}");
+        let gprof = run(Command::new("gprof")
+            .current_dir(ws.path())
+            .arg("-b")
+            .args(&args[1..]));
+        assert_success(&gprof, line);
+        files += 1;
+    }
+    assert_eq!(files, 3, "demo, libtext.so, libshapes.so:\n{stdout}");
+    assert!(!ws.join("gnu/gmon.libmslprof.so.out").exists());
+    // Asked for, the profiler's own module is written too.
+    let out = mslprof_ok(
+        ws.path(),
+        &[
+            "export",
+            "--format",
+            "gmon",
+            "--profiler-modules",
+            "-o",
+            "all",
+        ],
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("libmslprof.so"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for format in ["gmon", "png"] {
+        let out = mslprof(ws.path(), &["export", "--format", format, "-o", "-"]);
+        assert_eq!(out.status.code(), Some(1), "{format}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("cannot be written to standard output"),
+            "{err}"
+        );
+        assert!(!ws.join("-").exists(), "{format}: a file or folder named -");
+    }
 }

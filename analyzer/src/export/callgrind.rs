@@ -1,13 +1,13 @@
-//! The callgrind profile format (as KCachegrind and `callgrind_annotate` read it): one `ob=` per
-//! module, `fn=` blocks with the self samples at the link-time addresses of the histogram buckets, and
-//! per arc `cob=`/`cfi=`/`cfn=`/`calls=COUNT ADDRESS` followed by gprof's propagated inclusive estimate.
+//! The callgrind profile format (as KCachegrind and `callgrind_annotate` read it), `positions: instr
+//! line`: one `ob=` per module, `fn=` blocks with the self samples at the first whole instruction of each
+//! histogram bucket and its source line (`fi=`/`fe=` where inlined code is in another file), and per call
+//! site `cob=`/`cfi=`/`cfn=`/`calls=COUNT ENTRY LINE` followed by gprof's propagated inclusive estimate
+//! at the call instruction's address and line. Line 0 where DWARF says nothing.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{self, Write};
 
-use mslprof_format::LinkAddress;
-
-use super::Prepared;
+use super::{CallSite, Prepared};
 
 /// Assigns `(id)` numbers for callgrind's name compression: the first use writes `(id) name`, later
 /// uses `(id)` alone.
@@ -27,10 +27,32 @@ impl Names {
     }
 }
 
+/// The file that following cost lines are in: `fi=` for another file than the function's, `fe=` back.
+struct CurrentFile {
+    function_file: String,
+    current: String,
+}
+
+impl CurrentFile {
+    fn switch(&mut self, file: &str, names: &mut Names, out: &mut dyn Write) -> io::Result<()> {
+        if file != self.current {
+            let key = if file == self.function_file {
+                "fe"
+            } else {
+                "fi"
+            };
+            writeln!(out, "{key}={}", names.get(file))?;
+            self.current = file.to_string();
+        }
+        Ok(())
+    }
+}
+
 /// Write `p` in callgrind format.
 pub fn write(p: &Prepared, out: &mut dyn Write) -> io::Result<()> {
     let g = &p.analysis.graph;
     let h = &p.profile.header;
+    let code = p.code();
     writeln!(out, "# callgrind format")?;
     writeln!(out, "version: 1")?;
     writeln!(out, "creator: mslprof {}", env!("CARGO_PKG_VERSION"))?;
@@ -44,32 +66,49 @@ pub fn write(p: &Prepared, out: &mut dyn Write) -> io::Result<()> {
             &h.program_path
         })
     )?;
-    writeln!(out, "positions: instr")?;
+    writeln!(out, "positions: instr line")?;
+    writeln!(
+        out,
+        "event: Samples : CPU-time samples of {} ns",
+        p.period_ns()
+    )?;
     writeln!(out, "events: Samples")?;
-    // Self samples per function, at bucket addresses: every bucket goes to the function holding its
-    // first byte (the report splits straddling buckets; here costs stay whole samples).
-    let mut own: Vec<BTreeMap<LinkAddress, u64>> = vec![BTreeMap::new(); g.nsyms];
+    // Self samples per function, at the first whole instruction of each bucket: every bucket goes to the
+    // function holding that instruction (the report splits straddling buckets; here costs stay whole).
+    let mut own: Vec<BTreeMap<u64, u64>> = vec![BTreeMap::new(); g.nsyms];
     let mut total = 0u64;
-    for (m, module) in p.profile.modules.iter().enumerate() {
-        let Some(hist) = &module.histogram else {
-            continue;
-        };
-        for r in &hist.ranges {
-            let width = (r.end - r.start) / r.buckets.len().max(1);
-            for (i, count) in r.buckets.nonzero() {
-                let addr = r.start + i * width;
-                if let Some(s) = g.lookup(m, addr) {
-                    *own[s].entry(addr).or_insert(0) += u64::from(count);
-                    total += u64::from(count);
-                }
-            }
-        }
+    for c in p.costs(code) {
+        *own[c.function].entry(c.address).or_insert(0) += c.samples;
+        total += c.samples;
+    }
+    let mut sites: Vec<Vec<CallSite>> = vec![Vec::new(); g.nsyms];
+    for c in p.call_sites(code) {
+        sites[c.caller].push(c);
     }
     writeln!(out, "summary: {total}")?;
     writeln!(out, "totals: {total}")?;
     let mut obs = Names::default();
     let mut fns = Names::default();
     let mut fls = Names::default();
+    let position = |m: usize, addr: u64| -> (String, u32) {
+        code[m]
+            .position(addr)
+            .map_or(("???".to_string(), 0), |(f, l)| (f.to_string(), l))
+    };
+    // A function's file: the symbol's, else DWARF's for its entry (its outermost frame).
+    let file_of = |s: usize| -> String {
+        let sym = &g.syms[s];
+        sym.symbol
+            .file
+            .clone()
+            .or_else(|| {
+                code[sym.module]
+                    .frames(sym.symbol.addr.0)
+                    .last()
+                    .and_then(|f| f.file.clone())
+            })
+            .unwrap_or_else(|| "???".into())
+    };
     for s in p.active_functions() {
         let sym = &g.syms[s];
         // A called function gets its block even with no samples and no callees: readers take a function's
@@ -77,31 +116,48 @@ pub fn write(p: &Prepared, out: &mut dyn Write) -> io::Result<()> {
         if own[s].is_empty() && sym.children.is_empty() && sym.parents.is_empty() {
             continue;
         }
+        let m = sym.module;
         writeln!(out)?;
-        writeln!(out, "ob={}", obs.get(&g.modules[sym.module].path))?;
-        writeln!(
-            out,
-            "fl={}",
-            fls.get(sym.symbol.file.as_deref().unwrap_or("???"))
-        )?;
+        writeln!(out, "ob={}", obs.get(&g.modules[m].path))?;
+        let function_file = file_of(s);
+        writeln!(out, "fl={}", fls.get(&function_file))?;
         writeln!(out, "fn={}", fns.get(&sym.display))?;
-        for (addr, count) in &own[s] {
-            writeln!(out, "{addr:#x} {count}")?;
+        let mut file = CurrentFile {
+            current: function_file.clone(),
+            function_file,
+        };
+        for (&addr, count) in &own[s] {
+            let (f, line) = position(m, addr);
+            file.switch(&f, &mut fls, out)?;
+            writeln!(out, "{addr:#x} {line} {count}")?;
         }
-        for &a in &sym.children {
+        for c in &sites[s] {
+            let Some(&a) = g.arc_index.get(&(c.caller, c.callee)) else {
+                continue;
+            };
             let arc = &g.arcs[a];
-            let callee = &g.syms[arc.child];
+            let callee = &g.syms[c.callee];
+            let (f, line) = position(m, c.site);
+            file.switch(&f, &mut fls, out)?;
             writeln!(out, "cob={}", obs.get(&g.modules[callee.module].path))?;
+            writeln!(out, "cfi={}", fls.get(&file_of(c.callee)))?;
+            writeln!(out, "cfn={}", fns.get(&callee.display))?;
+            let entry = callee.symbol.addr.0;
             writeln!(
                 out,
-                "cfi={}",
-                fls.get(callee.symbol.file.as_deref().unwrap_or("???"))
+                "calls={} {entry:#x} {}",
+                c.count,
+                position(callee.module, entry).1
             )?;
-            writeln!(out, "cfn={}", fns.get(&callee.display))?;
-            writeln!(out, "calls={} {:#x}", arc.count, callee.symbol.addr)?;
-            // gprof's estimate of the callee's time on behalf of this caller.
-            let inclusive = (arc.time + arc.child_time).round() as u64;
-            writeln!(out, "{:#x} {inclusive}", sym.symbol.addr)?;
+            // gprof's estimate of the callee's time on behalf of this caller, shared among its call sites
+            // by their counts.
+            let share = if arc.count > 0 {
+                c.count as f64 / arc.count as f64
+            } else {
+                1.0
+            };
+            let inclusive = ((arc.time + arc.child_time) * share).round() as u64;
+            writeln!(out, "{:#x} {line} {inclusive}", c.site)?;
         }
     }
     Ok(())

@@ -1,6 +1,7 @@
 //! The call graph for Graphviz: one `subgraph cluster_N` per module, nodes labelled with the function,
 //! its total and self share of the samples, edges with call counts; nodes and edges under the
-//! thresholds are left out (as gprof2dot does), and nodes are coloured by their total share.
+//! thresholds are left out (as gprof2dot does), as are all but the `max_nodes` largest; nodes are
+//! coloured by their total share, and those without drawn edges are stacked in columns.
 
 use std::collections::HashSet;
 use std::io::{self, Write};
@@ -15,6 +16,8 @@ pub struct Thresholds {
     /// Edges whose share (of the callee's time on behalf of the caller) is under this percentage are
     /// left out (gprof2dot's default 0.1).
     pub edge: f64,
+    /// At most this many nodes: the functions with the largest total shares.
+    pub max_nodes: usize,
 }
 
 impl Default for Thresholds {
@@ -22,6 +25,7 @@ impl Default for Thresholds {
         Thresholds {
             node: 0.5,
             edge: 0.1,
+            max_nodes: 60,
         }
     }
 }
@@ -60,6 +64,10 @@ fn colour(share: f64) -> String {
     format!("#{:02x}{:02x}{:02x}", byte(r), byte(g), byte(b))
 }
 
+/// Nodes stacked per column when they have no drawn edges: chained by invisible edges, they form
+/// columns of this height instead of one long row.
+const COLUMN: usize = 6;
+
 /// Write `p`'s call graph in DOT.
 pub fn write(p: &Prepared, t: Thresholds, out: &mut dyn Write) -> io::Result<()> {
     let g = &p.analysis.graph;
@@ -67,19 +75,40 @@ pub fn write(p: &Prepared, t: Thresholds, out: &mut dyn Write) -> io::Result<()>
     let share = |v: f64| 100.0 * v / all;
     // With no samples at all (a run with calls only), keep every node with calls.
     let no_time = p.function_samples() <= 0.0;
-    let kept: HashSet<usize> = p
+    let mut candidates: Vec<usize> = p
         .active_functions()
         .filter(|&s| no_time || share(p.total_samples(s)) >= t.node)
         .collect();
+    let active = p.active_functions().count();
+    // The largest total shares first (a stable sort keeps the graph's order among equals).
+    candidates.sort_by(|&a, &b| p.total_samples(b).total_cmp(&p.total_samples(a)));
+    let capped = candidates.len() > t.max_nodes;
+    candidates.truncate(t.max_nodes);
+    let kept: HashSet<usize> = candidates.into_iter().collect();
+    let seconds = p.profile.header.total_samples as f64 * p.period_ns() as f64 / 1e9;
+    let mut label = format!(
+        "{:.2} s of CPU time ({} samples of {:.2} ms); {} of {active} functions shown",
+        seconds,
+        p.profile.header.total_samples,
+        p.period_ns() as f64 / 1e6,
+        kept.len()
+    );
+    if !no_time {
+        label.push_str(&format!(
+            " (total share at least {}%{})",
+            t.node,
+            if capped {
+                format!(", the largest {}", t.max_nodes)
+            } else {
+                String::new()
+            }
+        ));
+    }
     writeln!(out, "digraph mslprof {{")?;
     writeln!(
         out,
-        "  graph [fontname=Arial, nodesep=0.125, ranksep=0.25, label={}];",
-        quote(&format!(
-            "{} samples of {} ns",
-            p.profile.header.total_samples,
-            p.period_ns()
-        ))
+        "  graph [fontname=Arial, rankdir=TB, nodesep=0.125, ranksep=0.25, labelloc=t, label={}];",
+        quote(&label)
     )?;
     writeln!(
         out,
@@ -97,11 +126,10 @@ pub fn write(p: &Prepared, t: Thresholds, out: &mut dyn Write) -> io::Result<()>
             let sym = &g.syms[s];
             let total = share(p.total_samples(s));
             let own = share(p.self_samples(s));
-            let label = format!(
-                "{}\n{total:.2}%\n({own:.2}%)\n{}\u{d7}",
-                sym.display,
-                sym.ncalls + sym.self_calls
-            );
+            let mut label = format!("{}\n{total:.2}%\n({own:.2}%)", sym.display);
+            if let Some(calls) = p.calls(s) {
+                label.push_str(&format!("\n{calls}\u{d7}"));
+            }
             let c = colour(if no_time { 0.0 } else { total / 100.0 });
             writeln!(
                 out,
@@ -113,6 +141,7 @@ pub fn write(p: &Prepared, t: Thresholds, out: &mut dyn Write) -> io::Result<()>
         }
         writeln!(out, "  }}")?;
     }
+    let mut connected = HashSet::new();
     for arc in &g.arcs {
         if !kept.contains(&arc.parent) || !kept.contains(&arc.child) {
             continue;
@@ -131,6 +160,21 @@ pub fn write(p: &Prepared, t: Thresholds, out: &mut dyn Write) -> io::Result<()>
             quote(&c),
             quote(&c)
         )?;
+        connected.extend([arc.parent, arc.child]);
+    }
+    // Functions without drawn edges would sit side by side in one row: stack them per module in
+    // columns of COLUMN nodes.
+    for module in &g.modules {
+        let alone: Vec<usize> = module
+            .syms
+            .clone()
+            .filter(|s| kept.contains(s) && !connected.contains(s))
+            .collect();
+        for (i, pair) in alone.windows(2).enumerate() {
+            if (i + 1) % COLUMN != 0 {
+                writeln!(out, "  f{} -> f{} [style=invis];", pair[0], pair[1])?;
+            }
+        }
     }
     writeln!(out, "}}")
 }

@@ -1,5 +1,6 @@
 //! Per-module GNU gmon.out files (`gmon.NAME.out`, one per profiled module with a histogram) that GNU
-//! gprof reads together with the module's file.
+//! gprof reads together with the module's file. The profiler's own modules are left out unless asked
+//! for, and so are modules without a symbol table (gprof cannot read them).
 //!
 //! A call into the module from another module (or from an unknown caller) has no caller address that
 //! gprof could find in this module's symbols, and gprof drops such arcs with their counts. So each is
@@ -17,8 +18,33 @@ use mslprof_format::model::{Profile, module_flags};
 use super::Prepared;
 use crate::input::Error;
 
-/// Write one GNU gmon.out per profiled module into `outdir`; returns `(module path, file written)`.
-pub fn write(p: &Prepared, outdir: &Path) -> Result<Vec<(String, PathBuf)>, Error> {
+/// What [`write`] did for one module.
+pub enum Written {
+    /// `(module path, file written)`.
+    File(String, PathBuf),
+    /// A module gprof cannot read: `(module path, why)`; no file written.
+    Unreadable(String, String),
+}
+
+/// Why gprof cannot read the ELF file at `path`, if it cannot: gprof takes functions from `.symtab` only.
+fn unreadable_by_gprof(path: &Path) -> Option<String> {
+    use object::Object;
+    let data = match crate::sys::map_file(path) {
+        Ok(d) => d,
+        Err(e) => return Some(e.to_string()),
+    };
+    match object::File::parse(&*data) {
+        Ok(f) if f.symbols().next().is_none() => {
+            Some("it has no symbol table (stripped), so gprof says \"has no symbols\"".into())
+        }
+        Ok(_) => None,
+        Err(e) => Some(e.to_string()),
+    }
+}
+
+/// Write one GNU gmon.out per profiled module with a histogram into `outdir`, except the profiler's own
+/// modules (unless `profiler_modules`) and modules gprof cannot read.
+pub fn write(p: &Prepared, outdir: &Path, profiler_modules: bool) -> Result<Vec<Written>, Error> {
     let merged = &p.profile;
     // The folder named is made if missing, but never its parents: a typo must not leave a tree of
     // folders behind.
@@ -27,7 +53,16 @@ pub fn write(p: &Prepared, outdir: &Path) -> Result<Vec<(String, PathBuf)>, Erro
     }
     let mut written = Vec::new();
     for (i, m) in merged.modules.iter().enumerate() {
-        if m.flags & module_flags::PROFILED == 0 || m.histogram.is_none() || m.path.is_empty() {
+        if m.flags & module_flags::PROFILED == 0
+            || m.histogram.is_none()
+            || m.path.is_empty()
+            || (p.is_profiler(i) && !profiler_modules)
+        {
+            continue;
+        }
+        let file = &p.analysis.graph.modules[i].path;
+        if let Some(why) = unreadable_by_gprof(Path::new(file)) {
+            written.push(Written::Unreadable(file.clone(), why));
             continue;
         }
         let mut module = m.clone();
@@ -54,7 +89,10 @@ pub fn write(p: &Prepared, outdir: &Path) -> Result<Vec<(String, PathBuf)>, Erro
         mslprof_format::write_gnu(&single, GnuTarget::default(), &mut buf)
             .map_err(|e| Error::io(&out, e))?;
         std::fs::write(&out, buf).map_err(|e| Error::io(&out, e))?;
-        written.push((String::from_utf8_lossy(&m.path).into_owned(), out));
+        written.push(Written::File(
+            String::from_utf8_lossy(&m.path).into_owned(),
+            out,
+        ));
     }
     Ok(written)
 }

@@ -1,5 +1,5 @@
 //! The JSON export: modules, functions, arcs and the profile header as one document that follows
-//! `analyzer/schema/report.schema.json` (`"schema_version": 1`).
+//! `analyzer/schema/report.schema.json` (`"schema_version": 2`).
 
 use std::collections::HashMap;
 use std::io::{self, Write};
@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use super::Prepared;
 
 /// The schema version written as `schema_version`; raised when a field changes meaning or goes away.
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// The JSON Schema the output follows.
 pub const SCHEMA: &str = include_str!("../../schema/report.schema.json");
@@ -38,14 +38,26 @@ pub fn document(p: &Prepared) -> Value {
                 "load_instances": p.instances[i],
                 "bucket_width": p.bucket_width(i),
                 "samples": m.samples,
+                "profiling_overhead": p.is_profiler(i),
+                "calls_counted_at_plt_only": g.modules[i].plt_counted,
             })
         })
         .collect();
+    let code = p.code();
     let mut index: HashMap<usize, usize> = HashMap::new();
     let mut functions = Vec::new();
     for s in p.active_functions() {
         let sym = &g.syms[s];
         index.insert(s, functions.len());
+        let (file, line) = match (
+            &sym.symbol.file,
+            code[sym.module].position(sym.symbol.addr.0),
+        ) {
+            (Some(f), _) if sym.symbol.line > 0 => (Some(f.clone()), Some(sym.symbol.line)),
+            (_, Some((f, l))) => (Some(f.to_string()), (l > 0).then_some(l)),
+            (f, None) => (f.clone(), None),
+        };
+        let calls = p.calls(s);
         functions.push(json!({
             "name": sym.display,
             "symbol": sym.symbol.name,
@@ -53,7 +65,11 @@ pub fn document(p: &Prepared) -> Value {
             "address": sym.symbol.addr.0,
             "self_samples": p.self_samples(s),
             "total_samples": p.total_samples(s),
-            "calls": sym.ncalls + sym.self_calls,
+            "total_samples_estimated": true,
+            "calls": calls,
+            "calls_at_plt_only": calls.is_some() && g.modules[sym.module].plt_counted,
+            "file": file,
+            "line": line,
         }));
     }
     let arcs: Vec<Value> = g
@@ -84,6 +100,8 @@ pub fn document(p: &Prepared) -> Value {
             "dropped_samples": h.dropped_samples,
             "dropped_arcs": h.dropped_arcs,
             "incomplete": h.flags & mslprof_format::model::header_flags::INCOMPLETE != 0,
+            "user_time_ns": h.cpu_time.map(|c| c.user_ns),
+            "system_time_ns": h.cpu_time.map(|c| c.system_ns),
         },
         "modules": modules,
         "functions": functions,

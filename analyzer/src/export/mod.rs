@@ -4,19 +4,47 @@
 //! credited samples and gprof's time propagation are computed once, by [`crate::report::mslprof::analyse`].
 
 pub mod callgrind;
+pub mod code;
 pub mod dot;
 pub mod gmon;
 pub mod json;
 pub mod pprof;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use mslprof_format::GnuTarget;
-use mslprof_format::model::Profile;
+use mslprof_format::LinkAddress;
+use mslprof_format::model::{Profile, UNKNOWN_KEY};
 
 use crate::input::{Error, Input, Refusal};
 use crate::options::Options;
 use crate::report::Analysis;
+use code::{ModuleCode, Wanted};
+
+/// A recorded call as the exports place it: at the call instruction in the caller's module.
+#[derive(Clone, Copy, Debug)]
+pub struct CallSite {
+    /// The calling function and its module.
+    pub caller: usize,
+    pub caller_module: usize,
+    /// The link-time address of the call instruction (the return address where it cannot be decoded).
+    pub site: u64,
+    pub callee: usize,
+    pub count: u64,
+}
+
+/// Samples of one histogram bucket as the exports place them: at its first whole instruction.
+#[derive(Clone, Copy, Debug)]
+pub struct Cost {
+    pub module: usize,
+    pub function: usize,
+    pub address: u64,
+    pub samples: u64,
+}
+
+/// Functions longer than this are rows that stand for a whole module (`[mslprof_overhead]`), not code
+/// to decode.
+const MAX_DECODED_FUNCTION: u64 = 1 << 24;
 
 /// A merged profile and its analysis, with time propagated along the call graph.
 pub struct Prepared {
@@ -27,6 +55,8 @@ pub struct Prepared {
     pub analysis: Analysis,
     /// Warnings of the analysis (symbols missing, build-id mismatches, ...).
     pub warnings: Vec<String>,
+    /// The modules' code and source positions, read when first asked for ([`Prepared::code`]).
+    code: std::sync::OnceLock<Vec<ModuleCode>>,
 }
 
 impl Prepared {
@@ -61,6 +91,7 @@ impl Prepared {
             instances: merged.instances,
             analysis,
             warnings,
+            code: std::sync::OnceLock::new(),
         })
     }
 
@@ -106,6 +137,152 @@ impl Prepared {
         } else {
             1_000_000_000 / u64::from(h.hz.max(1))
         }
+    }
+
+    /// The call count of function `s`, or `None` where calls were not counted: a function without
+    /// calls whose code does not count them (not built with -pg: a count there is one made at the PLT),
+    /// a PLT stub, or a row that stands for more than a function.
+    pub fn calls(&self, s: usize) -> Option<u64> {
+        let sym = &self.analysis.graph.syms[s];
+        let calls = sym.ncalls + sym.self_calls;
+        if calls > 0 {
+            return Some(calls);
+        }
+        let module = &self.analysis.graph.modules[sym.module];
+        let counted = module.profiled
+            && !module.plt_counted
+            && !sym.symbol.synthetic
+            && !sym.symbol.name.ends_with("@plt")
+            && self.code()[sym.module]
+                .counts_calls(sym.symbol.addr.0)
+                .unwrap_or(false);
+        counted.then_some(0)
+    }
+
+    /// Whether module `m` is the profiler's own (`libmslprof.so`, its PLT-counting audit module).
+    pub fn is_profiler(&self, m: usize) -> bool {
+        let path = String::from_utf8_lossy(&self.profile.modules[m].path);
+        let name = path.rsplit('/').next().unwrap_or("");
+        name.starts_with("libmslprof.so") || name.starts_with("libmslprof_audit.so")
+    }
+
+    /// The histogram buckets with samples, each in `(start, end)` of module `m`.
+    fn buckets(&self, m: usize) -> impl Iterator<Item = (u64, u64, u64)> + '_ {
+        self.profile.modules[m]
+            .histogram
+            .iter()
+            .flat_map(|h| &h.ranges)
+            .flat_map(|r| {
+                let width = (r.end - r.start) / r.buckets.len().max(1);
+                r.buckets.nonzero().map(move |(i, count)| {
+                    (
+                        (r.start + i * width).0,
+                        (r.start + (i + 1) * width).0,
+                        u64::from(count),
+                    )
+                })
+            })
+    }
+
+    /// The recorded arcs whose caller is a known function, with the module of the caller and the
+    /// return address: `(caller module, caller, return address, callee, count)`.
+    fn raw_calls(&self) -> Vec<(usize, usize, u64, usize, u64)> {
+        let g = &self.analysis.graph;
+        let mut out = Vec::new();
+        for (m, module) in self.profile.modules.iter().enumerate() {
+            for a in &module.arcs {
+                if a.caller_key == UNKNOWN_KEY {
+                    continue;
+                }
+                let cm = a.caller_key as usize - 1;
+                if let (Some(callee), Some(caller)) = (
+                    g.lookup(m, a.callee_address),
+                    g.lookup(cm, a.caller_address),
+                ) {
+                    out.push((cm, caller, a.caller_address.0, callee, a.count));
+                }
+            }
+        }
+        out
+    }
+
+    /// Decoded code and source positions of every module, for what the exports write.
+    pub fn code(&self) -> &[ModuleCode] {
+        self.code.get_or_init(|| self.read_code())
+    }
+
+    fn read_code(&self) -> Vec<ModuleCode> {
+        let g = &self.analysis.graph;
+        let mut wanted: Vec<Wanted> = (0..g.modules.len()).map(|_| Wanted::default()).collect();
+        for s in self.active_functions() {
+            let sym = &g.syms[s].symbol;
+            let end = sym.end_addr.0.saturating_add(1);
+            if end.saturating_sub(sym.addr.0) <= MAX_DECODED_FUNCTION {
+                let w = &mut wanted[g.syms[s].module];
+                w.functions.push((sym.addr.0, end));
+                w.entries.push(sym.addr.0);
+            }
+        }
+        for (m, w) in wanted.iter_mut().enumerate() {
+            w.buckets = self
+                .buckets(m)
+                .map(|(start, end, _)| (start, end))
+                .collect();
+        }
+        for (cm, _, ret, _, _) in self.raw_calls() {
+            wanted[cm].returns.push(ret);
+        }
+        wanted
+            .iter()
+            .enumerate()
+            .map(|(m, w)| {
+                if w.functions.is_empty() && w.buckets.is_empty() {
+                    ModuleCode::default()
+                } else {
+                    ModuleCode::load(Path::new(&g.modules[m].path), w)
+                }
+            })
+            .collect()
+    }
+
+    /// The samples of every bucket that falls in a known function, at its first whole instruction.
+    pub fn costs(&self, code: &[ModuleCode]) -> Vec<Cost> {
+        let g = &self.analysis.graph;
+        let mut out = Vec::new();
+        for (m, module_code) in code.iter().enumerate() {
+            for (start, end, samples) in self.buckets(m) {
+                let address = module_code.cost_address(start, end);
+                if let Some(function) = g.lookup(m, LinkAddress(address)) {
+                    out.push(Cost {
+                        module: m,
+                        function,
+                        address,
+                        samples,
+                    });
+                }
+            }
+        }
+        out
+    }
+
+    /// The recorded calls from known functions, at their call instructions (merged per site and callee).
+    pub fn call_sites(&self, code: &[ModuleCode]) -> Vec<CallSite> {
+        let mut merged: std::collections::BTreeMap<(usize, u64, usize), CallSite> =
+            Default::default();
+        for (cm, caller, ret, callee, count) in self.raw_calls() {
+            let site = code[cm].call_site(ret);
+            merged
+                .entry((caller, site, callee))
+                .or_insert(CallSite {
+                    caller,
+                    caller_module: cm,
+                    site,
+                    callee,
+                    count: 0,
+                })
+                .count += count;
+        }
+        merged.into_values().collect()
     }
 
     /// Indices of the real (non-cycle) functions that have samples or calls.

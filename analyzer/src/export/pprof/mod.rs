@@ -1,28 +1,41 @@
-//! pprof's gzip-compressed `profile.proto`: sample types `samples/count` and `calls/count`, the real
-//! sampling period in `cpu/nanoseconds`, one `Mapping` per module (path, GNU build-id). A histogram
-//! bucket becomes a one-frame sample at its link-time address; an arc becomes a two-frame sample
-//! `[callee entry, call site]` whose value is the call count (a caller outside any known function
-//! gives a one-frame sample).
+//! pprof's gzip-compressed `profile.proto`: sample types `samples/count`, `cpu/nanoseconds` (the
+//! default) and `calls/count`, the real sampling period in `cpu/nanoseconds`, one `Mapping` per module
+//! (path, executable segment, GNU build-id). A histogram bucket becomes a one-frame sample at its first
+//! whole instruction; a recorded call becomes a two-frame sample `[callee entry, call instruction]` whose
+//! value is the call count (calls from outside any known function: a one-frame sample at the entry).
+//! Locations carry DWARF's source lines, inlined functions first.
 
 pub mod proto;
 
 use std::collections::HashMap;
 use std::io::{self, Write};
 
-use mslprof_format::LinkAddress;
-use mslprof_format::model::UNKNOWN_KEY;
 use prost::Message as _;
 
 use super::Prepared;
+use super::code::ModuleCode;
 use proto::{Function, Line, Location, Mapping, Profile, Sample, ValueType};
+
+/// The page size mappings are aligned to.
+const PAGE: u64 = 0x1000;
+
+/// A pprof function: a symbol of the analysis, or a function inlined into one (named by DWARF).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum FunctionKey {
+    Symbol(usize),
+    Inlined(String, String),
+}
 
 /// Strings, functions and locations numbered as they are first used.
 struct Builder<'a> {
     p: &'a Prepared,
+    code: &'a [ModuleCode],
+    /// Per module, what is added to a link-time address to place it in the process's address space.
+    bias: Vec<u64>,
     out: Profile,
     strings: HashMap<String, i64>,
-    functions: HashMap<usize, u64>,
-    locations: HashMap<(usize, LinkAddress), u64>,
+    functions: HashMap<FunctionKey, u64>,
+    locations: HashMap<(usize, u64), u64>,
 }
 
 impl Builder<'_> {
@@ -36,43 +49,71 @@ impl Builder<'_> {
         i
     }
 
-    fn function(&mut self, s: usize) -> u64 {
-        if let Some(&id) = self.functions.get(&s) {
+    fn function(&mut self, key: FunctionKey) -> u64 {
+        if let Some(&id) = self.functions.get(&key) {
             return id;
         }
-        let sym = &self.p.analysis.graph.syms[s];
-        let (display, raw) = (sym.display.clone(), sym.symbol.name.clone());
-        let file = sym.symbol.file.clone().unwrap_or_default();
-        let line = i64::from(sym.symbol.line);
+        let (display, raw, file, start_line) = match &key {
+            FunctionKey::Symbol(s) => {
+                let sym = &self.p.analysis.graph.syms[*s];
+                let entry = self.code[sym.module].position(sym.symbol.addr.0);
+                let (file, line) = match (&sym.symbol.file, entry) {
+                    (Some(f), _) if sym.symbol.line > 0 => (f.clone(), sym.symbol.line),
+                    (_, Some((f, l))) => (f.to_string(), l),
+                    (f, None) => (f.clone().unwrap_or_default(), sym.symbol.line),
+                };
+                (sym.display.clone(), sym.symbol.name.clone(), file, line)
+            }
+            FunctionKey::Inlined(name, file) => (name.clone(), name.clone(), file.clone(), 0),
+        };
         let id = self.out.function.len() as u64 + 1;
         let f = Function {
             id,
             name: self.string(&display),
             system_name: self.string(&raw),
             filename: self.string(&file),
-            start_line: line,
+            start_line: i64::from(start_line),
         };
         self.out.function.push(f);
-        self.functions.insert(s, id);
+        self.functions.insert(key, id);
         id
     }
 
-    /// The location of `address` in module `m`, in function `s`.
-    fn location(&mut self, m: usize, address: LinkAddress, s: usize) -> u64 {
+    /// The location of `address` in module `m`, in function `s`, with its source lines from DWARF
+    /// (inlined functions first, the function `s` last).
+    fn location(&mut self, m: usize, address: u64, s: usize) -> u64 {
         if let Some(&id) = self.locations.get(&(m, address)) {
             return id;
         }
-        let function_id = self.function(s);
+        let code = self.code;
+        let frames = code[m].frames(address);
+        let mut line = Vec::with_capacity(frames.len().max(1));
+        for (i, f) in frames.iter().enumerate() {
+            let key = match &f.function {
+                Some(name) if i + 1 < frames.len() => {
+                    FunctionKey::Inlined(name.clone(), f.file.clone().unwrap_or_default())
+                }
+                _ => FunctionKey::Symbol(s),
+            };
+            line.push(Line {
+                function_id: self.function(key),
+                line: i64::from(f.line),
+                column: 0,
+            });
+        }
+        if line.is_empty() {
+            line.push(Line {
+                function_id: self.function(FunctionKey::Symbol(s)),
+                line: 0,
+                column: 0,
+            });
+        }
         let id = self.out.location.len() as u64 + 1;
         self.out.location.push(Location {
             id,
             mapping_id: m as u64 + 1,
-            address: address.0,
-            line: vec![Line {
-                function_id,
-                line: 0,
-                column: 0,
-            }],
+            address: address.wrapping_add(self.bias[m]),
+            line,
             is_folded: false,
         });
         self.locations.insert((m, address), id);
@@ -82,91 +123,161 @@ impl Builder<'_> {
 
 /// The profile message for `p`.
 pub fn profile(p: &Prepared) -> Profile {
+    let code = p.code();
+    let costs = p.costs(code);
+    let call_sites = p.call_sites(code);
+    let g = &p.analysis.graph;
+    // Where each module's code lies (link-time): its executable segment where the file can be read,
+    // else the range of the addresses written.
+    let mut used: Vec<Option<(u64, u64)>> = vec![None; p.profile.modules.len()];
+    let mut widen = |m: usize, a: u64| {
+        let (lo, hi) = used[m].unwrap_or((a, a));
+        used[m] = Some((lo.min(a), hi.max(a + 1)));
+    };
+    for c in &costs {
+        widen(c.module, c.address);
+    }
+    for c in &call_sites {
+        widen(c.caller_module, c.site);
+        widen(g.syms[c.callee].module, g.syms[c.callee].symbol.addr.0);
+    }
+    for s in p.active_functions() {
+        widen(g.syms[s].module, g.syms[s].symbol.addr.0);
+    }
+    let ranges: Vec<(u64, u64, u64)> = (0..p.profile.modules.len())
+        .map(|m| match (code[m].segment, used[m]) {
+            // Whole pages, as the process mapped them (pprof takes an unaligned mapping for a kernel's).
+            (Some(seg), _) => {
+                let lead = seg.start % PAGE;
+                (
+                    seg.start - lead,
+                    seg.limit.div_ceil(PAGE).saturating_mul(PAGE),
+                    seg.offset.saturating_sub(lead),
+                )
+            }
+            (None, Some((lo, hi))) => (lo, hi, 0),
+            (None, None) => (0, 0, 0),
+        })
+        .collect();
+    let bias = place(p, &ranges);
     let mut b = Builder {
         p,
+        code,
+        bias: bias.clone(),
         out: Profile::default(),
         strings: HashMap::new(),
         functions: HashMap::new(),
         locations: HashMap::new(),
     };
     b.string("");
-    let samples = ValueType {
-        r#type: b.string("samples"),
-        unit: b.string("count"),
+    let value_type = |b: &mut Builder<'_>, kind: &str, unit: &str| ValueType {
+        r#type: b.string(kind),
+        unit: b.string(unit),
     };
-    let calls = ValueType {
-        r#type: b.string("calls"),
-        unit: b.string("count"),
-    };
-    b.out.sample_type = vec![samples, calls];
-    b.out.default_sample_type = samples.r#type;
-    b.out.period_type = Some(ValueType {
-        r#type: b.string("cpu"),
-        unit: b.string("nanoseconds"),
-    });
-    b.out.period = p.period_ns() as i64;
+    let samples = value_type(&mut b, "samples", "count");
+    let cpu = value_type(&mut b, "cpu", "nanoseconds");
+    let calls = value_type(&mut b, "calls", "count");
+    b.out.sample_type = vec![samples, cpu, calls];
+    b.out.default_sample_type = cpu.r#type;
+    b.out.period_type = Some(cpu);
+    let period = p.period_ns() as i64;
+    b.out.period = period;
     let h = &p.profile.header;
     b.out.time_nanos = h.start_time_ns;
     b.out.duration_nanos = (h.end_time_ns - h.start_time_ns).max(0);
-    let g = &p.analysis.graph;
-    for (m, module) in p.profile.modules.iter().enumerate() {
-        let limit = g.modules[m]
-            .syms
-            .clone()
-            .map(|s| g.syms[s].symbol.end_addr.0.saturating_add(1))
-            .max()
-            .unwrap_or(0);
-        let path = String::from_utf8_lossy(&module.path).into_owned();
-        let mapping = Mapping {
-            id: m as u64 + 1,
-            memory_start: 0,
-            memory_limit: limit,
-            file_offset: 0,
-            filename: b.string(&path),
-            build_id: b.string(&p.build_id(m)),
-            has_functions: true,
-            has_filenames: false,
-            has_line_numbers: false,
-            has_inline_frames: false,
-        };
-        b.out.mapping.push(mapping);
+    for c in costs {
+        let loc = b.location(c.module, c.address, c.function);
+        let n = c.samples as i64;
+        b.out.sample.push(Sample {
+            location_id: vec![loc],
+            value: vec![n, n.saturating_mul(period), 0],
+            label: Vec::new(),
+        });
     }
-    for (m, module) in p.profile.modules.iter().enumerate() {
-        if let Some(hist) = &module.histogram {
-            for r in &hist.ranges {
-                let width = (r.end - r.start) / r.buckets.len().max(1);
-                for (i, count) in r.buckets.nonzero() {
-                    let addr = r.start + i * width;
-                    let Some(s) = g.lookup(m, addr) else { continue };
-                    let loc = b.location(m, addr, s);
-                    b.out.sample.push(Sample {
-                        location_id: vec![loc],
-                        value: vec![i64::from(count), 0],
-                        label: Vec::new(),
-                    });
-                }
-            }
-        }
-        for a in &module.arcs {
-            let Some(callee) = g.lookup(m, a.callee_address) else {
-                continue;
-            };
-            let entry = g.syms[callee].symbol.addr;
-            let mut frames = vec![b.location(m, entry, callee)];
-            if a.caller_key != UNKNOWN_KEY {
-                let cm = a.caller_key as usize - 1;
-                if let Some(caller) = g.lookup(cm, a.caller_address) {
-                    frames.push(b.location(cm, a.caller_address, caller));
-                }
-            }
+    let mut from_known = HashMap::new();
+    for c in call_sites {
+        let entry = g.syms[c.callee].symbol.addr.0;
+        let frames = vec![
+            b.location(g.syms[c.callee].module, entry, c.callee),
+            b.location(c.caller_module, c.site, c.caller),
+        ];
+        *from_known.entry(c.callee).or_insert(0u64) += c.count;
+        b.out.sample.push(Sample {
+            location_id: frames,
+            value: vec![0, 0, c.count as i64],
+            label: Vec::new(),
+        });
+    }
+    // Calls whose caller is in no known function: one frame, the callee's entry.
+    for s in p.active_functions() {
+        let Some(all) = p.calls(s) else { continue };
+        let sym = &g.syms[s];
+        let rest = all.saturating_sub(from_known.get(&s).copied().unwrap_or(0));
+        if rest > 0 {
+            let loc = b.location(sym.module, sym.symbol.addr.0, s);
             b.out.sample.push(Sample {
-                location_id: frames,
-                value: vec![0, a.count as i64],
+                location_id: vec![loc],
+                value: vec![0, 0, rest as i64],
                 label: Vec::new(),
             });
         }
     }
+    for (m, module) in p.profile.modules.iter().enumerate() {
+        let (start, limit, offset) = ranges[m];
+        let path = String::from_utf8_lossy(&module.path).into_owned();
+        let lines = code[m].has_lines;
+        let mapping = Mapping {
+            id: m as u64 + 1,
+            memory_start: start.wrapping_add(bias[m]),
+            memory_limit: limit.wrapping_add(bias[m]),
+            file_offset: offset,
+            filename: b.string(&path),
+            build_id: b.string(&p.build_id(m)),
+            has_functions: true,
+            has_filenames: lines,
+            has_line_numbers: lines,
+            has_inline_frames: lines,
+        };
+        b.out.mapping.push(mapping);
+    }
     b.out
+}
+
+/// Each module's load bias: the one recorded (the first load instance's; 0 for the main program), moved up past the modules
+/// below it where code ranges `(start, limit, _)` would overlap (instances of summed runs, or reloads), so
+/// that every address of the profile names one module, as pprof assumes.
+fn place(p: &Prepared, ranges: &[(u64, u64, u64)]) -> Vec<u64> {
+    const ALIGN: u64 = 0x20_0000;
+    // The main program stays at its link-time addresses: Go's own `go tool pprof` disassembles
+    // (`-disasm`) at the addresses of the file, whatever the mapping says.
+    let mut bias: Vec<u64> = p
+        .profile
+        .modules
+        .iter()
+        .map(|m| {
+            if m.is_main_program() {
+                0
+            } else {
+                m.load_bias.0
+            }
+        })
+        .collect();
+    let mut order: Vec<usize> = (0..ranges.len())
+        .filter(|&m| ranges[m].1 > ranges[m].0)
+        .collect();
+    order.sort_by_key(|&m| ranges[m].0.wrapping_add(bias[m]));
+    let mut end = 0u64;
+    for m in order {
+        let (start, limit, _) = ranges[m];
+        if start.wrapping_add(bias[m]) < end || start.checked_add(bias[m]).is_none() {
+            bias[m] = end
+                .div_ceil(ALIGN)
+                .saturating_mul(ALIGN)
+                .saturating_sub(start & !(ALIGN - 1));
+        }
+        end = end.max(limit.saturating_add(bias[m]));
+    }
+    bias
 }
 
 /// Write `p` as a gzip-compressed `profile.proto`.
