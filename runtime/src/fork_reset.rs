@@ -11,8 +11,17 @@
 //! know that it recorded nothing ([`pending`]).
 
 use core::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::OnceLock;
 
-use crate::{dump, mcount, modules, sampler, sys};
+use crate::sys;
+
+/// What a forked child's one thread keeps of the forking thread: its cache slot (address, 0: none) and its
+/// stripe + 1 (0: none).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ForkOwner {
+    pub slot: usize,
+    pub stripe: usize,
+}
 
 const NONE: u8 = 0;
 const PENDING: u8 = 1;
@@ -22,10 +31,17 @@ static STATE: AtomicU8 = AtomicU8::new(NONE);
 /// The forking thread's own cache slot (address; 0: none) and stripe + 1 (0: none), which it keeps.
 static OWN_SLOT: AtomicUsize = AtomicUsize::new(0);
 static OWN_STRIPE: AtomicUsize = AtomicUsize::new(0);
+/// The reset itself (`lifecycle`, which owns the state it resets), set at start-up.
+static RESET: OnceLock<fn(ForkOwner)> = OnceLock::new();
+
+/// At start-up: the function that drops the parent's counts, keeping those of the forking thread.
+pub fn install(reset: fn(ForkOwner)) {
+    let _ = RESET.set(reset);
+}
 
 /// In the atfork child handler (one thread): the reset is pending, keeping `own` (the forking thread's slot
 /// and stripe, from `mcount::reset_thread_after_fork`).
-pub fn mark_pending(own: mcount::ForkOwner) {
+pub fn mark_pending(own: ForkOwner) {
     OWN_SLOT.store(own.slot, Ordering::Relaxed);
     OWN_STRIPE.store(own.stripe, Ordering::Relaxed);
     STATE.store(PENDING, Ordering::Release);
@@ -51,15 +67,11 @@ fn settle_slowly() {
     let signals = sys::block_signals();
     match STATE.compare_exchange(PENDING, RUNNING, Ordering::Acquire, Ordering::Acquire) {
         Ok(_) => {
-            let own = mcount::ForkOwner {
-                slot: OWN_SLOT.load(Ordering::Relaxed),
-                stripe: OWN_STRIPE.load(Ordering::Relaxed),
-            };
-            sampler::SAMPLER.reset_counts_after_fork();
-            modules::reset_samples_after_fork();
-            mcount::reset_counts_after_fork(own);
-            if let Some(settings) = crate::settings() {
-                dump::DUMP.prepare_child_path(settings);
+            if let Some(reset) = RESET.get() {
+                reset(ForkOwner {
+                    slot: OWN_SLOT.load(Ordering::Relaxed),
+                    stripe: OWN_STRIPE.load(Ordering::Relaxed),
+                });
             }
             STATE.store(NONE, Ordering::Release);
         }

@@ -28,6 +28,7 @@ use mslprof_loader_hooks::{LoadCause, LoaderEvents, LoaderScan, ModuleInfo, Proc
 use crate::config::Settings;
 use crate::dump::{self, DUMP};
 use crate::ending::ENDING;
+use crate::fork_reset::{self, ForkOwner};
 use crate::modules::{self, LiveModule, ModulePolicy};
 use crate::{mcount, sampler, sys};
 
@@ -54,6 +55,7 @@ pub fn install(settings: &'static Settings) {
         None => mcount::uncounted(|| sys::set_environment_variable(ROOT_MARKER, &pid)),
     }
     DUMP.prepare_output_path(settings);
+    fork_reset::install(reset_counts_after_fork);
     mslprof_loader_hooks::install(&LIFECYCLE);
 }
 
@@ -171,14 +173,14 @@ impl LoaderEvents for Lifecycle {
         ENDING.reset_after_fork();
         let own = mcount::reset_thread_after_fork();
         DUMP.restart_after_fork();
-        crate::fork_reset::mark_pending(own);
+        fork_reset::mark_pending(own);
         // Last: it starts the child's timer.
         sampler::arm_current_thread();
     }
 
     fn process_ending(&self, end: ProcessEnd) {
         // A forked child that recorded nothing leaves no file, however it ends.
-        if crate::fork_reset::pending() {
+        if fork_reset::pending() {
             return;
         }
         let (cause, signal) = match end {
@@ -218,9 +220,20 @@ impl LoaderEvents for Lifecycle {
     }
 }
 
+/// A forked child's drop of the parent's counts, keeping those of the forking thread (`own`), before its first
+/// count (`fork_reset::settle`).
+fn reset_counts_after_fork(own: ForkOwner) {
+    sampler::SAMPLER.reset_counts_after_fork();
+    modules::reset_samples_after_fork();
+    mcount::reset_counts_after_fork(own);
+    if let Some(settings) = LIFECYCLE.settings.get() {
+        DUMP.prepare_child_path(settings);
+    }
+}
+
 /// Whether this image has counted a sample or a call since it started (or forked).
 fn recorded_anything() -> bool {
-    if crate::fork_reset::pending() {
+    if fork_reset::pending() {
         return false;
     }
     sampler::SAMPLER.total_samples() != 0 || modules::all().iter().any(|m| !m.arcs.is_empty())

@@ -47,6 +47,7 @@ use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, compiler_
 use mslprof_format::{LinkAddress, RuntimeAddress};
 
 use crate::arcs;
+use crate::fork_reset::ForkOwner;
 use crate::modules;
 use crate::sys;
 use cache_slots::{CacheEntry, CacheSlot};
@@ -123,14 +124,6 @@ pub fn uncounted<R>(work: impl FnOnce() -> R) -> R {
 /// True while `moncontrol(0)` is in effect.
 pub fn is_paused() -> bool {
     CACHE_STATE.load(Ordering::Relaxed) & STATE_PAUSED != 0
-}
-
-/// What a forked child's one thread keeps of the forking thread: its cache slot (address, 0: none) and its
-/// stripe + 1 (0: none).
-#[derive(Clone, Copy, Debug, Default)]
-pub struct ForkOwner {
-    pub slot: usize,
-    pub stripe: usize,
 }
 
 /// In a forked child's atfork handler (one thread): sends every call to the slow path (the fork epoch) and
