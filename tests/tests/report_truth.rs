@@ -152,6 +152,20 @@ fn functions_counted_at_the_plt_get_no_per_call_figures() {
         );
     }
     assert!(text.contains("so no per-call figures are given"), "{text}");
+    // No function with all its calls counted has time: the unit is plain seconds, not gprof's `Ts/call`.
+    assert!(
+        text.contains("  s/call  ") && !text.contains("Ts/call"),
+        "{text}"
+    );
+    // Every module is profiled (LD_PROFILE unset); the PLT stubs' samples, outside every module, are
+    // profiling overhead in the module table.
+    assert!(!text.contains("Modules loaded but not profiled"), "{text}");
+    if workspace.profile("gmon.out").header.unknown_samples > 0 {
+        assert!(
+            text.contains("<outside any module> (profiling overhead)"),
+            "{text}"
+        );
+    }
 }
 
 /// Defect 4: the warnings about module files (one missing, one whose build-id differs from the profiled
