@@ -7,9 +7,9 @@ use crate::callgraph::{name_full, name_only};
 use crate::cformat::CFloat;
 use crate::graph::Graph;
 use crate::output::Out;
-use crate::stages::symbols::OVERHEAD_ROW;
 use crate::style::Style;
 use crate::symspec::{Filters, Table};
+use crate::symtab::OVERHEAD_ROW;
 
 const SI: [(char, f64); 11] = [
     ('T', 1e-12),
