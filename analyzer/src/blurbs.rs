@@ -14,7 +14,8 @@ pub const FLAT: &str = "
  cumulative   running total of the self seconds column, top to bottom.
  self         seconds spent in this function's own code, without callees.
  calls        how many times the function was entered; blank when the
-              function was not compiled for call counting.
+              function was not compiled for call counting. Marked (PLT):
+              only the calls from other modules, counted at the PLT.
  self/call    average time per call in the function's own code.
  total/call   average time per call including everything it called.
  module index (multi-module profiles) the module the function belongs to,

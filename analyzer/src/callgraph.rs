@@ -292,6 +292,10 @@ fn cmp_arc(g: &Graph, l: usize, r: usize) -> Ordering {
 /// Print the call graph table (gprof's `cg_print`).
 pub fn print(out: &mut Out, g: &mut Graph, time_sorted: &[usize], print_time: f64, style: &Style) {
     let mut print_time = print_time;
+    if style.multi_module {
+        number_entries(g, time_sorted, style);
+    }
+    let iw = style.index_width.get();
     if style.descriptions && style.bsd {
         out.push_str(crate::blurbs::BSD_CALL_GRAPH);
     }
@@ -310,22 +314,26 @@ pub fn print(out: &mut Out, g: &mut Graph, time_sorted: &[usize], print_time: f6
     if style.bsd {
         let _ = writeln!(
             out,
-            "{:>6.6} {:>5.5} {:>7.7} {:>11.11} {:>7.7}/{:<7.7}     {:<8.8}",
+            "{:>iw$.iw$} {:>5.5} {:>7.7} {:>11.11} {:>7.7}/{:<7.7}     {:<8.8}",
             "", "", "", "", "called", "total", "parents"
         );
         let _ = writeln!(
             out,
-            "{:<6.6} {:>5.5} {:>7.7} {:>11.11} {:>7.7}+{:<7.7} {:<8.8}\t{:>5.5}",
+            "{:<iw$.iw$} {:>5.5} {:>7.7} {:>11.11} {:>7.7}+{:<7.7} {:<8.8}\t{:>5.5}",
             "index", "%time", "self", "descendants", "called", "self", "name", "index"
         );
         let _ = writeln!(
             out,
-            "{:>6.6} {:>5.5} {:>7.7} {:>11.11} {:>7.7}/{:<7.7}     {:<8.8}",
+            "{:>iw$.iw$} {:>5.5} {:>7.7} {:>11.11} {:>7.7}/{:<7.7}     {:<8.8}",
             "", "", "", "", "called", "total", "children"
         );
         out.push('\n');
     } else {
-        out.push_str("index % time    self  children    called     name\n");
+        let _ = writeln!(
+            out,
+            "{:<iw$}% time    self  children    called     name",
+            "index"
+        );
     }
     for &p in time_sorted {
         let s = &g.syms[p];
@@ -365,14 +373,33 @@ pub fn print(out: &mut Out, g: &mut Graph, time_sorted: &[usize], print_time: f6
     }
 }
 
+/// Multi-module reports: number the functions with an entry 1, 2, … in the table's order and the others
+/// after them (gprof numbers every function, so entries' numbers jump where functions without one are
+/// left out), and make the index column as wide as the largest entry number needs.
+fn number_entries(g: &mut Graph, time_sorted: &[usize], style: &Style) {
+    let (entries, others): (Vec<usize>, Vec<usize>) = time_sorted
+        .iter()
+        .partition(|&&s| has_entry(&g.syms[s], style) && !callers_only(g, &g.syms[s]));
+    for (i, &s) in entries.iter().chain(&others).enumerate() {
+        g.syms[s].index = i + 1;
+    }
+    style
+        .index_width
+        .set(format!("[{}]", entries.len()).len().max(INDEX_WIDTH));
+}
+
+/// gprof's width of the index column.
+pub const INDEX_WIDTH: usize = 6;
+
 /// The first columns of a primary line (a function's or a whole cycle's): `[index]`, % time, self and
 /// children seconds.
 fn write_primary_times(out: &mut Out, s: &Sym, print_time: f64, style: &Style) {
+    let iw = style.index_width.get();
     let kids_w = if style.bsd { 11 } else { 7 };
     let buf = format!("[{}]", s.index);
     let _ = write!(
         out,
-        "{:<6.6} {:>5.1} {:>7.2} {:>kids_w$.2}",
+        "{:<iw$.iw$} {:>5.1} {:>7.2} {:>kids_w$.2}",
         buf,
         CFloat(100.0 * (s.prop_self + s.prop_child) / print_time),
         CFloat(s.prop_self / style.hz),
@@ -381,6 +408,7 @@ fn write_primary_times(out: &mut Out, s: &Sym, print_time: f64, style: &Style) {
 }
 
 fn print_cycle(out: &mut Out, g: &mut Graph, cyc: usize, print_time: f64, style: &Style) {
+    let iw = style.index_width.get();
     let hz = style.hz;
     let kids_w = if style.bsd { 11 } else { 7 };
     let c = &g.syms[cyc];
@@ -410,7 +438,7 @@ fn print_cycle(out: &mut Out, g: &mut Graph, cyc: usize, print_time: f64, style:
         let s = &g.syms[m];
         let _ = write!(
             out,
-            "{:>6.6} {:>5.5} {:>7.2} {:>kids_w$.2} {:>7}",
+            "{:>iw$.iw$} {:>5.5} {:>7.2} {:>kids_w$.2} {:>7}",
             "",
             "",
             CFloat(s.prop_self / hz),
@@ -456,13 +484,14 @@ pub fn children_in_print_order(g: &Graph, parent: usize) -> Vec<usize> {
 }
 
 fn print_parents(out: &mut Out, g: &Graph, child: usize, style: &Style) {
+    let iw = style.index_width.get();
     let kids_w = if style.bsd { 11 } else { 7 };
     let c = &g.syms[child];
     let head = c.cyc_head;
     if c.parents.is_empty() {
         let _ = writeln!(
             out,
-            "{:>6.6} {:>5.5} {:>7.7} {:>kids_w$.kids_w$} {:>7.7} {:>7.7}     <spontaneous>",
+            "{:>iw$.iw$} {:>5.5} {:>7.7} {:>kids_w$.kids_w$} {:>7.7} {:>7.7}     <spontaneous>",
             "", "", "", "", "", ""
         );
         return;
@@ -506,18 +535,19 @@ fn print_arc_line(
     style: &Style,
 ) {
     let hz = style.hz;
+    let iw = style.index_width.get();
     let kids_w = if style.bsd { 11 } else { 7 };
     let arc = &g.arcs[a];
     if in_cycle {
         let _ = write!(
             out,
-            "{:>6.6} {:>5.5} {:>7.7} {:>kids_w$.kids_w$} {:>7} {:>7.7}     ",
+            "{:>iw$.iw$} {:>5.5} {:>7.7} {:>kids_w$.kids_w$} {:>7} {:>7.7}     ",
             "", "", "", "", arc.count, ""
         );
     } else {
         let _ = write!(
             out,
-            "{:>6.6} {:>5.5} {:>7.2} {:>kids_w$.2} {:>7}/{:<7}     ",
+            "{:>iw$.iw$} {:>5.5} {:>7.2} {:>kids_w$.2} {:>7}/{:<7}     ",
             "",
             "",
             CFloat(arc.time / hz),
@@ -532,6 +562,7 @@ fn print_arc_line(
 
 /// Print the index by function name (gprof's `cg_print_index`).
 pub fn print_index(out: &mut Out, g: &Graph, style: &Style) {
+    let iw = style.index_width.get();
     let mut names: Vec<usize> = (0..g.nsyms)
         .filter(|&s| !(style.ignore_zeros && g.syms[s].ncalls == 0 && g.syms[s].hist_time == 0.0))
         .collect();
@@ -565,12 +596,12 @@ pub fn print_index(out: &mut Out, g: &Graph, style: &Style) {
                 if j < nnames {
                     let _ = write!(
                         out,
-                        "{:>6.6} {:<19.19}",
+                        "{:>iw$.iw$} {:<19.19}",
                         buf,
                         trunc_chars(&s.raw_display(), 19)
                     );
                 } else {
-                    let _ = write!(out, "{:>6.6} ", buf);
+                    let _ = write!(out, "{:>iw$.iw$} ", buf);
                     let _ = write!(out, "{:<19.19}", format!("<cycle {}>", s.cyc_num));
                 }
             } else {

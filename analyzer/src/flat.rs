@@ -9,6 +9,7 @@ use crate::graph::Graph;
 use crate::output::Out;
 use crate::style::Style;
 use crate::symspec::{Filters, Table};
+use crate::symtab::OVERHEAD_ROW;
 
 const SI: [(char, f64); 11] = [
     ('T', 1e-12),
@@ -61,7 +62,7 @@ pub fn print(out: &mut Out, g: &Graph, total_time: f64, filters: &Filters, style
         let mut found = false;
         for &s in &sorted {
             let sym = &g.syms[s];
-            if sym.ncalls != 0 {
+            if sym.ncalls != 0 && !plt_counted(g, sym, style) {
                 let call_time = (sym.hist_time + sym.child_time) / sym.ncalls as f64;
                 if call_time > top_time {
                     top_time = call_time;
@@ -81,7 +82,12 @@ pub fn print(out: &mut Out, g: &Graph, total_time: f64, filters: &Filters, style
             }
         }
     }
-    let (prefix, scale) = SI.get(log_scale).copied().unwrap_or((' ', 0.0));
+    let (prefix, scale) = if style.multi_module && !style.bsd && log_scale == 0 {
+        // No function with counted calls has time: gprof's `Ts/call` (its first unit) would say nothing.
+        (' ', 1.0)
+    } else {
+        SI.get(log_scale).copied().unwrap_or((' ', 0.0))
+    };
     let mut total_time = total_time;
 
     // Header.
@@ -126,6 +132,8 @@ pub fn print(out: &mut Out, g: &Graph, total_time: f64, filters: &Filters, style
     let mut accum = 0.0f64;
     let mut any_plt_counted = false;
     let mut any_unprofiled = false;
+    let mut any_plt_stub = false;
+    let mut any_overhead = false;
     for &s in &sorted {
         if !filters.selected(Table::InclFlat, Table::ExclFlat, s) {
             continue;
@@ -152,7 +160,11 @@ pub fn print(out: &mut Out, g: &Graph, total_time: f64, filters: &Filters, style
             CFloat(accum / hz),
             CFloat(sym.hist_time / hz)
         );
-        if sym.ncalls != 0 {
+        let plt = plt_counted(g, sym, style);
+        if plt {
+            // The count covers only the calls from other modules, the time all calls: no per-call figure.
+            let _ = write!(out, " {:>8} {:>8.8} {:>8.8}  ", sym.ncalls, "", "");
+        } else if sym.ncalls != 0 {
             let n = sym.ncalls as f64;
             let _ = write!(
                 out,
@@ -172,7 +184,11 @@ pub fn print(out: &mut Out, g: &Graph, total_time: f64, filters: &Filters, style
         } else {
             out.push_str(&name_only(sym, style));
         }
-        if plt_counted(g, sym, style) {
+        if style.multi_module {
+            any_plt_stub |= sym.symbol.name.contains(PLT_STUB_SUFFIX);
+            any_overhead |= sym.symbol.name == OVERHEAD_ROW;
+        }
+        if plt {
             out.push_str(PLT_MARK);
             any_plt_counted = true;
             any_unprofiled |= g.modules.get(sym.module).is_some_and(|m| !m.profiled);
@@ -185,6 +201,12 @@ pub fn print(out: &mut Out, g: &Graph, total_time: f64, filters: &Filters, style
     if any_unprofiled {
         out.push_str(UNPROFILED_NOTE);
     }
+    if any_plt_stub {
+        out.push_str(PLT_STUB_NOTE);
+    }
+    if any_overhead {
+        out.push_str(OVERHEAD_NOTE);
+    }
     if style.descriptions && !style.bsd {
         out.push_str(crate::blurbs::FLAT);
     }
@@ -193,7 +215,14 @@ pub fn print(out: &mut Out, g: &Graph, total_time: f64, filters: &Filters, style
 /// Marks a row whose calls were counted at the PLT.
 const PLT_MARK: &str = " (PLT)";
 /// Printed under a flat profile with such rows.
-const PLT_NOTE: &str = "\n (PLT) calls counted at the PLT: only the calls that entered the function from another module.\n";
+const PLT_NOTE: &str = "\n (PLT) calls counted at the PLT: only the calls that entered the function from another module\n       (its calls from inside its own module are not counted), while its time is that of all its\n       calls; so no per-call figures are given.\n";
+
+/// What marks a PLT stub's row (`sin@plt`), and what such a row is.
+const PLT_STUB_SUFFIX: &str = "@plt";
+const PLT_STUB_NOTE: &str = "\n NAME@plt: time in the module's PLT stub that jumps to NAME, not in NAME itself (no calls are\n       counted there).\n";
+
+/// What the row of the profiler's own time is.
+const OVERHEAD_NOTE: &str = "\n [mslprof_overhead]: time in the profiler itself (libmslprof.so), the cost of profiling;\n       --no-overhead leaves it out.\n";
 
 /// Printed under a flat profile with rows of modules LD_PROFILE did not select (called from selected ones).
 const UNPROFILED_NOTE: &str = "       In a module that is not profiled, only the calls from profiled modules are counted, and no time.\n";

@@ -1,6 +1,7 @@
 //! Summing mslprof profiles: load instances of one module file (same path and build-id) from any
 //! number of runs become one module whose histograms and arcs are added up. Addresses are
-//! module-relative, so runs with different ASLR layouts add up directly.
+//! module-relative, so runs with different ASLR layouts add up directly. Files sampled at different
+//! periods are added up in time: each file's counts are rescaled to the shortest period among them.
 
 use mslprof_format::LinkAddress;
 use std::collections::{BTreeMap, HashMap};
@@ -16,6 +17,53 @@ use crate::input::{Error, Input, Mismatch};
 pub struct Merged {
     pub profile: Profile,
     pub instances: Vec<u32>,
+    /// When the files were sampled at different periods: the shortest and the longest, in nanoseconds
+    /// (every count was rescaled to the shortest, which is the merged profile's period).
+    pub rescaled: Option<(u64, u64)>,
+}
+
+/// The CPU time one sample of a file stands for, in nanoseconds (from the rate when no period is recorded).
+pub fn period_ns(header: &Header) -> u64 {
+    if header.sample_period_ns > 0 {
+        header.sample_period_ns
+    } else {
+        1_000_000_000 / u64::from(header.hz.max(1))
+    }
+}
+
+/// Counts of one file turned into counts of the common period, rounded so that what one bucket loses
+/// to rounding is carried into the next: a module's total stays within one sample of its exact time.
+struct Rescale {
+    factor: f64,
+    carry: f64,
+}
+
+impl Rescale {
+    fn new(factor: f64) -> Rescale {
+        Rescale { factor, carry: 0.0 }
+    }
+
+    fn count(&mut self, n: u64) -> u64 {
+        if self.factor == 1.0 {
+            return n;
+        }
+        let exact = n as f64 * self.factor + self.carry;
+        let rounded = exact.round().max(0.0);
+        self.carry = exact - rounded;
+        rounded as u64
+    }
+}
+
+/// The shortest and longest period among the files that have samples, when they differ.
+fn periods(inputs: &[Input]) -> Option<(u64, u64)> {
+    let mut sampled = inputs
+        .iter()
+        .map(|i| &i.profile.header)
+        .filter(|h| h.total_samples > 0)
+        .map(period_ns);
+    let first = sampled.next()?;
+    let (min, max) = sampled.fold((first, first), |(lo, hi), p| (lo.min(p), hi.max(p)));
+    (min != max).then_some((min, max))
 }
 
 type RangeSums = Vec<(LinkAddress, LinkAddress, u64, BTreeMap<u64, u64>)>;
@@ -28,17 +76,29 @@ pub fn merge(inputs: &[Input], separate_instances: bool) -> Result<Merged, Error
     let mut instances: Vec<u32> = Vec::new();
     let mut arcs: Vec<HashMap<(u32, LinkAddress, LinkAddress), u64>> = Vec::new();
     let mut identity: HashMap<(Vec<u8>, Vec<u8>, u32, usize), usize> = HashMap::new();
+    let rescaled = periods(inputs);
     for (n, input) in inputs.iter().enumerate() {
         let p = &input.profile;
         let h = &p.header;
+        let factor = match rescaled {
+            Some((shortest, _)) => period_ns(h) as f64 / shortest as f64,
+            None => 1.0,
+        };
+        let scaled = |count: u64| Rescale::new(factor).count(count);
         if n == 0 {
             header = h.clone();
+            header.total_samples = scaled(h.total_samples);
+            header.unknown_samples = scaled(h.unknown_samples);
+            header.dropped_samples = scaled(h.dropped_samples);
+            if let Some((shortest, _)) = rescaled {
+                header.sample_period_ns = shortest;
+            }
         } else {
             header.flags |= h.flags & header_flags::INCOMPLETE;
-            header.total_samples += h.total_samples;
-            header.unknown_samples += h.unknown_samples;
+            header.total_samples += scaled(h.total_samples);
+            header.unknown_samples += scaled(h.unknown_samples);
             header.dropped_arcs += h.dropped_arcs;
-            header.dropped_samples += h.dropped_samples;
+            header.dropped_samples += scaled(h.dropped_samples);
             header.end_time_ns = header.end_time_ns.max(h.end_time_ns);
             // Known only when every input says.
             header.cpu_time = match (header.cpu_time, h.cpu_time) {
@@ -78,13 +138,14 @@ pub fn merge(inputs: &[Input], separate_instances: bool) -> Result<Merged, Error
                 // PLT-counted arcs merged into a profiled instance are the profiled module's arcs.
                 mm.flags &= !module_flags::CALLEE_ARCS;
             }
-            mm.samples += m.samples;
+            mm.samples += scaled(m.samples);
             mm.saturated_buckets += m.saturated_buckets;
             mm.dropped_arcs += m.dropped_arcs;
             if m.flags & module_flags::UNLOADED != 0 && m.unload_order != 0 {
                 mm.unload_order = mm.unload_order.max(m.unload_order);
             }
             if let Some(hist) = &m.histogram {
+                let mut rescale = Rescale::new(factor);
                 let s = &mut sums[id];
                 s.0 = s.0.max(hist.bucket_bits);
                 for r in &hist.ranges {
@@ -105,7 +166,10 @@ pub fn merge(inputs: &[Input], separate_instances: bool) -> Result<Merged, Error
                         }
                     };
                     for (i, c) in r.buckets.nonzero() {
-                        *s.2[slot].3.entry(i).or_insert(0) += u64::from(c);
+                        let c = rescale.count(u64::from(c));
+                        if c != 0 {
+                            *s.2[slot].3.entry(i).or_insert(0) += c;
+                        }
                     }
                 }
             }
@@ -184,5 +248,6 @@ pub fn merge(inputs: &[Input], separate_instances: bool) -> Result<Merged, Error
             modules,
         },
         instances,
+        rescaled,
     })
 }

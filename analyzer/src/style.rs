@@ -24,6 +24,8 @@ pub struct Style {
     pub line_granularity: bool,
     pub multi_module: bool,
     pub first_output: Cell<bool>,
+    /// Width of the call graph's index column (gprof's 6; wider for large multi-module graphs).
+    pub index_width: Cell<usize>,
     /// mslprof input: what 100 % is, printed above the flat profile.
     pub share_note: Option<String>,
 }

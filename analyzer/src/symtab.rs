@@ -78,3 +78,6 @@ pub fn finalize(mut syms: Vec<FunctionSymbol>, text_end: LinkAddress) -> Vec<Fun
     }
     out
 }
+
+/// The flat-profile row of the profiler's own time (mslprof input).
+pub const OVERHEAD_ROW: &str = "[mslprof_overhead]";

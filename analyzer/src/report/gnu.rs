@@ -82,6 +82,7 @@ pub fn run(
         line_granularity: opts.line,
         multi_module: false,
         first_output: Cell::new(true),
+        index_width: Cell::new(crate::callgraph::INDEX_WIDTH),
         share_note: None,
     };
     let found = Found {

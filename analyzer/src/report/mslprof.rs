@@ -3,7 +3,6 @@
 //! profile and the module table at the end.
 
 use std::cell::Cell;
-use std::fmt::Write as _;
 use std::path::Path;
 
 use mslprof_format::model::{IncompleteCause, Profile, header_flags};
@@ -123,24 +122,63 @@ pub fn run(
         line_granularity: opts.line,
         multi_module: true,
         first_output: Cell::new(true),
+        index_width: Cell::new(crate::callgraph::INDEX_WIDTH),
     };
-    for w in &warnings {
-        let _ = writeln!(out, "mslprof: warning: {w}");
-    }
-    let printed_unprofiled = render::unprofiled_modules(out, profile, opts);
-    if !warnings.is_empty() || printed_unprofiled {
+    let rates = sampling_rates(profile, merged.rescaled);
+    out.push_str(&rates);
+    if render::unprofiled_modules(out, profile, opts) || !rates.is_empty() {
         style.first_output.set(false);
     }
     let found = Found {
         have_hist,
         have_arcs,
     };
-    let listing_warnings = render::tables(out, &mut g, &filters, &style, totals, found, opts);
+    warnings.extend(render::tables(
+        out, &mut g, &filters, &style, totals, found, opts,
+    ));
     render::module_table(out, &g, profile, &merged.instances, opts);
     Ok(Outcome {
-        warnings: listing_warnings,
+        warnings,
         summary: None,
     })
+}
+
+/// The lines that open the report when the sampling rate is not the one asked for (the runtime may
+/// sample less often than `MSLPROF_HZ` says) or when the files summed were sampled at different periods.
+fn sampling_rates(profile: &Profile, rescaled: Option<(u64, u64)>) -> String {
+    let requested = profile.header.hz;
+    let per_second = |period_ns: u64| 1e9 / period_ns.max(1) as f64;
+    let ms = |period_ns: u64| period_ns as f64 / 1e6;
+    let mut text = String::new();
+    let (fastest, slowest) = rescaled.unwrap_or_else(|| {
+        let p = crate::merge::period_ns(&profile.header);
+        (p, p)
+    });
+    let off = |period_ns: u64| {
+        requested > 0 && (per_second(period_ns) / f64::from(requested) - 1.0).abs() > 0.1
+    };
+    if off(fastest) || off(slowest) {
+        let rate = if fastest == slowest {
+            format!("{:.0}", per_second(fastest))
+        } else {
+            format!("{:.0} to {:.0}", per_second(slowest), per_second(fastest))
+        };
+        text.push_str(&format!(
+            "Sampled at {rate} samples per CPU-second (measured), where {requested} were requested.\n"
+        ));
+    }
+    if let Some((shortest, longest)) = rescaled {
+        text.push_str(&format!(
+            "The profiles summed were sampled at different periods ({:.3} to {:.3} ms): each one's samples are\n\
+             rescaled to the shortest period, so that the seconds of the sum are those of its parts.\n",
+            ms(shortest),
+            ms(longest)
+        ));
+    }
+    if !text.is_empty() {
+        text.push('\n');
+    }
+    text
 }
 
 /// The warning for a profile its process could not finish writing normally.

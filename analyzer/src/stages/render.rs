@@ -2,6 +2,8 @@
 //! options ask for, in gprof's order (BSD style: call graph before flat profile), and the multi-module
 //! report's module tables.
 
+use std::fmt::Write as _;
+
 use mslprof_format::model::Profile;
 
 use crate::graph::Graph;
@@ -69,21 +71,13 @@ pub fn tables(
     warnings
 }
 
-/// The top of a multi-module report: the modules loaded but not profiled and the samples outside any
-/// module, with their share of all samples. Returns whether anything was printed.
+/// The top of a multi-module report: the modules loaded but not profiled, with their share of all
+/// samples. Returns whether anything was printed.
 pub fn unprofiled_modules(out: &mut Out, profile: &Profile, opts: &Options) -> bool {
-    let header = &profile.header;
-    let unprofiled: Vec<_> = profile
+    let rows: Vec<Row> = profile
         .modules
         .iter()
         .filter(|m| !m.is_profiled())
-        .collect();
-    if unprofiled.is_empty() && header.unknown_samples == 0 {
-        return false;
-    }
-    out.push_str("Modules loaded but not profiled, with their share of all samples:\n\n");
-    let mut rows: Vec<Row> = unprofiled
-        .iter()
         .map(|m| Row {
             index: None,
             samples: m.samples,
@@ -93,16 +87,10 @@ pub fn unprofiled_modules(out: &mut Out, profile: &Profile, opts: &Options) -> b
             keep: false,
         })
         .collect();
-    if header.unknown_samples != 0 {
-        rows.push(Row {
-            index: None,
-            samples: header.unknown_samples,
-            name: "<outside any module>".into(),
-            path: String::new(),
-            note: String::new(),
-            keep: false,
-        });
+    if rows.is_empty() {
+        return false;
     }
+    out.push_str("Modules loaded but not profiled, with their share of all samples:\n\n");
     crate::modtable::print(out, rows, all_samples(profile), opts.all_modules);
     out.push('\n');
     true
@@ -141,9 +129,41 @@ pub fn module_table(
                 keep: m.is_profiled() && (m.samples > 0 || !m.arcs.is_empty()),
             }
         })
-        .collect();
+        .collect::<Vec<Row>>();
+    let mut rows = rows;
+    if profile.header.unknown_samples != 0 {
+        // Samples outside every module are, with PLT counting or rewritten call sites, the runtime's own
+        // stubs in anonymous memory.
+        rows.push(Row {
+            index: None,
+            samples: profile.header.unknown_samples,
+            name: format!("{OUTSIDE_ANY_MODULE} (profiling overhead)"),
+            path: "(mslprof's PLT and call-site stubs, or other code in anonymous memory)".into(),
+            note: String::new(),
+            keep: true,
+        });
+    }
     crate::modtable::print(out, rows, all_samples(profile), opts.all_modules);
+    let mut numbered: Vec<&str> = g
+        .modules
+        .iter()
+        .filter_map(|m| m.name.rsplit_once('#'))
+        .filter(|(_, n)| n.parse::<u32>().is_ok())
+        .map(|(base, _)| base)
+        .collect();
+    numbered.sort_unstable();
+    numbered.dedup();
+    for name in numbered {
+        let _ = writeln!(
+            out,
+            "\n {name}#N: the Nth of several modules named {name}: different files (see the path), or\n \
+             load instances of one file kept apart by --separate-instances."
+        );
+    }
 }
+
+/// The module-table row of the samples taken outside every module.
+const OUTSIDE_ANY_MODULE: &str = "<outside any module>";
 
 /// All samples of the process (at least 1, as a divisor).
 fn all_samples(profile: &Profile) -> f64 {

@@ -21,8 +21,7 @@ pub struct LoadedModule {
     pub symbols: Option<(Vec<FunctionSymbol>, Demangle)>,
 }
 
-/// The flat-profile row of the profiler's own time.
-pub const OVERHEAD_ROW: &str = "[mslprof_overhead]";
+pub use crate::symtab::OVERHEAD_ROW;
 
 /// The last component of `path`.
 pub fn file_name(path: &str) -> String {
