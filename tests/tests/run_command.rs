@@ -219,3 +219,38 @@ fn a_library_with_much_initial_exec_tls_starts_under_the_audit_module() {
     assert_success(&out, "mslprof run ./app");
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "1000");
 }
+
+/// rustc (dynamically linked against librustc_driver and libLLVM) under `mslprof run -o F`: the profile goes
+/// to F and the run succeeds. Under the PLT-counting audit module, calls that ld.so makes while it relocates
+/// (IFUNC resolvers) reach the runtime before libc has set up `environ`; a runtime started then read no
+/// `GPROFDIR` and wrote `./gmon.out` instead, and `run` found nothing in its private folder.
+#[test]
+fn rustc_writes_the_named_profile() {
+    let Some(rustc) = mslprof_tests::real_rustc() else {
+        eprintln!("skipped: no rustc found through `rustc --print sysroot`");
+        return;
+    };
+    let dir = scratch("run-rustc");
+    let out = run(mslprof_run(&dir, &["--no-report", "-o", "mine.out", "--"])
+        .arg(&rustc)
+        .arg("--version"));
+    assert_success(&out, "mslprof run -o mine.out -- rustc --version");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).starts_with("rustc "),
+        "{out:?}"
+    );
+    assert!(
+        !dir.join("gmon.out").exists(),
+        "no profile outside the run's own folder"
+    );
+    let profile = mslprof_tests::read_profile(&dir.join("mine.out"));
+    let names = mslprof_tests::module_names(&profile);
+    assert!(
+        names.iter().any(|n| n.starts_with("librustc_driver")),
+        "{names:?}"
+    );
+    assert!(
+        String::from_utf8_lossy(&profile.header.program_name).contains("rustc"),
+        "{names:?}"
+    );
+}
