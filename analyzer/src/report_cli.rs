@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use mslprof_format::InputFormat;
 
-use mslprof_analyzer::input::{Error, is_mslprof_file};
+use mslprof_analyzer::input::{Error, FirstFile, first_file, is_mslprof_file};
 use mslprof_analyzer::options::{Options, OptionsError};
 use mslprof_analyzer::output::Out;
 use mslprof_analyzer::report::analyse;
@@ -487,13 +487,16 @@ pub(crate) fn report_main(args: &[String]) -> ExitCode {
     };
     let mut exe = cli.files.first().cloned();
     let mut skip = 1;
-    // For mslprof profiles the executable is optional: a first file that is itself an mslprof
-    // profile starts the list of profiles.
-    if let Some(first) = &exe
-        && is_mslprof_file(first)
-    {
-        exe = None;
-        skip = 0;
+    // The executable is optional: a first file that is itself a profile starts the list of profiles.
+    if let Some(first) = &exe {
+        match first_file(first) {
+            Ok(FirstFile::Executable) => {}
+            Ok(FirstFile::Profile) => {
+                exe = None;
+                skip = 0;
+            }
+            Err(e) => return fail(&e),
+        }
     }
     let mut profiles: Vec<PathBuf> = cli.files.iter().skip(skip).cloned().collect();
     if profiles.is_empty() {
