@@ -81,7 +81,11 @@ fn parse(args: &[String]) -> Result<RunArgs, String> {
             "--no-report" => r.no_report = true,
             "--plt" => r.plt = Some(true),
             "--no-plt" => r.plt = Some(false),
-            _ => r.report_opts.push(a.clone()),
+            _ => {
+                let len = crate::report_cli::option_len(&args[i - 1..]);
+                r.report_opts.extend_from_slice(&args[i - 1..i - 1 + len]);
+                i += len - 1;
+            }
         }
     }
     if r.command.is_empty() {
@@ -157,7 +161,18 @@ pub fn run(args: &[String]) -> ExitCode {
     if let Some(code) = crate::commands::usage_requested(args, RUN_USAGE) {
         return code;
     }
-    match run_inner(args) {
+    // Every option is checked before the program runs (the report's too).
+    let r = match parse(args) {
+        Ok(r) => r,
+        Err(msg) => {
+            eprintln!("mslprof: run: {msg}");
+            return ExitCode::from(1);
+        }
+    };
+    if let Err(code) = crate::report_cli::check_report_options(&r.report_opts, "mslprof: run: ") {
+        return code;
+    }
+    match run_inner(r) {
         Ok(code) => ExitCode::from(code),
         Err((msg, code)) => {
             eprintln!("mslprof: run: {msg}");
@@ -166,9 +181,8 @@ pub fn run(args: &[String]) -> ExitCode {
     }
 }
 
-fn run_inner(args: &[String]) -> Result<u8, (String, u8)> {
+fn run_inner(r: RunArgs) -> Result<u8, (String, u8)> {
     let fail = |m: String| (m, 1u8);
-    let r = parse(args).map_err(fail)?;
     let lib = crate::commands::runtime_library().map_err(fail)?;
     loadable_library(&lib).map_err(fail)?;
     let output = r
@@ -181,6 +195,16 @@ fn run_inner(args: &[String]) -> Result<u8, (String, u8)> {
     };
     if !out_dir.is_dir() {
         return Err(fail(format!("{}: no such folder", out_dir.display())));
+    }
+    if let Some(report) = &r.report
+        && let Some(folder) = report.parent().filter(|p| !p.as_os_str().is_empty())
+        && !folder.is_dir()
+    {
+        return Err(fail(format!(
+            "--report {}: no such folder {}",
+            report.display(),
+            folder.display()
+        )));
     }
     let parts = tempfile::Builder::new()
         .prefix(".mslprof-run-")

@@ -254,3 +254,48 @@ fn rustc_writes_the_named_profile() {
         "{names:?}"
     );
 }
+
+/// Every option, the report's too, is checked before the program runs: a bad one leaves the program unrun and
+/// an earlier `gmon.out` untouched. A report option's separate value (`-e main`) is not taken for the program.
+#[test]
+fn options_are_checked_before_the_program_runs() {
+    let dir = scratch("run-options-first");
+    std::fs::write(dir.join("prog.sh"), "#!/bin/sh\necho ran >> ran.txt\n").unwrap();
+    let chmod = run(Command::new("chmod").arg("+x").arg(dir.join("prog.sh")));
+    assert_success(&chmod, "chmod");
+    std::fs::write(dir.join("gmon.out"), "an earlier run's profile").unwrap();
+    for (args, want) in [
+        (
+            &["--bogus", "--", "./prog.sh"][..],
+            "mslprof: run: unexpected argument '--bogus' found\n",
+        ),
+        (
+            &["--width", "wide", "./prog.sh"][..],
+            "mslprof: run: invalid value 'wide' for '--width <WIDTH>': invalid digit found in string\n",
+        ),
+        (
+            &["-Oprof", "./prog.sh"][..],
+            "mslprof: run: sorry, file format `prof' is not yet supported\n",
+        ),
+        (
+            &["--report", "no-such-folder/report.txt", "./prog.sh"][..],
+            "mslprof: run: --report no-such-folder/report.txt: no such folder no-such-folder\n",
+        ),
+    ] {
+        let out = run(&mut mslprof_run(&dir, args));
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {out:?}");
+        assert_eq!(String::from_utf8_lossy(&out.stderr), want, "{args:?}");
+        assert!(!dir.join("ran.txt").exists(), "{args:?} ran the program");
+        assert_eq!(
+            std::fs::read(dir.join("gmon.out")).unwrap(),
+            b"an earlier run's profile",
+            "{args:?}"
+        );
+    }
+    let out = run(&mut mslprof_run(
+        &dir,
+        &["-e", "main", "--width", "100", "--no-report", "./prog.sh"],
+    ));
+    assert_success(&out, "mslprof run -e main --width 100 ./prog.sh");
+    assert_eq!(std::fs::read_to_string(dir.join("ran.txt")).unwrap(), "ran\n");
+}
