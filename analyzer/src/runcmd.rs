@@ -215,12 +215,20 @@ fn run_inner(r: RunArgs) -> Result<u8, (String, u8)> {
     cmd.args(&r.command[1..]);
     let plt = r.plt.unwrap_or_else(crate::commands::plt_by_default);
     crate::commands::profiling_environment(&mut cmd, &lib, plt);
-    cmd.env("MSLPROF_PLT", if plt { "1" } else { "0" });
+    // Set only where it changes what the program inherits (on is the default): one variable fewer in its
+    // environment.
+    if plt != crate::commands::plt_by_default() {
+        cmd.env("MSLPROF_PLT", if plt { "1" } else { "0" });
+    }
     cmd.env("GPROFDIR", parts.path())
         .env_remove("GMON_OUT_PREFIX")
         .env_remove("MSLPROF_ROOT_PID");
     if let Some(p) = &r.profile {
-        cmd.env("MSLPROF_PROFILE", p);
+        // The runtime's warnings name the option; its constructor hides the variable from the program.
+        cmd.env("MSLPROF_PROFILE", p)
+            .env("MSLPROF_PROFILE_OPTION", "--profile");
+    } else {
+        cmd.env_remove("MSLPROF_PROFILE_OPTION");
     }
     if let Some(b) = &r.bucket_size {
         cmd.env("LD_PROFILEBUCKET_SIZE", b);

@@ -179,6 +179,8 @@ extern "C" fn constructor(
     if STATE.load(Ordering::Acquire) == NOT_STARTED {
         claim_start(&[NOT_STARTED], false);
     }
+    // Read at start-up (or not at all: inert or embedded), and for no other process.
+    reexec::hide_variable(envp, config::SELECTION_OPTION.as_bytes());
 }
 
 /// Runs [`constructor`] when the library is loaded, before `main`.

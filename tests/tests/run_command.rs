@@ -299,3 +299,33 @@ fn options_are_checked_before_the_program_runs() {
     assert_success(&out, "mslprof run -e main --width 100 ./prog.sh");
     assert_eq!(std::fs::read_to_string(dir.join("ran.txt")).unwrap(), "ran\n");
 }
+
+/// `--profile` names that match no module are reported under the option's name (not as `LD_PROFILE`, which
+/// the user never set), and the variable that tells the runtime so is not in the program's environment; nor
+/// is `MSLPROF_PLT` when it would only say the default.
+#[test]
+fn unmatched_profile_names_are_reported_as_the_option() {
+    let dir = scratch("run-profile-option");
+    std::fs::write(
+        dir.join("main.c"),
+        "#include <stdio.h>\n#include <stdlib.h>\n\
+         static const char *seen(const char *v) { return getenv(v) ? \"seen\" : \"hidden\"; }\n\
+         int main(void) { printf(\"%s %s\\n\", seen(\"MSLPROF_PROFILE_OPTION\"), seen(\"MSLPROF_PLT\")); return 0; }\n",
+    )
+    .unwrap();
+    mslprof_tests::cc(&dir, ["-O1", "-o", "prog", "main.c"]);
+    let out = run(mslprof_run(
+        &dir,
+        &["--profile", "nosuchlib.so", "--no-report", "./prog"],
+    )
+    .env_remove("MSLPROF_PLT"));
+    assert_success(&out, "mslprof run --profile nosuchlib.so ./prog");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "hidden hidden\n");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.lines()
+            .any(|l| l == "mslprof: --profile name 'nosuchlib.so' matched no module"),
+        "{err}"
+    );
+    assert!(!err.contains("LD_PROFILE"), "{err}");
+}
