@@ -329,3 +329,71 @@ fn unmatched_profile_names_are_reported_as_the_option() {
     );
     assert!(!err.contains("LD_PROFILE"), "{err}");
 }
+
+/// A statically linked program is refused before it runs (nothing can be preloaded into it, and glibc's own
+/// `gmon.out` of a `-pg` build would replace the user's).
+#[test]
+fn a_static_program_is_refused_before_it_runs() {
+    let dir = scratch("run-static");
+    std::fs::write(
+        dir.join("main.c"),
+        "int twice(int x) { return 2 * x; }\nint main(void) { return twice(0); }\n",
+    )
+    .unwrap();
+    let built = run(Command::new("cc")
+        .current_dir(&*dir)
+        .args(["-static", "-pg", "-o", "static_pg", "main.c"]));
+    if !built.status.success() {
+        eprintln!(
+            "skipped: cc -static failed (no static libc?): {}",
+            String::from_utf8_lossy(&built.stderr)
+        );
+        return;
+    }
+    std::fs::write(dir.join("gmon.out"), "the user's profile").unwrap();
+    let out = run(&mut mslprof_run(&dir, &["--", "./static_pg"]));
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "mslprof: run: ./static_pg: statically linked, so libmslprof.so cannot be loaded into it; nothing \
+         was run (link it dynamically; a -pg program run on its own writes glibc's gmon.out, which mslprof \
+         reads)\n"
+    );
+    assert_eq!(
+        std::fs::read(dir.join("gmon.out")).unwrap(),
+        b"the user's profile"
+    );
+}
+
+/// A program killed by a signal is said to be, by the signal's name; when no profile was written, an earlier
+/// run's `gmon.out` is said to be that.
+#[test]
+fn deaths_by_signal_and_stale_profiles_are_named() {
+    let dir = scratch("run-signals");
+    std::fs::write(
+        dir.join("main.c"),
+        "#include <signal.h>\nint main(void) { raise(SIGSEGV); return 0; }\n",
+    )
+    .unwrap();
+    mslprof_tests::cc(&dir, ["-O1", "-o", "segv", "main.c"]);
+    let out = run(&mut mslprof_run(&dir, &["--no-report", "./segv"]));
+    assert_eq!(out.status.code(), Some(139), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.lines()
+            .any(|l| l.starts_with("mslprof: ./segv was killed by SIGSEGV")),
+        "{err}"
+    );
+    std::fs::write(dir.join("gmon.out"), "an earlier run's profile").unwrap();
+    let out = run(&mut mslprof_run(
+        &dir,
+        &["--no-report", "sh", "-c", "kill -KILL $$"],
+    ));
+    assert_eq!(out.status.code(), Some(137), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "mslprof: sh was killed by SIGKILL\n\
+         mslprof: run: sh wrote no profile (SIGKILL ends a process before it can write one); gmon.out is \
+         left from an earlier run, not this one\n"
+    );
+}
