@@ -112,6 +112,9 @@ struct Cli {
     /// Read symbols from FILE (nm-style, e.g. /proc/kallsyms) instead of the executable
     #[arg(short = 'S', long = "external-symbol-table", value_name = "FILE", help_heading = ANALYSIS)]
     external_symbol_table: Option<PathBuf>,
+    /// mslprof input: look in DIRS (colon-separated; repeatable; then MSLPROF_BINARY_PATH) for modules whose recorded file is missing or rebuilt, by build-id and then by file name
+    #[arg(long = "binary-path", value_name = "DIRS", help_heading = ANALYSIS)]
+    binary_path: Vec<std::ffi::OsString>,
     /// List every function in the flat profile, also those never called and never sampled
     #[arg(short = 'z', long = "display-unused-functions", help_heading = ANALYSIS)]
     display_unused: bool,
@@ -359,6 +362,13 @@ fn options_from(cli: &Cli) -> Result<Options, OptionsError> {
         ignore_zeros: !cli.display_unused,
         width: cli.width.unwrap_or(80),
         external_symbols: cli.external_symbol_table.clone(),
+        binary_path: cli
+            .binary_path
+            .iter()
+            .flat_map(std::env::split_paths)
+            .filter(|p| !p.as_os_str().is_empty())
+            .chain(mslprof_analyzer::binpath::from_environment())
+            .collect(),
         separate_instances: cli.separate_instances,
         line: cli.line,
         function_order: cli.function_ordering,
