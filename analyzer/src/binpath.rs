@@ -11,7 +11,11 @@ pub const VARIABLE: &str = "MSLPROF_BINARY_PATH";
 /// The folders of `MSLPROF_BINARY_PATH`, in order (none when unset).
 pub fn from_environment() -> Vec<PathBuf> {
     std::env::var_os(VARIABLE)
-        .map(|v| std::env::split_paths(&v).filter(|p| !p.as_os_str().is_empty()).collect())
+        .map(|v| {
+            std::env::split_paths(&v)
+                .filter(|p| !p.as_os_str().is_empty())
+                .collect()
+        })
         .unwrap_or_default()
 }
 

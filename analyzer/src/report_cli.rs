@@ -289,8 +289,7 @@ fn normalize_option(args: &[String], i: &mut usize, out: &mut Vec<String>) {
                 optional("no-exec-counts", out);
                 break;
             }
-            'e' | 'E' | 'f' | 'F' | 'k' | 'm' | 'n' | 'N' | 'w' | 'S' | 'O' | 'I' | 't'
-            | 'R' => {
+            'e' | 'E' | 'f' | 'F' | 'k' | 'm' | 'n' | 'N' | 'w' | 'S' | 'O' | 'I' | 't' | 'R' => {
                 let long = match c {
                     'R' => "file-ordering",
                     'I' => "directory-path",

@@ -142,16 +142,21 @@ fn statically_linked(path: &Path) -> bool {
     let Ok(segments) = header.program_headers(endian, data) else {
         return false;
     };
-    if header.e_type(endian) != object::elf::ET_EXEC && header.e_type(endian) != object::elf::ET_DYN {
+    if header.e_type(endian) != object::elf::ET_EXEC && header.e_type(endian) != object::elf::ET_DYN
+    {
         return false;
     }
     let linked_dynamically = segments.iter().any(|segment| {
         segment.p_type(endian) == PT_INTERP
-            || segment.dynamic(endian, data).ok().flatten().is_some_and(|entries| {
-                entries
-                    .iter()
-                    .any(|e| matches!(e.d_tag(endian) as u32, DT_NEEDED | DT_SONAME))
-            })
+            || segment
+                .dynamic(endian, data)
+                .ok()
+                .flatten()
+                .is_some_and(|entries| {
+                    entries
+                        .iter()
+                        .any(|e| matches!(e.d_tag(endian) as u32, DT_NEEDED | DT_SONAME))
+                })
     });
     !linked_dynamically
 }
@@ -159,10 +164,37 @@ fn statically_linked(path: &Path) -> bool {
 /// The name of signal `signal` (`SIGSEGV`), or its number where Linux gives it no name.
 fn signal_name(signal: i32) -> String {
     const NAMES: [&str; 31] = [
-        "SIGHUP", "SIGINT", "SIGQUIT", "SIGILL", "SIGTRAP", "SIGABRT", "SIGBUS", "SIGFPE", "SIGKILL",
-        "SIGUSR1", "SIGSEGV", "SIGUSR2", "SIGPIPE", "SIGALRM", "SIGTERM", "SIGSTKFLT", "SIGCHLD",
-        "SIGCONT", "SIGSTOP", "SIGTSTP", "SIGTTIN", "SIGTTOU", "SIGURG", "SIGXCPU", "SIGXFSZ",
-        "SIGVTALRM", "SIGPROF", "SIGWINCH", "SIGIO", "SIGPWR", "SIGSYS",
+        "SIGHUP",
+        "SIGINT",
+        "SIGQUIT",
+        "SIGILL",
+        "SIGTRAP",
+        "SIGABRT",
+        "SIGBUS",
+        "SIGFPE",
+        "SIGKILL",
+        "SIGUSR1",
+        "SIGSEGV",
+        "SIGUSR2",
+        "SIGPIPE",
+        "SIGALRM",
+        "SIGTERM",
+        "SIGSTKFLT",
+        "SIGCHLD",
+        "SIGCONT",
+        "SIGSTOP",
+        "SIGTSTP",
+        "SIGTTIN",
+        "SIGTTOU",
+        "SIGURG",
+        "SIGXCPU",
+        "SIGXFSZ",
+        "SIGVTALRM",
+        "SIGPROF",
+        "SIGWINCH",
+        "SIGIO",
+        "SIGPWR",
+        "SIGSYS",
     ];
     match usize::try_from(signal - 1).ok().and_then(|i| NAMES.get(i)) {
         Some(name) => (*name).to_string(),
@@ -176,7 +208,11 @@ fn how_it_ended(status: std::process::ExitStatus) -> String {
         Some(signal) => format!(
             "was killed by {}{}",
             signal_name(signal),
-            if status.core_dumped() { " (core dumped)" } else { "" }
+            if status.core_dumped() {
+                " (core dumped)"
+            } else {
+                ""
+            }
         ),
         None => format!("exited with status {}", status_code(status)),
     }
@@ -346,7 +382,10 @@ fn run_inner(r: RunArgs) -> Result<u8, (String, u8)> {
             format!("was {} loaded?", lib.display())
         };
         let stale = if output.exists() {
-            format!("; {} is left from an earlier run, not this one", output.display())
+            format!(
+                "; {} is left from an earlier run, not this one",
+                output.display()
+            )
         } else {
             String::new()
         };

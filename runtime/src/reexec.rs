@@ -160,7 +160,8 @@ pub fn hide_variable(envp: *mut *const c_char, name: &[u8]) {
         unsafe {
             for (index, entry) in entries(array).into_iter().rev() {
                 let bytes = entry.to_bytes();
-                if bytes.len() > name.len() && bytes.starts_with(name) && bytes[name.len()] == b'=' {
+                if bytes.len() > name.len() && bytes.starts_with(name) && bytes[name.len()] == b'='
+                {
                     remove_entry(array, index);
                 }
             }

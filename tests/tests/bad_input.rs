@@ -75,9 +75,7 @@ fn a_single_bad_argument_is_named_without_a_gmon_out() {
             "mslprof: empty.out: is empty (0 bytes): not an ELF file or a profile\n",
         ),
     ] {
-        let out = run(Command::new(analyzer_binary())
-            .current_dir(&*dir)
-            .arg(arg));
+        let out = run(Command::new(analyzer_binary()).current_dir(&*dir).arg(arg));
         assert_eq!(out.status.code(), Some(1), "{arg}");
         assert_eq!(String::from_utf8_lossy(&out.stderr), want, "{arg}");
         assert!(out.stdout.is_empty(), "{arg}");

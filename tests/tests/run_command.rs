@@ -297,7 +297,10 @@ fn options_are_checked_before_the_program_runs() {
         &["-e", "main", "--width", "100", "--no-report", "./prog.sh"],
     ));
     assert_success(&out, "mslprof run -e main --width 100 ./prog.sh");
-    assert_eq!(std::fs::read_to_string(dir.join("ran.txt")).unwrap(), "ran\n");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("ran.txt")).unwrap(),
+        "ran\n"
+    );
 }
 
 /// `--profile` names that match no module are reported under the option's name (not as `LD_PROFILE`, which
@@ -340,9 +343,13 @@ fn a_static_program_is_refused_before_it_runs() {
         "int twice(int x) { return 2 * x; }\nint main(void) { return twice(0); }\n",
     )
     .unwrap();
-    let built = run(Command::new("cc")
-        .current_dir(&*dir)
-        .args(["-static", "-pg", "-o", "static_pg", "main.c"]));
+    let built = run(Command::new("cc").current_dir(&*dir).args([
+        "-static",
+        "-pg",
+        "-o",
+        "static_pg",
+        "main.c",
+    ]));
     if !built.status.success() {
         eprintln!(
             "skipped: cc -static failed (no static libc?): {}",
