@@ -4,7 +4,6 @@
 use crate::measure::{Invocation, Medians, interleaved};
 use crate::report::{Section, ms};
 use crate::{Env, Scale, fixtures};
-use std::process::Command;
 
 pub use mslprof_tests::real_rustc;
 
