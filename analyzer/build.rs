@@ -1,5 +1,5 @@
 //! Embeds the runtime, `libmslprof.so`, and the PLT-counting audit module, `libmslprof_audit.so`, into release builds of `mslprof`, so that an installed binary
-//! (`cargo install --path analyzer --root DIR`) can run programs under it with nothing else on the machine.
+//! (`cargo install --locked --path analyzer --root DIR`) can run programs under it with nothing else on the machine.
 //! Both are built by a nested `cargo build --release -p mslprof-runtime -p mslprof-audit` into this build's own
 //! `OUT_DIR` (a target folder of its own, so it never waits on the outer build's lock). Debug builds embed
 //! nothing: they find the runtime built beside them in `target/debug/`.
@@ -40,6 +40,8 @@ fn main() {
         .args([
             "build",
             "--release",
+            // The versions of Cargo.lock, as `cargo install --locked` builds the binary.
+            "--locked",
             "-p",
             "mslprof-runtime",
             "-p",

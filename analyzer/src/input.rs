@@ -60,6 +60,8 @@ pub enum Refusal {
     FolderAsExecutable,
     #[error("not an ELF file or a profile")]
     NotElf,
+    #[error("is empty (0 bytes): not an ELF file or a profile")]
+    Empty,
     #[error("--file-format applies to GNU/BSD gmon.out, not to mslprof profiles")]
     FileFormatForMslprof,
     #[error("not an mslprof profile (GNU and mslprof profiles cannot be mixed)")]
@@ -168,12 +170,48 @@ fn looks_like_text(bytes: &[u8]) -> bool {
             .all(|&b| b >= 0x20 || matches!(b, b'\n' | b'\r' | b'\t' | 0x0c))
 }
 
-/// Refuse a profile file that is text (profiles are binary in every format mslprof reads).
+/// Refuse a profile file that is empty or text (profiles are binary in every format mslprof reads).
 fn check_profile(path: &Path, bytes: &[u8]) -> Result<(), Error> {
+    if bytes.is_empty() {
+        return Err(Error::refused(path, Refusal::Empty));
+    }
     if looks_like_text(bytes) {
         return Err(Error::refused(path, Refusal::TextAsProfile));
     }
     Ok(())
+}
+
+/// What the first file of gprof's command line (`[executable [profile-files...]]`) is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FirstFile {
+    /// The executable (an ELF file, or any other binary file, as gprof takes it).
+    Executable,
+    /// A profile with a magic number (mslprof or GNU gmon.out): the list of profiles starts here.
+    Profile,
+}
+
+/// Judges the first file on the command line by its content, as a user means it: a profile with a magic number
+/// starts the profiles, anything else binary is the executable. A file that can be neither (missing, a folder,
+/// empty, text) is refused here, by its own name, before any default `gmon.out` is looked for.
+pub fn first_file(path: &Path) -> Result<FirstFile, Error> {
+    use std::io::Read;
+    if path.is_dir() {
+        return Err(Error::refused(path, Refusal::FolderAsExecutable));
+    }
+    let mut head = Vec::with_capacity(4096);
+    std::fs::File::open(path)
+        .and_then(|f| f.take(4096).read_to_end(&mut head))
+        .map_err(|e| Error::io(path, e))?;
+    if head.is_empty() {
+        return Err(Error::refused(path, Refusal::Empty));
+    }
+    if is_mslprof(&head) || mslprof_format::detect(&head) == Some(FileFormat::Gnu) {
+        return Ok(FirstFile::Profile);
+    }
+    if looks_like_text(&head) {
+        return Err(Error::refused(path, Refusal::NotElf));
+    }
+    Ok(FirstFile::Executable)
 }
 
 /// Refuse an executable argument that is a folder or not an ELF file (for mslprof profiles, whose modules

@@ -3,6 +3,7 @@
 
 pub mod annotate;
 pub mod arcs;
+pub mod binpath;
 pub mod blurbs;
 pub mod bounds;
 pub mod callgraph;

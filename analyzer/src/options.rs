@@ -50,6 +50,9 @@ pub struct Options {
     pub static_calls: bool,
     /// `-d[num]`: gprof's debugging bits; mslprof prints 128 (symbols) and 256 (`-c`) to stderr.
     pub debug: u32,
+    /// mslprof input: folders searched for modules whose recorded file is missing or was rebuilt
+    /// (`--binary-path`, then `MSLPROF_BINARY_PATH`; `binpath`).
+    pub binary_path: Vec<PathBuf>,
 }
 
 impl Default for Options {
@@ -83,6 +86,7 @@ impl Default for Options {
             all_modules: false,
             static_calls: false,
             debug: 0,
+            binary_path: Vec::new(),
         }
     }
 }

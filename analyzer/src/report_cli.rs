@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use mslprof_format::InputFormat;
 
-use mslprof_analyzer::input::{Error, is_mslprof_file};
+use mslprof_analyzer::input::{Error, FirstFile, first_file, is_mslprof_file};
 use mslprof_analyzer::options::{Options, OptionsError};
 use mslprof_analyzer::output::Out;
 use mslprof_analyzer::report::analyse;
@@ -112,6 +112,9 @@ struct Cli {
     /// Read symbols from FILE (nm-style, e.g. /proc/kallsyms) instead of the executable
     #[arg(short = 'S', long = "external-symbol-table", value_name = "FILE", help_heading = ANALYSIS)]
     external_symbol_table: Option<PathBuf>,
+    /// mslprof input: look in DIRS (colon-separated; repeatable; then MSLPROF_BINARY_PATH) for modules whose recorded file is missing or rebuilt, by build-id and then by file name
+    #[arg(long = "binary-path", value_name = "DIRS", help_heading = ANALYSIS)]
+    binary_path: Vec<std::ffi::OsString>,
     /// List every function in the flat profile, also those never called and never sampled
     #[arg(short = 'z', long = "display-unused-functions", help_heading = ANALYSIS)]
     display_unused: bool,
@@ -191,117 +194,158 @@ fn normalize(args: &[String]) -> Vec<String> {
     let mut out = Vec::new();
     let mut i = 0;
     while i < args.len() {
-        let a = &args[i];
-        i += 1;
-        if a == "--" {
-            out.extend(args[i - 1..].iter().cloned());
+        if args[i] == "--" {
+            out.extend(args[i..].iter().cloned());
             break;
         }
-        if a.starts_with("--") || !a.starts_with('-') || a == "-" {
-            out.push(a.clone());
-            continue;
-        }
-        let chars: Vec<char> = a[1..].chars().collect();
-        let mut k = 0;
-        while k < chars.len() {
-            let c = chars[k];
-            k += 1;
-            let rest: String = chars[k..].iter().collect();
-            let optional = |long: &str, out: &mut Vec<String>| {
-                if rest.is_empty() {
-                    out.push(format!("--{long}"));
-                } else {
-                    out.push(format!("--{long}={rest}"));
-                }
-            };
-            let required = |long: &str, out: &mut Vec<String>, i: &mut usize| {
-                if !rest.is_empty() {
-                    out.push(format!("--{long}={rest}"));
-                } else if *i < args.len() {
-                    out.push(format!("--{long}={}", args[*i]));
-                    *i += 1;
-                } else {
-                    out.push(format!("--{long}"));
-                }
-            };
-            match c {
-                'a' => out.push("--no-static".into()),
-                'b' => out.push("--brief".into()),
-                'D' => out.push("--ignore-non-functions".into()),
-                'i' => out.push("--file-info".into()),
-                'L' => out.push("--print-path".into()),
-                's' => out.push("--sum".into()),
-                'T' => out.push("--traditional".into()),
-                'z' => out.push("--display-unused-functions".into()),
-                'x' => out.push("--all-lines".into()),
-                'y' => out.push("--separate-files".into()),
-                'v' => out.push("--version".into()),
-                'l' => out.push("--line".into()),
-                'r' => out.push("--function-ordering".into()),
-                'h' => out.push("-h".into()),
-                'p' => {
-                    optional("flat-profile", &mut out);
-                    break;
-                }
-                'P' => {
-                    optional("no-flat-profile", &mut out);
-                    break;
-                }
-                'q' => {
-                    optional("graph", &mut out);
-                    break;
-                }
-                'Q' => {
-                    optional("no-graph", &mut out);
-                    break;
-                }
-                'A' => {
-                    optional("annotated-source", &mut out);
-                    break;
-                }
-                'J' => {
-                    optional("no-annotated-source", &mut out);
-                    break;
-                }
-                'C' => {
-                    optional("exec-counts", &mut out);
-                    break;
-                }
-                'Z' => {
-                    optional("no-exec-counts", &mut out);
-                    break;
-                }
-                'e' | 'E' | 'f' | 'F' | 'k' | 'm' | 'n' | 'N' | 'w' | 'S' | 'O' | 'I' | 't'
-                | 'R' => {
-                    let long = match c {
-                        'R' => "file-ordering",
-                        'I' => "directory-path",
-                        't' => "table-length",
-                        'O' => "file-format",
-                        'e' => "exclude-graph",
-                        'E' => "exclude-graph-and-time",
-                        'f' => "only-graph",
-                        'F' => "only-graph-and-time",
-                        'k' => "exclude-arc",
-                        'm' => "min-count",
-                        'n' => "time",
-                        'N' => "no-time",
-                        'w' => "width",
-                        _ => "external-symbol-table",
-                    };
-                    required(long, &mut out, &mut i);
-                    break;
-                }
-                'c' => out.push("--static-call-graph".into()),
-                'd' => {
-                    optional("debug", &mut out);
-                    break;
-                }
-                other => out.push(format!("-{other}")),
-            }
-        }
+        normalize_option(args, &mut i, &mut out);
     }
     out
+}
+
+/// Translates `args[*i]` (with the value it takes from the next argument, if any) into `out`, and moves `i`
+/// past them. A long option is kept as it is; `i` moves past its separate value too (`--width 80`).
+fn normalize_option(args: &[String], i: &mut usize, out: &mut Vec<String>) {
+    let a = &args[*i];
+    *i += 1;
+    if a.starts_with("--") || !a.starts_with('-') || a == "-" {
+        out.push(a.clone());
+        if let Some(long) = a.strip_prefix("--")
+            && long_takes_separate_value(long)
+            && let Some(value) = args.get(*i)
+        {
+            out.push(value.clone());
+            *i += 1;
+        }
+        return;
+    }
+    let chars: Vec<char> = a[1..].chars().collect();
+    let mut k = 0;
+    while k < chars.len() {
+        let c = chars[k];
+        k += 1;
+        let rest: String = chars[k..].iter().collect();
+        let optional = |long: &str, out: &mut Vec<String>| {
+            if rest.is_empty() {
+                out.push(format!("--{long}"));
+            } else {
+                out.push(format!("--{long}={rest}"));
+            }
+        };
+        let required = |long: &str, out: &mut Vec<String>, i: &mut usize| {
+            if !rest.is_empty() {
+                out.push(format!("--{long}={rest}"));
+            } else if *i < args.len() {
+                out.push(format!("--{long}={}", args[*i]));
+                *i += 1;
+            } else {
+                out.push(format!("--{long}"));
+            }
+        };
+        match c {
+            'a' => out.push("--no-static".into()),
+            'b' => out.push("--brief".into()),
+            'D' => out.push("--ignore-non-functions".into()),
+            'i' => out.push("--file-info".into()),
+            'L' => out.push("--print-path".into()),
+            's' => out.push("--sum".into()),
+            'T' => out.push("--traditional".into()),
+            'z' => out.push("--display-unused-functions".into()),
+            'x' => out.push("--all-lines".into()),
+            'y' => out.push("--separate-files".into()),
+            'v' => out.push("--version".into()),
+            'l' => out.push("--line".into()),
+            'r' => out.push("--function-ordering".into()),
+            'h' => out.push("-h".into()),
+            'p' => {
+                optional("flat-profile", out);
+                break;
+            }
+            'P' => {
+                optional("no-flat-profile", out);
+                break;
+            }
+            'q' => {
+                optional("graph", out);
+                break;
+            }
+            'Q' => {
+                optional("no-graph", out);
+                break;
+            }
+            'A' => {
+                optional("annotated-source", out);
+                break;
+            }
+            'J' => {
+                optional("no-annotated-source", out);
+                break;
+            }
+            'C' => {
+                optional("exec-counts", out);
+                break;
+            }
+            'Z' => {
+                optional("no-exec-counts", out);
+                break;
+            }
+            'e' | 'E' | 'f' | 'F' | 'k' | 'm' | 'n' | 'N' | 'w' | 'S' | 'O' | 'I' | 't' | 'R' => {
+                let long = match c {
+                    'R' => "file-ordering",
+                    'I' => "directory-path",
+                    't' => "table-length",
+                    'O' => "file-format",
+                    'e' => "exclude-graph",
+                    'E' => "exclude-graph-and-time",
+                    'f' => "only-graph",
+                    'F' => "only-graph-and-time",
+                    'k' => "exclude-arc",
+                    'm' => "min-count",
+                    'n' => "time",
+                    'N' => "no-time",
+                    'w' => "width",
+                    _ => "external-symbol-table",
+                };
+                required(long, out, i);
+                break;
+            }
+            'c' => out.push("--static-call-graph".into()),
+            'd' => {
+                optional("debug", out);
+                break;
+            }
+            other => out.push(format!("-{other}")),
+        }
+    }
+}
+
+/// Whether `--NAME` takes a value that may be the next argument (`--width 80`; not `--graph[=SYMSPEC]`).
+fn long_takes_separate_value(name: &str) -> bool {
+    use clap::CommandFactory;
+    !name.contains('=')
+        && Cli::command().get_arguments().any(|a| {
+            a.get_long() == Some(name)
+                && a.get_action().takes_values()
+                && !a.is_require_equals_set()
+        })
+}
+
+/// How many leading `args` one report option takes: itself and the value it reads from the next argument, if
+/// any (`-e name`, `--width 80`). `mslprof run` reads its report options before the program this way.
+pub(crate) fn option_len(args: &[String]) -> usize {
+    let mut i = 0;
+    normalize_option(args, &mut i, &mut Vec::new());
+    i
+}
+
+/// Checks report options (without files) as the report will read them; an error is printed after `prefix`,
+/// and `Err` holds the exit status (`--help` and `--version` print and give success).
+pub(crate) fn check_report_options(args: &[String], prefix: &str) -> Result<(), ExitCode> {
+    let cli: Cli = arguments::parse("mslprof", normalize(args), prefix)?;
+    options_from(&cli).map(drop).map_err(|e| {
+        eprintln!("{prefix}{e}");
+        ExitCode::from(1)
+    })
 }
 
 fn options_from(cli: &Cli) -> Result<Options, OptionsError> {
@@ -317,6 +361,13 @@ fn options_from(cli: &Cli) -> Result<Options, OptionsError> {
         ignore_zeros: !cli.display_unused,
         width: cli.width.unwrap_or(80),
         external_symbols: cli.external_symbol_table.clone(),
+        binary_path: cli
+            .binary_path
+            .iter()
+            .flat_map(std::env::split_paths)
+            .filter(|p| !p.as_os_str().is_empty())
+            .chain(mslprof_analyzer::binpath::from_environment())
+            .collect(),
         separate_instances: cli.separate_instances,
         line: cli.line,
         function_order: cli.function_ordering,
@@ -487,13 +538,16 @@ pub(crate) fn report_main(args: &[String]) -> ExitCode {
     };
     let mut exe = cli.files.first().cloned();
     let mut skip = 1;
-    // For mslprof profiles the executable is optional: a first file that is itself an mslprof
-    // profile starts the list of profiles.
-    if let Some(first) = &exe
-        && is_mslprof_file(first)
-    {
-        exe = None;
-        skip = 0;
+    // The executable is optional: a first file that is itself a profile starts the list of profiles.
+    if let Some(first) = &exe {
+        match first_file(first) {
+            Ok(FirstFile::Executable) => {}
+            Ok(FirstFile::Profile) => {
+                exe = None;
+                skip = 0;
+            }
+            Err(e) => return fail(&e),
+        }
     }
     let mut profiles: Vec<PathBuf> = cli.files.iter().skip(skip).cloned().collect();
     if profiles.is_empty() {

@@ -81,7 +81,11 @@ fn parse(args: &[String]) -> Result<RunArgs, String> {
             "--no-report" => r.no_report = true,
             "--plt" => r.plt = Some(true),
             "--no-plt" => r.plt = Some(false),
-            _ => r.report_opts.push(a.clone()),
+            _ => {
+                let len = crate::report_cli::option_len(&args[i - 1..]);
+                r.report_opts.extend_from_slice(&args[i - 1..i - 1 + len]);
+                i += len - 1;
+            }
         }
     }
     if r.command.is_empty() {
@@ -101,6 +105,116 @@ fn loadable_library(lib: &Path) -> Result<(), String> {
             "{}: not a loadable shared library, so the runtime cannot be preloaded (check MSLPROF_LIBRARY)",
             lib.display()
         )),
+    }
+}
+
+/// The file `program` names as `Command` runs it: a path when it has a `/`, else the first executable file
+/// of that name in a `PATH` folder.
+fn program_file(program: &str) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    if program.contains('/') {
+        return Some(PathBuf::from(program));
+    }
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|dir| dir.join(program))
+        .find(|p| {
+            std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+}
+
+/// Whether `path` is an ELF executable that no library can be preloaded into: statically linked, with no
+/// program interpreter and no dynamic section that needs a library or names one (static-pie has one, ld.so
+/// run as a program names itself). Anything else (a script, a dynamic program, an unreadable file) is
+/// left to the run.
+fn statically_linked(path: &Path) -> bool {
+    use object::elf::{DT_NEEDED, DT_SONAME, FileHeader64, PT_INTERP};
+    use object::read::elf::{Dyn, FileHeader, ProgramHeader};
+    let Ok(data) = mslprof_analyzer::sys::map_file(path) else {
+        return false;
+    };
+    let data = &*data;
+    let Ok(header) = FileHeader64::<object::Endianness>::parse(data) else {
+        return false;
+    };
+    let Ok(endian) = header.endian() else {
+        return false;
+    };
+    let Ok(segments) = header.program_headers(endian, data) else {
+        return false;
+    };
+    if header.e_type(endian) != object::elf::ET_EXEC && header.e_type(endian) != object::elf::ET_DYN
+    {
+        return false;
+    }
+    let linked_dynamically = segments.iter().any(|segment| {
+        segment.p_type(endian) == PT_INTERP
+            || segment
+                .dynamic(endian, data)
+                .ok()
+                .flatten()
+                .is_some_and(|entries| {
+                    entries
+                        .iter()
+                        .any(|e| matches!(e.d_tag(endian) as u32, DT_NEEDED | DT_SONAME))
+                })
+    });
+    !linked_dynamically
+}
+
+/// The name of signal `signal` (`SIGSEGV`), or its number where Linux gives it no name.
+fn signal_name(signal: i32) -> String {
+    const NAMES: [&str; 31] = [
+        "SIGHUP",
+        "SIGINT",
+        "SIGQUIT",
+        "SIGILL",
+        "SIGTRAP",
+        "SIGABRT",
+        "SIGBUS",
+        "SIGFPE",
+        "SIGKILL",
+        "SIGUSR1",
+        "SIGSEGV",
+        "SIGUSR2",
+        "SIGPIPE",
+        "SIGALRM",
+        "SIGTERM",
+        "SIGSTKFLT",
+        "SIGCHLD",
+        "SIGCONT",
+        "SIGSTOP",
+        "SIGTSTP",
+        "SIGTTIN",
+        "SIGTTOU",
+        "SIGURG",
+        "SIGXCPU",
+        "SIGXFSZ",
+        "SIGVTALRM",
+        "SIGPROF",
+        "SIGWINCH",
+        "SIGIO",
+        "SIGPWR",
+        "SIGSYS",
+    ];
+    match usize::try_from(signal - 1).ok().and_then(|i| NAMES.get(i)) {
+        Some(name) => (*name).to_string(),
+        None => format!("signal {signal}"),
+    }
+}
+
+/// How the program ended, for a message: `exited with status 3`, `was killed by SIGSEGV`.
+fn how_it_ended(status: std::process::ExitStatus) -> String {
+    match status.signal() {
+        Some(signal) => format!(
+            "was killed by {}{}",
+            signal_name(signal),
+            if status.core_dumped() {
+                " (core dumped)"
+            } else {
+                ""
+            }
+        ),
+        None => format!("exited with status {}", status_code(status)),
     }
 }
 
@@ -157,7 +271,18 @@ pub fn run(args: &[String]) -> ExitCode {
     if let Some(code) = crate::commands::usage_requested(args, RUN_USAGE) {
         return code;
     }
-    match run_inner(args) {
+    // Every option is checked before the program runs (the report's too).
+    let r = match parse(args) {
+        Ok(r) => r,
+        Err(msg) => {
+            eprintln!("mslprof: run: {msg}");
+            return ExitCode::from(1);
+        }
+    };
+    if let Err(code) = crate::report_cli::check_report_options(&r.report_opts, "mslprof: run: ") {
+        return code;
+    }
+    match run_inner(r) {
         Ok(code) => ExitCode::from(code),
         Err((msg, code)) => {
             eprintln!("mslprof: run: {msg}");
@@ -166,9 +291,8 @@ pub fn run(args: &[String]) -> ExitCode {
     }
 }
 
-fn run_inner(args: &[String]) -> Result<u8, (String, u8)> {
+fn run_inner(r: RunArgs) -> Result<u8, (String, u8)> {
     let fail = |m: String| (m, 1u8);
-    let r = parse(args).map_err(fail)?;
     let lib = crate::commands::runtime_library().map_err(fail)?;
     loadable_library(&lib).map_err(fail)?;
     let output = r
@@ -182,21 +306,47 @@ fn run_inner(args: &[String]) -> Result<u8, (String, u8)> {
     if !out_dir.is_dir() {
         return Err(fail(format!("{}: no such folder", out_dir.display())));
     }
+    if let Some(report) = &r.report
+        && let Some(folder) = report.parent().filter(|p| !p.as_os_str().is_empty())
+        && !folder.is_dir()
+    {
+        return Err(fail(format!(
+            "--report {}: no such folder {}",
+            report.display(),
+            folder.display()
+        )));
+    }
     let parts = tempfile::Builder::new()
         .prefix(".mslprof-run-")
         .tempdir_in(&out_dir)
         .map_err(|e| fail(format!("{}: {e}", out_dir.display())))?;
     let program = &r.command[0];
+    if let Some(file) = program_file(program)
+        && statically_linked(&file)
+    {
+        return Err(fail(format!(
+            "{program}: statically linked, so libmslprof.so cannot be loaded into it; nothing was run \
+             (link it dynamically; a -pg program run on its own writes glibc's gmon.out, which mslprof reads)"
+        )));
+    }
     let mut cmd = Command::new(program);
     cmd.args(&r.command[1..]);
     let plt = r.plt.unwrap_or_else(crate::commands::plt_by_default);
     crate::commands::profiling_environment(&mut cmd, &lib, plt);
-    cmd.env("MSLPROF_PLT", if plt { "1" } else { "0" });
+    // Set only where it changes what the program inherits (on is the default): one variable fewer in its
+    // environment.
+    if plt != crate::commands::plt_by_default() {
+        cmd.env("MSLPROF_PLT", if plt { "1" } else { "0" });
+    }
     cmd.env("GPROFDIR", parts.path())
         .env_remove("GMON_OUT_PREFIX")
         .env_remove("MSLPROF_ROOT_PID");
     if let Some(p) = &r.profile {
-        cmd.env("MSLPROF_PROFILE", p);
+        // The runtime's warnings name the option; its constructor hides the variable from the program.
+        cmd.env("MSLPROF_PROFILE", p)
+            .env("MSLPROF_PROFILE_OPTION", "--profile");
+    } else {
+        cmd.env_remove("MSLPROF_PROFILE_OPTION");
     }
     if let Some(b) = &r.bucket_size {
         cmd.env("LD_PROFILEBUCKET_SIZE", b);
@@ -217,7 +367,7 @@ fn run_inner(args: &[String]) -> Result<u8, (String, u8)> {
     };
     let code = status_code(status);
     if code != 0 {
-        eprintln!("mslprof: {program} exited with status {code}");
+        eprintln!("mslprof: {program} {}", how_it_ended(status));
     }
     let mut files: Vec<PathBuf> = std::fs::read_dir(parts.path())
         .map_err(|e| fail(format!("{}: {e}", parts.path().display())))?
@@ -226,9 +376,21 @@ fn run_inner(args: &[String]) -> Result<u8, (String, u8)> {
     files.sort();
     let no_profile = |m: String| (m, if code == 0 { 1 } else { code });
     if files.is_empty() {
+        let why = if status.signal() == Some(libc::SIGKILL) {
+            "SIGKILL ends a process before it can write one".to_string()
+        } else {
+            format!("was {} loaded?", lib.display())
+        };
+        let stale = if output.exists() {
+            format!(
+                "; {} is left from an earlier run, not this one",
+                output.display()
+            )
+        } else {
+            String::new()
+        };
         return Err(no_profile(format!(
-            "{program} wrote no profile (not dynamically linked, killed by SIGKILL, or {} not loaded?)",
-            lib.display()
+            "{program} wrote no profile ({why}){stale}"
         )));
     }
     let mut kept = output.clone().into_os_string();

@@ -239,7 +239,8 @@ pub fn build_id_of(file: &object::File<'_>) -> Option<Vec<u8>> {
     file.build_id().ok().flatten().map(|b| b.to_vec())
 }
 
-fn hex(bytes: &[u8]) -> String {
+/// `bytes` in lower-case hexadecimal.
+pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 

@@ -18,11 +18,18 @@ pub const MAX_HZ: u32 = 100_000;
 /// The symbol a program may define to choose its bucket width at link time (`int`, 16 or 32).
 pub const BUCKET_SIZE_SYMBOL: &std::ffi::CStr = c"mslprof_profilebucketsize";
 
+/// Set by `mslprof run` to the option that gave `MSLPROF_PROFILE` (`--profile`), for the warnings to name it;
+/// the runtime's constructor takes it out of the program's environment.
+pub const SELECTION_OPTION: &str = "MSLPROF_PROFILE_OPTION";
+
 #[derive(Debug)]
 pub struct Settings {
     pub hz: u32,
     pub bucket_bits: BucketBits,
     pub selection: Selection,
+    /// What the user set to select modules, as warnings name it: `MSLPROF_PROFILE`, `LD_PROFILE`, or the
+    /// option `mslprof run` names in [`SELECTION_OPTION`] (`--profile`).
+    pub selection_source: Vec<u8>,
     pub output: OutputRule,
     /// argv[0] without its directories.
     pub program_name: Vec<u8>,
@@ -60,6 +67,18 @@ impl Settings {
             env("GPROFDIR").as_deref().map(|v| v.as_bytes()),
             env("GMON_OUT_PREFIX").as_deref().map(|v| v.as_bytes()),
         );
+        // MSLPROF_PROFILE, when set, stands for LD_PROFILE: glibc's ld.so never reads it, so selecting
+        // modules with it does not send every PLT call through ld.so's own profiling trampoline.
+        // MSLPROF_LD_PROFILE is LD_PROFILE while the runtime's restart has it renamed (reexec.rs): only seen
+        // when another library's constructor started the runtime before the runtime's own constructor ran.
+        let (selection_variable, selection) = [
+            ("MSLPROF_PROFILE", "MSLPROF_PROFILE"),
+            ("LD_PROFILE", "LD_PROFILE"),
+            ("MSLPROF_LD_PROFILE", "LD_PROFILE"),
+        ]
+        .into_iter()
+        .find_map(|(variable, shown)| env(variable).map(|value| (shown, Some(value))))
+        .unwrap_or(("LD_PROFILE", None));
         Settings {
             hz: sampling_rate(env("MSLPROF_HZ").as_deref().map(|v| v.as_bytes())),
             bucket_bits: bucket_bits(
@@ -68,17 +87,11 @@ impl Settings {
                     .map(|v| v.as_bytes()),
                 link_time_bucket_bits(),
             ),
-            // MSLPROF_PROFILE, when set, stands for LD_PROFILE: glibc's ld.so never reads it, so selecting
-            // modules with it does not send every PLT call through ld.so's own profiling trampoline.
-            selection: Selection::parse(
-                env("MSLPROF_PROFILE")
-                    .or_else(|| env("LD_PROFILE"))
-                    // LD_PROFILE while the runtime's restart has it renamed (reexec.rs): only seen when another
-                    // library's constructor started the runtime before the runtime's own constructor ran.
-                    .or_else(|| env("MSLPROF_LD_PROFILE"))
-                    .as_deref()
-                    .map(|v| v.as_bytes()),
-            ),
+            selection: Selection::parse(selection.as_deref().map(|v| v.as_bytes())),
+            selection_source: match env(SELECTION_OPTION) {
+                Some(option) => option.as_bytes().to_vec(),
+                None => selection_variable.as_bytes().to_vec(),
+            },
             pid_named_parts: output.pid_named_parts(&program_name),
             output,
             program_name,

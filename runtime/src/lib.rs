@@ -44,11 +44,19 @@ pub fn module_policy() -> Option<ModulePolicy<'static>> {
 /// Starts profiling once, unless the process must stay untouched. True when profiling is active.
 /// Safe to call from any interposer: a call made while start-up is in progress (on this or another thread)
 /// returns false at once instead of waiting.
+///
+/// Before libc's own initialiser has run (its `environ` still null) nothing starts: the environment, which
+/// holds every setting, cannot be read yet. Calls that early come from code that ld.so runs while it relocates
+/// (IFUNC resolvers calling through PLT-counting stubs under `LD_AUDIT`, rustc's libraries among them); the
+/// next call after libc's initialiser, or the runtime's own constructor, starts the runtime.
 pub fn ensure_started() -> bool {
     match STATE.load(Ordering::Acquire) {
         ACTIVE => return true,
         STARTING | INERT | EMBEDDED => return false,
         _ => {}
+    }
+    if !sys::environment_ready() {
+        return false;
     }
     claim_start(&[NOT_STARTED], false)
 }
@@ -168,7 +176,12 @@ extern "C" fn constructor(
     if std::panic::catch_unwind(|| reexec::before_start(envp, may_execute)).is_err() {
         sys::stderr_line(&[b"mslprof: internal error in the LD_PROFILE restart; carrying on\n"]);
     }
-    ensure_started();
+    // libc (a dependency) is initialised by now, even if another constructor has emptied `environ` since.
+    if STATE.load(Ordering::Acquire) == NOT_STARTED {
+        claim_start(&[NOT_STARTED], false);
+    }
+    // Read at start-up (or not at all: inert or embedded), and for no other process.
+    reexec::hide_variable(envp, config::SELECTION_OPTION.as_bytes());
 }
 
 /// Runs [`constructor`] when the library is loaded, before `main`.

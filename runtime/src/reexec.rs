@@ -142,6 +142,33 @@ unsafe fn undo_set_variables(array: *mut *const c_char) {
     }
 }
 
+/// Takes every `NAME=…` entry out of the process's environment arrays (`environ`, and the constructor's `envp`
+/// when it differs): for variables that only the runtime reads, once it has read them.
+pub fn hide_variable(envp: *mut *const c_char, name: &[u8]) {
+    let environ = sys::environment_array();
+    let second = if envp == environ {
+        std::ptr::null_mut()
+    } else {
+        envp
+    };
+    for array in [environ, second] {
+        if array.is_null() {
+            continue;
+        }
+        // SAFETY: the process's NULL-terminated environment arrays; the constructor runs before the program's
+        // threads. Entries are removed from the last one down, so earlier indexes stay right.
+        unsafe {
+            for (index, entry) in entries(array).into_iter().rev() {
+                let bytes = entry.to_bytes();
+                if bytes.len() > name.len() && bytes.starts_with(name) && bytes[name.len()] == b'='
+                {
+                    remove_entry(array, index);
+                }
+            }
+        }
+    }
+}
+
 /// The runtime's first step, from its constructor. `envp` is the environment the constructor was given;
 /// `may_execute` is false when the runtime has already started. Either returns (nothing to do, the second
 /// image, or the re-exec failed) or does not return (the program starts again without `LD_PROFILE`).

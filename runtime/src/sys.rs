@@ -676,6 +676,12 @@ pub fn environment_array() -> *mut *const libc::c_char {
     unsafe { *std::ptr::addr_of!(environ) }
 }
 
+/// Whether libc's initialiser has set `environ` (it is null while ld.so is still relocating modules, and
+/// getenv then finds nothing).
+pub fn environment_ready() -> bool {
+    !environment_array().is_null()
+}
+
 /// Bytes of thread-local storage of every module loaded now: their `PT_TLS` sizes, each rounded up to its
 /// alignment (`dl_iterate_phdr`; at start-up, before the program's threads).
 pub fn loaded_tls_bytes() -> usize {

@@ -92,6 +92,17 @@ pub fn analyzer_binary() -> PathBuf {
     built_file("mslprof")
 }
 
+/// The real rustc binary (not the rustup proxy), found through `rustc --print sysroot`.
+pub fn real_rustc() -> Option<PathBuf> {
+    let out = Command::new("rustc")
+        .args(["--print", "sysroot"])
+        .output()
+        .ok()?;
+    let sysroot = String::from_utf8(out.stdout).ok()?;
+    let p = PathBuf::from(sysroot.trim()).join("bin/rustc");
+    p.exists().then_some(p)
+}
+
 /// `tests/fixtures/<area>/`.
 pub fn fixtures_dir(area: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

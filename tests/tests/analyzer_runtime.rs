@@ -139,3 +139,61 @@ fn run_and_export_feed_gnu_gprof() {
     assert_eq!(calls(flat_line(&flat, "text_even")), 11, "{flat}");
     assert_eq!(calls(flat_line(&flat, "text_odd")), 10, "{flat}");
 }
+
+/// Binaries that moved: with the library gone from its recorded path, `--binary-path DIR` finds it in DIR by
+/// its build-id (under another name), and `MSLPROF_BINARY_PATH` finds it in a `.build-id/xx/rest.debug` tree;
+/// without either, its functions are not named.
+#[test]
+fn moved_binaries_are_found_by_build_id() {
+    let ws = Workspace::new();
+    let dir = ws.path();
+    mslprof_tests::analyzer::build_bounds_pg(dir);
+    let ran = mslprof(dir, &["run", "--no-report", "--", "./prog", "1000"]);
+    assert!(ran.status.success(), "{ran:?}");
+    let id = {
+        let out = Command::new("readelf")
+            .args(["-n", "libbounds.so"])
+            .current_dir(dir)
+            .output()
+            .expect("readelf");
+        let notes = String::from_utf8_lossy(&out.stdout).into_owned();
+        notes
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("Build ID: ").map(str::to_string))
+            .unwrap_or_else(|| panic!("libbounds.so has a build-id: {notes}"))
+    };
+    let moved = dir.join("moved");
+    std::fs::create_dir(&moved).unwrap();
+    std::fs::rename(dir.join("libbounds.so"), moved.join("renamed.so")).unwrap();
+    let tiny_calls = |out: &Output| {
+        let report = String::from_utf8_lossy(&out.stdout).into_owned();
+        report
+            .lines()
+            .take_while(|l| !l.contains("Call graph"))
+            .find(|l| l.ends_with(" bounds_tiny"))
+            .map(calls)
+    };
+    let lost = mslprof(dir, &["-b", "-p", "gmon.out"]);
+    assert_eq!(tiny_calls(&lost), None, "{lost:?}");
+    let found = mslprof(dir, &["--binary-path", "moved", "-b", "-p", "gmon.out"]);
+    assert_eq!(tiny_calls(&found), Some(1000), "{found:?}");
+    assert!(
+        !String::from_utf8_lossy(&found.stderr).contains("libbounds"),
+        "{found:?}"
+    );
+
+    let cache = dir.join("cache/.build-id").join(&id[..2]);
+    std::fs::create_dir_all(&cache).unwrap();
+    std::fs::rename(
+        moved.join("renamed.so"),
+        cache.join(format!("{}.debug", &id[2..])),
+    )
+    .unwrap();
+    let found = Command::new(mslprof_tests::analyzer_binary())
+        .current_dir(dir)
+        .env("MSLPROF_BINARY_PATH", "no-such-folder:cache")
+        .args(["-b", "-p", "gmon.out"])
+        .output()
+        .expect("run mslprof");
+    assert_eq!(tiny_calls(&found), Some(1000), "{found:?}");
+}

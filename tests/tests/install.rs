@@ -1,4 +1,4 @@
-//! Issue 12: `cargo install --path analyzer --root DIR`, then `DIR/bin/mslprof run -- ./app` works with
+//! Issue 12: `cargo install --locked --path analyzer --root DIR`, then `DIR/bin/mslprof run -- ./app` works with
 //! nothing else: the release binary carries the runtime and writes it to a private folder when no
 //! `libmslprof.so` is found beside it, with the PLT-counting audit module beside it, so calls from code built
 //! without -pg are counted too (`--no-plt` turns that off). (A release build from scratch: about two minutes.)
@@ -14,11 +14,23 @@ fn installed_binary_runs_programs_with_nothing_else() {
     let dir = scratch("install");
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    // README.md's own command, with the lock file's versions (`--locked`), offline as in CI, into the scratch
+    // folder instead of ~/.local.
+    let readme = std::fs::read_to_string(workspace.join("README.md")).unwrap();
+    let told = readme
+        .lines()
+        .find(|l| l.starts_with("cargo install "))
+        .expect("README.md tells how to install");
+    let told: Vec<&str> = told.split_whitespace().collect();
+    assert!(told.contains(&"--locked"), "README.md: {told:?}");
+    let arguments = told[1..].iter().map(|&a| match a {
+        "analyzer" => workspace.join("analyzer").into_os_string(),
+        "~/.local" => dir.join("root").into_os_string(),
+        other => other.into(),
+    });
     let out = run(Command::new(cargo)
-        .args(["install", "--locked", "--offline", "--path"])
-        .arg(workspace.join("analyzer"))
-        .arg("--root")
-        .arg(dir.join("root"))
+        .args(arguments)
+        .arg("--offline")
         .arg("--target-dir")
         .arg(dir.join("target"))
         .env_remove("MSLPROF_NO_EMBED"));

@@ -219,3 +219,188 @@ fn a_library_with_much_initial_exec_tls_starts_under_the_audit_module() {
     assert_success(&out, "mslprof run ./app");
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "1000");
 }
+
+/// rustc (dynamically linked against librustc_driver and libLLVM) under `mslprof run -o F`: the profile goes
+/// to F and the run succeeds. Under the PLT-counting audit module, calls that ld.so makes while it relocates
+/// (IFUNC resolvers) reach the runtime before libc has set up `environ`; a runtime started then read no
+/// `GPROFDIR` and wrote `./gmon.out` instead, and `run` found nothing in its private folder.
+#[test]
+fn rustc_writes_the_named_profile() {
+    let Some(rustc) = mslprof_tests::real_rustc() else {
+        eprintln!("skipped: no rustc found through `rustc --print sysroot`");
+        return;
+    };
+    let dir = scratch("run-rustc");
+    let out = run(mslprof_run(&dir, &["--no-report", "-o", "mine.out", "--"])
+        .arg(&rustc)
+        .arg("--version"));
+    assert_success(&out, "mslprof run -o mine.out -- rustc --version");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).starts_with("rustc "),
+        "{out:?}"
+    );
+    assert!(
+        !dir.join("gmon.out").exists(),
+        "no profile outside the run's own folder"
+    );
+    let profile = mslprof_tests::read_profile(&dir.join("mine.out"));
+    let names = mslprof_tests::module_names(&profile);
+    assert!(
+        names.iter().any(|n| n.starts_with("librustc_driver")),
+        "{names:?}"
+    );
+    assert!(
+        String::from_utf8_lossy(&profile.header.program_name).contains("rustc"),
+        "{names:?}"
+    );
+}
+
+/// Every option, the report's too, is checked before the program runs: a bad one leaves the program unrun and
+/// an earlier `gmon.out` untouched. A report option's separate value (`-e main`) is not taken for the program.
+#[test]
+fn options_are_checked_before_the_program_runs() {
+    let dir = scratch("run-options-first");
+    std::fs::write(dir.join("prog.sh"), "#!/bin/sh\necho ran >> ran.txt\n").unwrap();
+    let chmod = run(Command::new("chmod").arg("+x").arg(dir.join("prog.sh")));
+    assert_success(&chmod, "chmod");
+    std::fs::write(dir.join("gmon.out"), "an earlier run's profile").unwrap();
+    for (args, want) in [
+        (
+            &["--bogus", "--", "./prog.sh"][..],
+            "mslprof: run: unexpected argument '--bogus' found\n",
+        ),
+        (
+            &["--width", "wide", "./prog.sh"][..],
+            "mslprof: run: invalid value 'wide' for '--width <WIDTH>': invalid digit found in string\n",
+        ),
+        (
+            &["-Oprof", "./prog.sh"][..],
+            "mslprof: run: sorry, file format `prof' is not yet supported\n",
+        ),
+        (
+            &["--report", "no-such-folder/report.txt", "./prog.sh"][..],
+            "mslprof: run: --report no-such-folder/report.txt: no such folder no-such-folder\n",
+        ),
+    ] {
+        let out = run(&mut mslprof_run(&dir, args));
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {out:?}");
+        assert_eq!(String::from_utf8_lossy(&out.stderr), want, "{args:?}");
+        assert!(!dir.join("ran.txt").exists(), "{args:?} ran the program");
+        assert_eq!(
+            std::fs::read(dir.join("gmon.out")).unwrap(),
+            b"an earlier run's profile",
+            "{args:?}"
+        );
+    }
+    let out = run(&mut mslprof_run(
+        &dir,
+        &["-e", "main", "--width", "100", "--no-report", "./prog.sh"],
+    ));
+    assert_success(&out, "mslprof run -e main --width 100 ./prog.sh");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("ran.txt")).unwrap(),
+        "ran\n"
+    );
+}
+
+/// `--profile` names that match no module are reported under the option's name (not as `LD_PROFILE`, which
+/// the user never set), and the variable that tells the runtime so is not in the program's environment; nor
+/// is `MSLPROF_PLT` when it would only say the default.
+#[test]
+fn unmatched_profile_names_are_reported_as_the_option() {
+    let dir = scratch("run-profile-option");
+    std::fs::write(
+        dir.join("main.c"),
+        "#include <stdio.h>\n#include <stdlib.h>\n\
+         static const char *seen(const char *v) { return getenv(v) ? \"seen\" : \"hidden\"; }\n\
+         int main(void) { printf(\"%s %s\\n\", seen(\"MSLPROF_PROFILE_OPTION\"), seen(\"MSLPROF_PLT\")); return 0; }\n",
+    )
+    .unwrap();
+    mslprof_tests::cc(&dir, ["-O1", "-o", "prog", "main.c"]);
+    let out = run(mslprof_run(
+        &dir,
+        &["--profile", "nosuchlib.so", "--no-report", "./prog"],
+    )
+    .env_remove("MSLPROF_PLT"));
+    assert_success(&out, "mslprof run --profile nosuchlib.so ./prog");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "hidden hidden\n");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.lines()
+            .any(|l| l == "mslprof: --profile name 'nosuchlib.so' matched no module"),
+        "{err}"
+    );
+    assert!(!err.contains("LD_PROFILE"), "{err}");
+}
+
+/// A statically linked program is refused before it runs (nothing can be preloaded into it, and glibc's own
+/// `gmon.out` of a `-pg` build would replace the user's).
+#[test]
+fn a_static_program_is_refused_before_it_runs() {
+    let dir = scratch("run-static");
+    std::fs::write(
+        dir.join("main.c"),
+        "int twice(int x) { return 2 * x; }\nint main(void) { return twice(0); }\n",
+    )
+    .unwrap();
+    let built = run(Command::new("cc").current_dir(&*dir).args([
+        "-static",
+        "-pg",
+        "-o",
+        "static_pg",
+        "main.c",
+    ]));
+    if !built.status.success() {
+        eprintln!(
+            "skipped: cc -static failed (no static libc?): {}",
+            String::from_utf8_lossy(&built.stderr)
+        );
+        return;
+    }
+    std::fs::write(dir.join("gmon.out"), "the user's profile").unwrap();
+    let out = run(&mut mslprof_run(&dir, &["--", "./static_pg"]));
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "mslprof: run: ./static_pg: statically linked, so libmslprof.so cannot be loaded into it; nothing \
+         was run (link it dynamically; a -pg program run on its own writes glibc's gmon.out, which mslprof \
+         reads)\n"
+    );
+    assert_eq!(
+        std::fs::read(dir.join("gmon.out")).unwrap(),
+        b"the user's profile"
+    );
+}
+
+/// A program killed by a signal is said to be, by the signal's name; when no profile was written, an earlier
+/// run's `gmon.out` is said to be that.
+#[test]
+fn deaths_by_signal_and_stale_profiles_are_named() {
+    let dir = scratch("run-signals");
+    std::fs::write(
+        dir.join("main.c"),
+        "#include <signal.h>\nint main(void) { raise(SIGSEGV); return 0; }\n",
+    )
+    .unwrap();
+    mslprof_tests::cc(&dir, ["-O1", "-o", "segv", "main.c"]);
+    let out = run(&mut mslprof_run(&dir, &["--no-report", "./segv"]));
+    assert_eq!(out.status.code(), Some(139), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.lines()
+            .any(|l| l.starts_with("mslprof: ./segv was killed by SIGSEGV")),
+        "{err}"
+    );
+    std::fs::write(dir.join("gmon.out"), "an earlier run's profile").unwrap();
+    let out = run(&mut mslprof_run(
+        &dir,
+        &["--no-report", "sh", "-c", "kill -KILL $$"],
+    ));
+    assert_eq!(out.status.code(), Some(137), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "mslprof: sh was killed by SIGKILL\n\
+         mslprof: run: sh wrote no profile (SIGKILL ends a process before it can write one); gmon.out is \
+         left from an earlier run, not this one\n"
+    );
+}

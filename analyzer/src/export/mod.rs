@@ -82,7 +82,10 @@ impl Prepared {
         }
         let merged = crate::merge::merge(&inputs, false)?;
         let mut warnings = Vec::new();
-        let opts = Options::default();
+        let opts = Options {
+            binary_path: crate::binpath::from_environment(),
+            ..Options::default()
+        };
         let mut analysis =
             crate::report::mslprof::analyse(&opts, None, &merged.profile, &mut warnings);
         crate::callgraph::assemble(&mut analysis.graph, &analysis.filters);

@@ -154,7 +154,11 @@ pub fn mslprof(
         };
         let file: PathBuf = match (m.is_main_program(), exe) {
             (true, Some(e)) => e.to_path_buf(),
-            _ => PathBuf::from(String::from_utf8_lossy(&m.path).into_owned()),
+            _ => crate::binpath::locate(
+                Path::new(&*String::from_utf8_lossy(&m.path)),
+                &m.build_id,
+                &opts.binary_path,
+            ),
         };
         let mut module = LoadedModule {
             view: ModuleView {

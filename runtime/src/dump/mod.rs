@@ -322,7 +322,9 @@ pub fn write_at_exit(settings: &Settings) {
     if !pid_named {
         for name in settings.selection.unmatched() {
             sys::stderr_line(&[
-                b"mslprof: LD_PROFILE name '",
+                b"mslprof: ",
+                &settings.selection_source,
+                b" name '",
                 name,
                 b"' matched no module\n",
             ]);

@@ -247,9 +247,12 @@ static START_TRIED: AtomicBool = AtomicBool::new(false);
 /// The constructors of libraries loaded with the program can run before the runtime's own
 /// constructor (ELF runs dependencies' initialisers first, and a preloaded library depends on
 /// nothing): their instrumented calls reach `mcount` before any module is known. The first such
-/// call starts the runtime (once per process), with the vector state saved around it.
+/// call after libc's initialiser starts the runtime (once per process), with the vector state saved around it.
 fn start_before_own_constructor() -> bool {
-    if modules::generation() != 0 || START_TRIED.swap(true, Ordering::Relaxed) {
+    if modules::generation() != 0
+        || !sys::environment_ready()
+        || START_TRIED.swap(true, Ordering::Relaxed)
+    {
         return false;
     }
     extern "C" fn start() -> bool {

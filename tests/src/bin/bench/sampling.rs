@@ -4,19 +4,8 @@
 use crate::measure::{Invocation, Medians, interleaved};
 use crate::report::{Section, ms};
 use crate::{Env, Scale, fixtures};
-use std::path::PathBuf;
-use std::process::Command;
 
-/// The real rustc binary (not the rustup proxy), found through `rustc --print sysroot`.
-pub fn real_rustc() -> Option<PathBuf> {
-    let out = Command::new("rustc")
-        .args(["--print", "sysroot"])
-        .output()
-        .ok()?;
-    let sysroot = String::from_utf8(out.stdout).ok()?;
-    let p = PathBuf::from(sysroot.trim()).join("bin/rustc");
-    p.exists().then_some(p)
-}
+pub use mslprof_tests::real_rustc;
 
 /// One table row: the run, its command, its medians and its CPU-time overhead over `base` (the plain run).
 /// CPU time (user + system) carries the real cost of sampling, signal delivery and the handler, and is far
