@@ -107,7 +107,11 @@ pub fn run(
         granularity,
         hz,
     } = analyse(opts, exe, profile, &mut warnings);
-    let share_note = share_note(opts, profile, &mut totals, hz);
+    let mut share_note = share_note(opts, profile, &mut totals, hz);
+    let top_samples = g.syms.iter().map(|s| s.hist_time).fold(0.0, f64::max);
+    if let Some(rate) = super::rate::rate_line(header, top_samples) {
+        share_note = format!("{rate}\n{share_note}");
+    }
     let style = Style {
         share_note: Some(share_note),
         bsd: opts.bsd,
@@ -188,7 +192,10 @@ fn share_note(opts: &Options, profile: &Profile, totals: &mut SampleTotals, hz: 
         )
     };
     match header.cpu_time {
-        Some(cpu) => format!("{note}\n{}", crate::cputime::report_line(cpu)),
+        Some(cpu) => format!(
+            "{note}\n{}",
+            crate::cputime::report_line(cpu, header.sampling_sources)
+        ),
         None => note,
     }
 }
