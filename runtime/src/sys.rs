@@ -989,10 +989,7 @@ pub fn open_task_clock(signal: i32, period_ns: u64) -> Result<TaskClock, i32> {
     if fd < 0 {
         return Err(errno());
     }
-    let fd = match above_standard_streams(fd) {
-        Ok(fd) => fd,
-        Err(error) => return Err(error),
-    };
+    let fd = above_standard_streams(fd)?;
     let owner = OwnerEx {
         kind: F_OWNER_TID,
         pid: gettid(),
