@@ -867,22 +867,13 @@ pub fn start_cpu_timer(
     if unsafe { libc::timer_create(clock, &mut event, &mut timer) } != 0 {
         return Err(errno());
     }
-    let timespec = |ns: u64| libc::timespec {
-        tv_sec: (ns / 1_000_000_000) as libc::time_t,
-        tv_nsec: (ns % 1_000_000_000) as libc::c_long,
-    };
-    let spec = libc::itimerspec {
-        it_interval: timespec(period_ns),
-        it_value: timespec(first_ns.max(1)),
-    };
-    // SAFETY: `timer` was just created; `spec` is valid; the old value is not wanted.
-    if unsafe { libc::timer_settime(timer, 0, &spec, std::ptr::null_mut()) } != 0 {
+    let timer = CpuTimer(timer as usize);
+    if !set_timer_period(timer, first_ns, period_ns) {
         let error = errno();
-        // SAFETY: deleting the timer we just created.
-        unsafe { libc::timer_delete(timer) };
+        delete_timer(timer);
         return Err(error);
     }
-    Ok(CpuTimer(timer as usize))
+    Ok(timer)
 }
 
 /// Deletes a timer created by [`start_cpu_timer`].
@@ -891,10 +882,9 @@ pub fn delete_timer(timer: CpuTimer) {
     unsafe { libc::timer_delete(timer.0 as libc::timer_t) };
 }
 
-/// Changes the period of a timer of [`start_cpu_timer`]: next expiry after `first_ns`, then every `period_ns`
-/// of its clock. Async-signal-safe (`timer_settime` is, by POSIX); errno preserved.
+/// Sets a timer of [`start_cpu_timer`] going: next expiry after `first_ns`, then every `period_ns` of its clock.
+/// Async-signal-safe (`timer_settime` is, by POSIX); errno is the call's.
 pub fn set_timer_period(timer: CpuTimer, first_ns: u64, period_ns: u64) -> bool {
-    let _errno = SavedErrno::save();
     let timespec = |ns: u64| libc::timespec {
         tv_sec: (ns / 1_000_000_000) as libc::time_t,
         tv_nsec: (ns % 1_000_000_000) as libc::c_long,

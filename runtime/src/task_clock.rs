@@ -220,6 +220,7 @@ pub fn on_timer_signal(value: usize, period_ns: u64, on_fallback: fn()) -> Tick 
     if open_into(index, period_ns).is_err() {
         let timer = slot.watch_timer.load(Ordering::Relaxed);
         if timer != 0 {
+            let _errno = sys::SavedErrno::save();
             sys::set_timer_period(sys::CpuTimer::from_id(timer - 1), period_ns, period_ns);
             on_fallback();
         }

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use crate::measure::{Invocation, round_order, run_once};
 use crate::report::Section;
-use crate::sampling::real_rustc;
+use crate::sampling::{real_rustc, small_crate};
 use crate::{Env, Scale, fixtures};
 
 const RATES: [&str; 3] = ["100", "1000", "4000"];
@@ -157,24 +157,7 @@ pub fn run(env: &Env) -> Result<Section, String> {
             .to_string(),
     ];
     if let Some(rustc) = real_rustc() {
-        let src = dir.join("small.rs");
-        std::fs::write(
-            &src,
-            "pub fn f(v: &[u64]) -> u64 { v.iter().map(|x| x * 3).sum() }\n",
-        )
-        .map_err(|e| e.to_string())?;
-        let args: Vec<String> = [
-            "--crate-type",
-            "lib",
-            "--edition",
-            "2021",
-            "-O",
-            "small.rs",
-            "-o",
-            "small.rlib",
-        ]
-        .map(String::from)
-        .to_vec();
+        let args = small_crate(&dir)?;
         measure(
             &invocations("rustc", &rustc, &args, &dir, env),
             runs.min(5),
