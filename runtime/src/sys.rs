@@ -915,9 +915,12 @@ struct PerfEventAttr {
 
 const PERF_TYPE_SOFTWARE: u32 = 1;
 const PERF_COUNT_SW_TASK_CLOCK: u64 = 1;
+const PERF_ATTR_FLAG_DISABLED: u64 = 1 << 0;
 const PERF_ATTR_FLAG_EXCLUDE_KERNEL: u64 = 1 << 5;
 const PERF_ATTR_FLAG_EXCLUDE_HV: u64 = 1 << 6;
 const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 1 << 3;
+/// `_IO('$', 0)`.
+const PERF_EVENT_IOC_ENABLE: libc::c_ulong = 0x2400;
 /// `_IOW('$', 4, __u64)`.
 const PERF_EVENT_IOC_PERIOD: libc::c_ulong = 0x4008_2404;
 /// `_IOR('$', 7, __u64 *)`.
@@ -944,7 +947,8 @@ pub struct TaskClock {
     pub id: u64,
 }
 
-/// Opens a `PERF_COUNT_SW_TASK_CLOCK` event on the calling thread that sends `signal` to this very thread
+/// Opens a disabled `PERF_COUNT_SW_TASK_CLOCK` event on the calling thread that, once enabled
+/// ([`enable_task_clock`]), sends `signal` to this very thread
 /// (`F_SETOWN_EX`/`F_OWNER_TID`, `F_SETSIG`, `O_ASYNC`) each time `period_ns` of its CPU time in user mode
 /// elapses (`exclude_kernel`, which `perf_event_paranoid` 2 requires): the signal's `si_code` is [`POLL_IN`]
 /// and its `si_fd` the descriptor. The descriptor is `O_CLOEXEC` and never 0, 1 or 2. Errno when the kernel
@@ -959,7 +963,7 @@ pub fn open_task_clock(signal: i32, period_ns: u64) -> Result<TaskClock, i32> {
         sample_period: period_ns.max(1),
         sample_type: 0,
         read_format: 0,
-        flags: PERF_ATTR_FLAG_EXCLUDE_KERNEL | PERF_ATTR_FLAG_EXCLUDE_HV,
+        flags: PERF_ATTR_FLAG_DISABLED | PERF_ATTR_FLAG_EXCLUDE_KERNEL | PERF_ATTR_FLAG_EXCLUDE_HV,
         wakeup_events: 0,
         bp_type: 0,
         config1: 0,
@@ -1012,6 +1016,13 @@ fn above_standard_streams(fd: i32) -> Result<i32, i32> {
     let error = errno();
     close_file(fd);
     if high < 0 { Err(error) } else { Ok(high) }
+}
+
+/// Starts the event counting (and signalling). Async-signal-safe; errno preserved.
+pub fn enable_task_clock(event: TaskClock) -> bool {
+    let _errno = SavedErrno::save();
+    // SAFETY: PERF_EVENT_IOC_ENABLE takes no argument; `event.fd` is our perf event.
+    unsafe { libc::ioctl(event.fd, PERF_EVENT_IOC_ENABLE, 0) == 0 }
 }
 
 /// Whether `event.fd` still is that event: false once the program closed the descriptor (and perhaps reused

@@ -81,13 +81,8 @@ pub fn open_for_thread(first_ns: u64) -> Result<usize, NoEvent> {
     let Some(index) = claim_slot(tid) else {
         return Err(NoEvent::Unavailable);
     };
-    match open_into(index, first_ns) {
-        Ok(()) => {
-            SLOT_TABLE[index]
-                .first_pending
-                .store(true, Ordering::Relaxed);
-            Ok(index)
-        }
+    match open_into(index, first_ns, true) {
+        Ok(()) => Ok(index),
         Err(error) => {
             SLOT_TABLE[index].tid.store(0, Ordering::Release);
             if is_refusal(error) {
@@ -126,18 +121,27 @@ fn claim_slot(tid: i32) -> Option<usize> {
     Some(index)
 }
 
-/// Opens an event for the slot's thread (the caller) and publishes its descriptor. Async-signal-safe.
-fn open_into(index: usize, period_ns: u64) -> Result<(), i32> {
+/// Opens an event for the slot's thread (the caller), publishes its descriptor, then enables it: a signal of
+/// the event always finds its descriptor known (an unknown one would go to the program, whose default action
+/// for SIGPROF ends the process). Async-signal-safe.
+fn open_into(index: usize, period_ns: u64, first_pending: bool) -> Result<(), i32> {
     let event = sys::open_task_clock(libc::SIGPROF, period_ns)?;
     let Some(owner) = FD_OWNERS.get(event.fd as usize) else {
         sys::close_task_clock(event);
         return Err(libc::EMFILE);
     };
     let slot = &SLOT_TABLE[index];
-    slot.first_pending.store(false, Ordering::Relaxed);
+    slot.first_pending.store(first_pending, Ordering::Relaxed);
     slot.event_id.store(event.id, Ordering::Relaxed);
     slot.fd.store(event.fd, Ordering::Release);
     owner.store(index as u16 + 1, Ordering::Release);
+    if !sys::enable_task_clock(event) {
+        forget_descriptor(index, event.fd);
+        slot.fd.store(-1, Ordering::Release);
+        sys::close_task_clock(event);
+        // This thread goes without (not a refusal for the process).
+        return Err(libc::EAGAIN);
+    }
     Ok(())
 }
 
@@ -217,7 +221,7 @@ pub fn on_timer_signal(value: usize, period_ns: u64, on_fallback: fn()) -> Tick 
     }
     forget_descriptor(index, event.fd);
     slot.fd.store(-1, Ordering::Release);
-    if open_into(index, period_ns).is_err() {
+    if open_into(index, period_ns, false).is_err() {
         let timer = slot.watch_timer.load(Ordering::Relaxed);
         if timer != 0 {
             let _errno = sys::SavedErrno::save();

@@ -199,3 +199,19 @@ fn a_program_that_closes_every_descriptor_above_2_keeps_being_sampled() {
         samples_in("in_new_thread")
     );
 }
+
+#[test]
+fn threads_whose_first_period_ends_at_once_are_not_killed_by_their_own_signal() {
+    // Each event's first period is a random part of (0, 250 µs] at 4 kHz: some end right after the event is
+    // opened. Its signal must find the event known to the handler, or it goes to the program's SIGPROF
+    // action, the default one, which ends the process (12 runs of 30 died so before the fix).
+    let ws = Workspace::new();
+    let program = rate_fixture(&ws, 16);
+    for _ in 0..20 {
+        let output = run(ws
+            .command_with_test_hooks_runtime(&program)
+            .env("MSLPROF_HZ", "4000")
+            .args(["16", "2", ws.path().to_str().unwrap()]));
+        assert_ran(&output);
+    }
+}
