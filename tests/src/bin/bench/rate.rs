@@ -155,7 +155,7 @@ pub fn run(env: &Env) -> Result<Section, String> {
          of the plain runs, as median (min to max) over the trials. The rate is samples / CPU-seconds of that \
          run, median (min–max)."
             .to_string(),
-        "Targets (issue 33): at least 900 samples per CPU-second at 1 kHz and 3 000 at 4 kHz; at most 3 % CPU at 1 kHz, and a 1 kHz default only at ≤ 1 %. The cost is the kernel's (a perf-event signal per sample: an hrtimer interrupt, an irq_work and a signal delivery); the default rate stays 100 Hz while 1 kHz costs more than 1 % (runtime/README.md, "Sampling"). rustc's short run is mostly start-up, and its time in the kernel (page faults) takes no task-clock sample.".to_string(),
+        "Targets (issue 33): at least 900 samples per CPU-second at 1 kHz and 3 000 at 4 kHz; at most 3 % CPU at 1 kHz, and a 1 kHz default only at ≤ 1 %. The cost is the kernel's (a perf-event signal per sample: an hrtimer interrupt, an irq_work and a signal delivery); the default rate stays 100 Hz while 1 kHz costs more than 1 % (runtime/README.md, \"Sampling\"). rustc's short run is mostly start-up, and its time in the kernel (page faults) takes no task-clock sample.".to_string(),
     ];
     if let Some(rustc) = real_rustc() {
         let args = small_crate(&dir)?;
