@@ -1,12 +1,18 @@
 //! The kernel's account of a profiled process's CPU time (user versus system), as the runtime recorded it in
 //! the file header: one line for the report above the flat profile and for `-i`.
 
-use mslprof_format::model::CpuTime;
+use mslprof_format::model::{CpuTime, sampling_sources};
 
-/// The sentence printed under the line that says what 100 % is.
-pub fn report_line(cpu: CpuTime) -> String {
+/// The sentence printed under the line that says what 100 % is. `sources` (the header's sampling sources) says
+/// where system time went: task clocks alone do not sample it, CPU-time timers charge it to the caller.
+pub fn report_line(cpu: CpuTime, sources: u32) -> String {
+    let system_time = if sources == sampling_sources::TASK_CLOCK {
+        "task clocks sample user time only, so the system time is in no function"
+    } else {
+        "samples taken in system calls are charged to the libc functions that made the calls"
+    };
     format!(
-        "The kernel charged the process {} of user and {} of system CPU time ({} system); samples taken in system calls are charged to the libc functions that made the calls.",
+        "The kernel charged the process {} of user and {} of system CPU time ({} system); {system_time}.",
         seconds(cpu.user_ns),
         seconds(cpu.system_ns),
         system_share(cpu)

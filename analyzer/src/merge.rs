@@ -99,6 +99,7 @@ pub fn merge(inputs: &[Input], separate_instances: bool) -> Result<Merged, Error
             header.unknown_samples += scaled(h.unknown_samples);
             header.dropped_arcs += h.dropped_arcs;
             header.dropped_samples += scaled(h.dropped_samples);
+            header.sampling_sources |= h.sampling_sources;
             header.end_time_ns = header.end_time_ns.max(h.end_time_ns);
             // Known only when every input says.
             header.cpu_time = match (header.cpu_time, h.cpu_time) {
@@ -240,7 +241,7 @@ pub fn merge(inputs: &[Input], separate_instances: bool) -> Result<Merged, Error
     let format = inputs
         .first()
         .map(|i| i.profile.format)
-        .unwrap_or(SourceFormat::Mslprof { major: 1, minor: 2 });
+        .unwrap_or(SourceFormat::Mslprof { major: 1, minor: 3 });
     Ok(Merged {
         profile: Profile {
             format,

@@ -260,7 +260,7 @@ and stderr are its own, and the exit status is the program's.
 
   --profile LIST       modules to profile (MSLPROF_PROFILE; LD_PROFILE's syntax)
   --bucket-size 16|32  histogram bucket width (LD_PROFILEBUCKET_SIZE)
-  --hz N               sampling rate (MSLPROF_HZ)
+  --hz N               samples per CPU-second (MSLPROF_HZ, default 100; the kernel's tick caps it where perf events are refused)
   -o FILE              where the (summed) profile goes
   --plt, --no-plt      count calls through the PLT into code built without -pg, or not (default: MSLPROF_PLT)
   --report FILE        write the report to FILE instead of stderr

@@ -5,7 +5,7 @@
 /// `\x89MSLPROF` (SPEC.md §2).
 pub const MAGIC: [u8; 8] = *b"\x89MSLPROF";
 pub const VERSION_MAJOR: u16 = 1;
-pub const VERSION_MINOR: u16 = 2;
+pub const VERSION_MINOR: u16 = 3;
 pub const BYTE_ORDER_MARK: u32 = 0x0A0B_0C0D;
 pub const PREAMBLE_SIZE: u64 = 16;
 

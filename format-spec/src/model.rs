@@ -29,6 +29,14 @@ pub mod header_flags {
     pub const SAMPLING_SHARED_TIMER: u32 = 1 << 4;
 }
 
+/// Bits of [`Header::sampling_sources`] (SPEC.md §4, since 1.3): what sent the runtime its sample signals.
+pub mod sampling_sources {
+    /// Per-thread CPU-time timers, which the kernel checks on its tick.
+    pub const CPU_TIMER: u32 = 1 << 0;
+    /// Per-thread task-clock perf events (`PERF_COUNT_SW_TASK_CLOCK`), at the rate asked for.
+    pub const TASK_CLOCK: u32 = 1 << 1;
+}
+
 /// Bits of [`Module::flags`] (SPEC.md §6).
 pub mod module_flags {
     pub const PROFILED: u32 = 1 << 0;
@@ -93,9 +101,13 @@ pub struct Header {
     pub ppid: u32,
     pub start_time_ns: i64,
     pub end_time_ns: i64,
-    /// Nominal rate in samples per second (GNU: the histogram's `prof_rate`).
+    /// Nominal rate in samples per second (GNU: the histogram's `prof_rate`): the rate requested.
     pub hz: u32,
-    /// True period of one sample in nanoseconds (GNU input: `1e9 / prof_rate`).
+    /// What sent the sample signals ([`sampling_sources`] bits); 0 when the file does not say (GNU/BSD input,
+    /// mslprof files before 1.3).
+    pub sampling_sources: u32,
+    /// True period of one sample in nanoseconds (GNU input: `1e9 / prof_rate`); `1e9 / sample_period_ns` is the
+    /// rate achieved.
     pub sample_period_ns: u64,
     /// Unit name, at most 15 bytes, normally `seconds`.
     pub dimension: Vec<u8>,

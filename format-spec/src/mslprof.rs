@@ -132,7 +132,8 @@ fn read_file_header(
     let start_time_ns = d.i64(WHAT)?;
     let end_time_ns = d.i64(WHAT)?;
     let hz = d.u32(WHAT)?;
-    d.skip(4, WHAT)?;
+    // Reserved (zero) before 1.3.
+    let sampling_sources = d.u32(WHAT)?;
     let sample_period_ns = d.u64(WHAT)?;
     let dimension_field = d.take(DIMENSION_SIZE, WHAT)?;
     let dimension_len = dimension_field
@@ -165,6 +166,7 @@ fn read_file_header(
         start_time_ns,
         end_time_ns,
         hz,
+        sampling_sources,
         sample_period_ns,
         dimension,
         dimension_abbrev,

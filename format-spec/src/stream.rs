@@ -101,6 +101,8 @@ pub struct HeaderDesc<'a> {
     pub start_time_ns: i64,
     pub end_time_ns: i64,
     pub hz: u32,
+    /// [`crate::sampling_sources`] bits; 0: not said.
+    pub sampling_sources: u32,
     pub sample_period_ns: u64,
     /// At most 15 bytes, no NUL.
     pub dimension: &'a [u8],
@@ -795,7 +797,7 @@ fn emit<S: Sink, M: ModuleSource + ?Sized>(
     e.i64(h.start_time_ns)?;
     e.i64(h.end_time_ns)?;
     e.u32(h.hz)?;
-    e.u32(0)?;
+    e.u32(h.sampling_sources)?;
     e.u64(h.sample_period_ns)?;
     let mut dimension = [0u8; DIMENSION_SIZE];
     dimension[..h.dimension.len()].copy_from_slice(h.dimension);

@@ -80,6 +80,7 @@ pub(crate) fn write(profile: &Profile, options: WriteOptions, out: impl Write) -
         start_time_ns: h.start_time_ns,
         end_time_ns: h.end_time_ns,
         hz: h.hz,
+        sampling_sources: h.sampling_sources,
         sample_period_ns: h.sample_period_ns,
         dimension: &h.dimension,
         dimension_abbrev: h.dimension_abbrev,

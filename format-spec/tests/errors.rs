@@ -414,7 +414,7 @@ fn required_sections_may_come_in_any_order_after_the_file_header() {
 
 #[test]
 fn fields_appended_by_a_newer_minor_version_are_ignored() {
-    // A 1.3 writer appends 8 bytes to each module entry; DATA moves by 8 × modules and the offsets with it.
+    // A 1.4 writer appends 8 bytes to each module entry; DATA moves by 8 × modules and the offsets with it.
     let f = le();
     let mh = section(&f, 3);
     let entries = module_entries(&f);
@@ -442,9 +442,9 @@ fn fields_appended_by_a_newer_minor_version_are_ignored() {
     }
     put_u64(&mut out, mh.header + 8, (mh.length + grow) as u64);
     out.extend_from_slice(&f[mh.end..]);
-    out[10] = 3; // minor version 3
+    out[10] = 4; // minor version 4
     let p = read(&out, GnuTarget::default()).unwrap();
-    assert_eq!(p.format, SourceFormat::Mslprof { major: 1, minor: 3 });
+    assert_eq!(p.format, SourceFormat::Mslprof { major: 1, minor: 4 });
     assert_eq!(p.modules, sample::profile().modules);
 }
 

@@ -49,6 +49,7 @@ fn header() -> impl Strategy<Value = Header> {
             start_time_ns: b.0,
             end_time_ns: b.1,
             hz: b.2,
+            sampling_sources: b.2.rotate_left(16),
             sample_period_ns: b.3,
             dimension: c.0.into_bytes(),
             dimension_abbrev: c.1,
@@ -193,7 +194,7 @@ fn profile() -> impl Strategy<Value = Profile> {
             };
             let modules: Vec<_> = keys.iter().map(|k| module(*k, arc_keys.clone())).collect();
             (Just(header), modules).prop_map(|(header, modules)| Profile {
-                format: SourceFormat::Mslprof { major: 1, minor: 2 },
+                format: SourceFormat::Mslprof { major: 1, minor: 3 },
                 header,
                 modules,
             })

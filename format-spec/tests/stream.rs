@@ -88,6 +88,7 @@ const HEADER: HeaderDesc<'static> = HeaderDesc {
     start_time_ns: 5,
     end_time_ns: 6,
     hz: 1000,
+    sampling_sources: sampling_sources::TASK_CLOCK | sampling_sources::CPU_TIMER,
     sample_period_ns: 1_000_000,
     dimension: b"seconds",
     dimension_abbrev: b's',

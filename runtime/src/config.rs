@@ -13,7 +13,8 @@ use crate::sys;
 
 /// Default sampling rate (samples per second of CPU time): "each sample counts as 0.01 seconds".
 pub const DEFAULT_HZ: u32 = 100;
-/// Highest accepted `MSLPROF_HZ`; the kernel tick caps the effective rate far below it (README).
+/// Highest accepted `MSLPROF_HZ`, the task clock's limit; CPU-time timers (where perf events are refused) give
+/// at most the kernel tick's rate (README).
 pub const MAX_HZ: u32 = 100_000;
 /// The symbol a program may define to choose its bucket width at link time (`int`, 16 or 32).
 pub const BUCKET_SIZE_SYMBOL: &std::ffi::CStr = c"mslprof_profilebucketsize";

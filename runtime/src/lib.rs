@@ -24,6 +24,7 @@ pub mod selection;
 pub mod smonitor;
 pub mod status;
 mod sys;
+mod task_clock;
 
 use std::sync::atomic::Ordering;
 

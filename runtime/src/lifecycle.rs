@@ -174,8 +174,8 @@ impl LoaderEvents for Lifecycle {
         let own = mcount::reset_thread_after_fork();
         DUMP.restart_after_fork();
         fork_reset::mark_pending(own);
-        // Last: it starts the child's timer.
-        sampler::arm_current_thread();
+        // Last: it starts the child's own sampling.
+        sampler::arm_child_after_fork();
     }
 
     fn process_ending(&self, end: ProcessEnd) {

@@ -1,30 +1,38 @@
-//! PC sampling on CPU time: one CPU-time timer per thread, a SIGPROF handler that counts the interrupted PC.
+//! PC sampling on CPU time: one task-clock perf event (or CPU-time timer) per thread, a SIGPROF handler that
+//! counts the interrupted PC.
 //!
-//! Every thread gets its own `timer_create(CLOCK_THREAD_CPUTIME_ID)` timer that signals that very thread
-//! (`SIGEV_THREAD_ID`), so each thread is sampled in proportion to its own CPU time (a process-wide
-//! ITIMER_PROF picks whichever thread happens to run). The main thread's timer is started at start-up; threads
-//! created later get theirs from our `pthread_create`, which wraps the start routine. A pthread key destructor
-//! deletes a thread's timer when the thread ends.
+//! Every thread gets its own source of SIGPROF, signalling that very thread, so each thread is sampled in
+//! proportion to its own CPU time (a process-wide ITIMER_PROF picks whichever thread happens to run):
+//! - where the kernel allows it, a `PERF_COUNT_SW_TASK_CLOCK` perf event (`task_clock`), which signals each
+//!   period of the thread's CPU time in user mode, at the rate asked for;
+//! - else a `timer_create(CLOCK_THREAD_CPUTIME_ID)` timer (`SIGEV_THREAD_ID`), which the kernel checks only on
+//!   its tick (250 Hz here): the rate cannot exceed the tick's.
 //!
-//! The handler is async-signal-safe: atomics only, no allocation, no lock, errno saved and restored. Our timer
-//! signals carry a cookie in `si_value`; any other SIGPROF (the program's own ITIMER_PROF, `kill`) is passed to
-//! the program's disposition (see `program_sigprof`).
+//! The main thread's source is started at start-up; threads created later get theirs from our
+//! `pthread_create`, which wraps the start routine. A pthread key destructor releases a thread's source when
+//! the thread ends.
 //!
-//! The kernel checks a thread's CPU-time timer only on a scheduler tick that finds the thread running, so a
-//! signal can come late (`si_overrun` counts the periods it stands for) and, on a busy machine, a thread can
-//! run for tens or hundreds of milliseconds between two checks (measured: 280 ms of a 600 ms run with no
-//! signal, with two other CPU-bound processes on 2 cores). Periods that never produce a signal (the CPU time
-//! after a thread's last one) are invisible to overrun counts. So the true sample period recorded in the
-//! profile is measured directly: the process's CPU time while sampling was on, divided by the samples.
+//! The handler is async-signal-safe: atomics only, no allocation, no lock, errno saved and restored. Our
+//! timers' signals carry a cookie (or a task-clock slot's address) in `si_value`, our events' their descriptor
+//! in `si_fd`; any other SIGPROF (the program's own ITIMER_PROF, `kill`) is passed to the program's disposition
+//! (see `program_sigprof`).
+//!
+//! A CPU-time timer's signal can come late (`si_overrun` counts the periods it stands for) and, on a busy
+//! machine, a thread can run for tens or hundreds of milliseconds between two checks (measured: 280 ms of a
+//! 600 ms run with no signal, with two other CPU-bound processes on 2 cores); a task clock does not count the
+//! thread's time in the kernel. Periods that never produce a signal are invisible to overrun counts. So the
+//! true sample period recorded in the profile is measured directly: the process's CPU time while sampling was
+//! on, divided by the samples.
 
 use std::os::raw::c_void;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use mslprof_format::RuntimeAddress;
 
 use crate::modules;
 use crate::program_sigprof;
 use crate::sys;
+use crate::task_clock::{self, NoEvent, Tick};
 
 /// Marks our timers' signals: its address is the `si_value` of every sampling SIGPROF.
 static COOKIE: u8 = 0;
@@ -39,13 +47,17 @@ pub struct Sampler {
     sampling: AtomicBool,
     handlers_running: AtomicUsize,
     period_ns: AtomicU64,
-    /// The pthread key whose destructor deletes a thread's timer (`usize::MAX`: none yet).
+    /// The pthread key whose destructor releases a thread's event or timer (`usize::MAX`: none yet).
     thread_key: AtomicUsize,
+    /// The sources threads got ([`sources`]).
+    sources: AtomicU32,
     timer_failures: AtomicU64,
-    /// Process CPU time (ns) when the current stretch of sampling began (valid while `sampling` is set).
-    stretch_start_cpu_ns: AtomicU64,
-    /// Process CPU time (ns) of the stretches of sampling that have ended (pauses, dumps before exec).
-    ended_stretches_cpu_ns: AtomicU64,
+    /// Process CPU time (ns), all and user ([`ALL_CPU`], [`USER_CPU`]), when the current stretch of sampling
+    /// began (valid while `sampling` is set).
+    stretch_start_cpu_ns: [AtomicU64; 2],
+    /// Process CPU time (ns), all and user, of the stretches of sampling that have ended (pauses, dumps before
+    /// exec).
+    ended_stretches_cpu_ns: [AtomicU64; 2],
     /// The process the two CPU times above belong to: a forked child's CPU clock starts again from zero.
     cpu_time_pid: AtomicU64,
     total_samples: AtomicU64,
@@ -64,9 +76,10 @@ pub static SAMPLER: Sampler = Sampler {
     handlers_running: AtomicUsize::new(0),
     period_ns: AtomicU64::new(0),
     thread_key: AtomicUsize::new(usize::MAX),
+    sources: AtomicU32::new(0),
     timer_failures: AtomicU64::new(0),
-    stretch_start_cpu_ns: AtomicU64::new(0),
-    ended_stretches_cpu_ns: AtomicU64::new(0),
+    stretch_start_cpu_ns: [const { AtomicU64::new(0) }; 2],
+    ended_stretches_cpu_ns: [const { AtomicU64::new(0) }; 2],
     cpu_time_pid: AtomicU64::new(0),
     total_samples: AtomicU64::new(0),
     unknown_samples: AtomicU64::new(0),
@@ -95,6 +108,9 @@ impl Sampler {
             if counter.load(Ordering::Relaxed) != 0 {
                 counter.store(0, Ordering::Relaxed);
             }
+        }
+        if self.sources.load(Ordering::Relaxed) != 0 {
+            self.sources.store(0, Ordering::Relaxed);
         }
         for slot in &self.parked {
             if slot.load(Ordering::Relaxed) != 0 {
@@ -145,7 +161,7 @@ pub fn period_for(hz: u32) -> u64 {
 pub fn start(hz: u32) -> bool {
     SAMPLER.period_ns.store(period_for(hz), Ordering::Relaxed);
     if SAMPLER.thread_key.load(Ordering::Relaxed) == usize::MAX {
-        match sys::create_thread_key(delete_thread_timer) {
+        match sys::create_thread_key(release_thread_source) {
             Some(key) => SAMPLER.thread_key.store(key as usize, Ordering::Relaxed),
             None => return false,
         }
@@ -156,37 +172,104 @@ pub fn start(hz: u32) -> bool {
     SAMPLER
         .cpu_time_pid
         .store(u64::from(sys::getpid()), Ordering::Relaxed);
-    SAMPLER.ended_stretches_cpu_ns.store(0, Ordering::Relaxed);
-    SAMPLER
-        .stretch_start_cpu_ns
-        .store(process_cpu_ns(), Ordering::Relaxed);
+    begin_stretch();
+    for ended in &SAMPLER.ended_stretches_cpu_ns {
+        ended.store(0, Ordering::Relaxed);
+    }
     SAMPLER.started.store(true, Ordering::Release);
     SAMPLER.sampling.store(true, Ordering::Release);
     arm_current_thread();
     true
 }
 
-/// Starts the calling thread's CPU-time timer (also usable after fork, whose child has no timers).
+/// Marks a thread key value that holds a CPU-time timer's id (else it is a task-clock slot's index + 1).
+const KEY_TIMER_TAG: usize = 1 << (usize::BITS - 1);
+
+/// [`sources`]: some thread was sampled by a CPU-time timer.
+pub const SOURCE_CPU_TIMER: u32 = mslprof_format::sampling_sources::CPU_TIMER;
+/// [`sources`]: some thread was sampled by a task-clock event.
+pub const SOURCE_TASK_CLOCK: u32 = mslprof_format::sampling_sources::TASK_CLOCK;
+
+/// Which sources sampled this process's threads since start-up (or fork): [`SOURCE_CPU_TIMER`],
+/// [`SOURCE_TASK_CLOCK`], both, or neither before the first thread was armed.
+pub fn sources() -> u32 {
+    SAMPLER.sources.load(Ordering::Relaxed)
+}
+
+fn note_source(source: u32) {
+    SAMPLER.sources.fetch_or(source, Ordering::Relaxed);
+}
+
+/// In a forked child's atfork handler: the task-clock events inherited are the parent's threads', and
+/// timers are not inherited, so the child's one thread gets its own source.
+pub fn arm_child_after_fork() {
+    task_clock::forget_after_fork();
+    arm_current_thread();
+}
+
+/// The shortest period CPU-time timers sample (200 Hz): the kernel's tick (250 Hz here) gives them in full,
+/// and they cost less than a task-clock event at the same rate (BENCHMARKS.md, "Sampling rate and its cost":
+/// +1.5 % at 100 Hz with task clocks) and charge system-call time to the functions that made the calls.
+/// Shorter periods sample through task clocks.
+const TIMER_PERIODS_FROM_NS: u64 = 5_000_000;
+
+/// Starts the calling thread's task-clock event (above 200 Hz), or its CPU-time timer (up to 200 Hz, and where
+/// the kernel refuses task clocks); also usable after fork, whose child has neither.
 pub fn arm_current_thread() {
     let period = SAMPLER.period_ns.load(Ordering::Relaxed);
     if period == 0 || !is_started() {
         return;
     }
     follow_fork();
+    let first = first_expiry(period);
+    let event = if period < TIMER_PERIODS_FROM_NS {
+        task_clock::open_for_thread(first)
+    } else {
+        Err(NoEvent::Unavailable)
+    };
+    let key_value = match event {
+        Ok(slot) => {
+            note_source(SOURCE_TASK_CLOCK);
+            let watch = task_clock::WATCH_PERIOD_NS;
+            // Without its watch timer the event still samples; only a descriptor closed by the program
+            // would go unnoticed.
+            if let Ok(timer) = sys::start_cpu_timer(
+                sys::CpuClock::Thread,
+                libc::SIGPROF,
+                task_clock::slot_value(slot),
+                watch,
+                watch,
+            ) {
+                task_clock::set_watch_timer(slot, timer);
+            }
+            Some(slot + 1)
+        }
+        Err(no_event) => {
+            if let NoEvent::RefusedNow(error) = no_event {
+                report_refusal(error);
+            }
+            start_sampling_timer(first, period).map(|timer| KEY_TIMER_TAG | timer.id())
+        }
+    };
+    let key = SAMPLER.thread_key.load(Ordering::Relaxed);
+    if let Some(value) = key_value
+        && key != usize::MAX
+    {
+        sys::set_thread_value(key as libc::pthread_key_t, value);
+    }
+}
+
+/// The calling thread's CPU-time sampling timer; reported once when it cannot be made.
+fn start_sampling_timer(first: u64, period: u64) -> Option<sys::CpuTimer> {
+    note_source(SOURCE_CPU_TIMER);
     match sys::start_cpu_timer(
         sys::CpuClock::Thread,
         libc::SIGPROF,
         cookie(),
-        first_expiry(period),
+        first,
         period,
     ) {
-        Ok(timer) => {
-            let key = SAMPLER.thread_key.load(Ordering::Relaxed);
-            if key != usize::MAX {
-                // Stored +1 so that timer id 0 is not the "no value" null pointer.
-                sys::set_thread_value(key as libc::pthread_key_t, timer.id() + 1);
-            }
-        }
+        Ok(timer) => Some(timer),
         Err(error) => {
             if SAMPLER.timer_failures.fetch_add(1, Ordering::Relaxed) == 0 {
                 let text = error.to_string();
@@ -196,8 +279,71 @@ pub fn arm_current_thread() {
                     b"); a thread is not sampled\n",
                 ]);
             }
+            None
         }
     }
+}
+
+/// The lowest tick rate Linux is built with: asking for more than this from CPU-time timers may not be given.
+const LOWEST_TICK_HZ: u64 = 100;
+
+/// The first `perf_event_open` refusal: quiet at a rate any tick gives, else one stderr line saying which
+/// source samples and why.
+fn report_refusal(error: i32) {
+    let hz = 1_000_000_000 / SAMPLER.period_ns.load(Ordering::Relaxed).max(1);
+    if hz <= LOWEST_TICK_HZ {
+        return;
+    }
+    let mut errno_text = [0u8; 20];
+    let mut hz_text = [0u8; 20];
+    let (errno_prefix, errno_value): (&[u8], &[u8]) = match errno_name(error) {
+        Some(name) => (b"", name),
+        None => (
+            b"errno ",
+            decimal(u64::from(error.unsigned_abs()), &mut errno_text),
+        ),
+    };
+    sys::stderr_line(&[
+        b"mslprof: the kernel refuses task-clock perf events (perf_event_open: ",
+        errno_prefix,
+        errno_value,
+        b"; kernel.perf_event_paranoid above 2, or a seccomp filter); sampling on CPU-time timers, which the ",
+        b"kernel checks on its tick: fewer than the ",
+        decimal(hz, &mut hz_text),
+        b" samples per CPU-second asked for (about 250 with a 250 Hz tick)\n",
+    ]);
+}
+
+/// The name of a refusal's errno; `None` for one without a name here (then its number is printed).
+fn errno_name(error: i32) -> Option<&'static [u8]> {
+    Some(match error {
+        libc::EACCES => b"EACCES",
+        libc::EPERM => b"EPERM",
+        libc::ENOSYS => b"ENOSYS",
+        libc::ENOENT => b"ENOENT",
+        libc::EINVAL => b"EINVAL",
+        libc::EOPNOTSUPP => b"EOPNOTSUPP",
+        _ => return None,
+    })
+}
+
+/// `value` in decimal, in `buffer`. No allocation.
+fn decimal(mut value: u64, buffer: &mut [u8; 20]) -> &[u8] {
+    let mut start = buffer.len();
+    loop {
+        start -= 1;
+        buffer[start] = b'0' + (value % 10) as u8;
+        value /= 10;
+        if value == 0 {
+            return &buffer[start..];
+        }
+    }
+}
+
+/// Called when a thread's task-clock event was closed by the program and no new one could be opened: its
+/// watch timer samples from then on.
+fn note_fallback() {
+    note_source(SOURCE_CPU_TIMER);
 }
 
 /// When a new thread's timer first fires: a pseudo-random point in `(0, period]` of its CPU time. With a fixed
@@ -215,9 +361,12 @@ fn first_expiry(period: u64) -> u64 {
     1 + z % period.max(1)
 }
 
-unsafe extern "C" fn delete_thread_timer(value: *mut c_void) {
-    if !value.is_null() {
-        sys::delete_timer(sys::CpuTimer::from_id(value as usize - 1));
+unsafe extern "C" fn release_thread_source(value: *mut c_void) {
+    let value = value as usize;
+    if value & KEY_TIMER_TAG != 0 {
+        sys::delete_timer(sys::CpuTimer::from_id(value & !KEY_TIMER_TAG));
+    } else if value != 0 {
+        task_clock::release(value - 1);
     }
 }
 
@@ -240,26 +389,39 @@ pub fn stop_and_quiesce() {
 pub fn resume() {
     if SAMPLER.period_ns.load(Ordering::Relaxed) != 0 && !SAMPLER.sampling.load(Ordering::SeqCst) {
         follow_fork();
-        SAMPLER
-            .stretch_start_cpu_ns
-            .store(process_cpu_ns(), Ordering::Relaxed);
+        begin_stretch();
         SAMPLER.sampling.store(true, Ordering::SeqCst);
     }
 }
 
-/// CPU time of the whole process (all its threads, living and ended) in nanoseconds. Async-signal-safe.
-fn process_cpu_ns() -> u64 {
-    sys::clock_ns(sys::CLOCK_PROCESS_CPUTIME_ID).max(0) as u64
+/// Index of the process's whole CPU time in the stretch accounts.
+const ALL_CPU: usize = 0;
+/// Index of the process's user CPU time in the stretch accounts.
+const USER_CPU: usize = 1;
+
+/// CPU time of the whole process (all its threads, living and ended) in nanoseconds, all of it and its user
+/// part. Async-signal-safe.
+fn process_cpu_ns() -> [u64; 2] {
+    let all = sys::clock_ns(sys::CLOCK_PROCESS_CPUTIME_ID).max(0) as u64;
+    let user = sys::process_cpu_ns().map_or(all, |(user, _)| user);
+    [all, user]
+}
+
+fn begin_stretch() {
+    for (start, now) in SAMPLER.stretch_start_cpu_ns.iter().zip(process_cpu_ns()) {
+        start.store(now, Ordering::Relaxed);
+    }
 }
 
 /// Adds the stretch of sampling that just ended to the sampled CPU time.
 fn end_stretch() {
     follow_fork();
-    let stretch =
-        process_cpu_ns().saturating_sub(SAMPLER.stretch_start_cpu_ns.load(Ordering::Relaxed));
-    SAMPLER
-        .ended_stretches_cpu_ns
-        .fetch_add(stretch, Ordering::Relaxed);
+    let now = process_cpu_ns();
+    for which in [ALL_CPU, USER_CPU] {
+        let stretch =
+            now[which].saturating_sub(SAMPLER.stretch_start_cpu_ns[which].load(Ordering::Relaxed));
+        SAMPLER.ended_stretches_cpu_ns[which].fetch_add(stretch, Ordering::Relaxed);
+    }
 }
 
 /// In a forked child (whose counts start afresh at the fork, see `lifecycle`), forgets the parent's CPU times:
@@ -267,18 +429,31 @@ fn end_stretch() {
 fn follow_fork() {
     let pid = u64::from(sys::getpid());
     if SAMPLER.cpu_time_pid.swap(pid, Ordering::Relaxed) != pid {
-        SAMPLER.ended_stretches_cpu_ns.store(0, Ordering::Relaxed);
-        SAMPLER.stretch_start_cpu_ns.store(0, Ordering::Relaxed);
+        for account in SAMPLER
+            .ended_stretches_cpu_ns
+            .iter()
+            .chain(&SAMPLER.stretch_start_cpu_ns)
+        {
+            account.store(0, Ordering::Relaxed);
+        }
     }
 }
 
-/// CPU time of the process while sampling was on: the time the samples stand for.
+/// CPU time of the process while sampling was on: the time the samples stand for. That is all of it when
+/// a CPU-time timer sampled some thread (its signal, even when the tick finds the thread in the kernel, comes
+/// on the way back to user mode, so it lands on the code that made the system call); only the user part when
+/// task clocks sampled every thread (they do not count a thread's time in the kernel).
 pub fn sampled_cpu_ns() -> u64 {
     follow_fork();
-    let mut sampled = SAMPLER.ended_stretches_cpu_ns.load(Ordering::Relaxed);
+    let which = if sources() == SOURCE_TASK_CLOCK {
+        USER_CPU
+    } else {
+        ALL_CPU
+    };
+    let mut sampled = SAMPLER.ended_stretches_cpu_ns[which].load(Ordering::Relaxed);
     if SAMPLER.sampling.load(Ordering::SeqCst) {
-        sampled +=
-            process_cpu_ns().saturating_sub(SAMPLER.stretch_start_cpu_ns.load(Ordering::Relaxed));
+        sampled += process_cpu_ns()[which]
+            .saturating_sub(SAMPLER.stretch_start_cpu_ns[which].load(Ordering::Relaxed));
     }
     sampled
 }
@@ -361,6 +536,17 @@ pub fn attribute_parked_samples() {
     }
 }
 
+/// What one SIGPROF is, from its siginfo.
+fn classify(origin: &sys::SignalOrigin) -> Tick {
+    let period = SAMPLER.period_ns.load(Ordering::Relaxed);
+    match origin.code {
+        sys::SI_TIMER if origin.value == cookie() => Tick::Sample,
+        sys::SI_TIMER => task_clock::on_timer_signal(origin.value, period, note_fallback),
+        sys::POLL_IN => task_clock::on_event_signal(origin.fd, period),
+        _ => Tick::NotOurs,
+    }
+}
+
 extern "C" fn on_sigprof(signal: i32, info: *mut libc::siginfo_t, context: *mut c_void) {
     let _errno = sys::SavedErrno::save();
     // SAFETY: the kernel passed `info` to this SA_SIGINFO handler.
@@ -375,10 +561,14 @@ extern "C" fn on_sigprof(signal: i32, info: *mut libc::siginfo_t, context: *mut 
         SAMPLER.handlers_running.fetch_sub(1, Ordering::SeqCst);
         return;
     }
-    if origin.code != sys::SI_TIMER || origin.value != cookie() {
-        // SAFETY: the kernel's arguments to this handler.
-        unsafe { program_sigprof::forward(signal, info, context) };
-        return;
+    match classify(&origin) {
+        Tick::Sample => {}
+        Tick::Quiet => return,
+        Tick::NotOurs => {
+            // SAFETY: the kernel's arguments to this handler.
+            unsafe { program_sigprof::forward(signal, info, context) };
+            return;
+        }
     }
     SAMPLER.handlers_running.fetch_add(1, Ordering::SeqCst);
     // The counting path cannot panic (checked indexing only); should it ever, sampling stops instead of

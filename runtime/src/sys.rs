@@ -873,6 +873,24 @@ pub fn start_cpu_timer(
     if unsafe { libc::timer_create(clock, &mut event, &mut timer) } != 0 {
         return Err(errno());
     }
+    let timer = CpuTimer(timer as usize);
+    if !set_timer_period(timer, first_ns, period_ns) {
+        let error = errno();
+        delete_timer(timer);
+        return Err(error);
+    }
+    Ok(timer)
+}
+
+/// Deletes a timer created by [`start_cpu_timer`].
+pub fn delete_timer(timer: CpuTimer) {
+    // SAFETY: the id came from timer_create; a stale id only makes timer_delete fail with EINVAL.
+    unsafe { libc::timer_delete(timer.0 as libc::timer_t) };
+}
+
+/// Sets a timer of [`start_cpu_timer`] going: next expiry after `first_ns`, then every `period_ns` of its clock.
+/// Async-signal-safe (`timer_settime` is, by POSIX); errno is the call's.
+pub fn set_timer_period(timer: CpuTimer, first_ns: u64, period_ns: u64) -> bool {
     let timespec = |ns: u64| libc::timespec {
         tv_sec: (ns / 1_000_000_000) as libc::time_t,
         tv_nsec: (ns % 1_000_000_000) as libc::c_long,
@@ -881,20 +899,164 @@ pub fn start_cpu_timer(
         it_interval: timespec(period_ns),
         it_value: timespec(first_ns.max(1)),
     };
-    // SAFETY: `timer` was just created; `spec` is valid; the old value is not wanted.
-    if unsafe { libc::timer_settime(timer, 0, &spec, std::ptr::null_mut()) } != 0 {
-        let error = errno();
-        // SAFETY: deleting the timer we just created.
-        unsafe { libc::timer_delete(timer) };
-        return Err(error);
-    }
-    Ok(CpuTimer(timer as usize))
+    // SAFETY: a timer id from timer_create (a stale one makes the call fail with EINVAL); `spec` is valid.
+    unsafe { libc::timer_settime(timer.0 as libc::timer_t, 0, &spec, std::ptr::null_mut()) == 0 }
 }
 
-/// Deletes a timer created by [`start_cpu_timer`].
-pub fn delete_timer(timer: CpuTimer) {
-    // SAFETY: the id came from timer_create; a stale id only makes timer_delete fail with EINVAL.
-    unsafe { libc::timer_delete(timer.0 as libc::timer_t) };
+/// `struct perf_event_attr` up to its first published size (`PERF_ATTR_SIZE_VER0`, 64 bytes): all a
+/// software counting event with a sample period needs.
+#[repr(C)]
+struct PerfEventAttr {
+    kind: u32,
+    size: u32,
+    config: u64,
+    sample_period: u64,
+    sample_type: u64,
+    read_format: u64,
+    flags: u64,
+    wakeup_events: u32,
+    bp_type: u32,
+    config1: u64,
+}
+
+const PERF_TYPE_SOFTWARE: u32 = 1;
+const PERF_COUNT_SW_TASK_CLOCK: u64 = 1;
+const PERF_ATTR_FLAG_DISABLED: u64 = 1 << 0;
+const PERF_ATTR_FLAG_EXCLUDE_KERNEL: u64 = 1 << 5;
+const PERF_ATTR_FLAG_EXCLUDE_HV: u64 = 1 << 6;
+const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 1 << 3;
+/// `_IO('$', 0)`.
+const PERF_EVENT_IOC_ENABLE: libc::c_ulong = 0x2400;
+/// `_IOW('$', 4, __u64)`.
+const PERF_EVENT_IOC_PERIOD: libc::c_ulong = 0x4008_2404;
+/// `_IOR('$', 7, __u64 *)`.
+const PERF_EVENT_IOC_ID: libc::c_ulong = 0x8008_2407;
+const F_SETSIG: i32 = 10;
+const F_SETOWN_EX: i32 = 15;
+const F_OWNER_TID: i32 = 0;
+/// `si_code` of a signal sent for an fd's `O_ASYNC` notification with data to read (`POLL_IN`).
+pub const POLL_IN: i32 = 1;
+/// Lowest descriptor a task-clock event may have: 0, 1 and 2 are the program's, open or not.
+const LOWEST_EVENT_FD: i32 = 3;
+
+/// `struct f_owner_ex`.
+#[repr(C)]
+struct OwnerEx {
+    kind: i32,
+    pid: libc::pid_t,
+}
+
+/// A per-thread task-clock perf event ([`open_task_clock`]): its descriptor and the kernel's id for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TaskClock {
+    pub fd: i32,
+    pub id: u64,
+}
+
+/// Opens a disabled `PERF_COUNT_SW_TASK_CLOCK` event on the calling thread that, once enabled
+/// ([`enable_task_clock`]), sends `signal` to this very thread
+/// (`F_SETOWN_EX`/`F_OWNER_TID`, `F_SETSIG`, `O_ASYNC`) each time `period_ns` of its CPU time in user mode
+/// elapses (`exclude_kernel`, which `perf_event_paranoid` 2 requires): the signal's `si_code` is [`POLL_IN`]
+/// and its `si_fd` the descriptor. The descriptor is `O_CLOEXEC` and never 0, 1 or 2. Errno when the kernel
+/// refuses (EACCES/EPERM: paranoid or seccomp; ENOSYS; EMFILE). Async-signal-safe (system calls only); errno
+/// preserved.
+pub fn open_task_clock(signal: i32, period_ns: u64) -> Result<TaskClock, i32> {
+    let _errno = SavedErrno::save();
+    let attr = PerfEventAttr {
+        kind: PERF_TYPE_SOFTWARE,
+        size: std::mem::size_of::<PerfEventAttr>() as u32,
+        config: PERF_COUNT_SW_TASK_CLOCK,
+        sample_period: period_ns.max(1),
+        sample_type: 0,
+        read_format: 0,
+        flags: PERF_ATTR_FLAG_DISABLED | PERF_ATTR_FLAG_EXCLUDE_KERNEL | PERF_ATTR_FLAG_EXCLUDE_HV,
+        wakeup_events: 0,
+        bp_type: 0,
+        config1: 0,
+    };
+    // SAFETY: `attr` is a valid perf_event_attr of the size it states; pid 0 and cpu -1 mean the calling
+    // thread on any CPU; no group.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_perf_event_open,
+            &attr as *const PerfEventAttr,
+            0 as libc::pid_t,
+            -1 as libc::c_int,
+            -1 as libc::c_int,
+            PERF_FLAG_FD_CLOEXEC,
+        )
+    } as i32;
+    if fd < 0 {
+        return Err(errno());
+    }
+    let fd = above_standard_streams(fd)?;
+    let owner = OwnerEx {
+        kind: F_OWNER_TID,
+        pid: gettid(),
+    };
+    // SAFETY: fcntl on our own descriptor; `owner` is a valid f_owner_ex for F_SETOWN_EX.
+    let ready = unsafe {
+        libc::fcntl(fd, F_SETOWN_EX, &owner as *const OwnerEx) == 0
+            && libc::fcntl(fd, F_SETSIG, signal) == 0
+            && libc::fcntl(fd, libc::F_SETFL, libc::O_ASYNC) == 0
+    };
+    let mut id = 0u64;
+    // SAFETY: PERF_EVENT_IOC_ID writes one u64 through the pointer.
+    let named = ready && unsafe { libc::ioctl(fd, PERF_EVENT_IOC_ID, &mut id as *mut u64) } == 0;
+    if !named {
+        let error = errno();
+        close_file(fd);
+        return Err(error);
+    }
+    Ok(TaskClock { fd, id })
+}
+
+/// `fd` itself when above 2, else a duplicate above 2 (`O_CLOEXEC`) with `fd` closed: the program may reopen
+/// its standard streams at any time.
+fn above_standard_streams(fd: i32) -> Result<i32, i32> {
+    if fd >= LOWEST_EVENT_FD {
+        return Ok(fd);
+    }
+    // SAFETY: duplicating our own descriptor.
+    let high = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, LOWEST_EVENT_FD) };
+    let error = errno();
+    close_file(fd);
+    if high < 0 { Err(error) } else { Ok(high) }
+}
+
+/// Starts the event counting (and signalling). Async-signal-safe; errno preserved.
+pub fn enable_task_clock(event: TaskClock) -> bool {
+    let _errno = SavedErrno::save();
+    // SAFETY: PERF_EVENT_IOC_ENABLE takes no argument; `event.fd` is our perf event.
+    unsafe { libc::ioctl(event.fd, PERF_EVENT_IOC_ENABLE, 0) == 0 }
+}
+
+/// Whether `event.fd` still is that event: false once the program closed the descriptor (and perhaps reused
+/// its number). Async-signal-safe; errno preserved.
+pub fn task_clock_is_open(event: TaskClock) -> bool {
+    let _errno = SavedErrno::save();
+    let mut id = 0u64;
+    // SAFETY: PERF_EVENT_IOC_ID writes one u64 through the pointer; on a descriptor that is no perf event the
+    // call fails and writes nothing.
+    (unsafe { libc::ioctl(event.fd, PERF_EVENT_IOC_ID, &mut id as *mut u64) } == 0)
+        && id == event.id
+}
+
+/// Sets the event's sample period from the next one on. Async-signal-safe; errno preserved.
+pub fn set_task_clock_period(event: TaskClock, period_ns: u64) -> bool {
+    let _errno = SavedErrno::save();
+    let period = period_ns.max(1);
+    // SAFETY: PERF_EVENT_IOC_PERIOD reads one u64 through the pointer.
+    unsafe { libc::ioctl(event.fd, PERF_EVENT_IOC_PERIOD, &period as *const u64) == 0 }
+}
+
+/// Closes the event's descriptor if it still is that event (the program may have closed it and reused the
+/// number). Async-signal-safe; errno preserved.
+pub fn close_task_clock(event: TaskClock) {
+    let _errno = SavedErrno::save();
+    if task_clock_is_open(event) {
+        close_file(event.fd);
+    }
 }
 
 type SetitimerFn = unsafe extern "C" fn(i32, *const libc::itimerval, *mut libc::itimerval) -> i32;
@@ -945,37 +1107,44 @@ pub fn rearm_profiling_timer(setting: &libc::itimerval) {
 #[derive(Clone, Copy, Debug)]
 pub struct SignalOrigin {
     pub code: i32,
+    /// `si_value` of a timer's signal (`SI_TIMER`), else 0.
     pub value: usize,
     pub overrun: i32,
+    /// `si_fd` of an `O_ASYNC` descriptor's signal (`POLL_IN`), else -1.
+    pub fd: i32,
 }
 
-/// Reads code, timer value and overrun count from a handler's siginfo.
+/// Offset of `si_fd` in a 64-bit siginfo: after `si_signo`, `si_errno`, `si_code`, padding and `si_band`.
+const SIGINFO_FD_OFFSET: usize = 24;
+
+/// Reads code, timer value, overrun count and descriptor from a handler's siginfo.
 ///
 /// # Safety
 /// `info` must be the siginfo pointer the kernel passed to an SA_SIGINFO handler, or null.
 pub unsafe fn signal_origin(info: *const libc::siginfo_t) -> SignalOrigin {
-    // SAFETY: guaranteed by the caller.
-    let Some(info) = (unsafe { info.as_ref() }) else {
-        return SignalOrigin {
-            code: 0,
-            value: 0,
-            overrun: 0,
-        };
+    let mut origin = SignalOrigin {
+        code: 0,
+        value: 0,
+        overrun: 0,
+        fd: -1,
     };
-    if info.si_code != libc::SI_TIMER {
-        return SignalOrigin {
-            code: info.si_code,
-            value: 0,
-            overrun: 0,
+    // SAFETY: guaranteed by the caller.
+    let Some(siginfo) = (unsafe { info.as_ref() }) else {
+        return origin;
+    };
+    origin.code = siginfo.si_code;
+    if siginfo.si_code == libc::SI_TIMER {
+        // SAFETY: for SI_TIMER the timer fields of the union are the ones the kernel filled in.
+        (origin.value, origin.overrun) =
+            unsafe { (siginfo.si_value().sival_ptr as usize, siginfo.si_overrun()) };
+    } else if siginfo.si_code == POLL_IN {
+        // SAFETY: for POLL_IN the kernel filled in the poll fields of the union (si_band, si_fd); siginfo_t
+        // is 128 bytes, so the offset is inside it.
+        origin.fd = unsafe {
+            std::ptr::read_unaligned(info.cast::<u8>().add(SIGINFO_FD_OFFSET).cast::<i32>())
         };
     }
-    // SAFETY: for SI_TIMER the timer fields of the union are the ones the kernel filled in.
-    let (value, overrun) = unsafe { (info.si_value().sival_ptr as usize, info.si_overrun()) };
-    SignalOrigin {
-        code: info.si_code,
-        value,
-        overrun,
-    }
+    origin
 }
 
 pub use libc::SI_TIMER;

@@ -10,7 +10,9 @@ use mslprof::dump::build::{self, Moment, Program};
 use mslprof::dump::{self, PreparedPath};
 use mslprof::histogram::BucketBits;
 use mslprof::modules::LiveModule;
-use mslprof_format::model::{Arc, Buckets, CpuTime, IncompleteCause, header_flags};
+use mslprof_format::model::{
+    Arc, Buckets, CpuTime, IncompleteCause, header_flags, sampling_sources,
+};
 use mslprof_format::stream::IoSink;
 use mslprof_format::{LinkAddress, LoadBias, RuntimeAddress};
 use mslprof_loader_hooks::{LinkRange, ModuleInfo};
@@ -77,6 +79,7 @@ fn exit_and_fatal_signal_paths_write_identical_files() {
         start_time_ns: 1_700_000_000_000_000_000,
         end_time_ns: 1_700_000_001_000_000_000,
         sample_period_ns: 10_000_000,
+        sampling_sources: sampling_sources::CPU_TIMER,
         total_samples: 12,
         unknown_samples: 1,
         cpu_time: Some(CpuTime {

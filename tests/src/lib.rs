@@ -219,6 +219,23 @@ impl Workspace {
         command
     }
 
+    /// Builds `no_perf_events`, a static launcher that runs its arguments as a command with
+    /// `perf_event_open` refused (EACCES) by a seccomp filter, as in a container that forbids it. Being static,
+    /// it does not load the runtime an `LD_PRELOAD` names; the program it executes does.
+    pub fn no_perf_events_launcher(&self) -> PathBuf {
+        let out = self.join("no_perf_events");
+        self.cc([
+            "-static".as_ref(),
+            "-O1".as_ref(),
+            "-o".as_ref(),
+            out.as_os_str(),
+            fixtures_dir("sampling")
+                .join("no_perf_events.c")
+                .as_os_str(),
+        ]);
+        out
+    }
+
     /// Reads and decodes a profile written in this directory.
     pub fn profile(&self, name: &str) -> Profile {
         read_profile(&self.join(name))

@@ -6,6 +6,7 @@
 pub mod gnu;
 pub mod mslprof;
 mod outcome;
+mod rate;
 
 use std::path::{Path, PathBuf};
 

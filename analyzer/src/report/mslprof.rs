@@ -106,7 +106,11 @@ pub fn run(
         granularity,
         hz,
     } = analyse(opts, exe, profile, &mut warnings);
-    let share_note = share_note(opts, profile, &mut totals, hz);
+    let mut share_note = share_note(opts, profile, &mut totals, hz);
+    let top_samples = g.syms.iter().map(|s| s.hist_time).fold(0.0, f64::max);
+    if let Some(rate) = super::rate::rate_line(header, top_samples) {
+        share_note = format!("{rate}\n{share_note}");
+    }
     let style = Style {
         share_note: Some(share_note),
         bsd: opts.bsd,
@@ -157,7 +161,9 @@ fn sampling_rates(profile: &Profile, rescaled: Option<(u64, u64)>) -> String {
     let off = |period_ns: u64| {
         requested > 0 && (per_second(period_ns) / f64::from(requested) - 1.0).abs() > 0.1
     };
-    if off(fastest) || off(slowest) {
+    // A file that says what sampled it opens with the fuller rate line instead (`rate::rate_line`).
+    let said_by_rate_line = super::rate::applies(&profile.header);
+    if !said_by_rate_line && (off(fastest) || off(slowest)) {
         let rate = if fastest == slowest {
             format!("{:.0}", per_second(fastest))
         } else {
@@ -226,7 +232,10 @@ fn share_note(opts: &Options, profile: &Profile, totals: &mut SampleTotals, hz: 
         )
     };
     match header.cpu_time {
-        Some(cpu) => format!("{note}\n{}", crate::cputime::report_line(cpu)),
+        Some(cpu) => format!(
+            "{note}\n{}",
+            crate::cputime::report_line(cpu, header.sampling_sources)
+        ),
         None => note,
     }
 }

@@ -15,7 +15,7 @@ pub fn profile() -> Profile {
     sparse[3] = 9;
     sparse[400] = 70_000;
     Profile {
-        format: SourceFormat::Mslprof { major: 1, minor: 2 },
+        format: SourceFormat::Mslprof { major: 1, minor: 3 },
         header: Header {
             flags: header_flags::INCOMPLETE,
             incomplete_cause: IncompleteCause::Signal,
@@ -25,6 +25,7 @@ pub fn profile() -> Profile {
             start_time_ns: 1_700_000_000_000_000_000,
             end_time_ns: 1_700_000_001_000_000_000,
             hz: 100,
+            sampling_sources: sampling_sources::TASK_CLOCK,
             sample_period_ns: 10_000_000,
             dimension: b"seconds".to_vec(),
             dimension_abbrev: b's',

@@ -27,6 +27,8 @@ pub struct Moment {
     pub start_time_ns: i64,
     pub end_time_ns: i64,
     pub sample_period_ns: u64,
+    /// What sent the sample signals (`mslprof_format::sampling_sources` bits).
+    pub sampling_sources: u32,
     pub total_samples: u64,
     pub unknown_samples: u64,
     pub cpu_time: Option<CpuTime>,
@@ -432,6 +434,7 @@ fn header_desc<'a>(
         start_time_ns: moment.start_time_ns,
         end_time_ns: moment.end_time_ns,
         hz: program.hz,
+        sampling_sources: moment.sampling_sources,
         sample_period_ns: moment.sample_period_ns,
         dimension: b"seconds",
         dimension_abbrev: b's',

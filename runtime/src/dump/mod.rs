@@ -207,6 +207,7 @@ pub fn moment() -> Moment {
         start_time_ns: DUMP.start_time_ns.load(Ordering::Relaxed),
         end_time_ns: sys::clock_ns(sys::CLOCK_REALTIME),
         sample_period_ns: sampler::measured_period_ns(),
+        sampling_sources: sampler::sources(),
         total_samples: sampler::SAMPLER.total_samples(),
         unknown_samples: sampler::SAMPLER.unknown_samples(),
         cpu_time: sys::process_cpu_ns().map(|(user_ns, system_ns)| CpuTime { user_ns, system_ns }),

@@ -3,7 +3,7 @@
 //!
 //! Run it with `cargo run --release -p mslprof-tests --bin bench` (add `-- --quick` for a fast smoke run with
 //! fewer repetitions and smaller inputs, `-- --full` for the slow large-input gprof comparisons, `-- --only
-//! calls|plt|sampling|analysis|fork` to run one suite and replace only its sections of BENCHMARKS.md). It builds the
+//! calls|plt|sampling|rate|analysis|fork` to run one suite and replace only its sections of BENCHMARKS.md). It builds the
 //! release runtime and analyzer itself.
 //!
 //! Every mslprof run profiles every module by leaving `LD_PROFILE` unset (which means ALL): any value of that
@@ -16,6 +16,7 @@ mod fixtures;
 mod fork;
 mod measure;
 mod plt;
+mod rate;
 mod report;
 mod sampling;
 mod workingset;
@@ -59,7 +60,9 @@ fn run() -> Result<(), String> {
             "--only" => only = args.next(),
             "--synthetic-gmon" => return analysis::synthetic_gmon_main(&args.collect::<Vec<_>>()),
             "-h" | "--help" => {
-                println!("usage: bench [--quick|--full] [--only calls|plt|sampling|analysis|fork]");
+                println!(
+                    "usage: bench [--quick|--full] [--only calls|plt|sampling|rate|analysis|fork]"
+                );
                 return Ok(());
             }
             other => return Err(format!("unknown argument {other}")),
@@ -112,6 +115,10 @@ fn run() -> Result<(), String> {
     if wanted("sampling") {
         eprintln!("bench: sampling overhead and RSS");
         measured_memory.push(sampling::run(&env)?);
+    }
+    if wanted("rate") {
+        eprintln!("bench: sampling rate achieved and its cost at 100, 1000 and 4000 Hz");
+        sections.push(rate::run(&env)?);
     }
     if wanted("analysis") {
         eprintln!("bench: report generation, mslprof against GNU gprof");

@@ -7,6 +7,27 @@ use crate::{Env, Scale, fixtures};
 
 pub use mslprof_tests::real_rustc;
 
+/// Writes a one-line crate into `dir`; the rustc arguments that compile it with `-O`.
+pub fn small_crate(dir: &std::path::Path) -> Result<Vec<String>, String> {
+    std::fs::write(
+        dir.join("small.rs"),
+        "pub fn f(v: &[u64]) -> u64 { v.iter().map(|x| x * 3).sum() }\n",
+    )
+    .map_err(|e| e.to_string())?;
+    Ok([
+        "--crate-type",
+        "lib",
+        "--edition",
+        "2021",
+        "-O",
+        "small.rs",
+        "-o",
+        "small.rlib",
+    ]
+    .map(String::from)
+    .to_vec())
+}
+
 /// One table row: the run, its command, its medians and its CPU-time overhead over `base` (the plain run).
 /// CPU time (user + system) carries the real cost of sampling, signal delivery and the handler, and is far
 /// steadier than wall time on a shared machine.
@@ -59,24 +80,9 @@ pub fn run(env: &Env) -> Result<Section, String> {
         "Targets: ≤ 1 % overhead at 100 Hz, ≤ 3 % at the maximum rate (MSLPROF_HZ=1000 asks for more than the kernel tick gives).".to_string(),
     ];
     if let Some(rustc) = real_rustc() {
-        let src = dir.join("small.rs");
-        std::fs::write(
-            &src,
-            "pub fn f(v: &[u64]) -> u64 { v.iter().map(|x| x * 3).sum() }\n",
-        )
-        .map_err(|e| e.to_string())?;
-        let args = [
-            "--crate-type",
-            "lib",
-            "--edition",
-            "2021",
-            "-O",
-            "small.rs",
-            "-o",
-            "small.rlib",
-        ];
+        let args = small_crate(&dir)?;
         let invs = [
-            Invocation::new("rustc plain", &rustc, &dir).args(args),
+            Invocation::new("rustc plain", &rustc, &dir).args(args.clone()),
             Invocation::new("rustc under mslprof", &rustc, &dir)
                 .args(args)
                 .env("LD_PRELOAD", preload),
