@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use mslprof_format::model::Profile;
 use mslprof_format::{FileFormat, GnuTarget, InputFormat, ReadError};
 
-use crate::symbols::SymbolError;
+use crate::elf::symbols::SymbolError;
 
 /// A failure that stops the report. Its text is `FILE: PROBLEM`.
 #[derive(Debug, thiserror::Error)]
@@ -37,7 +37,7 @@ pub enum Error {
     #[error("{}: {problem}", path.display())]
     MapFile {
         path: PathBuf,
-        problem: crate::filemap::MapError,
+        problem: crate::elf::filemap::MapError,
     },
     /// The executable's code is not where the GNU profile's samples are.
     #[error(

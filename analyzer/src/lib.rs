@@ -1,38 +1,24 @@
 //! mslprof's analyzer: reads GNU and mslprof profiles, maps each module's samples and arcs to that
 //! module's ELF symbols and prints gprof-compatible reports.
+//!
+//! The folders: `elf/` reads the profiled binaries (symbols, DWARF lines, where a module's file is found);
+//! `gprof/` holds gprof's analyses and their text; `stages/` is the pipeline from a profile to a report;
+//! `report/` the report of a GNU and of an mslprof profile; `export/` the other formats. The files at this
+//! level serve several of them: reading and summing profiles (`input`, `merge`), the options, the output
+//! buffer, glibc's `qsort` (for gprof's orderings), the module table. The `mslprof` binary's command line is
+//! `cli/` (not part of this library).
 
-pub mod annotate;
-pub mod arcs;
-pub mod binpath;
-pub mod blurbs;
-pub mod bounds;
-pub mod callgraph;
-pub mod cformat;
 pub mod cputime;
-pub mod cycles;
-pub mod execcounts;
+pub mod elf;
 pub mod export;
 pub mod family;
-pub mod fileinfo;
-pub mod filemap;
-pub mod flat;
-pub mod graph;
-pub mod histogram;
+pub mod gprof;
 pub mod input;
-pub mod lines;
 pub mod merge;
 pub mod modtable;
-pub mod nearest_function;
 pub mod options;
-pub mod ordering;
 pub mod output;
 pub mod qsort;
 pub mod report;
 pub mod stages;
-pub mod staticcalls;
-pub mod style;
-pub mod summary;
-pub mod symbols;
-pub mod symspec;
-pub mod symtab;
 pub mod sys;

@@ -3,8 +3,8 @@
 
 use std::path::PathBuf;
 
-use crate::symbols::Demangle;
-use crate::symspec::Table;
+use crate::elf::symbols::Demangle;
+use crate::gprof::symspec::Table;
 
 /// Everything the command line decides about the report.
 #[derive(Clone, Debug)]
@@ -35,7 +35,7 @@ pub struct Options {
     pub exec: Option<bool>,
     /// `-A`/`-J`: annotated source requested or suppressed, and how it is printed.
     pub anno: Option<bool>,
-    pub annotate: crate::annotate::AnnotateOptions,
+    pub annotate: crate::gprof::annotate::AnnotateOptions,
     /// `-r`: the suggested function order.
     pub function_order: bool,
     /// `-R map_file`: the suggested object-file order, from an nm-style map.
@@ -78,7 +78,7 @@ impl Default for Options {
             line: false,
             exec: None,
             anno: None,
-            annotate: crate::annotate::AnnotateOptions::default(),
+            annotate: crate::gprof::annotate::AnnotateOptions::default(),
             function_order: false,
             file_order: None,
             hide_overhead: false,

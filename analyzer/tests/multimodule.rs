@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use mslprof_analyzer::symbols::{self, SelectOptions};
+use mslprof_analyzer::elf::symbols::{self, SelectOptions};
 use mslprof_format::model::*;
 use mslprof_format::{LinkAddress, LoadBias};
 use mslprof_tests::analyzer::have;

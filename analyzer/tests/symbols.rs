@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use mslprof_analyzer::symbols::{self, SelectOptions};
+use mslprof_analyzer::elf::symbols::{self, SelectOptions};
 use mslprof_tests::analyzer::have;
 use mslprof_tests::cc;
 

@@ -38,7 +38,7 @@ const SAVED: &[u8] = b"MSLPROF_REEXEC_SET_";
 const AUDIT_FILE: &[u8] = b"libmslprof_audit.so";
 /// The tunable that sizes the static TLS surplus under an audit module (glibc BZ #31991).
 const STATIC_TLS_TUNABLE: &[u8] = b"glibc.rtld.optional_static_tls";
-/// The least surplus asked for: `mslprof run`'s (analyzer/src/commands.rs), enough for rustc.
+/// The least surplus asked for: `mslprof run`'s (analyzer/src/cli/commands.rs), enough for rustc.
 const MIN_STATIC_TLS: usize = 65536;
 
 /// The entries of a NULL-terminated environment array (empty for a null array).

@@ -151,26 +151,27 @@ fn find_cycle(edges: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>>
     None
 }
 
-/// (crate folder, root files whose modules form one compilation unit)
-const UNITS: &[(&str, &str)] = &[
-    ("runtime", "lib.rs"),
-    ("loader-hooks", "lib.rs"),
-    ("format-spec", "lib.rs"),
-    ("analyzer", "lib.rs"),
-    ("analyzer", "main.rs"),
+/// (crate folder, the folder of a compilation unit's root file in it, that root file): the root declares the
+/// unit's modules, which live in its folder (the analyzer's binary keeps its command line in `src/cli`).
+const UNITS: &[(&str, &str, &str)] = &[
+    ("runtime", "src", "lib.rs"),
+    ("loader-hooks", "src", "lib.rs"),
+    ("format-spec", "src", "lib.rs"),
+    ("analyzer", "src", "lib.rs"),
+    ("analyzer", "src/cli", "main.rs"),
 ];
 
 #[test]
 fn modules_inside_each_crate_depend_on_each_other_without_cycles() {
     let root = workspace();
-    for (krate, unit_root) in UNITS {
-        let src = root.join(krate).join("src");
+    for (krate, folder, unit_root) in UNITS {
+        let src = root.join(krate).join(folder);
         let modules = declared_modules(&src.join(unit_root));
         assert!(modules.len() > 3, "{krate}/{unit_root}: {modules:?}");
         let edges = graph(&src, &modules);
         assert!(
             find_cycle(&edges).is_none(),
-            "{krate}/src/{unit_root}: module cycle {:?}",
+            "{krate}/{folder}/{unit_root}: module cycle {:?}",
             find_cycle(&edges)
         );
         if let Some(sys) = edges.get("sys") {

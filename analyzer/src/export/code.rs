@@ -9,9 +9,9 @@ use std::path::Path;
 use iced_x86::{Decoder, DecoderOptions, Instruction, Mnemonic};
 use object::{Object, ObjectSegment, SegmentFlags};
 
-use crate::lines::{Context, with_dwarf};
-use crate::staticcalls::{code_bytes, got_slots, plt_targets};
-use crate::symbols::COUNTING_IMPORTS;
+use crate::elf::lines::{Context, with_dwarf};
+use crate::elf::symbols::COUNTING_IMPORTS;
+use crate::gprof::staticcalls::{code_bytes, got_slots, plt_targets};
 
 /// One source frame of an address: the innermost is where the instruction's line is, the others are the
 /// calls of the inlined functions around it (the outermost is the real function).
@@ -101,7 +101,7 @@ impl ModuleCode {
             }
         };
         code.has_lines = with_dwarf(&file, &mut look_up).is_some()
-            || crate::symbols::with_debug_file(path, &file, |debug| {
+            || crate::elf::symbols::with_debug_file(path, &file, |debug| {
                 with_dwarf(debug, &mut look_up).is_some()
             })
             .unwrap_or(false);

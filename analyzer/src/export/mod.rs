@@ -83,12 +83,12 @@ impl Prepared {
         let merged = crate::merge::merge(&inputs, false)?;
         let mut warnings = Vec::new();
         let opts = Options {
-            binary_path: crate::binpath::from_environment(),
+            binary_path: crate::elf::binpath::from_environment(),
             ..Options::default()
         };
         let mut analysis =
             crate::report::mslprof::analyse(&opts, None, &merged.profile, &mut warnings);
-        crate::callgraph::assemble(&mut analysis.graph, &analysis.filters);
+        crate::gprof::callgraph::assemble(&mut analysis.graph, &analysis.filters);
         Ok(Prepared {
             profile: merged.profile,
             instances: merged.instances,

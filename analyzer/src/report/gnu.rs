@@ -5,14 +5,14 @@ use mslprof_format::LinkAddress;
 use std::cell::Cell;
 use std::path::Path;
 
-use crate::graph::Graph;
+use crate::gprof::graph::Graph;
+use crate::gprof::style::Style;
 use crate::input::{Error, Input, Missing};
 use crate::options::Options;
 use crate::output::Out;
 use crate::stages::render::Found;
 use crate::stages::samples::GnuHistogram;
 use crate::stages::{arcs, graph, render, samples, symbols};
-use crate::style::Style;
 
 use crate::report::outcome::Outcome;
 
@@ -34,7 +34,7 @@ pub fn run(
     let sum = samples::sum_gnu(&mut inputs)?;
     let have_arcs = arcs::gnu(&mut g, &inputs, &filters);
     if opts.file_info {
-        out.push_str(&crate::fileinfo::gnu(&inputs));
+        out.push_str(&crate::gprof::fileinfo::gnu(&inputs));
         return Ok(Outcome {
             warnings,
             summary: None,
@@ -82,7 +82,7 @@ pub fn run(
         line_granularity: opts.line,
         multi_module: false,
         first_output: Cell::new(true),
-        index_width: Cell::new(crate::callgraph::INDEX_WIDTH),
+        index_width: Cell::new(crate::gprof::callgraph::INDEX_WIDTH),
         share_note: None,
     };
     let found = Found {
@@ -99,7 +99,7 @@ pub fn run(
         opts,
     ));
     if let Some(map) = &file_map {
-        crate::ordering::print_file_order(out, &g, map);
+        crate::gprof::ordering::print_file_order(out, &g, map);
     }
     Ok(Outcome { warnings, summary })
 }
@@ -109,9 +109,9 @@ fn gmon_sum(g: &Graph, sum: &GnuHistogram, inputs: &[Input], opts: &Options) -> 
     use mslprof_format::InputFormat;
     match opts.file_format {
         InputFormat::Bsd | InputFormat::Bsd44 => {
-            crate::summary::bsd(g, &sum.hist, sum.hz, opts.file_format)
+            crate::gprof::summary::bsd(g, &sum.hist, sum.hz, opts.file_format)
         }
-        _ => crate::summary::gnu(g, &sum.hist, sum.hz, &sum.dimension, sum.abbrev, inputs),
+        _ => crate::gprof::summary::gnu(g, &sum.hist, sum.hz, &sum.dimension, sum.abbrev, inputs),
     }
 }
 

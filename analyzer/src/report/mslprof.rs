@@ -7,21 +7,21 @@ use std::path::Path;
 
 use mslprof_format::model::{IncompleteCause, Profile, header_flags};
 
-use crate::graph::Graph;
-use crate::histogram::SampleTotals;
+use crate::gprof::graph::Graph;
+use crate::gprof::histogram::SampleTotals;
+use crate::gprof::style::Style;
+use crate::gprof::symspec::Filters;
 use crate::input::{Error, Input, Refusal};
 use crate::options::Options;
 use crate::output::Out;
 use crate::stages::render::Found;
 use crate::stages::{arcs, graph, render, samples, symbols};
-use crate::style::Style;
-use crate::symspec::Filters;
 
 use crate::report::outcome::Outcome;
 
 /// The analysis of a merged mslprof profile that the report and the exports share: every profiled
 /// module's symbols, the arcs tallied between them and the samples credited to them (time is not yet
-/// propagated: [`crate::callgraph::assemble`] does that).
+/// propagated: [`crate::gprof::callgraph::assemble`] does that).
 pub struct Analysis {
     pub graph: Graph,
     pub filters: Filters,
@@ -70,7 +70,7 @@ pub fn run(
 ) -> Result<Outcome, Error> {
     let mut warnings: Vec<String> = inputs.iter().filter_map(incomplete).collect();
     if opts.file_info {
-        out.push_str(&crate::fileinfo::mslprof(inputs));
+        out.push_str(&crate::gprof::fileinfo::mslprof(inputs));
         return Ok(Outcome {
             warnings,
             summary: None,
@@ -126,7 +126,7 @@ pub fn run(
         line_granularity: opts.line,
         multi_module: true,
         first_output: Cell::new(true),
-        index_width: Cell::new(crate::callgraph::INDEX_WIDTH),
+        index_width: Cell::new(crate::gprof::callgraph::INDEX_WIDTH),
     };
     let rates = sampling_rates(profile, merged.rescaled);
     out.push_str(&rates);

@@ -6,11 +6,11 @@ use std::path::Path;
 use mslprof_format::LinkAddress;
 use mslprof_format::model::{Profile, UNKNOWN_KEY};
 
-use crate::arcs::{RawArc, TallyStats, tally};
-use crate::graph::Graph;
+use crate::gprof::arcs::{RawArc, TallyStats, tally};
+use crate::gprof::graph::Graph;
+use crate::gprof::symspec::Filters;
 use crate::input::Input;
 use crate::options::{DEBUG_STATIC_CALLS, Options};
-use crate::symspec::Filters;
 
 /// GNU input: the arcs of every file, in file order. Counts are 32-bit in gmon.out; arcs whose caller is
 /// in no function are dropped, as gprof drops them. Returns whether any file had arcs.
@@ -83,9 +83,14 @@ pub fn static_arcs(
 ) {
     use std::io::Write as _;
     let mut lines = Vec::new();
-    if let Err(e) =
-        crate::staticcalls::add_static_arcs(g, module, path, accept, cross_module, &mut lines)
-    {
+    if let Err(e) = crate::gprof::staticcalls::add_static_arcs(
+        g,
+        module,
+        path,
+        accept,
+        cross_module,
+        &mut lines,
+    ) {
         warnings.push(format!("{}: -c: {e}", path.display()));
     }
     if opts.debug & DEBUG_STATIC_CALLS != 0 {

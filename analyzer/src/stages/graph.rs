@@ -4,11 +4,11 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::graph::{Graph, Sym};
+use crate::elf::symbols;
+use crate::gprof::graph::{Graph, Sym};
+use crate::gprof::symspec::{Filters, Table};
 use crate::options::{DEBUG_SYMBOLS, Options};
 use crate::stages::symbols::LoadedModule;
-use crate::symbols;
-use crate::symspec::{Filters, Table};
 
 /// Build the symbol table of `modules`. `multi_module` (mslprof input) numbers load instances of one file
 /// (`libplugin.so#2`) and gives names found in more than one module a `@module` qualifier.

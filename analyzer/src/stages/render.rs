@@ -6,14 +6,14 @@ use std::fmt::Write as _;
 
 use mslprof_format::model::Profile;
 
-use crate::graph::Graph;
-use crate::histogram::SampleTotals;
+use crate::gprof::graph::Graph;
+use crate::gprof::histogram::SampleTotals;
+use crate::gprof::style::Style;
+use crate::gprof::symspec::Filters;
 use crate::modtable::Row;
 use crate::options::Options;
 use crate::output::Out;
 use crate::stages::symbols::is_runtime;
-use crate::style::Style;
-use crate::symspec::Filters;
 
 /// What the earlier stages found: which sections have data.
 #[derive(Clone, Copy, Debug)]
@@ -36,37 +36,37 @@ pub fn tables(
     let want_flat = found.have_hist && want_flat;
     let want_graph = found.have_arcs && want_graph;
     let (time_sorted, print_time) = if found.have_arcs {
-        crate::callgraph::assemble(g, filters)
+        crate::gprof::callgraph::assemble(g, filters)
     } else {
         (Vec::new(), 0.0)
     };
     if style.bsd {
         if want_graph {
-            crate::callgraph::print(out, g, &time_sorted, print_time, style);
+            crate::gprof::callgraph::print(out, g, &time_sorted, print_time, style);
         }
         if want_flat {
-            crate::flat::print(out, g, totals.total_time, filters, style);
+            crate::gprof::flat::print(out, g, totals.total_time, filters, style);
         }
     } else {
         if want_flat {
-            crate::flat::print(out, g, totals.total_time, filters, style);
+            crate::gprof::flat::print(out, g, totals.total_time, filters, style);
         }
         if want_graph {
-            crate::callgraph::print(out, g, &time_sorted, print_time, style);
+            crate::gprof::callgraph::print(out, g, &time_sorted, print_time, style);
         }
     }
     if want_graph {
-        crate::callgraph::print_index(out, g, style);
+        crate::gprof::callgraph::print_index(out, g, style);
     }
     if opts.exec == Some(true) {
-        crate::execcounts::print(out, g, filters, style);
+        crate::gprof::execcounts::print(out, g, filters, style);
     }
     let mut warnings = Vec::new();
     if opts.anno == Some(true) {
-        warnings = crate::annotate::print(out, g, filters, style, &opts.annotate);
+        warnings = crate::gprof::annotate::print(out, g, filters, style, &opts.annotate);
     }
     if opts.function_order {
-        crate::ordering::print(out, g, style, want_graph);
+        crate::gprof::ordering::print(out, g, style, want_graph);
     }
     warnings
 }

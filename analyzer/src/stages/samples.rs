@@ -3,10 +3,10 @@
 
 use mslprof_format::model::{Buckets, HistRange, Histogram, Profile, SourceFormat};
 
-use crate::graph::Graph;
-use crate::histogram::{self, SampleTotals};
+use crate::gprof::graph::Graph;
+use crate::gprof::histogram::{self, SampleTotals};
+use crate::gprof::symspec::Filters;
 use crate::input::{Error, Input, Mismatch};
-use crate::symspec::Filters;
 
 /// The samples credited to the graph, and what the report says about them.
 pub struct Samples {

@@ -7,12 +7,12 @@ use std::path::{Path, PathBuf};
 
 use mslprof_format::model::{Module, Profile, module_flags};
 
-use crate::filemap::FileMap;
-use crate::graph::ModuleView;
+use crate::elf::filemap::FileMap;
+use crate::elf::symbols::SymbolError;
+use crate::elf::symbols::{self, Demangle, FunctionSymbol, SelectOptions};
+use crate::gprof::graph::ModuleView;
 use crate::input::Error;
 use crate::options::Options;
-use crate::symbols::SymbolError;
-use crate::symbols::{self, Demangle, FunctionSymbol, SelectOptions};
 
 /// One module as the symbol stage leaves it: its view, and its symbols with how to print their names
 /// (`None` when the module gets no functions of its own).
@@ -21,7 +21,7 @@ pub struct LoadedModule {
     pub symbols: Option<(Vec<FunctionSymbol>, Demangle)>,
 }
 
-pub use crate::symtab::OVERHEAD_ROW;
+pub use crate::elf::symtab::OVERHEAD_ROW;
 
 /// The last component of `path`.
 pub fn file_name(path: &str) -> String {
@@ -154,7 +154,7 @@ pub fn mslprof(
         };
         let file: PathBuf = match (m.is_main_program(), exe) {
             (true, Some(e)) => e.to_path_buf(),
-            _ => crate::binpath::locate(
+            _ => crate::elf::binpath::locate(
                 Path::new(&*String::from_utf8_lossy(&m.path)),
                 &m.build_id,
                 &opts.binary_path,

@@ -1,7 +1,8 @@
 //! mslprof: gprof-compatible reports over multi-module profiles.
 //!
 //! `mslprof [gprof options] [executable [profile-files...]]` reports like GNU gprof;
-//! `mslprof run`, `mslprof demo` and `mslprof export` are the subcommands.
+//! `mslprof run`, `mslprof demo` and `mslprof export` are the subcommands. This folder is the binary: the
+//! command line over the `mslprof_analyzer` library.
 
 use std::process::ExitCode;
 

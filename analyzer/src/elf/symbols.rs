@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use object::{Object, ObjectSection, ObjectSymbol, SectionFlags, SymbolFlags, SymbolSection};
 
-pub use crate::symtab::{FunctionSymbol, LinkAddress, finalize};
+pub use crate::elf::symtab::{FunctionSymbol, LinkAddress, finalize};
 
 /// What was read from one module's ELF file.
 #[derive(Clone, Debug, Default)]
@@ -56,10 +56,10 @@ pub struct SelectOptions {
     /// credited to whatever function happens to precede them, and let the last function of a module
     /// reach the end of its executable sections (BOLT-processed libraries have several).
     pub keep_split_parts: bool,
-    /// `-l`: add one symbol per source line (see [`crate::lines`]).
+    /// `-l`: add one symbol per source line (see [`crate::elf::lines`]).
     pub lines: bool,
     /// mslprof's rule for multi-module reports: a function covers only its own bytes; PLT stubs, functions
-    /// known from unwind tables and unknown ranges get rows of their own (see [`crate::bounds`]).
+    /// known from unwind tables and unknown ranges get rows of their own (see [`crate::elf::bounds`]).
     pub exact_bounds: bool,
 }
 
@@ -335,10 +335,10 @@ fn add_source_files(files: &mut Vec<String>, syms: &[FunctionSymbol]) {
 /// Fill in source file and line of each symbol from DWARF line tables, as gprof's `get_src_info` does;
 /// returns the files in the order they were first seen.
 fn attach_sources(file: &object::File<'_>, syms: &mut [FunctionSymbol]) -> Vec<String> {
-    let first_rows = crate::lines::FirstFileRows::new(file);
-    crate::lines::with_dwarf(file, |ctx| {
+    let first_rows = crate::elf::lines::FirstFileRows::new(file);
+    crate::elf::lines::with_dwarf(file, |ctx| {
         for s in syms.iter_mut() {
-            if let Some((f, l)) = crate::lines::source_position(ctx, &first_rows, s.addr.0)
+            if let Some((f, l)) = crate::elf::lines::source_position(ctx, &first_rows, s.addr.0)
                 && l != 0
             {
                 s.file = Some(f);
@@ -366,17 +366,17 @@ fn with_line_symbols(
     else {
         return funcs;
     };
-    let functions = crate::lines::function_boundaries(dwarf);
+    let functions = crate::elf::lines::function_boundaries(dwarf);
     // gprof's symbols are the module's; a stripped module's are in its debug file.
     let symbol_file = if module.symbols().next().is_some() {
         module
     } else {
         dwarf
     };
-    let mut nearest = crate::nearest_function::NearestFunction::new(symbol_file);
-    let first_rows = crate::lines::FirstFileRows::new(dwarf);
-    let Some(mut all) = crate::lines::with_dwarf(dwarf, |ctx| {
-        crate::lines::line_symbols(ctx, &funcs, &mut nearest, &first_rows, text, &functions)
+    let mut nearest = crate::elf::nearest_function::NearestFunction::new(symbol_file);
+    let first_rows = crate::elf::lines::FirstFileRows::new(dwarf);
+    let Some(mut all) = crate::elf::lines::with_dwarf(dwarf, |ctx| {
+        crate::elf::lines::line_symbols(ctx, &funcs, &mut nearest, &first_rows, text, &functions)
     }) else {
         return funcs;
     };
@@ -432,7 +432,7 @@ pub fn load(path: &Path, opts: SelectOptions) -> Result<ModuleSymbols, SymbolErr
 pub fn load_mapped(
     path: &Path,
     opts: SelectOptions,
-    map: Option<&crate::filemap::FileMap>,
+    map: Option<&crate::elf::filemap::FileMap>,
 ) -> Result<ModuleSymbols, SymbolError> {
     let data = crate::sys::map_file(path)?;
     let data: &[u8] = &data;
@@ -463,7 +463,7 @@ pub fn load_mapped(
             None => syms,
         };
         let syms = if opts.exact_bounds {
-            crate::bounds::layout(&file, syms, &module)
+            crate::elf::bounds::layout(&file, syms, &module)
         } else {
             finalize(syms, text_end)
         };

@@ -2,7 +2,7 @@
 //! (so cycle numbers, cycle heads and member order match gprof), but iterative and with O(1) lookups of
 //! stack positions and chain tails so that large graphs stay fast.
 
-use crate::graph::{DFN_BUSY, DFN_NAN, Graph, NONE, Sym};
+use crate::gprof::graph::{DFN_BUSY, DFN_NAN, Graph, NONE, Sym};
 
 struct Dfn {
     /// The depth-first stack, 1-based like gprof's (`stack[0]` unused).

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use crate::symtab::FunctionSymbol;
+use crate::elf::symtab::FunctionSymbol;
 
 /// One map line: an object file and a function defined in it.
 #[derive(Clone, Debug)]

@@ -52,8 +52,8 @@ impl Style {
             let _ = write!(
                 out,
                 " for {:.2}% of {:.2} {}\n\n",
-                crate::cformat::CFloat(100.0 / time),
-                crate::cformat::CFloat(time / self.hz),
+                crate::gprof::cformat::CFloat(100.0 / time),
+                crate::gprof::cformat::CFloat(time / self.hz),
                 dimension
             );
         }

@@ -8,12 +8,12 @@ use std::process::ExitCode;
 use clap::Parser;
 use mslprof_format::InputFormat;
 
+use mslprof_analyzer::elf::symbols::Demangle;
+use mslprof_analyzer::gprof::symspec::Table;
 use mslprof_analyzer::input::{Error, FirstFile, first_file, is_mslprof_file};
 use mslprof_analyzer::options::{Options, OptionsError};
 use mslprof_analyzer::output::Out;
 use mslprof_analyzer::report::analyse;
-use mslprof_analyzer::symbols::Demangle;
-use mslprof_analyzer::symspec::Table;
 
 use crate::arguments;
 
@@ -366,7 +366,7 @@ fn options_from(cli: &Cli) -> Result<Options, OptionsError> {
             .iter()
             .flat_map(std::env::split_paths)
             .filter(|p| !p.as_os_str().is_empty())
-            .chain(mslprof_analyzer::binpath::from_environment())
+            .chain(mslprof_analyzer::elf::binpath::from_environment())
             .collect(),
         separate_instances: cli.separate_instances,
         line: cli.line,

@@ -5,9 +5,9 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
-const DEMO_MAIN: &str = include_str!("../demo/demo.c");
-const DEMO_SHAPES: &str = include_str!("../demo/shapes.c");
-const DEMO_TEXT: &str = include_str!("../demo/text.c");
+const DEMO_MAIN: &str = include_str!("../../demo/demo.c");
+const DEMO_SHAPES: &str = include_str!("../../demo/shapes.c");
+const DEMO_TEXT: &str = include_str!("../../demo/text.c");
 
 /// `libmslprof.so`: `$MSLPROF_LIBRARY`, else next to this binary (or in its `deps/` or `../lib/`), else the
 /// copy embedded in a release build, written to a private folder.

@@ -9,7 +9,7 @@
 
 use std::collections::HashSet;
 
-use crate::graph::Graph;
+use crate::gprof::graph::Graph;
 
 /// Which table a symspec goes to (gprof's `INCL_FLAT` … `EXCL_ARCS`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -23,7 +23,7 @@ pub fn from_environment() -> Vec<PathBuf> {
 pub fn build_id(path: &Path) -> Option<Vec<u8>> {
     let data = crate::sys::map_file(path).ok()?;
     let file = object::File::parse(&*data).ok()?;
-    crate::symbols::build_id_of(&file)
+    crate::elf::symbols::build_id_of(&file)
 }
 
 /// The file to read for a module recorded at `recorded` with build-id `wanted` (empty when the profile has
@@ -38,7 +38,7 @@ pub fn locate(recorded: &Path, wanted: &[u8], folders: &[PathBuf]) -> PathBuf {
         return recorded.to_path_buf();
     }
     if wanted.len() > 1 {
-        let hex = crate::symbols::hex;
+        let hex = crate::elf::symbols::hex;
         let (head, rest) = (hex(&wanted[..1]), hex(&wanted[1..]));
         for folder in folders {
             let cached = folder.join(".build-id").join(&head);

@@ -4,12 +4,12 @@
 use std::cmp::Ordering;
 use std::fmt::Write as _;
 
-use crate::cformat::CFloat;
-use crate::cycles;
-use crate::graph::{Graph, NONE, Sym};
+use crate::gprof::cformat::CFloat;
+use crate::gprof::cycles;
+use crate::gprof::graph::{Graph, NONE, Sym};
+use crate::gprof::style::Style;
+use crate::gprof::symspec::{Filters, Table};
 use crate::output::Out;
-use crate::style::Style;
-use crate::symspec::{Filters, Table};
 
 /// Run gprof's whole call-graph analysis. Returns all symbols and cycles sorted for printing, and the
 /// total propagated time (gprof's `print_time`).
@@ -31,7 +31,7 @@ pub fn assemble(g: &mut Graph, filters: &Filters) -> (Vec<usize>, f64) {
         sym.prop_self = 0.0;
         sym.prop_child = 0.0;
         sym.print_flag = false;
-        sym.top_order = crate::graph::DFN_NAN;
+        sym.top_order = crate::gprof::graph::DFN_NAN;
         sym.cyc_num = 0;
         sym.cyc_head = s;
         sym.cyc_next = NONE;
@@ -267,7 +267,7 @@ fn cmp_arc(g: &Graph, l: usize, r: usize) -> Ordering {
     if ra.parent == ra.child {
         return Ordering::Greater;
     }
-    let in_cycle = |a: &crate::graph::CgArc| {
+    let in_cycle = |a: &crate::gprof::graph::CgArc| {
         let (p, c) = (&g.syms[a.parent], &g.syms[a.child]);
         p.cyc_num != 0 && c.cyc_num != 0 && p.cyc_num == c.cyc_num
     };
@@ -297,7 +297,7 @@ pub fn print(out: &mut Out, g: &mut Graph, time_sorted: &[usize], print_time: f6
     }
     let iw = style.index_width.get();
     if style.descriptions && style.bsd {
-        out.push_str(crate::blurbs::BSD_CALL_GRAPH);
+        out.push_str(crate::gprof::blurbs::BSD_CALL_GRAPH);
     }
     style.begin_section(out);
     if !style.bsd {
@@ -369,7 +369,7 @@ pub fn print(out: &mut Out, g: &mut Graph, time_sorted: &[usize], print_time: f6
         }
     }
     if style.descriptions && !style.bsd {
-        out.push_str(crate::blurbs::CALL_GRAPH);
+        out.push_str(crate::gprof::blurbs::CALL_GRAPH);
     }
 }
 

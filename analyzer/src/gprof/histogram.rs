@@ -5,8 +5,8 @@
 use mslprof_format::LinkAddress;
 use mslprof_format::model::Histogram;
 
-use crate::graph::Graph;
-use crate::symspec::{Filters, Table};
+use crate::gprof::graph::Graph;
+use crate::gprof::symspec::{Filters, Table};
 
 /// Per-run totals of sample assignment.
 #[derive(Clone, Copy, Debug, Default)]

@@ -20,7 +20,7 @@ use addr2line::gimli;
 use gimli::UnwindSection as _;
 use object::{Object, ObjectSection, ObjectSymbol, ObjectSymbolTable, SectionFlags};
 
-use crate::symtab::FunctionSymbol;
+use crate::elf::symtab::FunctionSymbol;
 
 /// Ranges shorter than this between two known functions are taken as padding of the first.
 const PADDING: u64 = 64;
@@ -164,7 +164,7 @@ pub fn layout(
         let e = sizes.entry(s.addr).or_insert(0);
         *e = (*e).max(s.size);
     }
-    let chosen = crate::symtab::finalize(syms, LinkAddress(0));
+    let chosen = crate::elf::symtab::finalize(syms, LinkAddress(0));
     let mut pieces: Vec<Piece> = chosen
         .into_iter()
         .map(|s| Piece {

@@ -7,7 +7,7 @@ use std::ops::Range;
 
 use mslprof_format::LinkAddress;
 
-use crate::symtab::FunctionSymbol;
+use crate::elf::symtab::FunctionSymbol;
 
 /// "No symbol" in the linked lists below.
 pub const NONE: usize = usize::MAX;

@@ -4,8 +4,8 @@
 use mslprof_format::LinkAddress;
 use mslprof_format::model::UNKNOWN_KEY;
 
-use crate::graph::Graph;
-use crate::symspec::Filters;
+use crate::gprof::graph::Graph;
+use crate::gprof::symspec::Filters;
 
 /// Outcome counters of tallying.
 #[derive(Clone, Copy, Debug, Default)]

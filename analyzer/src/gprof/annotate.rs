@@ -6,10 +6,10 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use crate::graph::Graph;
+use crate::gprof::graph::Graph;
+use crate::gprof::style::Style;
+use crate::gprof::symspec::{Filters, Table};
 use crate::output::Out;
-use crate::style::Style;
-use crate::symspec::{Filters, Table};
 
 /// Width of the count column.
 const WIDTH: usize = 16;
@@ -244,13 +244,13 @@ pub fn print(
             "\nExecution Summary:\n\n{:>9}   Executable lines in this file\n{:>9}   Lines executed\n{:>9.2}   Percent of the file executed\n\n{:>9}   Total number of line executions\n{:>9.2}   Average executions per line\n",
             exe,
             counter.executed,
-            crate::cformat::CFloat(if exe > 0 {
+            crate::gprof::cformat::CFloat(if exe > 0 {
                 100.0 * counter.executed as f64 / exe as f64
             } else {
                 100.0
             }),
             file_calls[i],
-            crate::cformat::CFloat(if exe > 0 {
+            crate::gprof::cformat::CFloat(if exe > 0 {
                 file_calls[i] as f64 / exe as f64
             } else {
                 0.0

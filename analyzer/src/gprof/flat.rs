@@ -3,13 +3,13 @@
 
 use std::fmt::Write as _;
 
-use crate::callgraph::{name_full, name_only};
-use crate::cformat::CFloat;
-use crate::graph::Graph;
+use crate::elf::symtab::OVERHEAD_ROW;
+use crate::gprof::callgraph::{name_full, name_only};
+use crate::gprof::cformat::CFloat;
+use crate::gprof::graph::Graph;
+use crate::gprof::style::Style;
+use crate::gprof::symspec::{Filters, Table};
 use crate::output::Out;
-use crate::style::Style;
-use crate::symspec::{Filters, Table};
-use crate::symtab::OVERHEAD_ROW;
 
 const SI: [(char, f64); 11] = [
     ('T', 1e-12),
@@ -45,7 +45,7 @@ pub fn print(out: &mut Out, g: &Graph, total_time: f64, filters: &Filters, style
     if style.bsd {
         if style.descriptions {
             out.push_str("\n\n\nflat profile:\n");
-            out.push_str(crate::blurbs::FLAT);
+            out.push_str(crate::gprof::blurbs::FLAT);
         }
     } else {
         out.push_str("Flat profile:\n");
@@ -98,7 +98,7 @@ pub fn print(out: &mut Out, g: &Graph, total_time: f64, filters: &Filters, style
         let _ = write!(
             out,
             "\nEach sample counts as {} {}.\n",
-            crate::cformat::g(1.0 / hz),
+            crate::gprof::cformat::g(1.0 / hz),
             style.dimension
         );
     }
@@ -139,7 +139,7 @@ pub fn print(out: &mut Out, g: &Graph, total_time: f64, filters: &Filters, style
             continue;
         }
         let sym = &g.syms[s];
-        if crate::callgraph::callers_only(g, sym) {
+        if crate::gprof::callgraph::callers_only(g, sym) {
             continue;
         }
         if style.ignore_zeros && sym.ncalls == 0 && sym.hist_time == 0.0 {
@@ -208,7 +208,7 @@ pub fn print(out: &mut Out, g: &Graph, total_time: f64, filters: &Filters, style
         out.push_str(OVERHEAD_NOTE);
     }
     if style.descriptions && !style.bsd {
-        out.push_str(crate::blurbs::FLAT);
+        out.push_str(crate::gprof::blurbs::FLAT);
     }
 }
 
@@ -228,7 +228,7 @@ const OVERHEAD_NOTE: &str = "\n [mslprof_overhead]: time in the profiler itself 
 const UNPROFILED_NOTE: &str = "       In a module that is not profiled, only the calls from profiled modules are counted, and no time.\n";
 
 /// True for a function with calls in a module that does not count its own calls (multi-module reports).
-fn plt_counted(g: &Graph, sym: &crate::graph::Sym, style: &Style) -> bool {
+fn plt_counted(g: &Graph, sym: &crate::gprof::graph::Sym, style: &Style) -> bool {
     style.multi_module
         && sym.ncalls != 0
         && g.modules.get(sym.module).is_some_and(|m| m.plt_counted)

@@ -16,8 +16,8 @@ use std::collections::HashMap;
 use addr2line::gimli;
 use object::{Object, ObjectSection};
 
-use crate::nearest_function::NearestFunction;
-use crate::symtab::FunctionSymbol;
+use crate::elf::nearest_function::NearestFunction;
+use crate::elf::symtab::FunctionSymbol;
 
 /// The DWARF reader of one ELF file.
 type Reader<'a> = gimli::EndianSlice<'a, gimli::RunTimeEndian>;

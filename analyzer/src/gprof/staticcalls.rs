@@ -10,7 +10,7 @@ use iced_x86::{Decoder, DecoderOptions, Instruction, Mnemonic, OpKind};
 use mslprof_format::LinkAddress;
 use object::{Object, ObjectSection, ObjectSymbol, SectionKind};
 
-use crate::graph::Graph;
+use crate::gprof::graph::Graph;
 
 /// Debugging lines (`-d` bit 256) describing what the scan found, one per call found.
 pub type DebugLines = Vec<String>;

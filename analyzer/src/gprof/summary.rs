@@ -3,7 +3,7 @@
 
 use mslprof_format::model::Histogram;
 
-use crate::graph::Graph;
+use crate::gprof::graph::Graph;
 use crate::input::Input;
 
 /// gprof's `gmon.sum` for `--file-format=bsd|4.4bsd`: the 4.4BSD header when asked for or when the rate is

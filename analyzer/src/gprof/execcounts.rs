@@ -5,10 +5,10 @@
 use std::cmp::Ordering;
 use std::fmt::Write as _;
 
-use crate::graph::Graph;
+use crate::gprof::graph::Graph;
+use crate::gprof::style::Style;
+use crate::gprof::symspec::{Filters, Table};
 use crate::output::Out;
-use crate::style::Style;
-use crate::symspec::{Filters, Table};
 
 /// gprof's `cmp_bb`: by file and line when both symbols have a file, then by address.
 fn cmp_bb(g: &Graph, l: usize, r: usize) -> Ordering {

@@ -5,9 +5,9 @@
 
 use std::fmt::Write as _;
 
-use crate::graph::Graph;
+use crate::gprof::graph::Graph;
+use crate::gprof::style::Style;
 use crate::output::Out;
-use crate::style::Style;
 
 const NONE: usize = usize::MAX;
 
@@ -194,18 +194,18 @@ fn function_order(
         }
         // gprof walks its children and parents lists: newest arc first, or, once the call graph has
         // printed the function's entry, in the order printed there (gprof sorts the lists in place).
-        let (children, parents) = if graph_printed && crate::callgraph::has_entry(&g.syms[s], style)
-        {
-            (
-                crate::callgraph::children_in_print_order(g, s),
-                crate::callgraph::parents_in_print_order(g, s),
-            )
-        } else {
-            (
-                g.syms[s].children.iter().rev().copied().collect(),
-                g.syms[s].parents.iter().rev().copied().collect(),
-            )
-        };
+        let (children, parents) =
+            if graph_printed && crate::gprof::callgraph::has_entry(&g.syms[s], style) {
+                (
+                    crate::gprof::callgraph::children_in_print_order(g, s),
+                    crate::gprof::callgraph::parents_in_print_order(g, s),
+                )
+            } else {
+                (
+                    g.syms[s].children.iter().rev().copied().collect(),
+                    g.syms[s].parents.iter().rev().copied().collect(),
+                )
+            };
         for &a in &children {
             if g.arcs[a].parent != g.arcs[a].child {
                 scratch_arcs.push(a);
@@ -294,7 +294,7 @@ pub fn print(out: &mut Out, g: &Graph, style: &Style, graph_printed: bool) {
 /// Print the suggested link order of the object files of `-R`'s map (gprof's `cg_print_file_ordering`):
 /// the files chained along the arcs between their functions, then the other files with functions in
 /// the table, then the map's files without any.
-pub fn print_file_order(out: &mut Out, g: &Graph, map: &crate::filemap::FileMap) {
+pub fn print_file_order(out: &mut Out, g: &Graph, map: &crate::elf::filemap::FileMap) {
     let mut st = State::new(g);
     let mapped = |s: usize| g.syms[s].symbol.mapped;
     for (a, arc) in g.arcs.iter().enumerate() {
