@@ -5,7 +5,7 @@
 //! `gprof/` holds gprof's analyses and their text; `stages/` is the pipeline from a profile to a report;
 //! `report/` the report of a GNU and of an mslprof profile; `export/` the other formats. The files at this
 //! level serve several of them: reading and summing profiles (`input`, `merge`), the options, the output
-//! buffer, glibc's `qsort` (for gprof's orderings), the module table. The `mslprof` binary's command line is
+//! buffer, glibc's `qsort` (for gprof's orderings), the module table, the progress line of long work. The `mslprof` binary's command line is
 //! `cli/` (not part of this library).
 
 pub mod cputime;
@@ -18,6 +18,7 @@ pub mod merge;
 pub mod modtable;
 pub mod options;
 pub mod output;
+pub mod progress;
 pub mod qsort;
 pub mod report;
 pub mod stages;

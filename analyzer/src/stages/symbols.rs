@@ -146,7 +146,9 @@ pub fn mslprof(
             .any(|o| o.arcs.iter().any(|a| a.caller_key == m.key))
     };
     let mut loaded = Vec::with_capacity(profile.modules.len());
-    for m in &profile.modules {
+    let progress = crate::progress::Progress::start();
+    let count = profile.modules.len();
+    for (index, m) in profile.modules.iter().enumerate() {
         let name = if m.name.is_empty() {
             file_name(&String::from_utf8_lossy(&m.path))
         } else {
@@ -214,6 +216,10 @@ pub fn mslprof(
                 module.symbols = Some((vec![whole], Demangle::None));
             }
         } else if has_data() {
+            progress.now(format!(
+                "reading the symbols of {name} ({} of {count})",
+                index + 1
+            ));
             module.symbols = read_module(m, &file, select, callers_only, warnings).map(
                 |(syms, source_files, plt_counted)| {
                     module.view.source_files = source_files;
