@@ -81,17 +81,12 @@ fn copy_parents_file() {
 /// `/tmp/perf-PID.map` with its NUL in `buffer`, without allocating.
 fn pid_path(pid: u32, buffer: &mut [u8; 32]) -> Option<&[u8]> {
     let mut digits = [0u8; 10];
-    let mut at = digits.len();
-    let mut rest = pid;
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (rest % 10) as u8;
-        rest /= 10;
-        if rest == 0 {
-            break;
-        }
-    }
-    let parts: [&[u8]; 4] = [b"/tmp/perf-", &digits[at..], b".map", b"\0"];
+    let parts: [&[u8]; 4] = [
+        b"/tmp/perf-",
+        crate::dump::file::decimal(u64::from(pid), &mut digits),
+        b".map",
+        b"\0",
+    ];
     let mut used = 0;
     for part in parts {
         buffer

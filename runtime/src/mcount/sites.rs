@@ -640,12 +640,9 @@ pub struct SiteJump {
 }
 
 impl SiteJump {
-    /// The page(s) the site's bytes are on: one, or two when they cross a page boundary.
+    /// The page(s) the site's bytes are on ([`site_pages`]).
     fn pages(&self, page: usize) -> [usize; 2] {
-        [
-            self.site & !(page - 1),
-            (self.site + SITE_BYTES - 1) & !(page - 1),
-        ]
+        site_pages(self.site, page)
     }
 
     /// Whether the site still holds the bytes start-up found.
@@ -668,6 +665,11 @@ impl SiteJump {
             core::ptr::copy_nonoverlapping(self.jump.as_ptr(), self.site as *mut u8, SITE_BYTES)
         };
     }
+}
+
+/// The page(s) the six bytes of a site at `site` are on: one, or two when they cross a page boundary.
+fn site_pages(site: usize, page: usize) -> [usize; 2] {
+    [site & !(page - 1), (site + SITE_BYTES - 1) & !(page - 1)]
 }
 
 /// Most sites one round ([`rewrite_round`]) rewrites.
@@ -898,7 +900,7 @@ fn finish_open_round() {
     for i in 0..site_count {
         let site = ROUND.sites[i].load(Ordering::Relaxed);
         let jump = ROUND.jumps[i].load(Ordering::Relaxed).to_le_bytes();
-        let pages = [site & !(page - 1), (site + SITE_BYTES - 1) & !(page - 1)];
+        let pages = site_pages(site, page);
         let writable = pages.iter().all(|&at| {
             // SAFETY: adds write permission to a page the parent made writable for this site (private
             // code, readable), keeping the rest of the protection it read.
