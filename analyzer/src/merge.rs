@@ -247,6 +247,7 @@ pub fn merge(inputs: &[Input], separate_instances: bool) -> Result<Merged, Error
             format,
             header,
             modules,
+            stacks: None,
         },
         instances,
         rescaled,

@@ -198,6 +198,7 @@ fn profile(b: &Built, bias: u64, key_base: u32) -> Profile {
         ..Module::default()
     };
     Profile {
+        stacks: None,
         format: SourceFormat::Mslprof { major: 1, minor: 1 },
         header: Header {
             pid: 4242,

@@ -86,6 +86,7 @@ pub(crate) fn single_module_profile(raw: SingleModule) -> Profile {
         format: raw.format,
         header,
         modules: vec![module],
+        stacks: None,
     }
 }
 

@@ -287,10 +287,60 @@ impl Module {
     }
 }
 
+/// Bits of [`StackRecord::flags`] (SPEC.md, STACKS section, since 1.4).
+pub mod stack_flags {
+    /// The walk stopped at the depth limit (`Stacks::max_depth`) before the stack's root.
+    pub const TRUNCATED_DEPTH: u32 = 1 << 0;
+    /// The walk stopped before the stack's root because a frame could not be unwound (no unwind information
+    /// and no usable frame pointer, a return address in no known module, or memory outside the stack).
+    pub const TRUNCATED_UNWIND: u32 = 1 << 1;
+}
+
+/// One frame of a sampled call stack: a load instance and a link-time address in it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct StackFrame {
+    /// The frame's module key, or [`UNKNOWN_KEY`] (then `address` is 0) when the address was in no known module.
+    pub key: u32,
+    /// Frame 0: the sampled PC. Frames 1..: return addresses, as an arc's `caller_address` (a reader looks up
+    /// `address - 1` to find the calling function).
+    pub address: LinkAddress,
+}
+
+/// One distinct sampled stack and the number of samples that had it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StackRecord {
+    pub count: u64,
+    /// [`stack_flags`].
+    pub flags: u32,
+    /// Leaf first: `frames[0]` is the sampled PC, the last frame the outermost one reached.
+    pub frames: Vec<StackFrame>,
+}
+
+/// The call stacks captured at samples (SPEC.md, STACKS section, since 1.4).
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct Stacks {
+    /// The depth limit in force (`MSLPROF_STACK_DEPTH`); a stack of this many frames may be truncated.
+    pub max_depth: u32,
+    /// Samples whose stack was captured but could not be stored (the runtime's stack table was full).
+    pub dropped: u64,
+    pub records: Vec<StackRecord>,
+}
+
+impl Stacks {
+    /// Samples with a stored stack.
+    pub fn sample_count(&self) -> u64 {
+        self.records
+            .iter()
+            .fold(0u64, |sum, r| sum.saturating_add(r.count))
+    }
+}
+
 /// A whole profile.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Profile {
     pub format: SourceFormat,
     pub header: Header,
     pub modules: Vec<Module>,
+    /// The sampled call stacks, when the file has a STACKS section (mslprof 1.4 and later); `None` otherwise.
+    pub stacks: Option<Stacks>,
 }

@@ -700,5 +700,6 @@ pub(crate) fn read(bytes: &[u8]) -> Result<Profile, ReadError> {
         format: SourceFormat::Mslprof { major, minor },
         header,
         modules,
+        stacks: None,
     })
 }

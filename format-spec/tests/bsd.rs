@@ -6,6 +6,7 @@ use proptest::prelude::*;
 
 fn one_module(range: Option<HistRange>, arcs: Vec<Arc>, hz: u32) -> Profile {
     Profile {
+        stacks: None,
         format: SourceFormat::Bsd,
         header: Header {
             hz,

@@ -424,6 +424,7 @@ fn gnu_big_endian_32_bit_round_trip() {
         address_size: 4,
     };
     let profile = Profile {
+        stacks: None,
         format: SourceFormat::Gnu { version: 1 },
         header: Header {
             hz: 1000,

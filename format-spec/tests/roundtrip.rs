@@ -194,6 +194,7 @@ fn profile() -> impl Strategy<Value = Profile> {
             };
             let modules: Vec<_> = keys.iter().map(|k| module(*k, arc_keys.clone())).collect();
             (Just(header), modules).prop_map(|(header, modules)| Profile {
+                stacks: None,
                 format: SourceFormat::Mslprof { major: 1, minor: 3 },
                 header,
                 modules,
@@ -373,6 +374,7 @@ fn gnu_profile(address_size: u8) -> impl Strategy<Value = Profile> {
                 .collect();
             let total = ranges.iter().map(|r| r.buckets.total()).sum();
             Profile {
+                stacks: None,
                 format: SourceFormat::Gnu { version: 1 },
                 header: Header {
                     hz,

@@ -82,6 +82,7 @@ pub fn write(p: &Prepared, outdir: &Path, profiler_modules: bool) -> Result<Vec<
             format: merged.format,
             header: merged.header.clone(),
             modules: vec![module],
+            stacks: None,
         };
         let name = String::from_utf8_lossy(&m.name).into_owned();
         let out = outdir.join(format!("gmon.{name}.out"));

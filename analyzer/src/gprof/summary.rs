@@ -39,6 +39,7 @@ pub fn bsd(g: &Graph, hist: &Histogram, hz: u32, format: mslprof_format::InputFo
             arcs,
             ..Module::default()
         }],
+        stacks: None,
     };
     let mut out = Vec::new();
     // Only fails on a profile the BSD layout cannot hold; BSD input has at most one histogram range.

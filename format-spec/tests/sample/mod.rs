@@ -15,6 +15,7 @@ pub fn profile() -> Profile {
     sparse[3] = 9;
     sparse[400] = 70_000;
     Profile {
+        stacks: None,
         format: SourceFormat::Mslprof { major: 1, minor: 3 },
         header: Header {
             flags: header_flags::INCOMPLETE,
@@ -211,6 +212,7 @@ pub fn module_entries(b: &[u8]) -> Vec<usize> {
 /// A small GNU gmon.out (little-endian, 64-bit) with two histogram records, arcs and basic blocks.
 pub fn gnu_profile() -> Profile {
     Profile {
+        stacks: None,
         format: SourceFormat::Gnu { version: 1 },
         header: Header {
             hz: 100,

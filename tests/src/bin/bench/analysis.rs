@@ -89,6 +89,7 @@ fn synthetic_gmon(elf: &Path, out: &Path, samples: u64, arcs: u64) -> Result<usi
         });
     }
     let profile = Profile {
+        stacks: None,
         format: SourceFormat::Gnu { version: 1 },
         header: Header {
             hz: 100,
