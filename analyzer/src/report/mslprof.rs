@@ -15,7 +15,7 @@ use crate::input::{Error, Input, Refusal};
 use crate::options::Options;
 use crate::output::Out;
 use crate::stages::render::Found;
-use crate::stages::{arcs, graph, render, samples, symbols};
+use crate::stages::{arcs, graph, render, samples, stacks, symbols};
 
 use crate::report::outcome::Outcome;
 
@@ -32,6 +32,8 @@ pub struct Analysis {
     pub granularity: i64,
     /// Samples per second.
     pub hz: f64,
+    /// The sampled call stacks resolved to the graph's symbols, when the profile has them.
+    pub stacks: Option<stacks::Stacks>,
 }
 
 /// Stages 1 to 4 over `profile` (`exe` replaces the main program's recorded path): load the modules'
@@ -50,6 +52,7 @@ pub fn analyse(
         arcs::static_mslprof(&mut g, opts, warnings);
     }
     let credited = samples::assign_mslprof(&mut g, profile, &filters);
+    let stacks = stacks::resolve(&g, profile);
     Analysis {
         graph: g,
         filters,
@@ -58,6 +61,7 @@ pub fn analyse(
         have_arcs,
         granularity: credited.granularity,
         hz: samples::mslprof_hz(profile),
+        stacks,
     }
 }
 
@@ -105,6 +109,7 @@ pub fn run(
         have_arcs,
         granularity,
         hz,
+        stacks: _,
     } = analyse(opts, exe, profile, &mut warnings);
     let mut share_note = share_note(opts, profile, &mut totals, hz);
     let top_samples = g.syms.iter().map(|s| s.hist_time).fold(0.0, f64::max);
