@@ -93,3 +93,141 @@ fn frame(g: &Graph, f: &StackFrame, depth: usize) -> Frame {
         sym,
     }
 }
+
+/// Time under one caller→callee pair, in samples: those whose stack holds the pair as adjacent frames,
+/// each sample counted once however often the pair recurs in it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PairSamples {
+    pub total: u64,
+    /// Of `total`, the samples whose leaf is the callee: the callee's own time under this caller.
+    pub callee_self: u64,
+}
+
+/// Measured time per function and per caller→callee pair, in samples, from the stacks. Counted once per
+/// sample, so recursion is never double-counted. Frames without a symbol count for no function and break
+/// the pairs they are part of.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Measured {
+    /// Per symbol of [`Graph::syms`]: samples with the symbol anywhere on the stack (inclusive time).
+    pub total: Vec<u64>,
+    /// Per symbol: samples with the symbol as the leaf (self time).
+    pub leaf: Vec<u64>,
+    /// Per (caller, callee) symbol pair.
+    pub pairs: std::collections::HashMap<(usize, usize), PairSamples>,
+}
+
+impl Stacks {
+    /// Inclusive, self and per-pair sample counts for a graph of `nsyms` symbols.
+    pub fn measure(&self, nsyms: usize) -> Measured {
+        let mut m = Measured {
+            total: vec![0; nsyms],
+            leaf: vec![0; nsyms],
+            pairs: Default::default(),
+        };
+        let mut seen_syms: std::collections::HashSet<usize> = Default::default();
+        let mut seen_pairs: std::collections::HashSet<(usize, usize)> = Default::default();
+        for stack in &self.stacks {
+            seen_syms.clear();
+            seen_pairs.clear();
+            let leaf = stack.frames.first().and_then(|f| f.sym);
+            if let Some(s) = leaf.filter(|s| *s < nsyms) {
+                m.leaf[s] = m.leaf[s].saturating_add(stack.count);
+            }
+            for (i, f) in stack.frames.iter().enumerate() {
+                let Some(callee) = f.sym.filter(|s| *s < nsyms) else {
+                    continue;
+                };
+                if seen_syms.insert(callee) {
+                    m.total[callee] = m.total[callee].saturating_add(stack.count);
+                }
+                let Some(caller) = stack.frames.get(i + 1).and_then(|c| c.sym) else {
+                    continue;
+                };
+                if caller < nsyms && seen_pairs.insert((caller, callee)) {
+                    let pair = m.pairs.entry((caller, callee)).or_default();
+                    pair.total = pair.total.saturating_add(stack.count);
+                    if i == 0 {
+                        pair.callee_self = pair.callee_self.saturating_add(stack.count);
+                    }
+                }
+            }
+        }
+        m
+    }
+
+    /// Samples whose stack holds at least one symbol for which `member` is true (a cycle's inclusive time,
+    /// for instance).
+    pub fn samples_containing(&self, member: impl Fn(usize) -> bool) -> u64 {
+        self.stacks
+            .iter()
+            .filter(|s| s.frames.iter().any(|f| f.sym.is_some_and(&member)))
+            .fold(0u64, |sum, s| sum.saturating_add(s.count))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stack(count: u64, syms: &[usize]) -> Stack {
+        Stack {
+            count,
+            flags: 0,
+            frames: syms
+                .iter()
+                .map(|s| Frame {
+                    module: Some(0),
+                    address: LinkAddress(0),
+                    sym: Some(*s),
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn recursion_counts_each_function_and_pair_once_per_sample() {
+        // main(0) -> f(1) -> f -> f -> g(2), 3 samples; main -> f, 2 samples.
+        let stacks = Stacks {
+            stacks: vec![stack(3, &[2, 1, 1, 1, 0]), stack(2, &[1, 0])],
+            ..Stacks::default()
+        };
+        let m = stacks.measure(3);
+        assert_eq!(m.total, vec![5, 5, 3]);
+        assert_eq!(m.leaf, vec![0, 2, 3]);
+        assert_eq!(
+            m.pairs[&(1, 1)],
+            PairSamples {
+                total: 3,
+                callee_self: 0
+            }
+        );
+        assert_eq!(
+            m.pairs[&(0, 1)],
+            PairSamples {
+                total: 5,
+                callee_self: 2
+            }
+        );
+        assert_eq!(
+            m.pairs[&(1, 2)],
+            PairSamples {
+                total: 3,
+                callee_self: 3
+            }
+        );
+        assert_eq!(stacks.samples_containing(|s| s == 2), 3);
+    }
+
+    #[test]
+    fn a_frame_without_symbol_breaks_the_pair_it_is_part_of() {
+        let mut s = stack(4, &[2, 1, 0]);
+        s.frames[1].sym = None;
+        let stacks = Stacks {
+            stacks: vec![s],
+            ..Stacks::default()
+        };
+        let m = stacks.measure(3);
+        assert_eq!(m.total, vec![4, 0, 4]);
+        assert!(m.pairs.is_empty());
+    }
+}
