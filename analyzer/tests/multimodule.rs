@@ -244,6 +244,17 @@ fn line_with<'a>(report: &'a str, needle: &str) -> &'a str {
         .unwrap_or_else(|| panic!("no line with {needle:?} in:\n{report}"))
 }
 
+/// `mslprof -s` over the files `run1` and `run2`: the gmon.sum it writes.
+fn sum_of_runs(b: &Built) -> Profile {
+    let (_, err, code) = mslprof(&b.dir, &["-s", b.app.to_str().unwrap(), "run1", "run2"]);
+    assert_eq!(code, 0, "{err}");
+    mslprof_format::read(
+        &std::fs::read(b.dir.join("gmon.sum")).unwrap(),
+        Default::default(),
+    )
+    .unwrap()
+}
+
 #[test]
 fn report_over_three_modules() {
     let Some(b) = build("report") else { return };
@@ -305,13 +316,7 @@ fn runs_merge_across_aslr_and_keys_and_sum_round_trips() {
         " 50.00      0.60     0.60       14    42.86    51.43       1  work@libfoo.so"
     );
     // -s writes a merged mslprof profile with the summed counts.
-    let (_, err, code) = mslprof(&b.dir, &["-s", b.app.to_str().unwrap(), "run1", "run2"]);
-    assert_eq!(code, 0, "{err}");
-    let sum = mslprof_format::read(
-        &std::fs::read(b.dir.join("gmon.sum")).unwrap(),
-        Default::default(),
-    )
-    .unwrap();
+    let sum = sum_of_runs(&b);
     assert_eq!(sum.modules.len(), 4, "one module per file, not per run");
     assert_eq!(sum.header.total_samples, 150);
     assert_ne!(sum.header.flags & header_flags::MERGED, 0);
@@ -403,13 +408,7 @@ fn summed_runs_add_up_their_stacks_with_keys_remapped() {
     run2.stacks = Some(stacks(&b, 10, (4, 9, 0), 64, 3));
     write(&b.dir, "run1", &run1);
     write(&b.dir, "run2", &run2);
-    let (_, err, code) = mslprof(&b.dir, &["-s", b.app.to_str().unwrap(), "run1", "run2"]);
-    assert_eq!(code, 0, "{err}");
-    let sum = mslprof_format::read(
-        &std::fs::read(b.dir.join("gmon.sum")).unwrap(),
-        Default::default(),
-    )
-    .unwrap();
+    let sum = sum_of_runs(&b);
     // The sum's keys, found by module name: the runs' keys 1.. and 10.. both map onto them.
     let key = |name: &[u8]| sum.modules.iter().find(|m| m.name == name).unwrap().key;
     let app_name = b.app.file_name().unwrap().to_string_lossy().into_owned();
@@ -427,13 +426,7 @@ fn summed_runs_add_up_their_stacks_with_keys_remapped() {
     // A run without stacks: the sum has none (its samples would be missing from them).
     run2.stacks = None;
     write(&b.dir, "run2", &run2);
-    let (_, err, code) = mslprof(&b.dir, &["-s", b.app.to_str().unwrap(), "run1", "run2"]);
-    assert_eq!(code, 0, "{err}");
-    let sum = mslprof_format::read(
-        &std::fs::read(b.dir.join("gmon.sum")).unwrap(),
-        Default::default(),
-    )
-    .unwrap();
+    let sum = sum_of_runs(&b);
     assert_eq!(sum.stacks, None);
 }
 
