@@ -826,18 +826,7 @@ fn go_tool_pprof_lists_source_lines_and_totals_in_time() {
         return;
     }
     mslprof_ok(ws.path(), &["export", "--format", "pprof"]);
-    let pprof = |args: &[&str]| -> String {
-        let out = run(Command::new("go")
-            .current_dir(ws.path())
-            .env("HOME", ws.path())
-            .env("PPROF_TMPDIR", ws.path())
-            .env("GOCACHE", ws.join("gocache"))
-            .args(["tool", "pprof"])
-            .args(args)
-            .arg("profile.pb.gz"));
-        assert_success(&out, &format!("go tool pprof {args:?}"));
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
+    let pprof = |args: &[&str]| go_pprof(&ws, args, Path::new("profile.pb.gz"));
     let top = pprof(&["-top"]);
     let total = top
         .lines()
@@ -1125,18 +1114,21 @@ fn counter_example_with_stacks() -> Option<(Workspace, mslprof_analyzer::export:
     Some((ws, prepared))
 }
 
-/// One export of `p` into the file `name` of `ws`.
-fn export_to(
-    ws: &Workspace,
+/// [`counter_example_with_stacks`] exported by `write` into the file `name` of its workspace.
+fn counter_example_exported(
     name: &str,
-    p: &mslprof_analyzer::export::Prepared,
     write: fn(&mslprof_analyzer::export::Prepared, &mut dyn std::io::Write) -> std::io::Result<()>,
-) -> std::path::PathBuf {
+) -> Option<(
+    Workspace,
+    mslprof_analyzer::export::Prepared,
+    std::path::PathBuf,
+)> {
+    let (ws, p) = counter_example_with_stacks()?;
     let mut bytes = Vec::new();
-    write(p, &mut bytes).expect("export");
+    write(&p, &mut bytes).expect("export");
     let path = ws.join(name);
     std::fs::write(&path, bytes).unwrap();
-    path
+    Some((ws, p, path))
 }
 
 #[test]
@@ -1233,15 +1225,11 @@ fn go_pprof(ws: &Workspace, args: &[&str], file: &Path) -> String {
 
 #[test]
 fn pprof_with_stacks_shows_callers_and_cumulative_time_in_go_tool_pprof() {
-    let Some((ws, p)) = counter_example_with_stacks() else {
+    let Some((ws, p, file)) =
+        counter_example_exported("stacks.pb.gz", mslprof_analyzer::export::pprof::write)
+    else {
         return;
     };
-    let file = export_to(
-        &ws,
-        "stacks.pb.gz",
-        &p,
-        mslprof_analyzer::export::pprof::write,
-    );
     // The stacks as samples, leaf first; the exact call counts as before.
     let decoded = decode_pprof(&file);
     let calls = pprof_calls(&decoded);
@@ -1305,25 +1293,18 @@ fn callgrind_with_stacks_gives_measured_inclusive_costs_to_callgrind_annotate() 
         eprintln!("SKIPPED: no `callgrind_annotate` (valgrind)");
         return;
     }
-    let Some((ws, p)) = counter_example_with_stacks() else {
+    let Some((_ws, _, file)) = counter_example_exported(
+        "callgrind.out.1",
+        mslprof_analyzer::export::callgrind::write,
+    ) else {
         return;
     };
-    let file = export_to(
-        &ws,
-        "callgrind.out.1",
-        &p,
-        mslprof_analyzer::export::callgrind::write,
-    );
     // The recorded counts as before.
     let calls = callgrind_callers(&file);
-    assert_eq!(
-        calls.get(&("b [counter]".into(), "foo [counter]".into())),
-        Some(&20)
-    );
-    assert_eq!(
-        calls.get(&("a [counter]".into(), "foo [counter]".into())),
-        Some(&1000)
-    );
+    for (caller, count) in [("b", 20), ("a", 1000)] {
+        let arc = (format!("{caller} [counter]"), "foo [counter]".to_string());
+        assert_eq!(calls.get(&arc), Some(&count), "{caller}");
+    }
     // callgrind_annotate's inclusive cost of a function is its self cost (none here: the histogram is
     // empty) and the costs of the calls into it, which are the samples measured under each call site:
     // foo 3 under a and 27 under b (26 below main, 1 in the truncated stack), b 26 and a 8 under main.

@@ -101,18 +101,29 @@ impl Builder<'_> {
                     line: 0,
                     column: 0,
                 }];
-                let id = self.out.location.len() as u64 + 1;
-                self.out.location.push(Location {
-                    id,
-                    mapping_id: module.map_or(0, |m| m as u64 + 1),
-                    address: module.map_or(0, |m| address.wrapping_add(self.bias[m])),
-                    line,
-                    is_folded: false,
-                });
-                self.locations.insert(key, id);
-                id
+                self.add_location(key, module, address, line)
             }
         }
+    }
+
+    /// A new location at `address` of `module` (none: outside every module), remembered under `key`.
+    fn add_location(
+        &mut self,
+        key: (usize, u64),
+        module: Option<usize>,
+        address: u64,
+        line: Vec<Line>,
+    ) -> u64 {
+        let id = self.out.location.len() as u64 + 1;
+        self.out.location.push(Location {
+            id,
+            mapping_id: module.map_or(0, |m| m as u64 + 1),
+            address: module.map_or(0, |m| address.wrapping_add(self.bias[m])),
+            line,
+            is_folded: false,
+        });
+        self.locations.insert(key, id);
+        id
     }
 
     /// The location of `address` in module `m`, in function `s`, with its source lines from DWARF
@@ -144,16 +155,7 @@ impl Builder<'_> {
                 column: 0,
             });
         }
-        let id = self.out.location.len() as u64 + 1;
-        self.out.location.push(Location {
-            id,
-            mapping_id: m as u64 + 1,
-            address: address.wrapping_add(self.bias[m]),
-            line,
-            is_folded: false,
-        });
-        self.locations.insert((m, address), id);
-        id
+        self.add_location((m, address), Some(m), address, line)
     }
 }
 
