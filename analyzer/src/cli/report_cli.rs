@@ -43,7 +43,7 @@ mslprof export [--format FMT] [-o PATH] [PROFILE...]",
     after_help = "Symspecs: func, file.c, file.c:func, file.c:line; func@module names one module's function, \
 and module: (e.g. libfoo.so:) every function of a module.\n\
 Subcommands (each answers --help): run (run a program under the runtime and report), demo (build and \
-profile the bundled demo), export (callgrind, pprof, JSON, DOT/SVG/PNG, or one GNU gmon.out per module)."
+profile the bundled demo), export (callgrind, pprof, JSON, DOT/SVG/PNG, folded stacks, a flame graph, or one GNU gmon.out per module)."
 )]
 struct Cli {
     /// Print the flat profile, only for SYMSPEC when given (default: flat profile and call graph)

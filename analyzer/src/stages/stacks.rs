@@ -18,6 +18,18 @@ pub struct Frame {
     pub sym: Option<usize>,
 }
 
+impl Frame {
+    /// The frame as the report names it: its function (module-qualified where the name is ambiguous),
+    /// `module+0xADDR` for an address no symbol covers, `[unknown]` for an address in no known module.
+    pub fn name(&self, g: &Graph) -> String {
+        match (self.sym, self.module) {
+            (Some(s), _) => g.syms[s].display.clone(),
+            (None, Some(m)) => format!("{}+{:#x}", g.modules[m].name, self.address.0),
+            (None, None) => "[unknown]".into(),
+        }
+    }
+}
+
 /// One distinct stack and how many samples had it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Stack {
@@ -116,6 +128,16 @@ pub struct Measured {
     pub pairs: std::collections::HashMap<(usize, usize), PairSamples>,
 }
 
+/// One caller→callee pair at one call site: the caller frame's module and looked-up address (the return
+/// address - 1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PairSite {
+    pub caller: usize,
+    pub callee: usize,
+    pub module: usize,
+    pub address: LinkAddress,
+}
+
 impl Stacks {
     /// Inclusive, self and per-pair sample counts for a graph of `nsyms` symbols.
     pub fn measure(&self, nsyms: usize) -> Measured {
@@ -153,6 +175,38 @@ impl Stacks {
             }
         }
         m
+    }
+
+    /// [`Measured::pairs`]' totals split by call site: each sample counts once per caller→callee pair, at
+    /// the pair's outermost occurrence (nearest the root), so a pair's sites add up to its total.
+    pub fn pair_sites(&self, nsyms: usize) -> std::collections::HashMap<PairSite, u64> {
+        let mut sites: std::collections::HashMap<PairSite, u64> = Default::default();
+        let mut seen_pairs: std::collections::HashSet<(usize, usize)> = Default::default();
+        for stack in &self.stacks {
+            seen_pairs.clear();
+            for pair in stack.frames.windows(2).rev() {
+                let (callee, caller) = (&pair[0], &pair[1]);
+                let (Some(callee_sym), Some(caller_sym), Some(module)) =
+                    (callee.sym, caller.sym, caller.module)
+                else {
+                    continue;
+                };
+                if callee_sym < nsyms
+                    && caller_sym < nsyms
+                    && seen_pairs.insert((caller_sym, callee_sym))
+                {
+                    let site = PairSite {
+                        caller: caller_sym,
+                        callee: callee_sym,
+                        module,
+                        address: caller.address,
+                    };
+                    let n = sites.entry(site).or_insert(0);
+                    *n = n.saturating_add(stack.count);
+                }
+            }
+        }
+        sites
     }
 
     /// Samples whose stack holds at least one symbol for which `member` is true (a cycle's inclusive time,
@@ -216,6 +270,31 @@ mod tests {
             }
         );
         assert_eq!(stacks.samples_containing(|s| s == 2), 3);
+    }
+
+    #[test]
+    fn a_pair_counts_once_per_sample_at_its_outermost_site() {
+        // main(0) -> f(1) at 0x10, f -> f at 0x20, f -> f at 0x30: the (f, f) pair once, at 0x20.
+        let mut s = stack(3, &[1, 1, 1, 0]);
+        for (frame, address) in s.frames.iter_mut().zip([0x40, 0x30, 0x20, 0x10]) {
+            frame.address = LinkAddress(address);
+        }
+        let stacks = Stacks {
+            stacks: vec![s],
+            ..Stacks::default()
+        };
+        let site = |caller, callee, address| PairSite {
+            caller,
+            callee,
+            module: 0,
+            address: LinkAddress(address),
+        };
+        let sites = stacks.pair_sites(2);
+        assert_eq!(sites.len(), 2, "{sites:?}");
+        assert_eq!(sites[&site(0, 1, 0x10)], 3);
+        assert_eq!(sites[&site(1, 1, 0x20)], 3);
+        let m = stacks.measure(2);
+        assert_eq!(m.pairs[&(1, 1)].total, 3);
     }
 
     #[test]
