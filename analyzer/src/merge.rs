@@ -2,13 +2,14 @@
 //! number of runs become one module whose histograms and arcs are added up. Addresses are
 //! module-relative, so runs with different ASLR layouts add up directly. Files sampled at different
 //! periods are added up in time: each file's counts are rescaled to the shortest period among them.
+//! Sampled call stacks are added up the same way, their frames renumbered to the merged modules.
 
 use mslprof_format::LinkAddress;
 use std::collections::{BTreeMap, HashMap};
 
 use mslprof_format::model::{
-    Arc, Buckets, CpuTime, Header, HistRange, Histogram, Module, Profile, SourceFormat,
-    UNKNOWN_KEY, header_flags, module_flags,
+    Arc, Buckets, CpuTime, Header, HistRange, Histogram, Module, Profile, SourceFormat, StackFrame,
+    StackRecord, Stacks, UNKNOWN_KEY, header_flags, module_flags,
 };
 
 use crate::input::{Error, Input, Mismatch};
@@ -76,6 +77,7 @@ pub fn merge(inputs: &[Input], separate_instances: bool) -> Result<Merged, Error
     let mut instances: Vec<u32> = Vec::new();
     let mut arcs: Vec<HashMap<(u32, LinkAddress, LinkAddress), u64>> = Vec::new();
     let mut identity: HashMap<(Vec<u8>, Vec<u8>, u32, usize), usize> = HashMap::new();
+    let mut stacks = StackSums::default();
     let rescaled = periods(inputs);
     for (n, input) in inputs.iter().enumerate() {
         let p = &input.profile;
@@ -193,6 +195,9 @@ pub fn merge(inputs: &[Input], separate_instances: bool) -> Result<Merged, Error
                     .or_insert(0) += a.count;
             }
         }
+        if let Some(s) = &p.stacks {
+            stacks.add(s, &keymap, Rescale::new(factor));
+        }
     }
     for (id, m) in modules.iter_mut().enumerate() {
         let (bits, _, ranges) = &sums[id];
@@ -247,9 +252,75 @@ pub fn merge(inputs: &[Input], separate_instances: bool) -> Result<Merged, Error
             format,
             header,
             modules,
-            stacks: None,
+            stacks: stacks.into_stacks(),
         },
         instances,
         rescaled,
     })
+}
+
+/// The stacks of the files merged so far: identical stacks (same flags, same frames after renumbering)
+/// kept once, in the order first seen, with their counts added.
+#[derive(Default)]
+struct StackSums {
+    any: bool,
+    max_depth: u32,
+    dropped: u64,
+    index: HashMap<(u32, Vec<StackFrame>), usize>,
+    records: Vec<StackRecord>,
+}
+
+impl StackSums {
+    /// Add one file's stacks: module keys through `keymap` (a key it does not know becomes
+    /// [`UNKNOWN_KEY`] at address 0), counts rescaled to the merged period.
+    fn add(&mut self, stacks: &Stacks, keymap: &HashMap<u32, u32>, mut rescale: Rescale) {
+        self.any = true;
+        self.max_depth = self.max_depth.max(stacks.max_depth);
+        self.dropped = self
+            .dropped
+            .saturating_add(Rescale::new(rescale.factor).count(stacks.dropped));
+        for r in stacks.records.iter().filter(|r| r.count != 0) {
+            let count = rescale.count(r.count);
+            if count == 0 {
+                continue;
+            }
+            let frames: Vec<StackFrame> = r
+                .frames
+                .iter()
+                .map(|f| match keymap.get(&f.key) {
+                    Some(&key) if f.key != UNKNOWN_KEY => StackFrame {
+                        key,
+                        address: f.address,
+                    },
+                    _ => StackFrame {
+                        key: UNKNOWN_KEY,
+                        address: LinkAddress(0),
+                    },
+                })
+                .collect();
+            let records = &mut self.records;
+            let slot =
+                *self
+                    .index
+                    .entry((r.flags, frames))
+                    .or_insert_with_key(|(flags, frames)| {
+                        records.push(StackRecord {
+                            count: 0,
+                            flags: *flags,
+                            frames: frames.clone(),
+                        });
+                        records.len() - 1
+                    });
+            let record = &mut self.records[slot];
+            record.count = record.count.saturating_add(count);
+        }
+    }
+
+    fn into_stacks(self) -> Option<Stacks> {
+        self.any.then_some(Stacks {
+            max_depth: self.max_depth,
+            dropped: self.dropped,
+            records: self.records,
+        })
+    }
 }
