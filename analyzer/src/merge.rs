@@ -324,3 +324,75 @@ impl StackSums {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(key: u32, address: u64) -> StackFrame {
+        StackFrame {
+            key,
+            address: LinkAddress(address),
+        }
+    }
+
+    /// A profile of one module `path` under `key`, sampled every `period_ns`, with `stacks`.
+    fn input(key: u32, period_ns: u64, stacks: Option<Stacks>) -> Input {
+        Input {
+            path: "gmon.out".into(),
+            profile: Profile {
+                format: SourceFormat::Mslprof { major: 1, minor: 4 },
+                header: Header {
+                    sample_period_ns: period_ns,
+                    total_samples: 1,
+                    ..Header::default()
+                },
+                modules: vec![Module {
+                    key,
+                    path: b"/bin/prog".to_vec(),
+                    flags: module_flags::PROFILED,
+                    ..Module::default()
+                }],
+                stacks,
+            },
+            records: None,
+        }
+    }
+
+    #[test]
+    fn stacks_are_renumbered_rescaled_and_summed() {
+        let record = |count: u64, key: u32| StackRecord {
+            count,
+            flags: 0,
+            frames: vec![frame(key, 0x10), frame(UNKNOWN_KEY, 0), frame(99, 0x20)],
+        };
+        let stacks = |count: u64, key: u32, dropped: u64| Stacks {
+            max_depth: 8,
+            dropped,
+            records: vec![record(count, key)],
+        };
+        // The second run sampled half as often: its counts double. Its module had key 7.
+        let merged = merge(
+            &[
+                input(3, 1_000_000, Some(stacks(5, 3, 1))),
+                input(7, 2_000_000, Some(stacks(2, 7, 2))),
+                input(3, 1_000_000, None),
+            ],
+            false,
+        )
+        .expect("merge");
+        let s = merged.profile.stacks.expect("stacks");
+        assert_eq!((s.max_depth, s.dropped), (8, 5));
+        // Key 99 is no module of its file: unknown, at address 0.
+        assert_eq!(
+            s.records,
+            vec![StackRecord {
+                count: 9,
+                flags: 0,
+                frames: vec![frame(1, 0x10), frame(UNKNOWN_KEY, 0), frame(UNKNOWN_KEY, 0)],
+            }]
+        );
+        let none = merge(&[input(3, 1_000_000, None)], false).expect("merge");
+        assert_eq!(none.profile.stacks, None);
+    }
+}
