@@ -201,41 +201,24 @@ fn line<'r>(entry: &[&'r str], name: &str) -> Vec<&'r str> {
         .unwrap_or_else(|| panic!("no line naming {name} in {entry:#?}"))
 }
 
+/// Asserts the first three columns (self, children, called) of the line naming `name` in `entry` of
+/// `report`.
+#[track_caller]
+fn assert_line(report: &str, entry_of: &str, name: &str, want: [&str; 3]) {
+    assert_eq!(line(&entry(report, entry_of), name)[..3], want, "{report}");
+}
+
 #[test]
 fn foos_time_is_charged_to_the_caller_whose_calls_spent_it() {
     let ws = Workspace::new();
     let exe = build_counter_example(&ws);
-    let measured = report(
-        &ws,
-        &counter_profile(&exe, true),
-        "stacks.out",
-        &["-q", "-b"],
-    );
-
-    let foo = entry(&measured, "foo");
-    // self, children, called, name: all of foo's 0.26 s under b's 20 calls, none under a's million.
-    assert_eq!(
-        line(&foo, "a")[..3],
-        ["0.00", "0.00", "1000000/1000020"],
-        "{measured}"
-    );
-    assert_eq!(
-        line(&foo, "b")[..3],
-        ["0.02", "0.24", "20/1000020"],
-        "{measured}"
-    );
-    let b = entry(&measured, "b");
-    assert_eq!(
-        line(&b, "foo")[..3],
-        ["0.02", "0.24", "20/1000020"],
-        "{measured}"
-    );
-    let a = entry(&measured, "a");
-    assert_eq!(
-        line(&a, "foo")[..3],
-        ["0.00", "0.00", "1000000/1000020"],
-        "{measured}"
-    );
+    let with_stacks = counter_profile(&exe, true);
+    let measured = report(&ws, &with_stacks, "stacks.out", &["-q", "-b"]);
+    // All of foo's 0.26 s under b's 20 calls, none under a's million, seen from both ends.
+    assert_line(&measured, "foo", "a", ["0.00", "0.00", "1000000/1000020"]);
+    assert_line(&measured, "foo", "b", ["0.02", "0.24", "20/1000020"]);
+    assert_line(&measured, "b", "foo", ["0.02", "0.24", "20/1000020"]);
+    assert_line(&measured, "a", "foo", ["0.00", "0.00", "1000000/1000020"]);
     // main's own line: no self time, 0.27 s of measured children.
     let main = entry(&measured, "main");
     let own = main
@@ -244,13 +227,8 @@ fn foos_time_is_charged_to_the_caller_whose_calls_spent_it() {
         .expect("main's line");
     assert_eq!(columns(own).0[2..4], ["0.00", "0.27"], "{measured}");
 
-    // --estimate: gprof's split by call counts, the old report byte for byte.
-    let estimate = report(
-        &ws,
-        &counter_profile(&exe, true),
-        "stacks.out",
-        &["-q", "-b", "--estimate"],
-    );
+    // --estimate: gprof's split by call counts, the report of the profile without stacks byte for byte.
+    let estimate = report(&ws, &with_stacks, "stacks.out", &["-q", "-b", "--estimate"]);
     let without_stacks = report(
         &ws,
         &counter_profile(&exe, false),
@@ -258,72 +236,51 @@ fn foos_time_is_charged_to_the_caller_whose_calls_spent_it() {
         &["-q", "-b"],
     );
     assert_eq!(estimate, without_stacks);
-    let foo = entry(&estimate, "foo");
-    assert_eq!(
-        line(&foo, "a")[..3],
-        ["0.02", "0.00", "1000000/1000020"],
-        "{estimate}"
-    );
-    assert_eq!(
-        line(&foo, "b")[..3],
-        ["0.00", "0.00", "20/1000020"],
-        "{estimate}"
-    );
+    assert_line(&estimate, "foo", "a", ["0.02", "0.00", "1000000/1000020"]);
+    assert_line(&estimate, "foo", "b", ["0.00", "0.00", "20/1000020"]);
+
+    // The flat profile's total/call of b: its measured 0.26 s in one call, against gprof's 0.
+    let total_per_call = |options: &[&str]| {
+        let flat = report(&ws, &with_stacks, "stacks.out", options);
+        let row = flat
+            .lines()
+            .find(|l| l.ends_with(" b"))
+            .unwrap_or_else(|| panic!("no row of b in:\n{flat}"))
+            .split_whitespace()
+            .nth(5)
+            .map(str::to_string);
+        row.unwrap_or_default()
+    };
+    assert_eq!(total_per_call(&["-p", "-b"]), "260.00");
+    assert_eq!(total_per_call(&["-p", "-b", "--estimate"]), "0.00");
 }
 
 #[test]
 fn a_function_without_counted_calls_gets_its_callers_from_the_stacks() {
     let ws = Workspace::new();
     let exe = build_counter_example(&ws);
-    let measured = report(
-        &ws,
-        &counter_profile(&exe, true),
-        "stacks.out",
-        &["-q", "-b"],
-    );
-    let spin = entry(&measured, "spin");
-    // foo called spin 20 times, uncounted: the caller line has the measured time and no count.
-    assert_eq!(
-        line(&spin, "foo")[..3],
-        ["0.24", "0.00", "foo"],
-        "{measured}"
-    );
-    assert!(
-        spin.iter().all(|l| !l.contains("<spontaneous>")),
-        "{measured}"
-    );
-    let foo = entry(&measured, "foo");
-    let callee = line(&foo, "spin");
-    assert_eq!(callee[..3], ["0.24", "0.00", "spin"], "{measured}");
-
-    let estimate = report(
-        &ws,
-        &counter_profile(&exe, true),
-        "stacks.out",
-        &["-q", "-b", "--estimate"],
-    );
-    assert!(
-        entry(&estimate, "spin")
+    let with_stacks = counter_profile(&exe, true);
+    let measured = report(&ws, &with_stacks, "stacks.out", &["-q"]);
+    // foo called spin 20 times, uncounted: the lines carry the measured time and no count.
+    assert_line(&measured, "spin", "foo", ["0.24", "0.00", "foo"]);
+    assert_line(&measured, "foo", "spin", ["0.24", "0.00", "spin"]);
+    let spontaneous = |report: &str| {
+        entry(report, "spin")
             .iter()
-            .any(|l| l.contains("<spontaneous>")),
-        "{estimate}"
+            .any(|l| l.contains("<spontaneous>"))
+    };
+    assert!(!spontaneous(&measured), "{measured}");
+    // The blurb says where the times come from.
+    assert!(
+        measured
+            .contains(" Times are measured from 27 sampled call stacks, not estimated from the"),
+        "{measured}"
     );
 
-    // The blurb says where the times come from.
-    let with_blurb = report(&ws, &counter_profile(&exe, true), "stacks.out", &["-q"]);
+    let estimate = report(&ws, &with_stacks, "stacks.out", &["-q", "--estimate"]);
+    assert!(spontaneous(&estimate), "{estimate}");
     assert!(
-        with_blurb
-            .contains(" Times are measured from 27 sampled call stacks, not estimated from the"),
-        "{with_blurb}"
+        estimate.contains(" children  seconds in its callees, estimated from the call counts.")
     );
-    let estimated = report(
-        &ws,
-        &counter_profile(&exe, true),
-        "stacks.out",
-        &["-q", "--estimate"],
-    );
-    assert!(
-        estimated.contains(" children  seconds in its callees, estimated from the call counts.")
-    );
-    assert!(!estimated.contains("sampled call stacks"));
+    assert!(!estimate.contains("sampled call stacks"), "{estimate}");
 }

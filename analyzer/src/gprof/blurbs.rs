@@ -103,17 +103,23 @@ const ESTIMATED_LINES: &str =
     " On a caller's line, self and children are the share of the function's
  time estimated to come from that caller, and called reads
  `calls from this caller/all non-recursive calls'.
+ On a callee's line, self and children are the share of the callee's time
+ charged to this function, and called reads
+ `calls from this function/all non-recursive calls of the callee'.
 ";
 const MEASURED_LINES: &str =
     " On a caller's line, self and children are the function's time measured
  under that caller (self: the samples that stopped in the function itself),
  and called reads `calls from this caller/all non-recursive calls', blank
  for a caller known from the stacks only (those calls were not counted).
+ On a callee's line, self and children are the callee's time measured
+ under this function, and called reads
+ `calls from this function/all non-recursive calls of the callee'.
 ";
 
 /// The call-graph blurb (GNU style) when the times are measured from sampled stacks.
 pub fn call_graph_measured(stacks: &StacksNote) -> String {
-    let lines = format!("{MEASURED_LINES}{}", measured_note(stacks));
+    let lines = format!("{MEASURED_LINES}\n{}", measured_note(stacks));
     CALL_GRAPH
         .replacen(ESTIMATED_COLUMNS, MEASURED_COLUMNS, 1)
         .replacen(ESTIMATED_LINES, &lines, 1)

@@ -556,39 +556,35 @@ fn print_arc_line(
     let iw = style.index_width.get();
     let kids_w = if style.bsd { 11 } else { 7 };
     let arc = &g.arcs[a];
-    // An arc known only from sampled stacks has no count: its `called` column is blank.
-    let count = if arc.stacks_only {
-        String::new()
-    } else {
-        arc.count.to_string()
-    };
     if in_cycle {
         let _ = write!(
             out,
             "{:>iw$.iw$} {:>5.5} {:>7.7} {:>kids_w$.kids_w$} {:>7} {:>7.7}     ",
-            "", "", "", "", count, ""
-        );
-    } else if arc.stacks_only {
-        let _ = write!(
-            out,
-            "{:>iw$.iw$} {:>5.5} {:>7.2} {:>kids_w$.2} {:>7.7} {:>7.7}     ",
             "",
             "",
-            CFloat(arc.time / hz),
-            CFloat(arc.child_time / hz),
             "",
+            "",
+            if arc.stacks_only {
+                String::new()
+            } else {
+                arc.count.to_string()
+            },
             ""
         );
     } else {
+        // An arc known only from sampled stacks has no count: its `called` column is blank.
+        let called = if arc.stacks_only {
+            format!("{:>7.7} {:>7.7}", "", "")
+        } else {
+            format!("{:>7}/{:<7}", arc.count, calls)
+        };
         let _ = write!(
             out,
-            "{:>iw$.iw$} {:>5.5} {:>7.2} {:>kids_w$.2} {:>7}/{:<7}     ",
+            "{:>iw$.iw$} {:>5.5} {:>7.2} {:>kids_w$.2} {called}     ",
             "",
             "",
             CFloat(arc.time / hz),
             CFloat(arc.child_time / hz),
-            arc.count,
-            calls
         );
     }
     out.push_str(&name_full(&g.syms[other], style));
