@@ -2,7 +2,8 @@
 //! number of runs become one module whose histograms and arcs are added up. Addresses are
 //! module-relative, so runs with different ASLR layouts add up directly. Files sampled at different
 //! periods are added up in time: each file's counts are rescaled to the shortest period among them.
-//! Sampled call stacks are added up the same way, their frames renumbered to the merged modules.
+//! Sampled stacks add up the same way, their frames' keys remapped as the arcs' caller keys are; the sum
+//! has stacks only when every input has them.
 
 use mslprof_format::LinkAddress;
 use std::collections::{BTreeMap, HashMap};
@@ -77,8 +78,11 @@ pub fn merge(inputs: &[Input], separate_instances: bool) -> Result<Merged, Error
     let mut instances: Vec<u32> = Vec::new();
     let mut arcs: Vec<HashMap<(u32, LinkAddress, LinkAddress), u64>> = Vec::new();
     let mut identity: HashMap<(Vec<u8>, Vec<u8>, u32, usize), usize> = HashMap::new();
-    let mut stacks = StackSums::default();
     let rescaled = periods(inputs);
+    let mut stacks = inputs
+        .iter()
+        .all(|i| i.profile.stacks.is_some())
+        .then(Stacks::default);
     for (n, input) in inputs.iter().enumerate() {
         let p = &input.profile;
         let h = &p.header;
@@ -177,27 +181,48 @@ pub fn merge(inputs: &[Input], separate_instances: bool) -> Result<Merged, Error
                 }
             }
         }
+        // A key of this file as a key of the sum, with its address (unknown: address 0).
+        let remap = |key: u32, address: LinkAddress| match keymap.get(&key) {
+            Some(&merged) if key != UNKNOWN_KEY => (merged, address),
+            _ => (UNKNOWN_KEY, LinkAddress(0)),
+        };
         for m in &p.modules {
             let id = keymap[&m.key] as usize - 1;
             for a in &m.arcs {
-                let caller = if a.caller_key == UNKNOWN_KEY {
-                    UNKNOWN_KEY
-                } else {
-                    keymap.get(&a.caller_key).copied().unwrap_or(UNKNOWN_KEY)
-                };
-                let addr = if caller == UNKNOWN_KEY {
-                    LinkAddress(0)
-                } else {
-                    a.caller_address
-                };
+                let (caller, addr) = remap(a.caller_key, a.caller_address);
                 *arcs[id]
                     .entry((caller, addr, a.callee_address))
                     .or_insert(0) += a.count;
             }
         }
-        if let Some(s) = &p.stacks {
-            stacks.add(s, &keymap, Rescale::new(factor));
+        if let (Some(sum), Some(these)) = (stacks.as_mut(), &p.stacks) {
+            let mut rescale = Rescale::new(factor);
+            sum.max_depth = sum.max_depth.max(these.max_depth);
+            sum.dropped = sum.dropped.saturating_add(scaled(these.dropped));
+            for r in &these.records {
+                let count = rescale.count(r.count);
+                if count == 0 {
+                    continue;
+                }
+                let frames = r
+                    .frames
+                    .iter()
+                    .map(|f| {
+                        let (key, address) = remap(f.key, f.address);
+                        StackFrame { key, address }
+                    })
+                    .collect();
+                sum.records.push(StackRecord {
+                    count,
+                    flags: r.flags,
+                    frames,
+                });
+            }
         }
+    }
+    if let Some(sum) = stacks.as_mut() {
+        // Identical stacks (same flags, same remapped frames) become one record.
+        sum.normalize();
     }
     for (id, m) in modules.iter_mut().enumerate() {
         let (bits, _, ranges) = &sums[id];
@@ -252,147 +277,9 @@ pub fn merge(inputs: &[Input], separate_instances: bool) -> Result<Merged, Error
             format,
             header,
             modules,
-            stacks: stacks.into_stacks(),
+            stacks,
         },
         instances,
         rescaled,
     })
-}
-
-/// The stacks of the files merged so far: identical stacks (same flags, same frames after renumbering)
-/// kept once, in the order first seen, with their counts added.
-#[derive(Default)]
-struct StackSums {
-    any: bool,
-    max_depth: u32,
-    dropped: u64,
-    index: HashMap<(u32, Vec<StackFrame>), usize>,
-    records: Vec<StackRecord>,
-}
-
-impl StackSums {
-    /// Add one file's stacks: module keys through `keymap` (a key it does not know becomes
-    /// [`UNKNOWN_KEY`] at address 0), counts rescaled to the merged period.
-    fn add(&mut self, stacks: &Stacks, keymap: &HashMap<u32, u32>, mut rescale: Rescale) {
-        self.any = true;
-        self.max_depth = self.max_depth.max(stacks.max_depth);
-        self.dropped = self
-            .dropped
-            .saturating_add(Rescale::new(rescale.factor).count(stacks.dropped));
-        for r in stacks.records.iter().filter(|r| r.count != 0) {
-            let count = rescale.count(r.count);
-            if count == 0 {
-                continue;
-            }
-            let frames: Vec<StackFrame> = r
-                .frames
-                .iter()
-                .map(|f| match keymap.get(&f.key) {
-                    Some(&key) if f.key != UNKNOWN_KEY => StackFrame {
-                        key,
-                        address: f.address,
-                    },
-                    _ => StackFrame {
-                        key: UNKNOWN_KEY,
-                        address: LinkAddress(0),
-                    },
-                })
-                .collect();
-            let records = &mut self.records;
-            let slot =
-                *self
-                    .index
-                    .entry((r.flags, frames))
-                    .or_insert_with_key(|(flags, frames)| {
-                        records.push(StackRecord {
-                            count: 0,
-                            flags: *flags,
-                            frames: frames.clone(),
-                        });
-                        records.len() - 1
-                    });
-            let record = &mut self.records[slot];
-            record.count = record.count.saturating_add(count);
-        }
-    }
-
-    fn into_stacks(self) -> Option<Stacks> {
-        self.any.then_some(Stacks {
-            max_depth: self.max_depth,
-            dropped: self.dropped,
-            records: self.records,
-        })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn frame(key: u32, address: u64) -> StackFrame {
-        StackFrame {
-            key,
-            address: LinkAddress(address),
-        }
-    }
-
-    /// A profile of one module `path` under `key`, sampled every `period_ns`, with `stacks`.
-    fn input(key: u32, period_ns: u64, stacks: Option<Stacks>) -> Input {
-        Input {
-            path: "gmon.out".into(),
-            profile: Profile {
-                format: SourceFormat::Mslprof { major: 1, minor: 4 },
-                header: Header {
-                    sample_period_ns: period_ns,
-                    total_samples: 1,
-                    ..Header::default()
-                },
-                modules: vec![Module {
-                    key,
-                    path: b"/bin/prog".to_vec(),
-                    flags: module_flags::PROFILED,
-                    ..Module::default()
-                }],
-                stacks,
-            },
-            records: None,
-        }
-    }
-
-    #[test]
-    fn stacks_are_renumbered_rescaled_and_summed() {
-        let record = |count: u64, key: u32| StackRecord {
-            count,
-            flags: 0,
-            frames: vec![frame(key, 0x10), frame(UNKNOWN_KEY, 0), frame(99, 0x20)],
-        };
-        let stacks = |count: u64, key: u32, dropped: u64| Stacks {
-            max_depth: 8,
-            dropped,
-            records: vec![record(count, key)],
-        };
-        // The second run sampled half as often: its counts double. Its module had key 7.
-        let merged = merge(
-            &[
-                input(3, 1_000_000, Some(stacks(5, 3, 1))),
-                input(7, 2_000_000, Some(stacks(2, 7, 2))),
-                input(3, 1_000_000, None),
-            ],
-            false,
-        )
-        .expect("merge");
-        let s = merged.profile.stacks.expect("stacks");
-        assert_eq!((s.max_depth, s.dropped), (8, 5));
-        // Key 99 is no module of its file: unknown, at address 0.
-        assert_eq!(
-            s.records,
-            vec![StackRecord {
-                count: 9,
-                flags: 0,
-                frames: vec![frame(1, 0x10), frame(UNKNOWN_KEY, 0), frame(UNKNOWN_KEY, 0)],
-            }]
-        );
-        let none = merge(&[input(3, 1_000_000, None)], false).expect("merge");
-        assert_eq!(none.profile.stacks, None);
-    }
 }

@@ -142,13 +142,12 @@ pub fn module_table(
         .collect::<Vec<Row>>();
     let mut rows = rows;
     if profile.header.unknown_samples != 0 {
-        // Samples outside every module are, with PLT counting or rewritten call sites, the runtime's own
-        // stubs in anonymous memory.
+        // The runtime counts samples in its own stubs as its library's: these are in other anonymous code.
         rows.push(Row {
             index: None,
             samples: profile.header.unknown_samples,
-            name: format!("{OUTSIDE_ANY_MODULE} (profiling overhead)"),
-            path: "(mslprof's PLT and call-site stubs, or other code in anonymous memory)".into(),
+            name: OUTSIDE_ANY_MODULE.into(),
+            path: "(code in no mapped file: JIT-compiled code, trampolines)".into(),
             note: String::new(),
             keep: true,
         });
