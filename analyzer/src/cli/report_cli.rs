@@ -178,6 +178,9 @@ struct Cli {
     /// mslprof: list every module in the module tables, also those under 0.05 % of the samples
     #[arg(long = "all-modules", help_heading = OUTPUT)]
     all_modules: bool,
+    /// mslprof: with sampled stacks in the profile, print gprof's estimated call-graph times (from the call counts) instead of the measured ones
+    #[arg(long, help_heading = ANALYSIS)]
+    estimate: bool,
     /// Add the calls found in the machine code that never ran, with a count of 0 (static call graph)
     #[arg(short = 'c', long = "static-call-graph", help_heading = ANALYSIS)]
     static_call_graph: bool,
@@ -376,6 +379,7 @@ fn options_from(cli: &Cli) -> Result<Options, OptionsError> {
         share_of_process: cli.share_of.as_deref() == Some("process"),
         all_modules: cli.all_modules,
         static_calls: cli.static_call_graph,
+        estimate: cli.estimate,
         ..Options::default()
     };
     if let Some(d) = &cli.debug {

@@ -109,8 +109,10 @@ pub fn run(
         have_arcs,
         granularity,
         hz,
-        stacks: _,
+        stacks,
     } = analyse(opts, exe, profile, &mut warnings);
+    // The call graph's times are measured from the stacks unless `--estimate` asks for gprof's.
+    let measured = stacks.filter(|s| !opts.estimate && !s.stacks.is_empty());
     let mut share_note = share_note(opts, profile, &mut totals, hz);
     let top_samples = g.syms.iter().map(|s| s.hist_time).fold(0.0, f64::max);
     if let Some(rate) = super::rate::rate_line(header, top_samples) {
@@ -132,6 +134,7 @@ pub fn run(
         multi_module: true,
         first_output: Cell::new(true),
         index_width: Cell::new(crate::gprof::callgraph::INDEX_WIDTH),
+        measured: measured.as_ref().map(stacks::Stacks::note),
     };
     let rates = sampling_rates(profile, merged.rescaled);
     out.push_str(&rates);
@@ -141,6 +144,7 @@ pub fn run(
     let found = Found {
         have_hist,
         have_arcs,
+        measured: measured.as_ref(),
     };
     warnings.extend(render::tables(
         out, &mut g, &filters, &style, totals, found, opts,

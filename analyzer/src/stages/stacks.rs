@@ -4,7 +4,9 @@
 use mslprof_format::LinkAddress;
 use mslprof_format::model::{Profile, StackFrame, UNKNOWN_KEY};
 
+use crate::gprof::blurbs::StacksNote;
 use crate::gprof::graph::Graph;
+use crate::gprof::symspec::Filters;
 
 /// One frame of a resolved stack.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -111,7 +113,8 @@ fn frame(g: &Graph, f: &StackFrame, depth: usize) -> Frame {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PairSamples {
     pub total: u64,
-    /// Of `total`, the samples whose leaf is the callee: the callee's own time under this caller.
+    /// Of `total`, the samples whose leaf is the callee (directly or through its own recursion): the
+    /// callee's own time under this caller.
     pub callee_self: u64,
 }
 
@@ -168,7 +171,7 @@ impl Stacks {
                 if caller < nsyms && seen_pairs.insert((caller, callee)) {
                     let pair = m.pairs.entry((caller, callee)).or_default();
                     pair.total = pair.total.saturating_add(stack.count);
-                    if i == 0 {
+                    if leaf == Some(callee) {
                         pair.callee_self = pair.callee_self.saturating_add(stack.count);
                     }
                 }
@@ -216,6 +219,78 @@ impl Stacks {
             .iter()
             .filter(|s| s.frames.iter().any(|f| f.sym.is_some_and(&member)))
             .fold(0u64, |sum, s| sum.saturating_add(s.count))
+    }
+}
+
+impl Stacks {
+    /// What the call graph's blurb says about these stacks.
+    pub fn note(&self) -> StacksNote {
+        StacksNote {
+            samples: self.samples,
+            truncated: self
+                .stacks
+                .iter()
+                .filter(|s| s.is_truncated())
+                .fold(0u64, |sum, s| sum.saturating_add(s.count)),
+            dropped: self.dropped,
+        }
+    }
+
+    /// Put the measured times into `g`, whose time gprof's way has just been propagated
+    /// ([`crate::gprof::callgraph::propagate`]), in place of the estimates; in samples, as the histogram.
+    ///
+    /// - A function's children time is the samples with it anywhere on the stack less those with it as
+    ///   the leaf (its self time stays the histogram's).
+    /// - A cycle (found by gprof's rule, on the counted arcs only) has as children time the samples with
+    ///   any member on the stack less those whose leaf is a member.
+    /// - An arc's time is the samples whose stack holds that caller→callee pair: the callee's own time
+    ///   under that caller (those with the callee as the leaf) as self, the rest as children.
+    /// - A pair with no counted arc (its callee does not count its calls) becomes an arc without a count
+    ///   ([`crate::gprof::graph::CgArc::stacks_only`]), unless `-k` excludes it; a function calling itself
+    ///   adds no arc (its recursion is within its own time).
+    ///
+    /// Each figure counts a sample once, however often the function or pair recurs in its stack. Like
+    /// gprof's estimate, times are scaled by each function's share of propagated time (`-n`/`-N`).
+    pub fn apply(&self, g: &mut Graph, filters: &Filters) {
+        let n = g.nsyms;
+        let m = self.measure(n);
+        for (s, sym) in g.syms[..n].iter_mut().enumerate() {
+            sym.child_time = m.total[s].saturating_sub(m.leaf[s]) as f64;
+            sym.prop_child = sym.prop_fract * sym.child_time;
+        }
+        for num in 1..=g.num_cycles {
+            let cyc = g.cycle(num);
+            let member = |s: usize| s < n && g.syms[s].cyc_num as usize == num;
+            let total = self.samples_containing(member);
+            let leaf = (0..n)
+                .filter(|&s| member(s))
+                .fold(0u64, |sum, s| sum.saturating_add(m.leaf[s]));
+            let c = &mut g.syms[cyc];
+            c.child_time = total.saturating_sub(leaf) as f64;
+            c.prop_child = c.prop_fract * c.child_time;
+        }
+        let mut pairs: Vec<(usize, usize)> = m.pairs.keys().copied().collect();
+        pairs.sort_unstable();
+        for (caller, callee) in pairs {
+            if caller != callee
+                && !g.arc_index.contains_key(&(caller, callee))
+                && filters.arc_kept(caller, callee)
+            {
+                g.add_arc(caller, callee, 0);
+                let a = g.arc_index[&(caller, callee)];
+                g.arcs[a].stacks_only = true;
+            }
+        }
+        for arc in &mut g.arcs {
+            let pair = m
+                .pairs
+                .get(&(arc.parent, arc.child))
+                .copied()
+                .unwrap_or_default();
+            let fract = g.syms[arc.parent].prop_fract;
+            arc.time = pair.callee_self as f64 * fract;
+            arc.child_time = pair.total.saturating_sub(pair.callee_self) as f64 * fract;
+        }
     }
 }
 
@@ -308,5 +383,125 @@ mod tests {
         let m = stacks.measure(3);
         assert_eq!(m.total, vec![4, 0, 4]);
         assert!(m.pairs.is_empty());
+    }
+
+    /// A graph of `names` (functions of one module, in this order) with the counted `arcs` (caller, callee,
+    /// count) and `hist` samples of self time each, its time propagated gprof's way and then measured
+    /// from `stacks`.
+    fn measured_graph(
+        names: &[&str],
+        arcs: &[(usize, usize, u64)],
+        hist: &[f64],
+        stacks: &Stacks,
+    ) -> Graph {
+        let mut g = Graph {
+            syms: names
+                .iter()
+                .zip(hist)
+                .map(|(name, &hist_time)| crate::gprof::graph::Sym {
+                    symbol: crate::elf::symtab::FunctionSymbol {
+                        name: (*name).into(),
+                        is_func: true,
+                        ..Default::default()
+                    },
+                    display: (*name).into(),
+                    hist_time,
+                    ..Default::default()
+                })
+                .collect(),
+            nsyms: names.len(),
+            ..Graph::default()
+        };
+        for &(caller, callee, count) in arcs {
+            g.syms[callee].ncalls += count;
+            g.add_arc(caller, callee, count);
+        }
+        let filters = Filters::default();
+        crate::gprof::callgraph::propagate(&mut g, &filters);
+        stacks.apply(&mut g, &filters);
+        g
+    }
+
+    fn arc(g: &Graph, caller: usize, callee: usize) -> &crate::gprof::graph::CgArc {
+        &g.arcs[g.arc_index[&(caller, callee)]]
+    }
+
+    #[test]
+    fn the_manuals_counter_example_charges_foo_to_the_caller_that_spent_it() {
+        // main(0) calls a(1) and b(2); a calls foo(3) 1 000 000 times, b 20 times; every sample of
+        // foo's 26 was taken under b.
+        let stacks = Stacks {
+            stacks: vec![stack(26, &[3, 2, 0]), stack(4, &[1, 0])],
+            ..Stacks::default()
+        };
+        let g = measured_graph(
+            &["main", "a", "b", "foo"],
+            &[(0, 1, 1), (0, 2, 1), (1, 3, 1_000_000), (2, 3, 20)],
+            &[0.0, 4.0, 0.0, 26.0],
+            &stacks,
+        );
+        assert_eq!((arc(&g, 1, 3).time, arc(&g, 1, 3).child_time), (0.0, 0.0));
+        assert_eq!((arc(&g, 2, 3).time, arc(&g, 2, 3).child_time), (26.0, 0.0));
+        assert_eq!((arc(&g, 0, 2).time, arc(&g, 0, 2).child_time), (0.0, 26.0));
+        assert_eq!((arc(&g, 0, 1).time, arc(&g, 0, 1).child_time), (4.0, 0.0));
+        let children: Vec<f64> = g.syms.iter().map(|s| s.prop_child).collect();
+        assert_eq!(children, vec![30.0, 0.0, 26.0, 0.0]);
+        assert_eq!(g.syms[1].child_time, 0.0);
+        assert!(g.arcs.iter().all(|a| !a.stacks_only));
+    }
+
+    #[test]
+    fn an_uncounted_function_gets_its_callers_from_the_stacks() {
+        // lib(2) counts no calls; main(0) -> work(1) is counted. Stacks: lib under work 5 times, lib
+        // under main directly twice, lib calling itself under work once.
+        let stacks = Stacks {
+            stacks: vec![
+                stack(5, &[2, 1, 0]),
+                stack(2, &[2, 0]),
+                stack(1, &[2, 2, 1, 0]),
+            ],
+            ..Stacks::default()
+        };
+        let g = measured_graph(
+            &["main", "work", "lib"],
+            &[(0, 1, 3)],
+            &[0.0, 0.0, 8.0],
+            &stacks,
+        );
+        let under_work = arc(&g, 1, 2);
+        assert!(under_work.stacks_only);
+        assert_eq!((under_work.count, under_work.time), (0, 6.0));
+        assert_eq!(arc(&g, 0, 2).time, 2.0);
+        assert!(!g.arc_index.contains_key(&(2, 2)));
+        assert_eq!(g.syms[2].parents.len(), 2);
+        assert!(!arc(&g, 0, 1).stacks_only);
+        assert_eq!(arc(&g, 0, 1).child_time, 6.0);
+        assert_eq!(g.syms[0].prop_child, 8.0);
+    }
+
+    #[test]
+    fn a_cycle_counts_each_sample_once_with_any_member_on_the_stack() {
+        // main(0) -> f(1) <-> g(2), g -> h(3).
+        let stacks = Stacks {
+            stacks: vec![
+                stack(4, &[2, 1, 2, 1, 0]),
+                stack(2, &[1, 0]),
+                stack(3, &[3, 2, 1, 0]),
+            ],
+            ..Stacks::default()
+        };
+        let g = measured_graph(
+            &["main", "f", "g", "h"],
+            &[(0, 1, 1), (1, 2, 5), (2, 1, 4), (2, 3, 3)],
+            &[0.0, 2.0, 4.0, 3.0],
+            &stacks,
+        );
+        assert_eq!(g.num_cycles, 1);
+        let cycle = &g.syms[g.cycle(1)];
+        assert_eq!((cycle.prop_self, cycle.prop_child), (6.0, 3.0));
+        // f is on 9 stacks and the leaf of 2; g on 7, the leaf of 4.
+        assert_eq!((g.syms[1].child_time, g.syms[2].child_time), (7.0, 3.0));
+        assert_eq!(g.syms[0].child_time, 9.0);
+        assert_eq!((arc(&g, 2, 3).time, arc(&g, 2, 3).child_time), (3.0, 0.0));
     }
 }
