@@ -87,19 +87,37 @@ pub struct Medians {
 
 /// Runs `inv` once, output discarded, and fails if it does not exit 0.
 pub fn run_once(inv: &Invocation) -> Result<RunFigures, String> {
+    run_with_output(inv, false).map(|(figures, _)| figures)
+}
+
+/// Runs `inv` once and fails if it does not exit 0; with `keep_stdout`, also returns what it wrote to its
+/// standard output (else discarded, and the string is empty).
+pub fn run_with_output(
+    inv: &Invocation,
+    keep_stdout: bool,
+) -> Result<(RunFigures, String), String> {
     let mut cmd = Command::new(&inv.program);
     cmd.args(&inv.args)
         .current_dir(&inv.dir)
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
+        .stdout(if keep_stdout {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stderr(Stdio::null());
     for (k, v) in &inv.env {
         cmd.env(k, v);
     }
     let start = Instant::now();
-    let child = cmd
+    let mut child = cmd
         .spawn()
         .map_err(|e| format!("{}: {e}", inv.program.display()))?;
+    let mut stdout = String::new();
+    if let Some(mut pipe) = child.stdout.take() {
+        std::io::Read::read_to_string(&mut pipe, &mut stdout)
+            .map_err(|e| format!("{}: {e}", inv.program.display()))?;
+    }
     let usage = mslprof_tests::wait_with_usage(child.id()).map_err(|e| format!("wait: {e}"))?;
     let wall = start.elapsed();
     if usage.status.code() != Some(0) {
@@ -109,11 +127,12 @@ pub fn run_once(inv: &Invocation) -> Result<RunFigures, String> {
             usage.status
         ));
     }
-    Ok(RunFigures {
+    let figures = RunFigures {
         wall,
         cpu: usage.user_cpu + usage.system_cpu,
         max_rss_kib: usage.max_rss_kib,
-    })
+    };
+    Ok((figures, stdout))
 }
 
 /// Runs every invocation `runs` times, interleaved (a, b, c, a, b, c, ...) so that the machine's drifting load

@@ -1,14 +1,17 @@
 //! The suite `plt`: what counting calls through the PLT costs (issue 10). A C program calling an
 //! uninstrumented library function N times through the PLT, plain, counted (`LD_AUDIT=libmslprof_audit.so`
 //! with the runtime) and with `MSLPROF_PLT=0`, as per-call slopes; and rustc `-O` on a generated crate of 300
-//! small functions under `LD_PROFILE=ALL` with PLT counting on and off, against the plain run's CPU time.
+//! small functions under `LD_PROFILE=ALL` with PLT counting on and off, against the plain run's CPU time; and
+//! two call-heavy programs nobody here wrote, Python with SQLite and `openssl speed`, the same three ways.
 
 use std::path::{Path, PathBuf};
 
 use crate::Env;
 use crate::Scale;
 use crate::calls::Spread;
-use crate::measure::{Invocation, interleaved_figures, round_order, run_once};
+use crate::measure::{
+    Invocation, RunFigures, interleaved_figures, round_order, run_once, run_with_output,
+};
 use crate::report::Section;
 
 /// The ways of running a program that the tables compare.
@@ -296,6 +299,190 @@ fn rustc_section(env: &Env) -> Result<Section, String> {
     })
 }
 
+/// The Python script of [`python_sqlite_section`]: 200 000 inserts into an indexed in-memory table, then a
+/// GROUP BY.
+const SQLITE_SCRIPT: &str = "\
+import sqlite3
+con = sqlite3.connect(':memory:')
+cur = con.cursor()
+cur.execute('create table t(id integer primary key, k integer, name text, v real)')
+cur.execute('create index ik on t(k)')
+cur.execute('create index iname on t(name)')
+for i in range(200000):
+    cur.execute('insert into t(k, name, v) values (?, ?, ?)', (i % 997, 'n%d' % (i * 7919 % 100003), i * 0.5))
+con.commit()
+rows = cur.execute('select k, count(*), sum(v) from t group by k order by k').fetchall()
+print(len(rows), rows[0])
+";
+
+/// The Python interpreter itself (`sys.executable`: not a pyenv shim, whose shell script would be timed too),
+/// if it has the sqlite3 module.
+fn real_python() -> Option<PathBuf> {
+    let output = std::process::Command::new("python3")
+        .args(["-c", "import sys, sqlite3; print(sys.executable)"])
+        .output()
+        .ok()?;
+    let path = String::from_utf8_lossy(&output.stdout).trim().to_string();
+    (output.status.success() && !path.is_empty()).then(|| PathBuf::from(path))
+}
+
+/// A section that says why a program's rows are missing.
+fn skipped(title: &str, why: String) -> Section {
+    Section {
+        title: title.into(),
+        intro: why,
+        header: Vec::new(),
+        rows: Vec::new(),
+        notes: Vec::new(),
+    }
+}
+
+/// The rows of a program run plain, PLT-counted and with `MSLPROF_PLT=0`: per mode, the median of `cost`
+/// (what one run cost, from its figures and standard output; lower is better) and its ratio to the plain run
+/// of the same round, median (min–max) over `rounds` interleaved rounds.
+fn ratio_rows(
+    invs: &[Invocation],
+    rounds: usize,
+    cost: impl Fn(&RunFigures, &str) -> Result<f64, String>,
+    shown: impl Fn(f64) -> String,
+) -> Result<Vec<Vec<String>>, String> {
+    let mut costs = vec![Vec::new(); invs.len()];
+    for round in 0..rounds {
+        for i in round_order(round, invs.len()) {
+            let (figures, stdout) = run_with_output(&invs[i], true)?;
+            costs[i].push(cost(&figures, &stdout)?);
+        }
+    }
+    let plain = &costs[Mode::Plain as usize];
+    Ok(MODES
+        .iter()
+        .zip(invs)
+        .zip(&costs)
+        .map(|((mode, inv), values)| {
+            let ratios: Vec<f64> = values.iter().zip(plain).map(|(v, p)| v / p).collect();
+            vec![
+                mode.label().to_string(),
+                inv.shell_line(),
+                shown(Spread::of(values).median),
+                if *mode == Mode::Plain {
+                    String::new()
+                } else {
+                    Spread::of(&ratios).show()
+                },
+            ]
+        })
+        .collect())
+}
+
+/// Python 3 with SQLite (every mode's runtime selects every module): CPU time against the plain run's.
+fn python_sqlite_section(env: &Env) -> Result<Section, String> {
+    let title = "Call counting: Python with SQLite, PLT counting";
+    let Some(python) = real_python() else {
+        return Ok(skipped(
+            title,
+            "No `python3` with the sqlite3 module on this machine: not measured.".into(),
+        ));
+    };
+    let dir = env.scratch.join("plt-python");
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let script = dir.join("sqlite_inserts.py");
+    std::fs::write(&script, SQLITE_SCRIPT).map_err(|e| format!("{}: {e}", script.display()))?;
+    let rounds = match env.scale {
+        Scale::Quick => 3,
+        _ => 9,
+    };
+    let invs: Vec<Invocation> = MODES
+        .iter()
+        .map(|mode| mode.invocation(env, &python, &dir).arg("sqlite_inserts.py"))
+        .collect();
+    let rows = ratio_rows(
+        &invs,
+        rounds,
+        |figures, _| Ok(figures.cpu.as_secs_f64()),
+        |cpu| format!("{:.0}", cpu * 1e3),
+    )?;
+    Ok(Section {
+        title: title.into(),
+        intro: format!(
+            "`{}` running a script of 200 000 inserts into an in-memory table with two indexes, then a GROUP BY \
+             (`SQLITE_SCRIPT` in `tests/src/bin/bench/plt.rs`): most calls through the PLT are libsqlite3's into libc \
+             (`pthread_mutex_lock`/`unlock`, `memmove`, `memcmp`, `malloc`/`free`). \
+             Median CPU time over {rounds} interleaved rounds; the ratio to plain is taken within each round, median (min–max).",
+            python.display()
+        ),
+        header: ["mode", "command", "CPU ms", "vs plain (median, min–max)"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
+        rows,
+        notes: vec!["Target: PLT counted ≤ 1.05× the plain run (issue 35).".into()],
+    })
+}
+
+/// `openssl speed` on SHA-256 of 16-byte blocks: throughput lost, as the plain run's throughput over each mode's.
+fn openssl_section(env: &Env) -> Result<Section, String> {
+    let title = "Call counting: openssl speed sha256, 16-byte blocks, PLT counting";
+    let dir = env.scratch.join("plt-openssl");
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let seconds = match env.scale {
+        Scale::Quick => "1",
+        _ => "3",
+    };
+    let rounds = match env.scale {
+        Scale::Quick => 3,
+        _ => 7,
+    };
+    let invs: Vec<Invocation> = MODES
+        .iter()
+        .map(|mode| {
+            mode.invocation(env, Path::new("openssl"), &dir)
+                .args(["speed", "-seconds", seconds, "-bytes", "16", "sha256"])
+        })
+        .collect();
+    if run_once(&invs[Mode::Plain as usize]).is_err() {
+        return Ok(skipped(
+            title,
+            "No working `openssl` on this machine: not measured.".into(),
+        ));
+    }
+    // `sha256  12345.67k`: thousands of bytes per second; a run's cost is its inverse.
+    let rows = ratio_rows(
+        &invs,
+        rounds,
+        |_, stdout| {
+            stdout
+                .lines()
+                .find_map(|line| line.strip_prefix("sha256"))
+                .and_then(|rest| rest.trim().strip_suffix('k'))
+                .and_then(|k| k.parse::<f64>().ok())
+                .filter(|k| *k > 0.0)
+                .map(|k| 1.0 / (k * 1e3))
+                .ok_or_else(|| format!("openssl speed printed no sha256 figure: {stdout:?}"))
+        },
+        |seconds_per_byte| format!("{:.1}", 1.0 / seconds_per_byte / 1e6),
+    )?;
+    Ok(Section {
+        title: title.into(),
+        intro: format!(
+            "`openssl speed -seconds {seconds} -bytes 16 sha256`: libcrypto's calls through the PLT into libc \
+             (`malloc`, `free`, `memcpy`) for every 16-byte digest. Throughput in MB/s, median over {rounds} \
+             interleaved rounds; \"vs plain\" is the plain run's throughput over the mode's (×, higher is slower), \
+             taken within each round, median (min–max)."
+        ),
+        header: ["mode", "command", "MB/s", "vs plain (median, min–max)"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
+        rows,
+        notes: vec!["Target: PLT counted ≤ ×1.05 (issue 35).".into()],
+    })
+}
+
 pub fn run(env: &Env) -> Result<Vec<Section>, String> {
-    Ok(vec![leaf_section(env)?, rustc_section(env)?])
+    Ok(vec![
+        leaf_section(env)?,
+        rustc_section(env)?,
+        python_sqlite_section(env)?,
+        openssl_section(env)?,
+    ])
 }
