@@ -9,9 +9,7 @@ use std::path::{Path, PathBuf};
 use crate::Env;
 use crate::Scale;
 use crate::calls::Spread;
-use crate::measure::{
-    Invocation, RunFigures, interleaved_figures, round_order, run_once, run_with_output,
-};
+use crate::measure::{Invocation, RunFigures, round_order, run_once, run_with_output};
 use crate::report::Section;
 
 /// The ways of running a program that the tables compare.
@@ -252,33 +250,7 @@ fn rustc_section(env: &Env) -> Result<Section, String> {
             }
         })
         .collect();
-    let figures = interleaved_figures(&invs, runs)?;
-    let cpu = |mode: Mode| -> Vec<f64> {
-        figures[mode as usize]
-            .iter()
-            .map(|f| f.cpu.as_secs_f64())
-            .collect()
-    };
-    let plain = cpu(Mode::Plain);
-    let rows = MODES
-        .iter()
-        .zip(&invs)
-        .map(|(mode, inv)| {
-            let times = cpu(*mode);
-            // Each round's run against the plain run of the same round.
-            let ratios: Vec<f64> = times.iter().zip(&plain).map(|(t, p)| t / p).collect();
-            vec![
-                mode.label().to_string(),
-                inv.shell_line(),
-                format!("{:.0}", Spread::of(&times).median * 1e3),
-                if *mode == Mode::Plain {
-                    String::new()
-                } else {
-                    Spread::of(&ratios).show()
-                },
-            ]
-        })
-        .collect();
+    let rows = ratio_rows(&invs, runs, cpu_seconds, show_ms)?;
     Ok(Section {
         title: "Call counting: rustc with LD_PROFILE=ALL and PLT counting".into(),
         intro: format!(
@@ -374,6 +346,16 @@ fn ratio_rows(
         .collect())
 }
 
+/// A run's cost as its CPU time in seconds.
+fn cpu_seconds(figures: &RunFigures, _stdout: &str) -> Result<f64, String> {
+    Ok(figures.cpu.as_secs_f64())
+}
+
+/// Seconds shown as whole milliseconds.
+fn show_ms(seconds: f64) -> String {
+    format!("{:.0}", seconds * 1e3)
+}
+
 /// Python 3 with SQLite (every mode's runtime selects every module): CPU time against the plain run's.
 fn python_sqlite_section(env: &Env) -> Result<Section, String> {
     let title = "Call counting: Python with SQLite, PLT counting";
@@ -395,12 +377,7 @@ fn python_sqlite_section(env: &Env) -> Result<Section, String> {
         .iter()
         .map(|mode| mode.invocation(env, &python, &dir).arg("sqlite_inserts.py"))
         .collect();
-    let rows = ratio_rows(
-        &invs,
-        rounds,
-        |figures, _| Ok(figures.cpu.as_secs_f64()),
-        |cpu| format!("{:.0}", cpu * 1e3),
-    )?;
+    let rows = ratio_rows(&invs, rounds, cpu_seconds, show_ms)?;
     Ok(Section {
         title: title.into(),
         intro: format!(
