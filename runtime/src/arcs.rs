@@ -22,8 +22,9 @@
 //!   levels, level *i* having `FIRST_LEVEL_SLOTS << i` slots, each level one anonymous `mmap`. A level
 //!   accepts new arcs until it is half full; then the next one is mapped (the thread that wins the
 //!   compare-and-swap of the level pointer installs it, a loser unmaps its own). A slot costs 544
-//!   bytes of address space (32 of key, 8 per stripe), of which only the pages written become
-//!   resident: the keys, and the counters of the stripes in use, handed out densely. Nothing is
+//!   bytes of address space (32 of key, 8 per stripe), of which only the keys (made resident when
+//!   the level is mapped) and the counters of the stripes in use (handed out densely, resident as
+//!   written) take memory. Nothing is
 //!   mapped before a module's first arc, the first level is 2.2 MiB of address space, and each level
 //!   is mapped only when the previous ones hold about as many arcs as it has slots, whatever the
 //!   size of the module's text. The bound is [`MAX_ARCS`] = 8 386 560 distinct arcs per module load
@@ -31,6 +32,10 @@
 //!   up in the dump, never lost silently.
 //! - **New arcs cost one level's probe.** From the third level on, a Bloom filter of the table's
 //!   keys lets the lookup of an arc that is not there skip the older levels.
+//! - **New call sites in address order are inserted in address order.** A key's probe starts at its
+//!   call site's place in the level (and at its hash only when those slots are taken), and its
+//!   filter word follows the call site too, so a program running through call sites it has not run
+//!   before reads and writes the table in order instead of at one random line per call.
 
 use core::cell::Cell;
 use core::ptr;
