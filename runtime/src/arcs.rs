@@ -1007,12 +1007,17 @@ mod tests {
                 );
             }
         }
-        // No duplicate slot was made: each arc was found again, wherever it lives.
+        assert_found_again(&table, ARCS as usize, 3);
+    }
+
+    /// No duplicate slot was made (each of the `arcs` arcs was found again, wherever it lives), and each
+    /// counts `calls`.
+    fn assert_found_again(table: &ArcTable, arcs: usize, calls: u64) {
         assert!(!table.maybe_duplicates.load(Ordering::Relaxed));
-        assert_eq!(table.len(), ARCS as usize);
-        let arcs = snapshot(&table);
-        assert_eq!(arcs.len(), ARCS as usize);
-        assert!(arcs.values().all(|&count| count == 3));
+        assert_eq!(table.len(), arcs);
+        let snapshot = snapshot(table);
+        assert_eq!(snapshot.len(), arcs);
+        assert!(snapshot.values().all(|&count| count == calls));
     }
 
     #[test]
@@ -1028,11 +1033,7 @@ mod tests {
             }
         }
         assert_eq!(table.dropped(), 0);
-        assert_eq!(table.len(), 2 * CALLEES as usize);
-        assert!(!table.maybe_duplicates.load(Ordering::Relaxed));
-        let arcs = snapshot(&table);
-        assert_eq!(arcs.len(), 2 * CALLEES as usize);
-        assert!(arcs.values().all(|&count| count == 2));
+        assert_found_again(&table, 2 * CALLEES as usize, 2);
     }
 
     #[test]

@@ -492,11 +492,14 @@ fn working_set_section(
 /// Sweeps of the whole-run rows: most call sites of a big program run only a few times.
 const WHOLE_RUN_SWEEPS: [u64; 3] = [1, 5, 20];
 
+/// One trial of a whole run: (plain CPU ms, mslprof CPU ms, mslprof's ns per call over plain).
+type WholeRunTrial = (f64, f64, f64);
+
 /// One program's whole runs at each of [`WHOLE_RUN_SWEEPS`].
 struct WholeRuns {
     sites: usize,
-    /// Per sweep count: (plain CPU ms, mslprof CPU ms, mslprof's ns per call over plain), one per trial.
-    per_sweeps: Vec<(u64, Vec<(f64, f64, f64)>)>,
+    /// Per sweep count, one figure per trial.
+    per_sweeps: Vec<(u64, Vec<WholeRunTrial>)>,
 }
 
 /// Runs `program` whole, plain and under mslprof, interleaved, at 1, 5 and 20 sweeps: everything the first sweep
@@ -553,7 +556,7 @@ fn whole_run_section(runs: &[WholeRuns], trials: usize, fib: &FibReference) -> S
     let mut target = None;
     for run in runs {
         for (sweeps, figures) in &run.per_sweeps {
-            let column = |pick: fn(&(f64, f64, f64)) -> f64| {
+            let column = |pick: fn(&WholeRunTrial) -> f64| {
                 Spread::of(&figures.iter().map(pick).collect::<Vec<_>>())
             };
             let over = column(|f| f.2);
