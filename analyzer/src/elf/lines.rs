@@ -35,9 +35,21 @@ fn dwarf_sections<'a>(
     } else {
         gimli::RunTimeEndian::Big
     };
+    // Location lists and macros serve no lookup here: left empty, they are never decompressed (libc's
+    // location lists are a quarter of its compressed DWARF).
+    let unused = |id| {
+        matches!(
+            id,
+            gimli::SectionId::DebugLoc
+                | gimli::SectionId::DebugLocLists
+                | gimli::SectionId::DebugMacinfo
+                | gimli::SectionId::DebugMacro
+        )
+    };
     let load = |id: gimli::SectionId| -> Result<Cow<'a, [u8]>, gimli::Error> {
         Ok(file
             .section_by_name(id.name())
+            .filter(|_| !unused(id))
             .and_then(|s| s.uncompressed_data().ok())
             .unwrap_or(Cow::Borrowed(&[])))
     };
@@ -47,9 +59,29 @@ fn dwarf_sections<'a>(
 /// Run `f` over the DWARF of `file`; `None` when it has no line table or its DWARF cannot be read.
 pub fn with_dwarf<T>(file: &object::File<'_>, f: impl FnOnce(&Context<'_>) -> T) -> Option<T> {
     let (sections, endian) = dwarf_sections(file)?;
-    let dwarf = sections.borrow(|s| gimli::EndianSlice::new(s, endian));
-    let ctx = addr2line::Context::from_dwarf(dwarf).ok()?;
+    let ctx = context_of(&sections, endian)?;
     Some(f(&ctx))
+}
+
+/// [`with_dwarf`], also giving `f` the [`FirstFileRows`] of the same DWARF: its sections are read (and
+/// decompressed) once for both.
+pub fn with_dwarf_and_first_rows<T>(
+    file: &object::File<'_>,
+    f: impl FnOnce(&Context<'_>, &FirstFileRows) -> T,
+) -> Option<T> {
+    let (sections, endian) = dwarf_sections(file)?;
+    let first_rows = FirstFileRows::of_sections(&sections, endian);
+    let ctx = context_of(&sections, endian)?;
+    Some(f(&ctx, &first_rows))
+}
+
+/// The line and function lookup over `sections`.
+fn context_of<'a>(
+    sections: &'a gimli::DwarfSections<Cow<'_, [u8]>>,
+    endian: gimli::RunTimeEndian,
+) -> Option<Context<'a>> {
+    let dwarf = sections.borrow(|s| gimli::EndianSlice::new(s, endian));
+    addr2line::Context::from_dwarf(dwarf).ok()
 }
 
 /// Where functions and inlined code begin and end (`DW_TAG_subprogram` and `DW_TAG_inlined_subroutine`
@@ -125,10 +157,18 @@ pub struct FirstFileRows {
 impl FirstFileRows {
     /// Scan the line programs of `file`'s DWARF.
     pub fn new(file: &object::File<'_>) -> Self {
+        match dwarf_sections(file) {
+            Some((sections, endian)) => Self::of_sections(&sections, endian),
+            None => FirstFileRows { ranges: Vec::new() },
+        }
+    }
+
+    /// Scan the line programs of `sections`.
+    fn of_sections(
+        sections: &gimli::DwarfSections<Cow<'_, [u8]>>,
+        endian: gimli::RunTimeEndian,
+    ) -> Self {
         let mut ranges = Vec::new();
-        let Some((sections, endian)) = dwarf_sections(file) else {
-            return FirstFileRows { ranges };
-        };
         let dwarf = sections.borrow(|s| gimli::EndianSlice::new(s, endian));
         let mut units = dwarf.units();
         while let Ok(Some(header)) = units.next() {

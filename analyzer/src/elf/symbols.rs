@@ -335,10 +335,9 @@ fn add_source_files(files: &mut Vec<String>, syms: &[FunctionSymbol]) {
 /// Fill in source file and line of each symbol from DWARF line tables, as gprof's `get_src_info` does;
 /// returns the files in the order they were first seen.
 fn attach_sources(file: &object::File<'_>, syms: &mut [FunctionSymbol]) -> Vec<String> {
-    let first_rows = crate::elf::lines::FirstFileRows::new(file);
-    crate::elf::lines::with_dwarf(file, |ctx| {
+    crate::elf::lines::with_dwarf_and_first_rows(file, |ctx, first_rows| {
         for s in syms.iter_mut() {
-            if let Some((f, l)) = crate::elf::lines::source_position(ctx, &first_rows, s.addr.0)
+            if let Some((f, l)) = crate::elf::lines::source_position(ctx, first_rows, s.addr.0)
                 && l != 0
             {
                 s.file = Some(f);

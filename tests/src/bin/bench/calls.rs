@@ -371,12 +371,13 @@ fn fib_section(env: &Env, floor: &Path, trials: usize) -> Result<(Section, FibRe
 }
 
 /// Generated programs with 2 k to 1 M distinct arcs.
+/// Also returns the whole runs of the address-order programs ([`whole_run_section`]).
 fn working_set_section(
     env: &Env,
     floor: &Path,
     trials: usize,
     fib: &FibReference,
-) -> Result<Section, String> {
+) -> Result<(Section, Section), String> {
     let dir = env.scratch.join("calls-ws");
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let sizes: &[usize] = match env.scale {
@@ -385,6 +386,8 @@ fn working_set_section(
     };
     let mut rows = Vec::new();
     let mut notes = Vec::new();
+    let mut whole_runs = Vec::new();
+    let mut first_above_target = Vec::new();
     // Working sets where mslprof's own share (median) is above glibc's own share on fib, and above glibc's
     // whole figure there.
     let (mut above_own, mut above_whole) = (Vec::new(), Vec::new());
@@ -392,6 +395,9 @@ fn working_set_section(
         for order in [CalleeOrder::Address, CalleeOrder::Scrambled] {
             eprintln!("bench: working set of {sites} arcs, {}", order.label());
             let program = workingset::build(&dir, sites, order)?;
+            if order == CalleeOrder::Address {
+                whole_runs.push(whole_runs_of(env, &program, &dir, trials)?);
+            }
             // About 40 M extra calls between the small and the large run (at least 4 extra sweeps: a
             // run of a million arcs has a second of start-up and dump whose noise must stay small next to
             // the difference), after 4 sweeps: by then a thread's cache has grown to fit the working set
@@ -438,6 +444,9 @@ fn working_set_section(
             if own > fib.glibc_whole {
                 above_whole.push(short);
             }
+            if first.median > 100.0 {
+                first_above_target.push(format!("{sites} {} ({:.0})", order.label(), first.median));
+            }
             notes.push(format!(
                 "{sites} arcs, {}: first sweep (every call inserts its arc) costs mslprof {} ns per call over the plain build",
                 order.label(),
@@ -446,6 +455,10 @@ fn working_set_section(
         }
     }
     notes.insert(0, "glibc's mcount gives up on these programs beyond a few thousand arcs (\"mcount: call graph buffer size limit exceeded, gmon.out will not be generated\") and then only returns: its rows there show what it costs once it has stopped counting.".into());
+    notes.push(format!(
+        "Target: the first call of an arc at most 100 ns over the plain build (median; the dump of the arcs at exit included). Above it in this run: {}.",
+        if first_above_target.is_empty() { "none".to_string() } else { first_above_target.join(", ") }
+    ));
     notes.push("Every mslprof run's gmon.out was checked: total count = sweeps × calls per sweep + 1 (main), and at least as many distinct arcs as call sites.".into());
     notes.push("Target: at every size, mslprof at or below glibc's per-call overhead on fib with one thread (the first table). These programs' floor alone (4–6 ns, the `-pg` code of a million call sites) is above glibc's whole figure on fib, so the comparison that can be met is of own shares.".into());
     let list = |sizes: &[String]| {
@@ -462,7 +475,8 @@ fn working_set_section(
         fib.glibc_whole,
         list(&above_whole)
     ));
-    Ok(Section {
+    let whole = whole_run_section(&whole_runs, trials, fib);
+    let section = Section {
         title: "Call counting: large working sets".into(),
         intro: format!(
             "Generated `-pg` programs (`tests/src/bin/bench/workingset.rs`, built with `cc -O1`): N distinct call sites in drivers of 1 000 direct calls each, over min(N, 2 000) tiny functions, \
@@ -471,7 +485,127 @@ fn working_set_section(
         header: table_header(),
         rows,
         notes,
+    };
+    Ok((section, whole))
+}
+
+/// Sweeps of the whole-run rows: most call sites of a big program run only a few times.
+const WHOLE_RUN_SWEEPS: [u64; 3] = [1, 5, 20];
+
+/// One trial of a whole run: (plain CPU ms, mslprof CPU ms, mslprof's ns per call over plain).
+type WholeRunTrial = (f64, f64, f64);
+
+/// One program's whole runs at each of [`WHOLE_RUN_SWEEPS`].
+struct WholeRuns {
+    sites: usize,
+    /// Per sweep count, one figure per trial.
+    per_sweeps: Vec<(u64, Vec<WholeRunTrial>)>,
+}
+
+/// Runs `program` whole, plain and under mslprof, interleaved, at 1, 5 and 20 sweeps: everything the first sweep
+/// (every call inserts its arc), the later ones and the dump cost, per call.
+fn whole_runs_of(
+    env: &Env,
+    program: &workingset::Program,
+    dir: &Path,
+    trials: usize,
+) -> Result<WholeRuns, String> {
+    let per_sweep = program.calls_per_sweep();
+    let mut per_sweeps = Vec::new();
+    for sweeps in WHOLE_RUN_SWEEPS {
+        eprintln!(
+            "bench: whole runs of {} sites, {sweeps} sweeps",
+            program.sites
+        );
+        let invs = [Counter::Plain, Counter::Mslprof].map(|counter| {
+            counter
+                .invocation(env, &program.builds, Path::new(""), dir)
+                .arg(sweeps.to_string())
+        });
+        let calls = sweeps * per_sweep;
+        let mut figures = Vec::new();
+        for trial in 0..trials {
+            let mut cpu = [0.0; 2];
+            for i in round_order(trial, invs.len()) {
+                cpu[i] = run_once(&invs[i])?.cpu.as_secs_f64() * 1e3;
+                if i == 1 {
+                    let (counted, _) = counted_calls(dir)?;
+                    if counted != calls + 1 {
+                        return Err(format!(
+                            "{} sites, {sweeps} sweeps: mslprof counted {counted} calls, expected {}",
+                            program.sites,
+                            calls + 1
+                        ));
+                    }
+                }
+            }
+            figures.push((cpu[0], cpu[1], (cpu[1] - cpu[0]) * 1e6 / calls as f64));
+        }
+        per_sweeps.push((sweeps, figures));
+    }
+    Ok(WholeRuns {
+        sites: program.sites,
+        per_sweeps,
     })
+}
+
+/// The whole-run table: what a program whose call sites run only a few times pays per call, first sweep and dump
+/// included, against glibc's per-call figure on fib.
+fn whole_run_section(runs: &[WholeRuns], trials: usize, fib: &FibReference) -> Section {
+    let mut rows = Vec::new();
+    let mut target = None;
+    for run in runs {
+        for (sweeps, figures) in &run.per_sweeps {
+            let column = |pick: fn(&WholeRunTrial) -> f64| {
+                Spread::of(&figures.iter().map(pick).collect::<Vec<_>>())
+            };
+            let over = column(|f| f.2);
+            let against_fib = over.median / fib.glibc_whole;
+            if run.sites == 200_000 && *sweeps == 20 {
+                target = Some(against_fib);
+            }
+            rows.push(vec![
+                format!(
+                    "{} sites, {sweeps} sweep{}",
+                    run.sites,
+                    if *sweeps == 1 { "" } else { "s" }
+                ),
+                format!("{:.1}", column(|f| f.0).median),
+                format!("{:.1}", column(|f| f.1).median),
+                over.show(),
+                format!("{against_fib:.2}×"),
+            ]);
+        }
+    }
+    let mut notes = vec![
+        "Every mslprof run's gmon.out was checked: total count = sweeps × calls per sweep + 1 (main).".to_string(),
+    ];
+    notes.push(match target {
+        Some(ratio) => format!(
+            "Target: 200 000 sites × 20 sweeps at most 2× glibc's per-call overhead on fib with one thread ({:.2} ns, the first table): {ratio:.2}× in this run ({}).",
+            fib.glibc_whole,
+            verdict(ratio <= 2.0)
+        ),
+        None => "Target: 200 000 sites × 20 sweeps at most 2× glibc's per-call overhead on fib (not measured with `--quick`).".to_string(),
+    });
+    Section {
+        title: "Call counting: whole runs of large working sets".into(),
+        intro: format!(
+            "The address-order programs of the previous section run whole, plain and under mslprof, interleaved: every call of the first sweep inserts its arc, and the dump at exit writes them all. CPU ms (median over {trials} trials) and mslprof's overhead per call over the plain run, median (min–max)."
+        ),
+        header: [
+            "workload",
+            "plain CPU ms",
+            "mslprof CPU ms",
+            "ns/call over plain (median, min–max)",
+            "vs glibc on fib",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect(),
+        rows,
+        notes,
+    }
 }
 
 /// CPU time per call of the first sweep under mslprof (sweeps 1 minus sweeps 0), minus the plain build's.
@@ -628,7 +762,9 @@ pub fn run(env: &Env) -> Result<Vec<Section>, String> {
     let more_trials = 2 * trials + 1;
     let (fib, reference) = fib_section(env, &floor, more_trials)?;
     let mut sections = vec![fib];
-    sections.push(working_set_section(env, &floor, trials, &reference)?);
+    let (working_sets, whole_runs) = working_set_section(env, &floor, trials, &reference)?;
+    sections.push(working_sets);
+    sections.push(whole_runs);
     sections.push(real_programs_section(env, &floor, more_trials)?);
     Ok(sections)
 }

@@ -3,7 +3,7 @@
 //!
 //! Run it with `cargo run --release -p mslprof-tests --bin bench` (add `-- --quick` for a fast smoke run with
 //! fewer repetitions and smaller inputs, `-- --full` for the slow large-input gprof comparisons, `-- --only
-//! calls|plt|sampling|rate|analysis|fork` to run one suite and replace only its sections of BENCHMARKS.md). It builds the
+//! calls|plt|run|sampling|rate|analysis|fork` to run one suite and replace only its sections of BENCHMARKS.md). It builds the
 //! release runtime and analyzer itself.
 //!
 //! Every mslprof run profiles every module by leaving `LD_PROFILE` unset (which means ALL): any value of that
@@ -18,6 +18,7 @@ mod measure;
 mod plt;
 mod rate;
 mod report;
+mod runcost;
 mod sampling;
 mod workingset;
 
@@ -61,7 +62,7 @@ fn run() -> Result<(), String> {
             "--synthetic-gmon" => return analysis::synthetic_gmon_main(&args.collect::<Vec<_>>()),
             "-h" | "--help" => {
                 println!(
-                    "usage: bench [--quick|--full] [--only calls|plt|sampling|rate|analysis|fork]"
+                    "usage: bench [--quick|--full] [--only calls|plt|run|sampling|rate|analysis|fork]"
                 );
                 return Ok(());
             }
@@ -131,6 +132,10 @@ fn run() -> Result<(), String> {
     if wanted("plt") {
         eprintln!("bench: counting calls through the PLT (a C loop, rustc with LD_PROFILE=ALL)");
         sections.extend(plt::run(&env)?);
+    }
+    if wanted("run") {
+        eprintln!("bench: what `mslprof run` itself costs, against a hand-written run");
+        sections.push(runcost::run(&env)?);
     }
     if wanted("fork") {
         eprintln!("bench: what a fork costs (fork + _exit + waitpid, plain and -pg)");

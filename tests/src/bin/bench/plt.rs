@@ -49,7 +49,7 @@ impl Mode {
 }
 
 /// libmslprof_audit.so, built next to the runtime.
-fn audit_library(env: &Env) -> PathBuf {
+pub fn audit_library(env: &Env) -> PathBuf {
     env.runtime.with_file_name("libmslprof_audit.so")
 }
 
