@@ -42,6 +42,10 @@ pub struct Settings {
     /// `MSLPROF_SITE_STUBS`: when the profiled modules' `-pg` calls of `mcount` become jumps to per-function
     /// stubs (`mcount::sites`).
     pub site_stubs: SiteStubs,
+    /// `MSLPROF_STACK_DEPTH`: the most frames of a sample's call stack (0: no stacks).
+    pub stack_depth: u32,
+    /// `MSLPROF_STACK_TABLE_KB`: the memory of the table of distinct stacks.
+    pub stack_table_kb: u32,
 }
 
 impl Settings {
@@ -98,6 +102,18 @@ impl Settings {
             program_name,
             near_mcount: env("MSLPROF_NEAR_MCOUNT").is_none_or(|v| v != "0"),
             site_stubs: site_stubs(env("MSLPROF_SITE_STUBS").as_deref()),
+            stack_depth: bounded_setting(
+                "MSLPROF_STACK_DEPTH",
+                env("MSLPROF_STACK_DEPTH").as_deref().map(|v| v.as_bytes()),
+                0..=crate::stacks::MAX_DEPTH,
+                crate::stacks::DEFAULT_DEPTH,
+            ),
+            stack_table_kb: bounded_setting(
+                "MSLPROF_STACK_TABLE_KB",
+                env("MSLPROF_STACK_TABLE_KB").as_deref().map(|v| v.as_bytes()),
+                64..=1 << 20,
+                crate::stacks::DEFAULT_TABLE_KB,
+            ),
         }
     }
 }
@@ -140,6 +156,38 @@ pub fn sampling_rate(value: Option<&[u8]>) -> u32 {
                 b" is not a rate between 1 and 100000; using 100\n",
             ]);
             DEFAULT_HZ
+        }
+    }
+}
+
+/// A whole-number setting `name` within `range`; `default` when unset, else one warning line and `default`.
+pub fn bounded_setting(
+    name: &str,
+    value: Option<&[u8]>,
+    range: std::ops::RangeInclusive<u32>,
+    default: u32,
+) -> u32 {
+    let Some(value) = value else {
+        return default;
+    };
+    match parse_integer(value) {
+        Some(n) if (i64::from(*range.start())..=i64::from(*range.end())).contains(&n) => n as u32,
+        _ => {
+            let (mut low, mut high, mut fallback) = ([0u8; 20], [0u8; 20], [0u8; 20]);
+            sys::stderr_line(&[
+                b"mslprof: ",
+                name.as_bytes(),
+                b"=",
+                value,
+                b" is not a whole number from ",
+                crate::dump::file::decimal(u64::from(*range.start()), &mut low),
+                b" to ",
+                crate::dump::file::decimal(u64::from(*range.end()), &mut high),
+                b"; using ",
+                crate::dump::file::decimal(u64::from(default), &mut fallback),
+                b"\n",
+            ]);
+            default
         }
     }
 }
