@@ -110,7 +110,9 @@ impl Settings {
             ),
             stack_table_kb: bounded_setting(
                 "MSLPROF_STACK_TABLE_KB",
-                env("MSLPROF_STACK_TABLE_KB").as_deref().map(|v| v.as_bytes()),
+                env("MSLPROF_STACK_TABLE_KB")
+                    .as_deref()
+                    .map(|v| v.as_bytes()),
                 64..=1 << 20,
                 crate::stacks::DEFAULT_TABLE_KB,
             ),

@@ -1245,62 +1245,6 @@ pub fn signal_number(name: &[u8]) -> Option<i32> {
     Some(n)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn page_protections_are_read_as_the_program_set_them() {
-        let page = page_size();
-        let base = map_zeroed(3 * page).expect("a mapping") as usize;
-        // SAFETY: our own fresh mapping; nothing runs in it.
-        assert!(unsafe { protect_exactly(base + page, page, libc::PROT_READ | libc::PROT_EXEC) });
-        // SAFETY: as above.
-        assert!(unsafe { protect_exactly(base + 2 * page, page, libc::PROT_NONE) });
-        let pages = [base, base + page, base + 2 * page, 4096];
-        let mut access = [PageAccess::default(); 4];
-        assert!(page_protections(&pages, &mut access));
-        let prots: Vec<(i32, bool)> = access.iter().map(|a| (a.prot, a.mapped)).collect();
-        assert_eq!(
-            prots,
-            [
-                (libc::PROT_READ | libc::PROT_WRITE, true),
-                (libc::PROT_READ | libc::PROT_EXEC, true),
-                (libc::PROT_NONE, true),
-                (0, false)
-            ]
-        );
-        assert!(access.iter().all(|a| !a.shared));
-        // SAFETY: our own mapping, no longer used.
-        unsafe { unmap(base as *mut u8, 3 * page) };
-        let line = b"7f00-7f10 r-xs 00000000 08:01 42 /a path with spaces";
-        assert_eq!(
-            maps_line(line),
-            Some((
-                0x7f00,
-                0x7f10,
-                PageAccess {
-                    prot: libc::PROT_READ | libc::PROT_EXEC,
-                    shared: true,
-                    mapped: true
-                }
-            ))
-        );
-    }
-
-    #[test]
-    fn the_thread_count_is_the_eighteenth_field_after_the_command_name() {
-        let line =
-            b"4242 (a (b) c) R 1 4242 4242 0 -1 4194304 100 0 0 0 5 1 0 0 20 0 3 0 1234 5678";
-        assert_eq!(stat_thread_count(line), Some(3));
-        assert_eq!(stat_thread_count(b"4242 (x) R 1 2"), None);
-        let tasks = std::fs::read_dir("/proc/self/task")
-            .map(|dir| dir.count())
-            .ok();
-        assert_eq!(thread_count(), tasks);
-    }
-}
-
 // ---------------------------------------------------------------------------------------------------------
 // Call stacks (`stacks`): the interrupted registers, the stacks a walk may read, and our own memory read
 // without faulting.
@@ -1431,4 +1375,60 @@ pub fn signal_restorer(signal: i32) -> usize {
         return 0;
     }
     old.sa_restorer.map_or(0, |f| f as usize)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn page_protections_are_read_as_the_program_set_them() {
+        let page = page_size();
+        let base = map_zeroed(3 * page).expect("a mapping") as usize;
+        // SAFETY: our own fresh mapping; nothing runs in it.
+        assert!(unsafe { protect_exactly(base + page, page, libc::PROT_READ | libc::PROT_EXEC) });
+        // SAFETY: as above.
+        assert!(unsafe { protect_exactly(base + 2 * page, page, libc::PROT_NONE) });
+        let pages = [base, base + page, base + 2 * page, 4096];
+        let mut access = [PageAccess::default(); 4];
+        assert!(page_protections(&pages, &mut access));
+        let prots: Vec<(i32, bool)> = access.iter().map(|a| (a.prot, a.mapped)).collect();
+        assert_eq!(
+            prots,
+            [
+                (libc::PROT_READ | libc::PROT_WRITE, true),
+                (libc::PROT_READ | libc::PROT_EXEC, true),
+                (libc::PROT_NONE, true),
+                (0, false)
+            ]
+        );
+        assert!(access.iter().all(|a| !a.shared));
+        // SAFETY: our own mapping, no longer used.
+        unsafe { unmap(base as *mut u8, 3 * page) };
+        let line = b"7f00-7f10 r-xs 00000000 08:01 42 /a path with spaces";
+        assert_eq!(
+            maps_line(line),
+            Some((
+                0x7f00,
+                0x7f10,
+                PageAccess {
+                    prot: libc::PROT_READ | libc::PROT_EXEC,
+                    shared: true,
+                    mapped: true
+                }
+            ))
+        );
+    }
+
+    #[test]
+    fn the_thread_count_is_the_eighteenth_field_after_the_command_name() {
+        let line =
+            b"4242 (a (b) c) R 1 4242 4242 0 -1 4194304 100 0 0 0 5 1 0 0 20 0 3 0 1234 5678";
+        assert_eq!(stat_thread_count(line), Some(3));
+        assert_eq!(stat_thread_count(b"4242 (x) R 1 2"), None);
+        let tasks = std::fs::read_dir("/proc/self/task")
+            .map(|dir| dir.count())
+            .ok();
+        assert_eq!(thread_count(), tasks);
+    }
 }

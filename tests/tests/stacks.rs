@@ -28,7 +28,10 @@ struct Resolved {
 
 /// The profile's stacks with function names: frame 0 looked up at its address, the others at `address - 1`.
 fn resolved_stacks(profile: &Profile) -> Vec<Resolved> {
-    let stacks = profile.stacks.as_ref().expect("the profile has a STACKS section");
+    let stacks = profile
+        .stacks
+        .as_ref()
+        .expect("the profile has a STACKS section");
     let mut symbols: HashMap<u32, Symbols> = HashMap::new();
     let mut resolve = |key: u32, address: u64| -> String {
         let Some(module) = profile.modules.iter().find(|m| m.key == key) else {
@@ -178,7 +181,14 @@ fn a_sample_in_a_signal_handler_continues_into_the_interrupted_code() {
     let include = [include_flag.as_str()];
     let program = ws.program("handler", &[source("handler.c")], &include);
     for args in [&[][..], &["altstack"][..]] {
-        let profile = run_profiled(&ws, &program, args, &[("MSLPROF_HZ", "1000")], 6, "handled 1\n");
+        let profile = run_profiled(
+            &ws,
+            &program,
+            args,
+            &[("MSLPROF_HZ", "1000")],
+            6,
+            "handled 1\n",
+        );
         let (through, all) = through_signal_frame(&resolved_stacks(&profile));
         assert!(all >= 20, "{args:?}: {all} samples in the handler");
         assert!(
@@ -194,12 +204,26 @@ fn coroutines_on_their_own_stacks_are_walked_as_far_as_they_go() {
     let include_flag = include();
     let include = [include_flag.as_str()];
     let program = ws.program("coroutines", &[source("coroutines.c")], &include);
-    let profile = run_profiled(&ws, &program, &[], &[("MSLPROF_HZ", "1000")], 7, "rounds done\n");
+    let profile = run_profiled(
+        &ws,
+        &program,
+        &[],
+        &[("MSLPROF_HZ", "1000")],
+        7,
+        "rounds done\n",
+    );
     let stacks = resolved_stacks(&profile);
-    let in_spin = samples_where(&stacks, |s| s.functions.first().is_some_and(|f| f == "coroutine_spin"));
-    let with_body = samples_where(&stacks, |s| caller_of(s, "coroutine_spin") == Some("coroutine_body"));
+    let in_spin = samples_where(&stacks, |s| {
+        s.functions.first().is_some_and(|f| f == "coroutine_spin")
+    });
+    let with_body = samples_where(&stacks, |s| {
+        caller_of(s, "coroutine_spin") == Some("coroutine_body")
+    });
     assert!(in_spin >= 20, "{stacks:#?}");
-    assert!(with_body * 100 >= in_spin * 95, "{with_body} of {in_spin}: {stacks:#?}");
+    assert!(
+        with_body * 100 >= in_spin * 95,
+        "{with_body} of {in_spin}: {stacks:#?}"
+    );
 }
 
 #[test]
@@ -220,7 +244,14 @@ fn code_without_unwind_tables_and_a_clobbered_frame_pointer_is_truncated() {
         &[source("uses_clobbered.c"), ws.join("clobbered.o")],
         &[],
     );
-    let profile = run_profiled(&ws, &program, &[], &[("MSLPROF_HZ", "1000")], 8, "survived\n");
+    let profile = run_profiled(
+        &ws,
+        &program,
+        &[],
+        &[("MSLPROF_HZ", "1000")],
+        8,
+        "survived\n",
+    );
     let stacks = resolved_stacks(&profile);
     let in_spin = |s: &Resolved| s.functions.first().is_some_and(|f| f == "clobbered_spin");
     let all = samples_where(&stacks, in_spin);
@@ -273,7 +304,14 @@ fn sixteen_threads_each_show_their_own_start_routine() {
     let mut flags = include.to_vec();
     flags.push("-pthread");
     let program = ws.program("threads16", &[source("threads16.c")], &flags);
-    let profile = run_profiled(&ws, &program, &[], &[("MSLPROF_HZ", "1000")], 10, "joined\n");
+    let profile = run_profiled(
+        &ws,
+        &program,
+        &[],
+        &[("MSLPROF_HZ", "1000")],
+        10,
+        "joined\n",
+    );
     let stacks = resolved_stacks(&profile);
     for worker in 0..16 {
         let name = format!("worker_{worker}");
@@ -289,7 +327,14 @@ fn sixteen_threads_each_show_their_own_start_routine() {
 fn stack_depth_zero_writes_no_stacks() {
     let ws = Workspace::new();
     let program = ws.program("counter", &[source("gprof_counter.c")], &[]);
-    let profile = run_profiled(&ws, &program, &[], &[("MSLPROF_STACK_DEPTH", "0")], 3, "done 1\n");
+    let profile = run_profiled(
+        &ws,
+        &program,
+        &[],
+        &[("MSLPROF_STACK_DEPTH", "0")],
+        3,
+        "done 1\n",
+    );
     assert!(profile.stacks.is_none());
     assert!(profile.header.total_samples > 0);
 }

@@ -56,7 +56,7 @@ thread_local! {
 }
 
 fn scratch_bytes(max_depth: u32) -> usize {
-    (max_depth as usize * std::mem::size_of::<Frame>() + 15) / 16 * 16 + COPY_WINDOW_BYTES
+    (max_depth as usize * std::mem::size_of::<Frame>()).div_ceil(16) * 16 + COPY_WINDOW_BYTES
 }
 
 /// Takes the settings, before any module is added: whether modules copy their unwind tables.
@@ -286,7 +286,7 @@ fn write_marked<S: Sink>(
     if let Some(error) = failure {
         return Err(error);
     }
-    while out.written % 8 != 0 {
+    while !out.written.is_multiple_of(8) {
         out.bytes(&[0])?;
     }
     out.flush()

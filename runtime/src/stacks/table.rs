@@ -282,9 +282,11 @@ impl Table {
             let home = (tag >> 17) as usize;
             for probe in 0..MOST_PROBES {
                 let other_index = home.wrapping_add(probe) & (self.slot_count - 1);
-                if marks.get(other_index) == Some(&2) && self.first_of_kind(other_index, marks) == index
+                if marks.get(other_index) == Some(&2)
+                    && self.first_of_kind(other_index, marks) == index
                 {
-                    count = count.saturating_add(self.slot(other_index).count.load(Ordering::Relaxed));
+                    count =
+                        count.saturating_add(self.slot(other_index).count.load(Ordering::Relaxed));
                 }
             }
             each(Entry {

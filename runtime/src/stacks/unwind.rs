@@ -189,7 +189,7 @@ fn apply(
 /// or above rsp, its two words on this stack).
 fn frame_pointer_step(registers: Registers, stack: &Window<'_>) -> Step {
     let fp = registers.fp;
-    if fp % 8 != 0 || fp < registers.sp {
+    if !fp.is_multiple_of(8) || fp < registers.sp {
         return Step::Failed;
     }
     match (stack.read(fp), stack.read(fp.wrapping_add(8))) {
@@ -243,7 +243,11 @@ pub trait StackBounds {
 /// The window for a stack whose pointer is `sp`: from `sp` to the top of the known stack holding it, or a copy
 /// of up to `scratch.len()` bytes above `sp` when no known stack holds it (coroutine stacks, threads the
 /// runtime did not see start).
-fn window_for<'a>(sp: usize, bounds: &impl StackBounds, scratch: &'a mut [u8]) -> Option<Window<'a>> {
+fn window_for<'a>(
+    sp: usize,
+    bounds: &impl StackBounds,
+    scratch: &'a mut [u8],
+) -> Option<Window<'a>> {
     let known = [bounds.thread_stack(), bounds.alternate_stack()]
         .into_iter()
         .flatten()
