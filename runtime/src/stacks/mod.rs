@@ -208,6 +208,10 @@ pub unsafe fn record_interrupted(context: *const std::os::raw::c_void) {
 pub fn reset_after_fork() {
     if let Some(stacks) = STACKS.get() {
         stacks.table.clear();
+        // Slots held by handlers of threads that do not exist in the child.
+        for busy in &stacks.scratch_busy {
+            busy.store(false, Ordering::Relaxed);
+        }
     }
 }
 

@@ -163,7 +163,9 @@ fn apply(
             };
             (base as i64).wrapping_add(offset) as usize
         }
-        CfaRule::Expression(_) => return Step::Failed,
+        // Only PLT entries use an expression here (glibc's and binutils' CFI for them): everywhere in an entry
+        // but the lazy-binding path's push, the return address is at rsp, the rule below reading [CFA - 8].
+        CfaRule::Expression(_) => registers.sp.wrapping_add(8),
     };
     let at = |offset: i64| (cfa as i64).wrapping_add(offset) as usize;
     let pc = match row.register(X86_64::RA) {

@@ -5,6 +5,7 @@
 use std::path::Path;
 
 use crate::measure::{Invocation, round_order, run_once};
+use crate::rate::{median_and_range, take_profile};
 use crate::report::Section;
 use crate::{Env, Scale, fixtures};
 
@@ -39,23 +40,6 @@ fn profiled(
         .env("GPROFDIR", out.to_string_lossy().into_owned())
 }
 
-/// Samples in the one profile a run left in its `GPROFDIR` (then removed).
-fn take_samples(inv: &Invocation) -> Result<f64, String> {
-    let Some((_, dir)) = inv.env.iter().find(|(k, _)| k == "GPROFDIR") else {
-        return Ok(0.0);
-    };
-    let mut samples = 0.0;
-    for entry in std::fs::read_dir(dir).map_err(|e| format!("{dir}: {e}"))? {
-        let path = entry.map_err(|e| e.to_string())?.path();
-        let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let profile = mslprof_format::read(&bytes, Default::default())
-            .map_err(|e| format!("{}: {e}", path.display()))?;
-        samples += profile.header.total_samples as f64;
-        std::fs::remove_file(&path).map_err(|e| e.to_string())?;
-    }
-    Ok(samples)
-}
-
 /// CPU seconds and samples of each invocation over `runs` interleaved rounds.
 fn trials(invs: &[Invocation], runs: usize) -> Result<Vec<Vec<(f64, f64)>>, String> {
     for inv in invs {
@@ -67,19 +51,11 @@ fn trials(invs: &[Invocation], runs: usize) -> Result<Vec<Vec<(f64, f64)>>, Stri
     for round in 0..runs {
         for i in round_order(round, invs.len()) {
             let cpu = run_once(&invs[i])?.cpu.as_secs_f64();
-            figures[i].push((cpu, take_samples(&invs[i])?));
+            let samples = take_profile(&invs[i])?.map_or(0.0, |(samples, _)| samples);
+            figures[i].push((cpu, samples));
         }
     }
     Ok(figures)
-}
-
-fn median_and_range(mut values: Vec<f64>) -> (f64, f64, f64) {
-    values.sort_by(f64::total_cmp);
-    (
-        values[values.len() / 2],
-        values[0],
-        values[values.len() - 1],
-    )
 }
 
 pub fn run(env: &Env) -> Result<Section, String> {
