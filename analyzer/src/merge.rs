@@ -2,13 +2,15 @@
 //! number of runs become one module whose histograms and arcs are added up. Addresses are
 //! module-relative, so runs with different ASLR layouts add up directly. Files sampled at different
 //! periods are added up in time: each file's counts are rescaled to the shortest period among them.
+//! Sampled stacks add up the same way, their frames' keys remapped as the arcs' caller keys are; the sum
+//! has stacks only when every input has them.
 
 use mslprof_format::LinkAddress;
 use std::collections::{BTreeMap, HashMap};
 
 use mslprof_format::model::{
-    Arc, Buckets, CpuTime, Header, HistRange, Histogram, Module, Profile, SourceFormat,
-    UNKNOWN_KEY, header_flags, module_flags,
+    Arc, Buckets, CpuTime, Header, HistRange, Histogram, Module, Profile, SourceFormat, StackFrame,
+    StackRecord, Stacks, UNKNOWN_KEY, header_flags, module_flags,
 };
 
 use crate::input::{Error, Input, Mismatch};
@@ -77,6 +79,10 @@ pub fn merge(inputs: &[Input], separate_instances: bool) -> Result<Merged, Error
     let mut arcs: Vec<HashMap<(u32, LinkAddress, LinkAddress), u64>> = Vec::new();
     let mut identity: HashMap<(Vec<u8>, Vec<u8>, u32, usize), usize> = HashMap::new();
     let rescaled = periods(inputs);
+    let mut stacks = inputs
+        .iter()
+        .all(|i| i.profile.stacks.is_some())
+        .then(Stacks::default);
     for (n, input) in inputs.iter().enumerate() {
         let p = &input.profile;
         let h = &p.header;
@@ -175,24 +181,48 @@ pub fn merge(inputs: &[Input], separate_instances: bool) -> Result<Merged, Error
                 }
             }
         }
+        // A key of this file as a key of the sum, with its address (unknown: address 0).
+        let remap = |key: u32, address: LinkAddress| match keymap.get(&key) {
+            Some(&merged) if key != UNKNOWN_KEY => (merged, address),
+            _ => (UNKNOWN_KEY, LinkAddress(0)),
+        };
         for m in &p.modules {
             let id = keymap[&m.key] as usize - 1;
             for a in &m.arcs {
-                let caller = if a.caller_key == UNKNOWN_KEY {
-                    UNKNOWN_KEY
-                } else {
-                    keymap.get(&a.caller_key).copied().unwrap_or(UNKNOWN_KEY)
-                };
-                let addr = if caller == UNKNOWN_KEY {
-                    LinkAddress(0)
-                } else {
-                    a.caller_address
-                };
+                let (caller, addr) = remap(a.caller_key, a.caller_address);
                 *arcs[id]
                     .entry((caller, addr, a.callee_address))
                     .or_insert(0) += a.count;
             }
         }
+        if let (Some(sum), Some(these)) = (stacks.as_mut(), &p.stacks) {
+            let mut rescale = Rescale::new(factor);
+            sum.max_depth = sum.max_depth.max(these.max_depth);
+            sum.dropped = sum.dropped.saturating_add(scaled(these.dropped));
+            for r in &these.records {
+                let count = rescale.count(r.count);
+                if count == 0 {
+                    continue;
+                }
+                let frames = r
+                    .frames
+                    .iter()
+                    .map(|f| {
+                        let (key, address) = remap(f.key, f.address);
+                        StackFrame { key, address }
+                    })
+                    .collect();
+                sum.records.push(StackRecord {
+                    count,
+                    flags: r.flags,
+                    frames,
+                });
+            }
+        }
+    }
+    if let Some(sum) = stacks.as_mut() {
+        // Identical stacks (same flags, same remapped frames) become one record.
+        sum.normalize();
     }
     for (id, m) in modules.iter_mut().enumerate() {
         let (bits, _, ranges) = &sums[id];
@@ -247,7 +277,7 @@ pub fn merge(inputs: &[Input], separate_instances: bool) -> Result<Merged, Error
             format,
             header,
             modules,
-            stacks: None,
+            stacks,
         },
         instances,
         rescaled,

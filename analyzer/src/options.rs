@@ -53,6 +53,8 @@ pub struct Options {
     /// mslprof input: folders searched for modules whose recorded file is missing or was rebuilt
     /// (`--binary-path`, then `MSLPROF_BINARY_PATH`; `binpath`).
     pub binary_path: Vec<PathBuf>,
+    /// `--estimate`: gprof's estimated call-graph times even when the profile has sampled stacks.
+    pub estimate: bool,
 }
 
 impl Default for Options {
@@ -87,6 +89,7 @@ impl Default for Options {
             static_calls: false,
             debug: 0,
             binary_path: Vec::new(),
+            estimate: false,
         }
     }
 }

@@ -244,6 +244,17 @@ fn line_with<'a>(report: &'a str, needle: &str) -> &'a str {
         .unwrap_or_else(|| panic!("no line with {needle:?} in:\n{report}"))
 }
 
+/// `mslprof -s` over the files `run1` and `run2`: the gmon.sum it writes.
+fn sum_of_runs(b: &Built) -> Profile {
+    let (_, err, code) = mslprof(&b.dir, &["-s", b.app.to_str().unwrap(), "run1", "run2"]);
+    assert_eq!(code, 0, "{err}");
+    mslprof_format::read(
+        &std::fs::read(b.dir.join("gmon.sum")).unwrap(),
+        Default::default(),
+    )
+    .unwrap()
+}
+
 #[test]
 fn report_over_three_modules() {
     let Some(b) = build("report") else { return };
@@ -305,13 +316,7 @@ fn runs_merge_across_aslr_and_keys_and_sum_round_trips() {
         " 50.00      0.60     0.60       14    42.86    51.43       1  work@libfoo.so"
     );
     // -s writes a merged mslprof profile with the summed counts.
-    let (_, err, code) = mslprof(&b.dir, &["-s", b.app.to_str().unwrap(), "run1", "run2"]);
-    assert_eq!(code, 0, "{err}");
-    let sum = mslprof_format::read(
-        &std::fs::read(b.dir.join("gmon.sum")).unwrap(),
-        Default::default(),
-    )
-    .unwrap();
+    let sum = sum_of_runs(&b);
     assert_eq!(sum.modules.len(), 4, "one module per file, not per run");
     assert_eq!(sum.header.total_samples, 150);
     assert_ne!(sum.header.flags & header_flags::MERGED, 0);
@@ -329,6 +334,100 @@ fn runs_merge_across_aslr_and_keys_and_sum_round_trips() {
         "report of gmon.sum equals the report of the two runs"
     );
     let _ = one;
+}
+
+/// The stacks of one imaginary run over `profile(b, _, key_base)`'s modules: main→work_in_foo→work@foo→
+/// bar_work→work@bar sampled `deep` times, main→work_in_foo→work@foo `shallow` times (if not 0), and libc
+/// with an unknown caller (truncated) `in_libc` times (if not 0).
+fn stacks(
+    b: &Built,
+    key_base: u32,
+    counts: (u64, u64, u64),
+    max_depth: u32,
+    dropped: u64,
+) -> Stacks {
+    let (k_app, k_foo, k_bar, k_libc) = (key_base, key_base + 1, key_base + 2, key_base + 3);
+    let main = addr_of(&b.app, "main");
+    let w_foo = addr_of(&b.foo, "work");
+    let wif = addr_of(&b.foo, "work_in_foo");
+    let w_bar = addr_of(&b.bar, "work");
+    let bw = addr_of(&b.bar, "bar_work");
+    let frame = |key, address| StackFrame {
+        key,
+        address: LinkAddress(address),
+    };
+    let (deep, shallow, in_libc) = counts;
+    let records = [
+        (
+            deep,
+            0,
+            vec![
+                frame(k_bar, w_bar + 8),
+                frame(k_bar, bw + 13),
+                frame(k_foo, w_foo + 31),
+                frame(k_foo, wif + 13),
+                frame(k_app, main + 11),
+            ],
+        ),
+        (
+            shallow,
+            0,
+            vec![
+                frame(k_foo, w_foo + 12),
+                frame(k_foo, wif + 13),
+                frame(k_app, main + 11),
+            ],
+        ),
+        (
+            in_libc,
+            stack_flags::TRUNCATED_UNWIND,
+            vec![frame(k_libc, 0x1234), frame(UNKNOWN_KEY, 0)],
+        ),
+    ];
+    Stacks {
+        max_depth,
+        dropped,
+        records: records
+            .into_iter()
+            .filter(|r| r.0 != 0)
+            .map(|(count, flags, frames)| StackRecord {
+                count,
+                flags,
+                frames,
+            })
+            .collect(),
+    }
+}
+
+#[test]
+fn summed_runs_add_up_their_stacks_with_keys_remapped() {
+    let Some(b) = build("stacks") else { return };
+    let mut run1 = profile(&b, 0x5555_0000_0000, 1);
+    run1.stacks = Some(stacks(&b, 1, (6, 0, 2), 16, 1));
+    let mut run2 = profile(&b, 0x7f00_1234_0000, 10);
+    run2.stacks = Some(stacks(&b, 10, (4, 9, 0), 64, 3));
+    write(&b.dir, "run1", &run1);
+    write(&b.dir, "run2", &run2);
+    let sum = sum_of_runs(&b);
+    // The sum's keys, found by module name: the runs' keys 1.. and 10.. both map onto them.
+    let key = |name: &[u8]| sum.modules.iter().find(|m| m.name == name).unwrap().key;
+    let app_name = b.app.file_name().unwrap().to_string_lossy().into_owned();
+    let k_app = key(app_name.as_bytes());
+    assert_eq!(
+        (key(b"libfoo.so"), key(b"libbar.so"), key(b"libc.so.6")),
+        (k_app + 1, k_app + 2, k_app + 3),
+        "the sum's keys are in the first run's order"
+    );
+    // The deep stack of both runs is one record of 6 + 4; the others keep their counts.
+    let mut expected = stacks(&b, k_app, (10, 9, 2), 64, 4);
+    expected.normalize();
+    assert_eq!(sum.stacks, Some(expected));
+
+    // A run without stacks: the sum has none (its samples would be missing from them).
+    run2.stacks = None;
+    write(&b.dir, "run2", &run2);
+    let sum = sum_of_runs(&b);
+    assert_eq!(sum.stacks, None);
 }
 
 #[test]

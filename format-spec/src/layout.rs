@@ -5,7 +5,7 @@
 /// `\x89MSLPROF` (SPEC.md §2).
 pub const MAGIC: [u8; 8] = *b"\x89MSLPROF";
 pub const VERSION_MAJOR: u16 = 1;
-pub const VERSION_MINOR: u16 = 3;
+pub const VERSION_MINOR: u16 = 4;
 pub const BYTE_ORDER_MARK: u32 = 0x0A0B_0C0D;
 pub const PREAMBLE_SIZE: u64 = 16;
 
@@ -16,6 +16,8 @@ pub const TAG_FILE_HEADER: u32 = 1;
 pub const TAG_KEY_TABLE: u32 = 2;
 pub const TAG_MODULE_HEADERS: u32 = 3;
 pub const TAG_DATA: u32 = 4;
+/// Not critical (since 1.4).
+pub const TAG_STACKS: u32 = 5;
 
 /// FILE_HEADER payload bytes before `program_name` (SPEC.md §4).
 pub const FILE_HEADER_FIXED: u64 = 104;
@@ -33,6 +35,12 @@ pub const HIST_SPARSE: u8 = 2;
 pub const SPARSE_ENTRY_SIZE: u64 = 12;
 /// One arc record (SPEC.md §7.1).
 pub const ARC_RECORD_SIZE: u64 = 32;
+/// STACKS payload bytes before the records: record_count, max_depth, dropped (SPEC.md §11).
+pub const STACKS_FIXED: u64 = 16;
+/// One stack record's bytes before its frames: count, flags, depth.
+pub const STACK_RECORD_FIXED: u64 = 16;
+/// One stack frame: `u32` key, `u64` address.
+pub const STACK_FRAME_SIZE: u64 = 12;
 
 // Limits (SPEC.md §8).
 pub const MAX_MODULES: u32 = 65_536;
@@ -42,6 +50,8 @@ pub const MAX_BUCKETS: u64 = 1 << 34;
 pub const MAX_ARCS: u64 = 1 << 32;
 pub const MAX_STRING: usize = 4096;
 pub const MAX_BUILD_ID: usize = 64;
+/// Frames of one stack record, and the largest `max_depth`.
+pub const MAX_STACK_DEPTH: u32 = 4096;
 
 /// Rounds `offset` up to a multiple of 8, or `None` on overflow.
 pub fn align8(offset: u64) -> Option<u64> {

@@ -85,8 +85,9 @@ fn check_target(target: GnuTarget) -> Result<(), ReadError> {
 ///
 /// Never panics, allocates no more than the file's size justifies, and always terminates. Arcs of an mslprof
 /// file come back sorted by (caller key, caller address, callee address) with duplicates added up and padding
-/// records (count 0) dropped. Arcs of a GNU or BSD file keep the file's order and duplicates, as gprof sees
-/// them (its call-graph order and tie-breaks depend on that order).
+/// records (count 0) dropped, and its stacks normalised likewise ([`Stacks::normalize`]). Arcs of a GNU or BSD
+/// file keep the file's order and duplicates, as gprof sees them (its call-graph order and tie-breaks depend on
+/// that order).
 pub fn read(bytes: &[u8], target: GnuTarget) -> Result<Profile, ReadError> {
     read_releasing(bytes, target, &mut |_| {})
 }
@@ -199,11 +200,13 @@ pub fn record_counts_as(
 /// Writes `profile` as an mslprof file in the machine's byte order.
 ///
 /// Each module's histogram is written dense or sparse, whichever is smaller (dense on a tie). Arcs are written
-/// sorted, with duplicates added up and zero counts left out; basic-block counts (GNU input only) have no place
-/// in the format and are not written. A profile that breaks a rule of SPEC.md (duplicate keys, an arc from an
-/// unknown key, a 16-bit histogram holding a count above 65535, ranges inconsistent with their buckets,
-/// strings over the limits) is refused with [`io::ErrorKind::InvalidInput`] before anything is written.
-/// For every profile it accepts, [`read`] gives back an equal profile up to that normalisation of arcs.
+/// sorted, with duplicates added up and zero counts left out, and stacks (a STACKS section when
+/// `profile.stacks` is `Some`) likewise ([`Stacks::normalize`]); basic-block counts (GNU input only) have no
+/// place in the format and are not written. A profile that breaks a rule of SPEC.md (duplicate keys, an arc or
+/// stack frame from an unknown key, a 16-bit histogram holding a count above 65535, ranges inconsistent with
+/// their buckets, strings or stack depths over the limits) is refused with [`io::ErrorKind::InvalidInput`]
+/// before anything is written. For every profile it accepts, [`read`] gives back an equal profile up to that
+/// normalisation of arcs and stacks.
 pub fn write(profile: &Profile, w: impl io::Write) -> io::Result<()> {
     write::write(profile, WriteOptions::default(), w)
 }

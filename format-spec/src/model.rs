@@ -333,6 +333,24 @@ impl Stacks {
             .iter()
             .fold(0u64, |sum, r| sum.saturating_add(r.count))
     }
+
+    /// Sorts the records by (flags, frames), adds up the counts of identical ones (saturating) and drops those
+    /// with count 0: the form a reader returns and a writer writes.
+    pub fn normalize(&mut self) {
+        let mut records = std::mem::take(&mut self.records);
+        records.sort_unstable_by(|a, b| (a.flags, &a.frames).cmp(&(b.flags, &b.frames)));
+        for record in records {
+            if record.count == 0 {
+                continue;
+            }
+            match self.records.last_mut() {
+                Some(last) if last.flags == record.flags && last.frames == record.frames => {
+                    last.count = last.count.saturating_add(record.count);
+                }
+                _ => self.records.push(record),
+            }
+        }
+    }
 }
 
 /// A whole profile.

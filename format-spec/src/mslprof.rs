@@ -1,4 +1,4 @@
-//! Reader of the keyed multi-module mslprof format (SPEC.md §§2–9), both byte orders.
+//! Reader of the keyed multi-module mslprof format (SPEC.md §§2–9 and 11), both byte orders.
 //!
 //! The reader validates every count against the limits and against the bytes that remain before it allocates,
 //! walks the file strictly forward (so it always terminates) and reports the first problem with its offset.
@@ -43,9 +43,16 @@ fn read_preamble(bytes: &[u8]) -> Result<(bool, u16, u16), ReadError> {
     Ok((big_endian, major, minor))
 }
 
+/// The sections a reader decodes: the four required ones, in tag order, and STACKS if present.
+struct Sections {
+    required: [Section; 4],
+    stacks: Option<Section>,
+}
+
 /// Splits the file after the preamble into its sections.
-fn read_sections(bytes: &[u8], big_endian: bool) -> Result<[Section; 4], ReadError> {
+fn read_sections(bytes: &[u8], big_endian: bool) -> Result<Sections, ReadError> {
     let mut found: [Option<Section>; 4] = [None; 4];
+    let mut stacks: Option<Section> = None;
     let names = ["FILE_HEADER", "KEY_TABLE", "MODULE_HEADERS", "DATA"];
     let mut pos = PREAMBLE_SIZE as usize;
     let mut first = true;
@@ -82,6 +89,12 @@ fn read_sections(bytes: &[u8], big_endian: bool) -> Result<[Section; 4], ReadErr
                 }
                 found[slot] = Some(section);
             }
+            TAG_STACKS => {
+                if stacks.is_some() {
+                    return Err(err(ErrorKind::DuplicateSection("STACKS"), pos));
+                }
+                stacks = Some(section);
+            }
             _ if flags & SECTION_CRITICAL != 0 => {
                 return Err(err(ErrorKind::UnknownCriticalSection(tag), pos));
             }
@@ -99,7 +112,10 @@ fn read_sections(bytes: &[u8], big_endian: bool) -> Result<[Section; 4], ReadErr
             None => return Err(err(ErrorKind::MissingSection(names[slot]), bytes.len())),
         }
     }
-    Ok(out)
+    Ok(Sections {
+        required: out,
+        stacks,
+    })
 }
 
 /// A `str16` with the limit of SPEC.md §8.
@@ -624,10 +640,88 @@ pub(crate) fn merge_arcs(mut arcs: Vec<Arc>) -> Vec<Arc> {
     out
 }
 
+/// Decodes the STACKS section (SPEC.md §11), normalised as [`Stacks::normalize`] does.
+fn decode_stacks(
+    bytes: &[u8],
+    s: Section,
+    big_endian: bool,
+    keys: &[u32],
+) -> Result<Stacks, ReadError> {
+    const WHAT: &str = "stacks";
+    let mut d = Decoder::new(bytes, s.payload, s.payload_end, big_endian);
+    let count_at = d.pos();
+    let record_count = d.u32(WHAT)?;
+    let max_depth_at = d.pos();
+    let max_depth = d.u32(WHAT)?;
+    let dropped = d.u64(WHAT)?;
+    if max_depth > MAX_STACK_DEPTH {
+        return Err(err(
+            ErrorKind::LimitExceeded("stack max_depth"),
+            max_depth_at,
+        ));
+    }
+    if max_depth == 0 {
+        return Err(err(ErrorKind::BadValue("stack max_depth 0"), max_depth_at));
+    }
+    if u64::from(record_count) * STACK_RECORD_FIXED > d.remaining() as u64 {
+        return Err(err(ErrorKind::Truncated("stack records"), count_at));
+    }
+    let mut records = Vec::new();
+    for _ in 0..record_count {
+        let at = d.pos();
+        let count = d.u64("stack record")?;
+        let flags = d.u32("stack record")?;
+        let depth_at = d.pos();
+        let depth = d.u32("stack record")?;
+        if depth > MAX_STACK_DEPTH {
+            return Err(err(ErrorKind::LimitExceeded("stack depth"), depth_at));
+        }
+        if depth == 0 && count != 0 {
+            return Err(err(
+                ErrorKind::BadValue("stack record without frames"),
+                depth_at,
+            ));
+        }
+        let frames_at = d.pos();
+        let frame_bytes = to_usize(u64::from(depth) * STACK_FRAME_SIZE);
+        if frame_bytes > d.remaining() {
+            return Err(err(ErrorKind::Truncated("stack record"), at));
+        }
+        d.skip(frame_bytes, "stack record")?;
+        if count == 0 {
+            continue;
+        }
+        let mut f = Decoder::new(bytes, frames_at, d.pos(), big_endian);
+        let mut frames = Vec::with_capacity(depth as usize);
+        for _ in 0..depth {
+            let key_at = f.pos();
+            let key = f.u32("stack frame")?;
+            let address = LinkAddress(f.u64("stack frame")?);
+            if key != UNKNOWN_KEY && keys.binary_search(&key).is_err() {
+                return Err(err(ErrorKind::UnknownKey(key), key_at));
+            }
+            frames.push(StackFrame { key, address });
+        }
+        records.push(StackRecord {
+            count,
+            flags,
+            frames,
+        });
+    }
+    let mut stacks = Stacks {
+        max_depth,
+        dropped,
+        records,
+    };
+    stacks.normalize();
+    Ok(stacks)
+}
+
 /// Reads a whole mslprof file. `bytes` must start with (a prefix of) the mslprof magic.
 pub(crate) fn read(bytes: &[u8]) -> Result<Profile, ReadError> {
     let (big_endian, major, minor) = read_preamble(bytes)?;
-    let [file_header, key_table, module_headers, data] = read_sections(bytes, big_endian)?;
+    let sections = read_sections(bytes, big_endian)?;
+    let [file_header, key_table, module_headers, data] = sections.required;
     let (header, module_count) = read_file_header(bytes, file_header, big_endian)?;
     let mut key_entries = read_key_table(bytes, key_table, big_endian, module_count)?;
     key_entries.sort_unstable_by_key(|(k, _, at)| (*k, *at));
@@ -696,10 +790,14 @@ pub(crate) fn read(bytes: &[u8]) -> Result<Profile, ReadError> {
         }
         modules.push(e.module);
     }
+    let stacks = match sections.stacks {
+        Some(s) => Some(decode_stacks(bytes, s, big_endian, &keys)?),
+        None => None,
+    };
     Ok(Profile {
         format: SourceFormat::Mslprof { major, minor },
         header,
         modules,
-        stacks: None,
+        stacks,
     })
 }

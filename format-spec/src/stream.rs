@@ -63,6 +63,12 @@
 //!   and point [`ModuleDesc::plan_slot`] at it, so the writer's decisions survive between visits. The announced
 //!   arc count is read at the first visit only. Stop sampling (or at least make it stop touching the histograms)
 //!   before calling: the data is read more than once.
+//! - **Stacks** (the STACKS section, SPEC.md §11) are optional: pass a [`StacksDesc`] to
+//!   [`write_profile_with_stacks`]. Its feed is visited twice, once to size the section and once to write it,
+//!   and may yield other records the second time: the section keeps the size and record count of the first
+//!   visit, a record that no longer fits is left out ([`StreamSummary::stacks_dropped`]), missing ones are
+//!   replaced by empty zero-count records, which readers skip ([`StreamSummary::stacks_padded`]), and a frame
+//!   whose key is not among the modules written is written as unknown.
 
 use std::fmt;
 use std::sync::atomic::Ordering::Relaxed;
@@ -70,7 +76,7 @@ use std::sync::atomic::{AtomicU8, AtomicU64};
 
 use crate::address::{LinkAddress, LoadBias};
 use crate::layout::*;
-use crate::model::{Arc, CpuTime, UNKNOWN_KEY, module_flags};
+use crate::model::{Arc, CpuTime, StackFrame, UNKNOWN_KEY, module_flags};
 
 /// Where the bytes go. `write_all` must write the whole slice or fail.
 pub trait Sink {
@@ -179,6 +185,33 @@ pub enum Encoding {
 
 /// Visits a module's arcs: calls `emit` for each; stops when `emit` returns `false`.
 pub type ArcFeed<'a> = &'a dyn Fn(&mut dyn FnMut(Arc) -> bool);
+
+/// One sampled stack as a [`StackFeed`] offers it (SPEC.md §11).
+#[derive(Clone, Copy)]
+pub struct StackRecordDesc<'a> {
+    /// Samples that had this stack; a record with count 0 is not written.
+    pub count: u64,
+    /// [`crate::stack_flags`] bits.
+    pub flags: u32,
+    /// Number of frames, 1..=4096.
+    pub depth: usize,
+    /// Frame `i` (`0 ≤ i < depth`), leaf first: the sampled PC, then return addresses.
+    pub frame: &'a dyn Fn(usize) -> StackFrame,
+}
+
+/// Visits the stacks: calls `emit` for each record; stops when `emit` returns `false`.
+pub type StackFeed<'a> = &'a dyn Fn(&mut dyn FnMut(&StackRecordDesc<'_>) -> bool);
+
+/// The STACKS section (SPEC.md §11): its two fixed fields and a feed of its records, which should be unique by
+/// (flags, frames).
+#[derive(Clone, Copy)]
+pub struct StacksDesc<'a> {
+    /// The depth limit in force, 1..=4096.
+    pub max_depth: u32,
+    /// Samples whose stack was captured but not stored.
+    pub dropped: u64,
+    pub records: StackFeed<'a>,
+}
 
 /// What the first pass decided for one module (kept in a [`Plan`] for the later passes).
 #[derive(Clone, Copy, Debug, Default)]
@@ -331,6 +364,15 @@ pub struct StreamSummary {
     /// Arcs whose caller key was not among the modules written: written as unknown/spontaneous callers
     /// (caller key `0xFFFFFFFF`, address 0) so that the file stays readable.
     pub arcs_caller_unknown: u64,
+    /// Empty zero-count stack records written because the feed yielded fewer records than it did when the
+    /// section was sized.
+    pub stacks_padded: u64,
+    /// Stack records the feed offered that did not fit the section as sized, or whose depth changed to one
+    /// outside 1..=4096 (not written).
+    pub stacks_dropped: u64,
+    /// Stack frames whose key was not among the modules written: written as unknown (key `0xFFFFFFFF`,
+    /// address 0).
+    pub stack_frames_unknown: u64,
 }
 
 /// Writes a complete mslprof file in the machine's byte order. See the module documentation.
@@ -359,7 +401,22 @@ pub fn write_profile_from<S: Sink, M: ModuleSource + ?Sized>(
     header: &HeaderDesc<'_>,
     modules: &M,
 ) -> Result<StreamSummary, StreamError<S::Error>> {
-    let layout = plan(header, modules).map_err(StreamError::Invalid)?;
+    write_profile_with_stacks(sink, big_endian, header, modules, None)
+}
+
+/// Like [`write_profile_from`], with a STACKS section after DATA when `stacks` is given. Allocates nothing.
+pub fn write_profile_with_stacks<S: Sink, M: ModuleSource + ?Sized>(
+    sink: &mut S,
+    big_endian: bool,
+    header: &HeaderDesc<'_>,
+    modules: &M,
+    stacks: Option<&StacksDesc<'_>>,
+) -> Result<StreamSummary, StreamError<S::Error>> {
+    let mut layout = plan(header, modules).map_err(StreamError::Invalid)?;
+    layout.stacks = stacks
+        .map(plan_stacks)
+        .transpose()
+        .map_err(StreamError::Invalid)?;
     let mut e = Encoder {
         sink,
         big_endian,
@@ -367,7 +424,10 @@ pub fn write_profile_from<S: Sink, M: ModuleSource + ?Sized>(
         len: 0,
         written: 0,
     };
-    let summary = emit(&mut e, header, modules, &layout).map_err(StreamError::Sink)?;
+    let mut summary = emit(&mut e, header, modules, &layout).map_err(StreamError::Sink)?;
+    if let (Some(desc), Some(sized)) = (stacks, layout.stacks) {
+        write_stacks(&mut e, desc, sized, modules, &mut summary).map_err(StreamError::Sink)?;
+    }
     e.flush().map_err(StreamError::Sink)?;
     Ok(summary)
 }
@@ -380,6 +440,14 @@ struct Layout {
     module_headers: u64,
     data_start: u64,
     data: u64,
+    stacks: Option<StacksSize>,
+}
+
+/// The STACKS section as the first visit of its feed sized it.
+#[derive(Clone, Copy)]
+struct StacksSize {
+    records: u32,
+    payload: u64,
 }
 
 const BUFFER: usize = 1024;
@@ -581,7 +649,39 @@ fn plan<M: ModuleSource + ?Sized>(
         module_headers,
         data_start,
         data: cursor - data_start,
+        stacks: None,
     })
+}
+
+/// Validates the STACKS description and sizes its section from one visit of the feed.
+fn plan_stacks(s: &StacksDesc<'_>) -> Result<StacksSize, &'static str> {
+    if s.max_depth == 0 || s.max_depth > MAX_STACK_DEPTH {
+        return Err("stack max_depth must be 1..=4096");
+    }
+    let (mut records, mut frames) = (0u64, 0u64);
+    let mut bad_depth = false;
+    (s.records)(&mut |r| {
+        if r.count == 0 {
+            return true;
+        }
+        if r.depth == 0 || r.depth > MAX_STACK_DEPTH as usize {
+            bad_depth = true;
+            return false;
+        }
+        records += 1;
+        frames += r.depth as u64;
+        true
+    });
+    if bad_depth {
+        return Err("a stack's depth must be 1..=4096");
+    }
+    let records = u32::try_from(records).map_err(|_| "more than 2^32 - 1 stack records")?;
+    let payload = checked(
+        (frames.checked_mul(STACK_FRAME_SIZE))
+            .and_then(|f| f.checked_add(u64::from(records) * STACK_RECORD_FIXED))
+            .and_then(|r| r.checked_add(STACKS_FIXED)),
+    )?;
+    Ok(StacksSize { records, payload })
 }
 
 /// Buffered, byte-order-aware output to a sink, with a running offset.
@@ -661,8 +761,11 @@ impl<S: Sink> Encoder<'_, S> {
         self.pad_to(target)
     }
     fn section(&mut self, tag: u32, payload: u64) -> Result<(), S::Error> {
+        self.section_flagged(tag, SECTION_CRITICAL, payload)
+    }
+    fn section_flagged(&mut self, tag: u32, flags: u32, payload: u64) -> Result<(), S::Error> {
         self.u32(tag)?;
-        self.u32(SECTION_CRITICAL)?;
+        self.u32(flags)?;
         self.u64(payload)
     }
     fn arc(&mut self, arc: Arc) -> Result<(), S::Error> {
@@ -850,6 +953,79 @@ fn emit<S: Sink, M: ModuleSource + ?Sized>(
     }
     e.pad8()?;
     Ok(summary)
+}
+
+/// Writes the STACKS section (header, fixed fields, records, padding) as `size` planned it.
+fn write_stacks<S: Sink, M: ModuleSource + ?Sized>(
+    e: &mut Encoder<'_, S>,
+    desc: &StacksDesc<'_>,
+    size: StacksSize,
+    modules: &M,
+    summary: &mut StreamSummary,
+) -> Result<(), S::Error> {
+    e.section_flagged(TAG_STACKS, 0, size.payload)?;
+    let end = e.written + size.payload;
+    e.u32(size.records)?;
+    e.u32(desc.max_depth)?;
+    e.u64(desc.dropped)?;
+    let count = modules.module_count();
+    let keys_sorted = (1..count).all(|i| key_of(modules, i - 1) < key_of(modules, i));
+    let mut left = u64::from(size.records);
+    let mut failure: Option<S::Error> = None;
+    (desc.records)(&mut |r| {
+        if r.count == 0 {
+            return true;
+        }
+        // A valid depth, and room for this record and for an empty one in each slot still to fill after it.
+        let fits = r.depth != 0
+            && r.depth <= MAX_STACK_DEPTH as usize
+            && left != 0
+            && e.written + STACK_RECORD_FIXED * left + STACK_FRAME_SIZE * r.depth as u64 <= end;
+        if !fits {
+            summary.stacks_dropped += 1;
+            return true;
+        }
+        let mut write = || -> Result<(), S::Error> {
+            e.u64(r.count)?;
+            e.u32(r.flags)?;
+            e.u32(r.depth as u32)?;
+            for i in 0..r.depth {
+                let mut frame = (r.frame)(i);
+                if !key_known(modules, keys_sorted, frame.key) {
+                    summary.stack_frames_unknown += 1;
+                    frame = StackFrame {
+                        key: UNKNOWN_KEY,
+                        address: LinkAddress(0),
+                    };
+                }
+                e.u32(frame.key)?;
+                e.u64(frame.address.0)?;
+            }
+            Ok(())
+        };
+        match write() {
+            Ok(()) => {
+                left -= 1;
+                true
+            }
+            Err(err) => {
+                failure = Some(err);
+                false
+            }
+        }
+    });
+    if let Some(err) = failure {
+        return Err(err);
+    }
+    summary.stacks_padded += left;
+    for _ in 0..left {
+        e.u64(0)?;
+        e.u32(0)?;
+        e.u32(0)?;
+    }
+    // Bytes after the last record (when the feed yielded smaller records than planned) are ignored by readers.
+    e.pad_to(end)?;
+    e.pad8()
 }
 
 fn write_arcs<S: Sink>(

@@ -1,12 +1,16 @@
 //! The owned writer: turns a [`Profile`] into stream descriptors and hands them to the one encoder in `stream`.
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 use std::io::{self, Write};
 
 use crate::WriteOptions;
 use crate::model::*;
 use crate::mslprof::merge_arcs;
-use crate::stream::{self, Counts, HeaderDesc, HistogramDesc, ModuleDesc, RangeDesc, StreamError};
+use crate::stream::{
+    self, Counts, HeaderDesc, HistogramDesc, ModuleDesc, RangeDesc, StackRecordDesc, StacksDesc,
+    StreamError,
+};
 
 fn invalid(message: &'static str) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidInput, message)
@@ -58,6 +62,18 @@ fn check_module(m: &Module, keys: &HashSet<u32>) -> io::Result<()> {
         .any(|a| a.caller_key != UNKNOWN_KEY && !keys.contains(&a.caller_key))
     {
         return Err(invalid("an arc's caller key is not a module key"));
+    }
+    Ok(())
+}
+
+fn check_stacks(stacks: &Stacks, keys: &HashSet<u32>) -> io::Result<()> {
+    if stacks
+        .records
+        .iter()
+        .flat_map(|r| &r.frames)
+        .any(|f| f.key != UNKNOWN_KEY && !keys.contains(&f.key))
+    {
+        return Err(invalid("a stack frame's key is not a module key"));
     }
     Ok(())
 }
@@ -159,8 +175,51 @@ pub(crate) fn write(profile: &Profile, options: WriteOptions, out: impl Write) -
             plan_slot: None,
         });
     }
+    let stacks = match &profile.stacks {
+        Some(stacks) => {
+            check_stacks(stacks, &keys)?;
+            let normal = stacks.records.iter().all(|r| r.count != 0)
+                && stacks
+                    .records
+                    .windows(2)
+                    .all(|w| (w[0].flags, &w[0].frames) < (w[1].flags, &w[1].frames));
+            if normal {
+                Some(Cow::Borrowed(stacks))
+            } else {
+                let mut stacks = stacks.clone();
+                stacks.normalize();
+                Some(Cow::Owned(stacks))
+            }
+        }
+        None => None,
+    };
+    let feed_stacks = |emit: &mut dyn FnMut(&StackRecordDesc<'_>) -> bool| {
+        for record in stacks.iter().flat_map(|s| &s.records) {
+            let frame = |i: usize| record.frames[i];
+            let desc = StackRecordDesc {
+                count: record.count,
+                flags: record.flags,
+                depth: record.frames.len(),
+                frame: &frame,
+            };
+            if !emit(&desc) {
+                break;
+            }
+        }
+    };
+    let stacks_desc = stacks.as_ref().map(|s| StacksDesc {
+        max_depth: s.max_depth,
+        dropped: s.dropped,
+        records: &feed_stacks,
+    });
     let mut sink = stream::IoSink(io::BufWriter::new(out));
-    match stream::write_profile_with_byte_order(&mut sink, options.big_endian, &header, &descs) {
+    match stream::write_profile_with_stacks(
+        &mut sink,
+        options.big_endian,
+        &header,
+        descs.as_slice(),
+        stacks_desc.as_ref(),
+    ) {
         Ok(_) => sink.0.flush(),
         Err(StreamError::Sink(e)) => Err(e),
         Err(StreamError::Invalid(what)) => Err(invalid(what)),

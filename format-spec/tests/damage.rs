@@ -130,10 +130,17 @@ fn every_truncation_point_is_an_error_or_a_profile() {
             LARGEST.with(|l| l.get()) > 0,
             "the allocation tracker sees the reader's allocations"
         );
+        // Both byte orders lay the sections out alike.
+        let stacks_at = sample::section(&sample::bytes(false), 5).header;
         for n in 0..file.len() {
             let result = read_checked(&file[..n], GnuTarget::default());
-            if name.starts_with("mslprof") {
-                // An mslprof file cut anywhere is always detected.
+            if name.starts_with("mslprof") && n == stacks_at {
+                // Cut just before the optional STACKS section: a whole profile without stacks.
+                let p = result.expect("a file without its STACKS section reads");
+                assert_eq!(p.stacks, None);
+                assert_eq!(p.modules, sample::profile().modules);
+            } else if name.starts_with("mslprof") {
+                // An mslprof file cut anywhere else is always detected.
                 let e = result.expect_err("truncated mslprof file must not read");
                 assert!(e.offset <= n as u64, "{name} cut at {n}: {e}");
             }
@@ -221,6 +228,13 @@ fn every_mslprof_count_and_length_field_blown_up_is_an_error() {
                 fields.push((entry + offset, 8));
             }
         }
+    }
+    let stacks = sample::section(&file, 5);
+    fields.push((stacks.payload, 4)); // record_count
+    let mut record = stacks.payload + 16;
+    for _ in 0..sample::le_u32(&file, stacks.payload) {
+        fields.push((record + 12, 4)); // depth
+        record += 16 + 12 * sample::le_u32(&file, record + 12) as usize;
     }
     for (at, width) in fields {
         let values: [u64; 3] = if width == 4 {

@@ -414,7 +414,7 @@ fn required_sections_may_come_in_any_order_after_the_file_header() {
 
 #[test]
 fn fields_appended_by_a_newer_minor_version_are_ignored() {
-    // A 1.4 writer appends 8 bytes to each module entry; DATA moves by 8 × modules and the offsets with it.
+    // A 1.5 writer appends 8 bytes to each module entry; DATA moves by 8 × modules and the offsets with it.
     let f = le();
     let mh = section(&f, 3);
     let entries = module_entries(&f);
@@ -442,9 +442,9 @@ fn fields_appended_by_a_newer_minor_version_are_ignored() {
     }
     put_u64(&mut out, mh.header + 8, (mh.length + grow) as u64);
     out.extend_from_slice(&f[mh.end..]);
-    out[10] = 4; // minor version 4
+    out[10] = 5; // minor version 5
     let p = read(&out, GnuTarget::default()).unwrap();
-    assert_eq!(p.format, SourceFormat::Mslprof { major: 1, minor: 4 });
+    assert_eq!(p.format, SourceFormat::Mslprof { major: 1, minor: 5 });
     assert_eq!(p.modules, sample::profile().modules);
 }
 
@@ -470,4 +470,136 @@ fn a_version_1_0_file_without_cpu_times_still_reads() {
     let p = read(&new, GnuTarget::default()).unwrap();
     assert_eq!(p.header.cpu_time, sample::profile().header.cpu_time);
     assert!(p.header.cpu_time.is_some());
+}
+
+/// The sample's STACKS payload offset and its records' offsets (the sample's four records have depths 2, 3, 4, 2).
+fn stacks_layout(f: &[u8]) -> (usize, [usize; 4]) {
+    let p = section(f, 5).payload;
+    assert_eq!(sample::le_u32(f, p), 4);
+    (p, [p + 16, p + 56, p + 108, p + 172])
+}
+
+#[test]
+fn stacks_section_errors_name_the_field() {
+    let (p, records) = stacks_layout(&le());
+    let at = |kind, offset: usize| ReadError::new(kind, offset as u64);
+
+    // A record running past the payload (the last one claims a third frame).
+    let mut f = le();
+    put_u32(&mut f, records[3] + 12, 3);
+    assert_eq!(
+        read_err(&f),
+        at(ErrorKind::Truncated("stack record"), records[3])
+    );
+    // More records than the payload can hold at 16 bytes each, before anything is allocated.
+    let mut f = le();
+    put_u32(&mut f, p, 14);
+    assert_eq!(read_err(&f), at(ErrorKind::Truncated("stack records"), p));
+    // One record more than there are.
+    put_u32(&mut f, p, 5);
+    assert_eq!(
+        read_err(&f),
+        at(ErrorKind::Truncated("stack record"), records[3] + 40)
+    );
+
+    // Depths over the limit.
+    let mut f = le();
+    put_u32(&mut f, records[0] + 12, 4097);
+    assert_eq!(
+        read_err(&f),
+        at(ErrorKind::LimitExceeded("stack depth"), records[0] + 12)
+    );
+    let mut f = le();
+    put_u32(&mut f, p + 4, 4097);
+    assert_eq!(
+        read_err(&f),
+        at(ErrorKind::LimitExceeded("stack max_depth"), p + 4)
+    );
+    put_u32(&mut f, p + 4, 0);
+    assert_eq!(
+        read_err(&f),
+        at(ErrorKind::BadValue("stack max_depth 0"), p + 4)
+    );
+    // A counted record needs a frame.
+    let mut f = le();
+    put_u32(&mut f, records[3] + 12, 0);
+    assert_eq!(
+        read_err(&f),
+        at(
+            ErrorKind::BadValue("stack record without frames"),
+            records[3] + 12
+        )
+    );
+
+    // A frame's key must be in KEY_TABLE.
+    let mut f = le();
+    put_u32(&mut f, records[1] + 16, 99);
+    assert_eq!(read_err(&f), at(ErrorKind::UnknownKey(99), records[1] + 16));
+
+    // At most one STACKS section.
+    let mut f = le();
+    let stacks = section(&f, 5);
+    let end = f.len();
+    let copy = f[stacks.header..stacks.end].to_vec();
+    f.extend_from_slice(&copy);
+    assert_eq!(read_err(&f), at(ErrorKind::DuplicateSection("STACKS"), end));
+}
+
+#[test]
+fn stacks_reader_skips_zero_counts_and_adds_up_duplicates() {
+    let (_, records) = stacks_layout(&le());
+    // A zero-count record is skipped whole, even with a key that is in no module.
+    let mut f = le();
+    put_u64(&mut f, records[1], 0);
+    put_u32(&mut f, records[1] + 16, 99);
+    let mut expected = sample::stacks();
+    expected.records.remove(1);
+    assert_eq!(
+        read(&f, GnuTarget::default()).unwrap().stacks,
+        Some(expected)
+    );
+
+    // The last record made equal to the first (flags and frames): one record with both counts.
+    let mut f = le();
+    put_u32(&mut f, records[3] + 8, 0);
+    let frames = f[records[0] + 16..records[0] + 40].to_vec();
+    f[records[3] + 16..records[3] + 40].copy_from_slice(&frames);
+    let mut expected = sample::stacks();
+    expected.records.pop();
+    expected.records[0].count += 1;
+    assert_eq!(
+        read(&f, GnuTarget::default()).unwrap().stacks,
+        Some(expected)
+    );
+
+    // Bytes after the last record are ignored: the last record shortened to one frame.
+    let mut f = le();
+    put_u32(&mut f, records[3] + 12, 1);
+    let mut expected = sample::stacks();
+    expected.records[3].frames.truncate(1);
+    assert_eq!(
+        read(&f, GnuTarget::default()).unwrap().stacks,
+        Some(expected)
+    );
+}
+
+#[test]
+fn stacks_section_is_not_critical_and_older_files_have_none() {
+    let f = le();
+    let stacks = section(&f, 5);
+    assert_eq!(sample::le_u32(&f, stacks.header + 4), 0, "not critical");
+    assert_eq!(stacks.end, f.len(), "written last");
+    assert_eq!(&f[8..12], &[1, 0, 4, 0], "version 1.4");
+
+    // A 1.3 file: no STACKS section.
+    let mut old_profile = sample::profile();
+    old_profile.stacks = None;
+    let mut old = Vec::new();
+    write(&old_profile, &mut old).unwrap();
+    assert!(sample::sections(&old).iter().all(|s| s.tag != 5));
+    old[10] = 3;
+    let p = read(&old, GnuTarget::default()).unwrap();
+    assert_eq!(p.format, SourceFormat::Mslprof { major: 1, minor: 3 });
+    assert_eq!(p.stacks, None);
+    assert_eq!(p.modules, sample::profile().modules);
 }

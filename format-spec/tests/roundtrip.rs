@@ -139,6 +139,39 @@ fn arcs(keys: Vec<u32>) -> impl Strategy<Value = Vec<Arc>> {
     )
 }
 
+/// Canonical stacks (records sorted by flags and frames, unique, non-zero) whose frames are in `keys` or unknown.
+fn stacks(keys: Vec<u32>) -> impl Strategy<Value = Stacks> {
+    let key = prop_oneof![
+        1 => Just(UNKNOWN_KEY),
+        4 => prop::sample::select(keys),
+    ];
+    let frame = (key, any::<u64>()).prop_map(|(key, address)| StackFrame {
+        key,
+        address: LinkAddress(if key == UNKNOWN_KEY { 0 } else { address }),
+    });
+    let frames = prop_oneof![
+        8 => prop::collection::vec(frame.clone(), 1..8),
+        1 => prop::collection::vec(frame, 4090..=4096),
+    ];
+    (
+        1u32..=4096,
+        any::<u64>(),
+        prop::collection::btree_map((0u32..4, frames), 1..=u64::MAX, 0..6),
+    )
+        .prop_map(|(max_depth, dropped, records)| Stacks {
+            max_depth,
+            dropped,
+            records: records
+                .into_iter()
+                .map(|((flags, frames), count)| StackRecord {
+                    count,
+                    flags,
+                    frames,
+                })
+                .collect(),
+        })
+}
+
 fn module(key: u32, keys: Vec<u32>) -> impl Strategy<Value = Module> {
     (
         (bytes(60), bytes(30), bytes(30), bytes(65)),
@@ -193,9 +226,10 @@ fn profile() -> impl Strategy<Value = Profile> {
                 keys.clone()
             };
             let modules: Vec<_> = keys.iter().map(|k| module(*k, arc_keys.clone())).collect();
-            (Just(header), modules).prop_map(|(header, modules)| Profile {
-                stacks: None,
-                format: SourceFormat::Mslprof { major: 1, minor: 3 },
+            let stacks = prop::option::of(stacks(arc_keys));
+            (Just(header), modules, stacks).prop_map(|(header, modules, stacks)| Profile {
+                stacks,
+                format: SourceFormat::Mslprof { major: 1, minor: 4 },
                 header,
                 modules,
             })
@@ -264,6 +298,21 @@ fn reader_normalises_arcs_and_writer_refuses_broken_profiles() {
     assert_eq!(back.modules[0].arcs.len(), 3);
     assert_eq!(back, expected);
 
+    // Stacks likewise: duplicates added up, zero counts left out, sorted by (flags, frames).
+    let mut p = sample::profile();
+    let stacks = p.stacks.as_mut().unwrap();
+    let first = stacks.records[0].clone();
+    stacks.records.push(first.clone());
+    stacks.records.push(StackRecord { count: 0, ..first });
+    stacks.records.reverse();
+    let mut file = Vec::new();
+    write(&p, &mut file).unwrap();
+    let back = read(&file, GnuTarget::default()).unwrap();
+    let mut expected = sample::profile();
+    expected.stacks.as_mut().unwrap().records[0].count *= 2;
+    assert_eq!(back.stacks.as_ref().unwrap().records.len(), 4);
+    assert_eq!(back, expected);
+
     let refuse = |p: &Profile| {
         let err = write(p, Vec::new()).expect_err("must be refused");
         assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput, "{err}");
@@ -296,6 +345,20 @@ fn reader_normalises_arcs_and_writer_refuses_broken_profiles() {
     let back = read(&file, GnuTarget::default()).expect("reads back");
     assert_eq!(back.modules[0].arcs, callee_arcs.modules[0].arcs);
     assert!(!back.modules[0].is_profiled() && back.modules[0].may_have_arcs());
+    let mut unknown_frame = sample::profile();
+    unknown_frame.stacks.as_mut().unwrap().records[0].frames[1].key = 99;
+    refuse(&unknown_frame);
+    for depth in [0, 4097] {
+        let mut bad_depth = sample::profile();
+        let record = &mut bad_depth.stacks.as_mut().unwrap().records[0];
+        record.frames = record.frames.iter().copied().cycle().take(depth).collect();
+        refuse(&bad_depth);
+    }
+    for max_depth in [0, 4097] {
+        let mut bad_max = sample::profile();
+        bad_max.stacks.as_mut().unwrap().max_depth = max_depth;
+        refuse(&bad_max);
+    }
     let mut bad_range = sample::profile();
     bad_range.modules[0].histogram.as_mut().unwrap().ranges[0]
         .end
@@ -314,6 +377,7 @@ fn writer_picks_the_smaller_encoding_and_dense_on_a_tie() {
         let mut p = sample::profile();
         p.modules.truncate(1);
         p.modules[0].arcs.retain(|a| a.caller_key != 2);
+        p.stacks = None;
         let r = &mut p.modules[0].histogram.as_mut().unwrap().ranges[0];
         r.end = LinkAddress(r.start.0 + 4 * buckets.len() as u64);
         r.buckets = Buckets::Dense16(buckets);

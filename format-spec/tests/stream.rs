@@ -1,12 +1,13 @@
 //! The streaming writer the runtime uses: it allocates nothing (checked with a counting global allocator),
-//! pads or cuts arcs to the announced count, refuses invalid descriptors before writing, and its output reads
+//! pads or cuts arcs to the announced count (and stacks to the size of their first visit), refuses invalid descriptors before writing, and its output reads
 //! back as the profile the descriptors describe.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
 use mslprof_format::stream::{
-    self, Counts, Encoding, HeaderDesc, HistogramDesc, ModuleDesc, RangeDesc, Sink, StreamError,
+    self, Counts, Encoding, HeaderDesc, HistogramDesc, ModuleDesc, RangeDesc, Sink,
+    StackRecordDesc, StacksDesc, StreamError,
 };
 use mslprof_format::*;
 
@@ -475,5 +476,116 @@ fn module_source_writes_without_any_descriptor_array() {
             .collect();
         let expected: Vec<u32> = table.counts[i].iter().map(|c| u32::from(*c)).collect();
         assert_eq!(values, expected);
+    }
+}
+
+fn frame(key: u32, address: u64) -> StackFrame {
+    StackFrame {
+        key,
+        address: LinkAddress(address),
+    }
+}
+
+/// Writes one module (key 1) and a STACKS section whose feed yields `visits[n]` on its n-th visit (then
+/// nothing); returns the writer's result, the allocations it made and the file.
+fn write_stacks(
+    max_depth: u32,
+    visits: &[&[(u64, &[StackFrame])]],
+) -> (
+    Result<stream::StreamSummary, StreamError<Full>>,
+    u64,
+    Vec<u8>,
+) {
+    let mut buf = vec![0u8; 1 << 16];
+    let visit = Cell::new(0usize);
+    let feed = |emit: &mut dyn FnMut(&StackRecordDesc<'_>) -> bool| {
+        let records = visits.get(visit.get()).copied().unwrap_or(&[]);
+        visit.set(visit.get() + 1);
+        for &(count, frames) in records {
+            let frame = |i: usize| frames[i];
+            let record = StackRecordDesc {
+                count,
+                flags: stack_flags::TRUNCATED_UNWIND,
+                depth: frames.len(),
+                frame: &frame,
+            };
+            if !emit(&record) {
+                break;
+            }
+        }
+    };
+    let stacks = StacksDesc {
+        max_depth,
+        dropped: 3,
+        records: &feed,
+    };
+    let modules = [ModuleDesc {
+        key: 1,
+        name: b"app",
+        flags: module_flags::MAIN_PROGRAM,
+        ..ModuleDesc::default()
+    }];
+    let mut sink = SliceSink {
+        buf: &mut buf,
+        len: 0,
+        fail_after: usize::MAX,
+    };
+    let (r, allocations) = allocations_during(|| {
+        stream::write_profile_with_stacks(&mut sink, false, &HEADER, &modules[..], Some(&stacks))
+    });
+    let len = sink.len;
+    buf.truncate(len);
+    (r, allocations, buf)
+}
+
+#[test]
+fn stacks_keep_the_size_of_their_first_visit() {
+    let a: &[StackFrame] = &[frame(1, 0x10), frame(1, 0x21), frame(1, 0x31)];
+    let b: &[StackFrame] = &[frame(1, 0x40), frame(UNKNOWN_KEY, 0)];
+    let stale: &[StackFrame] = &[frame(1, 0x10), frame(7, 0x99), frame(1, 0x31)];
+    let long: &[StackFrame] = &[frame(1, 0x50); 4];
+    let stacks = |file: &[u8]| read(file, GnuTarget::default()).unwrap().stacks.unwrap();
+    let record = |count, frames: &[StackFrame]| StackRecord {
+        count,
+        flags: stack_flags::TRUNCATED_UNWIND,
+        frames: frames.to_vec(),
+    };
+
+    // The same records on both visits: written as they are, without allocating.
+    let (r, allocations, file) = write_stacks(8, &[&[(5, a), (2, b)], &[(5, a), (2, b)]]);
+    assert_eq!(r.unwrap(), stream::StreamSummary::default());
+    assert_eq!(allocations, 0, "the streaming writer must not allocate");
+    let read_back = stacks(&file);
+    assert_eq!((read_back.max_depth, read_back.dropped), (8, 3));
+    assert_eq!(read_back.records, vec![record(5, a), record(2, b)]);
+    let size = file.len();
+
+    // Second visit: a frame of a key no module has (written as unknown), a record too large for the room
+    // left (dropped), and one record fewer (an empty zero-count record fills its slot).
+    let (r, allocations, file) = write_stacks(8, &[&[(5, a), (2, b)], &[(6, stale), (1, long)]]);
+    assert_eq!(allocations, 0);
+    assert_eq!(
+        r.unwrap(),
+        stream::StreamSummary {
+            stacks_padded: 1,
+            stacks_dropped: 1,
+            stack_frames_unknown: 1,
+            ..stream::StreamSummary::default()
+        }
+    );
+    assert_eq!(file.len(), size, "the section keeps its first size");
+    let unknown = [frame(1, 0x10), frame(UNKNOWN_KEY, 0), frame(1, 0x31)];
+    assert_eq!(stacks(&file).records, vec![record(6, &unknown)]);
+
+    // More records than on the first visit: the extra ones are left out.
+    let (r, _, file) = write_stacks(8, &[&[(5, a)], &[(2, b), (5, a)]]);
+    assert_eq!(r.unwrap().stacks_dropped, 1);
+    assert_eq!(stacks(&file).records, vec![record(2, b)]);
+
+    // Descriptions that break SPEC.md are refused before anything is written.
+    for (max_depth, records) in [(0, &[(5, a)][..]), (4097, &[(5, a)]), (8, &[(1, &[][..])])] {
+        let (r, _, file) = write_stacks(max_depth, &[records, records]);
+        assert!(matches!(r, Err(StreamError::Invalid(_))), "{max_depth}");
+        assert!(file.is_empty());
     }
 }

@@ -205,6 +205,12 @@ fn callgrind_export_of_a_dlopen_run_counts_every_load_instance() {
 fn validate_json(dir: &Path) -> serde_json::Value {
     let out = mslprof_ok(dir, &["export", "--format", "json"]);
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
+    assert_follows_schema(&doc);
+    doc
+}
+
+/// Checks `doc` against analyzer/schema/report.schema.json.
+fn assert_follows_schema(doc: &serde_json::Value) {
     let schema =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../analyzer/schema/report.schema.json");
     let mut schemas = boon::Schemas::new();
@@ -212,11 +218,10 @@ fn validate_json(dir: &Path) -> serde_json::Value {
     let id = compiler
         .compile(schema.to_str().unwrap(), &mut schemas)
         .unwrap_or_else(|e| panic!("the schema does not compile: {e}"));
-    if let Err(e) = schemas.validate(&doc, id) {
+    if let Err(e) = schemas.validate(doc, id) {
         panic!("the export does not follow the schema: {e:#}");
     }
     assert_eq!(doc["schema_version"], 2);
-    doc
 }
 
 /// `(function name, module name) -> calls` of a JSON export (functions whose calls were counted).
@@ -821,18 +826,7 @@ fn go_tool_pprof_lists_source_lines_and_totals_in_time() {
         return;
     }
     mslprof_ok(ws.path(), &["export", "--format", "pprof"]);
-    let pprof = |args: &[&str]| -> String {
-        let out = run(Command::new("go")
-            .current_dir(ws.path())
-            .env("HOME", ws.path())
-            .env("PPROF_TMPDIR", ws.path())
-            .env("GOCACHE", ws.join("gocache"))
-            .args(["tool", "pprof"])
-            .args(args)
-            .arg("profile.pb.gz"));
-        assert_success(&out, &format!("go tool pprof {args:?}"));
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
+    let pprof = |args: &[&str]| go_pprof(&ws, args, Path::new("profile.pb.gz"));
     let top = pprof(&["-top"]);
     let total = top
         .lines()
@@ -995,4 +989,394 @@ fn gmon_export_writes_only_files_gprof_reads() {
         );
         assert!(!ws.join("-").exists(), "{format}: a file or folder named -");
     }
+}
+
+/// The GNU gprof manual's counter-example ("Estimating children Times"): `a` calls `foo(0)`, which returns
+/// at once, 1000 times; `b` calls `foo(1)`, which loops, 20 times.
+const COUNTER_EXAMPLE: &str = r#"
+static volatile double sink;
+__attribute__((noinline)) void foo(int n) { if (!n) return; for (long i = 0; i < 20000; i++) sink += i; }
+__attribute__((noinline)) void a(void) { for (int i = 0; i < 1000; i++) foo(0); }
+__attribute__((noinline)) void b(void) { for (int i = 0; i < 20; i++) foo(1); }
+int main(void) { a(); b(); return 0; }
+"#;
+
+/// The counter-example built with -pg and run under the runtime, its profile summed as the exports sum it,
+/// with sampled stacks put in: its real call counts and return addresses, and stacks whose counts the test
+/// chooses (the histograms emptied, so every time the exports write comes from these stacks).
+///
+/// | samples | stack (root first) |
+/// |---|---|
+/// | 26 | main → b → foo |
+/// | 3 | main → a → foo |
+/// | 4 | main → a |
+/// | 2 | main |
+/// | 1 | [no module] → main → a |
+/// | 1 | b → foo, truncated (the walk stopped under b) |
+fn counter_example_with_stacks() -> Option<(Workspace, mslprof_analyzer::export::Prepared)> {
+    use mslprof_format::LinkAddress;
+    use mslprof_format::model::{
+        Buckets, StackFrame, StackRecord, Stacks, UNKNOWN_KEY, stack_flags,
+    };
+    use object::{Object, ObjectSymbol};
+    if !have("cc") {
+        eprintln!("SKIPPED: no `cc`");
+        return None;
+    }
+    let ws = Workspace::new();
+    let source = ws.join("counter.c");
+    std::fs::write(&source, COUNTER_EXAMPLE).unwrap();
+    let program = ws.program("counter", &[source], &["-pg"]);
+    assert_success(&run(&mut ws.command_with_runtime(&program)), "counter");
+    let path = ws.join("gmon.out");
+    let input = mslprof_analyzer::input::Input {
+        profile: ws.profile("gmon.out"),
+        path,
+        records: None,
+    };
+    let mut merged = mslprof_analyzer::merge::merge(&[input], false).expect("merge");
+    let main_index = merged
+        .profile
+        .modules
+        .iter()
+        .position(|m| m.is_main_program())
+        .expect("the main program");
+    let key = main_index as u32 + 1;
+    // Function ranges of the program, to name the recorded arcs' ends.
+    let elf = std::fs::read(&program).unwrap();
+    let file = object::File::parse(&*elf).unwrap();
+    let range = |name: &str| {
+        let sym = file
+            .symbols()
+            .find(|s| s.name() == Ok(name))
+            .unwrap_or_else(|| panic!("no symbol {name}"));
+        (sym.address(), sym.address() + sym.size())
+    };
+    let inside = |name: &str, address: u64| {
+        let (start, end) = range(name);
+        (start..end).contains(&address)
+    };
+    let module = &mut merged.profile.modules[main_index];
+    let return_address = |caller: &str, callee: &str| {
+        module
+            .arcs
+            .iter()
+            .find(|arc| {
+                arc.caller_key == key
+                    && inside(caller, arc.caller_address.0 - 1)
+                    && inside(callee, arc.callee_address.0)
+            })
+            .unwrap_or_else(|| panic!("no recorded call {caller} -> {callee}"))
+            .caller_address
+            .0
+    };
+    let (main_a, main_b) = (return_address("main", "a"), return_address("main", "b"));
+    let (a_foo, b_foo) = (return_address("a", "foo"), return_address("b", "foo"));
+    for h in module.histogram.iter_mut() {
+        for r in &mut h.ranges {
+            r.buckets = Buckets::Sparse {
+                len: r.buckets.len(),
+                entries: Vec::new(),
+            };
+        }
+    }
+    let frame = |address: u64| StackFrame {
+        key,
+        address: LinkAddress(address),
+    };
+    let unknown = StackFrame {
+        key: UNKNOWN_KEY,
+        address: LinkAddress(0),
+    };
+    let (in_foo, in_a, in_main) = (range("foo").0, range("a").0, range("main").0);
+    let record = |count: u64, flags: u32, frames: Vec<StackFrame>| StackRecord {
+        count,
+        flags,
+        frames,
+    };
+    merged.profile.stacks = Some(Stacks {
+        max_depth: 128,
+        dropped: 0,
+        records: vec![
+            record(26, 0, vec![frame(in_foo), frame(b_foo), frame(main_b)]),
+            record(3, 0, vec![frame(in_foo), frame(a_foo), frame(main_a)]),
+            record(4, 0, vec![frame(in_a), frame(main_a)]),
+            record(2, 0, vec![frame(in_main)]),
+            record(1, 0, vec![frame(in_a), frame(main_a), unknown]),
+            record(
+                1,
+                stack_flags::TRUNCATED_UNWIND,
+                vec![frame(in_foo), frame(b_foo)],
+            ),
+        ],
+    });
+    let prepared = mslprof_analyzer::export::Prepared::new(merged);
+    Some((ws, prepared))
+}
+
+/// [`counter_example_with_stacks`] exported by `write` into the file `name` of its workspace.
+fn counter_example_exported(
+    name: &str,
+    write: fn(&mslprof_analyzer::export::Prepared, &mut dyn std::io::Write) -> std::io::Result<()>,
+) -> Option<(
+    Workspace,
+    mslprof_analyzer::export::Prepared,
+    std::path::PathBuf,
+)> {
+    let (ws, p) = counter_example_with_stacks()?;
+    let mut bytes = Vec::new();
+    write(&p, &mut bytes).expect("export");
+    let path = ws.join(name);
+    std::fs::write(&path, bytes).unwrap();
+    Some((ws, p, path))
+}
+
+#[test]
+fn folded_stacks_are_one_sorted_line_per_stack() {
+    let Some((_ws, p)) = counter_example_with_stacks() else {
+        return;
+    };
+    let lines = mslprof_analyzer::export::folded::lines(&p).expect("stacks");
+    assert_eq!(
+        lines,
+        [
+            "[truncated];b;foo 1",
+            "[unknown];main;a 1",
+            "main 2",
+            "main;a 4",
+            "main;a;foo 3",
+            "main;b;foo 26",
+        ]
+    );
+}
+
+#[test]
+fn folded_and_flamegraph_need_stacks_and_say_so() {
+    let Some((ws, _)) = counter_example_with_stacks() else {
+        return;
+    };
+    for format in ["folded", "flamegraph"] {
+        let out = mslprof(ws.path(), &["export", "--format", format, "gmon.out"]);
+        assert_eq!(out.status.code(), Some(1), "{format}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("gmon.out: no sampled call stacks"),
+            "{format}: {stderr}"
+        );
+        assert!(out.stdout.is_empty());
+    }
+}
+
+#[test]
+fn flamegraph_is_an_svg_naming_every_function_with_its_samples() {
+    let Some((_ws, p)) = counter_example_with_stacks() else {
+        return;
+    };
+    let mut svg = Vec::new();
+    mslprof_analyzer::export::flamegraph::write(&p, &mut svg).expect("flame graph");
+    let mut reader = quick_xml::Reader::from_reader(svg.as_slice());
+    let mut buf = Vec::new();
+    let (mut in_title, mut titles, mut root) = (false, Vec::new(), None);
+    loop {
+        match reader.read_event_into(&mut buf).expect("well-formed XML") {
+            quick_xml::events::Event::Start(e) => {
+                let name = String::from_utf8_lossy(e.name().as_ref()).into_owned();
+                root.get_or_insert(name.clone());
+                in_title = name == "title";
+            }
+            quick_xml::events::Event::Text(t) if in_title => {
+                titles.push(String::from_utf8_lossy(&t).into_owned());
+            }
+            quick_xml::events::Event::End(_) => in_title = false,
+            quick_xml::events::Event::Eof => break,
+            _ => {}
+        }
+        buf.clear();
+    }
+    assert_eq!(root.as_deref(), Some("svg"));
+    // Each frame's tooltip: `NAME (N samples, P%)`, the frames of one name merged per parent.
+    for want in [
+        "all (37 samples, 100%)",
+        "main (35 samples, 94.59%)",
+        "b (26 samples, 70.27%)",
+        "foo (26 samples, 70.27%)",
+        "a (7 samples, 18.92%)",
+        "foo (3 samples, 8.11%)",
+        "[truncated] (1 samples, 2.70%)",
+        "[unknown] (1 samples, 2.70%)",
+    ] {
+        assert!(titles.iter().any(|t| t == want), "no {want}: {titles:?}");
+    }
+}
+
+/// `go tool pprof ARGS FILE` in `ws`, its standard output.
+fn go_pprof(ws: &Workspace, args: &[&str], file: &Path) -> String {
+    let out = run(Command::new("go")
+        .current_dir(ws.path())
+        .env("HOME", ws.path())
+        .env("PPROF_TMPDIR", ws.path())
+        .env("GOCACHE", ws.join("gocache"))
+        .args(["tool", "pprof"])
+        .args(args)
+        .arg(file));
+    assert_success(&out, &format!("go tool pprof {args:?}"));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn pprof_with_stacks_shows_callers_and_cumulative_time_in_go_tool_pprof() {
+    let Some((ws, p, file)) =
+        counter_example_exported("stacks.pb.gz", mslprof_analyzer::export::pprof::write)
+    else {
+        return;
+    };
+    // The stacks as samples, leaf first; the exact call counts as before.
+    let decoded = decode_pprof(&file);
+    let calls = pprof_calls(&decoded);
+    assert_eq!(calls.get(&("foo".into(), "a".into())), Some(&1000));
+    assert_eq!(calls.get(&("foo".into(), "b".into())), Some(&20));
+    let time: Vec<_> = decoded.sample.iter().filter(|s| s.value[0] > 0).collect();
+    assert_eq!(time.len(), 6);
+    let period = p.period_ns() as i64;
+    assert!(time.iter().all(|s| s.value[1] == s.value[0] * period));
+    if !have_go_pprof() {
+        return;
+    }
+    // -top in samples: `flat flat% sum% cum cum% name`.
+    let top = go_pprof(&ws, &["-top", "-sample_index=samples"], &file);
+    let row = |name: &str| -> (String, String) {
+        let cols: Vec<&str> = top
+            .lines()
+            .map(str::split_whitespace)
+            .map(Iterator::collect::<Vec<_>>)
+            .find(|c| c.len() == 6 && c[5] == name)
+            .unwrap_or_else(|| panic!("no row {name}:\n{top}"));
+        (cols[0].to_string(), cols[3].to_string())
+    };
+    assert_eq!(row("main"), ("2".into(), "36".into()), "{top}");
+    assert_eq!(row("b"), ("0".into(), "27".into()), "{top}");
+    assert_eq!(row("a"), ("5".into(), "8".into()), "{top}");
+    assert_eq!(row("foo"), ("30".into(), "30".into()), "{top}");
+    // -peek: foo's callers above it, with the samples under each.
+    let peek = go_pprof(&ws, &["-peek", "^foo$", "-sample_index=samples"], &file);
+    let callers: Vec<(String, String)> = peek
+        .lines()
+        .take_while(|l| !l.trim_end().ends_with("| foo"))
+        .filter_map(|l| {
+            let (left, name) = l.rsplit_once("| ")?;
+            Some((
+                name.trim().to_string(),
+                left.split_whitespace().next()?.to_string(),
+            ))
+        })
+        .filter(|(name, _)| ["a", "b"].contains(&name.as_str()))
+        .collect();
+    assert_eq!(
+        callers,
+        [
+            ("b".to_string(), "27".to_string()),
+            ("a".to_string(), "3".to_string())
+        ],
+        "{peek}"
+    );
+    // -tree: main's callees with their cumulative samples.
+    let tree = go_pprof(&ws, &["-tree", "-sample_index=samples"], &file);
+    assert!(
+        tree.lines().any(|l| l.trim_end().ends_with("| b")),
+        "{tree}"
+    );
+}
+
+#[test]
+fn callgrind_with_stacks_gives_measured_inclusive_costs_to_callgrind_annotate() {
+    if !have("callgrind_annotate") {
+        eprintln!("SKIPPED: no `callgrind_annotate` (valgrind)");
+        return;
+    }
+    let Some((_ws, _, file)) = counter_example_exported(
+        "callgrind.out.1",
+        mslprof_analyzer::export::callgrind::write,
+    ) else {
+        return;
+    };
+    // The recorded counts as before.
+    let calls = callgrind_callers(&file);
+    for (caller, count) in [("b", 20), ("a", 1000)] {
+        let arc = (format!("{caller} [counter]"), "foo [counter]".to_string());
+        assert_eq!(calls.get(&arc), Some(&count), "{caller}");
+    }
+    // callgrind_annotate's inclusive cost of a function is its self cost (none here: the histogram is
+    // empty) and the costs of the calls into it, which are the samples measured under each call site:
+    // foo 3 under a and 27 under b (26 below main, 1 in the truncated stack), b 26 and a 8 under main.
+    let out = run(Command::new("callgrind_annotate")
+        .current_dir("/")
+        .args(["--inclusive=yes", "--threshold=100", "--auto=no"])
+        .arg(&file));
+    assert_success(&out, "callgrind_annotate --inclusive=yes");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let inclusive = |name: &str| -> u64 {
+        text.lines()
+            .find(|l| l.contains(&format!(":{name} [")))
+            .and_then(|l| l.split_whitespace().next())
+            .map(|n| n.replace(',', "").parse().unwrap())
+            .unwrap_or_else(|| panic!("no line for {name}:\n{text}"))
+    };
+    let written = std::fs::read_to_string(&file).unwrap();
+    assert_eq!(inclusive("foo"), 30, "{text}\n{written}");
+    assert_eq!(inclusive("b"), 26, "{text}\n{written}");
+    assert_eq!(inclusive("a"), 8, "{text}\n{written}");
+    // The cost lines themselves: the measured samples at each call instruction.
+    for (caller, cost) in [("a", 3), ("b", 27)] {
+        let block = written
+            .split("\n\n")
+            .find(|b| b.contains(&format!(") {caller}\n")))
+            .unwrap_or_else(|| panic!("no block for {caller}:\n{written}"));
+        let last = block.lines().last().unwrap();
+        assert!(
+            last.ends_with(&format!(" {cost}")),
+            "{caller}: {last}\n{written}"
+        );
+    }
+}
+
+#[test]
+fn json_with_stacks_gives_measured_totals_beside_the_estimates() {
+    let Some((_ws, p)) = counter_example_with_stacks() else {
+        return;
+    };
+    let doc = mslprof_analyzer::export::json::document(&p);
+    assert_follows_schema(&doc);
+    let functions = doc["functions"].as_array().unwrap();
+    let index = |name: &str| {
+        functions
+            .iter()
+            .position(|f| f["name"] == name)
+            .unwrap_or_else(|| panic!("no {name}"))
+    };
+    let period = p.period_ns() as f64 / 1e9;
+    for (name, total, own) in [("main", 36, 2), ("a", 8, 5), ("b", 27, 0), ("foo", 30, 30)] {
+        let f = &functions[index(name)];
+        assert_eq!(f["measured_total_samples"], total, "{name}");
+        assert_eq!(f["measured_self_samples"], own, "{name}");
+        assert_eq!(f["measured_total_seconds"], total as f64 * period, "{name}");
+        assert_eq!(f["total_samples_estimated"], true);
+    }
+    let arc = |caller: &str, callee: &str| {
+        let (from, to) = (index(caller), index(callee));
+        doc["arcs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["caller"] == from && a["callee"] == to)
+            .unwrap_or_else(|| panic!("no arc {caller} -> {callee}"))
+            .clone()
+    };
+    assert_eq!(arc("b", "foo")["measured_samples"], 27);
+    assert_eq!(arc("b", "foo")["measured_callee_self_samples"], 27);
+    assert_eq!(arc("a", "foo")["measured_samples"], 3);
+    assert_eq!(arc("a", "foo")["count"], 1000);
+    assert_eq!(arc("main", "b")["measured_samples"], 26);
+    assert_eq!(doc["stacks"]["samples"], 37);
+    assert_eq!(doc["stacks"]["truncated_samples"], 1);
+    assert_eq!(doc["stacks"]["distinct"], 6);
 }

@@ -18,6 +18,8 @@ enum Format {
     Png,
     Pprof,
     Gmon,
+    Folded,
+    Flamegraph,
 }
 
 /// `mslprof export`'s options.
@@ -26,11 +28,14 @@ enum Format {
     name = "mslprof export",
     about = "Write mslprof profiles in other tools' formats",
     after_help = "Defaults for -o: callgrind.out.PID (callgrind), profile.pb.gz (pprof), callgraph.svg / callgraph.png, \
-the current folder (gmon), standard output (json, dot).\n\
+flamegraph.svg (flamegraph), the current folder (gmon), standard output (json, dot, folded).\n\
+Profiles with sampled call stacks: pprof writes the stacks, callgrind and json the measured inclusive times; \
+folded and flamegraph need them.\n\
 The older spelling `mslprof export PROFILE [OUTDIR]` (no --format) writes the per-module GNU files."
 )]
 struct ExportCli {
-    /// Output format: callgrind, json, dot, svg, png (svg/png run Graphviz's dot), pprof or gmon.
+    /// Output format: callgrind, json, dot, svg, png (svg/png run Graphviz's dot), pprof, gmon, folded
+    /// (`root;...;leaf COUNT` per distinct stack) or flamegraph (an SVG of the stacks).
     #[arg(long, value_enum)]
     format: Format,
     /// Where to write (a folder for gmon; `-` for standard output with every format but gmon and png).
@@ -163,6 +168,19 @@ fn run(cli: &ExportCli) -> Result<(), String> {
         );
     }
     let p = load(&profiles)?;
+    if matches!(cli.format, Format::Folded | Format::Flamegraph) && p.stacks().is_none() {
+        let names: Vec<String> = profiles.iter().map(|f| f.display().to_string()).collect();
+        return Err(format!(
+            "{}: no sampled call stacks (no STACKS section), which --format {} draws; \
+             profile with a runtime that records them",
+            names.join(", "),
+            if cli.format == Format::Folded {
+                "folded"
+            } else {
+                "flamegraph"
+            }
+        ));
+    }
     let thresholds = export::dot::Thresholds {
         node: cli.node_threshold,
         edge: cli.edge_threshold,
@@ -174,6 +192,8 @@ fn run(cli: &ExportCli) -> Result<(), String> {
         Format::Json => export::json::write(&p, &mut bytes),
         Format::Dot | Format::Svg | Format::Png => export::dot::write(&p, thresholds, &mut bytes),
         Format::Pprof => export::pprof::write(&p, &mut bytes),
+        Format::Folded => export::folded::write(&p, &mut bytes),
+        Format::Flamegraph => export::flamegraph::write(&p, &mut bytes),
         Format::Gmon => Ok(()),
     };
     written.map_err(|e| format!("export: {e}"))?;
@@ -182,6 +202,7 @@ fn run(cli: &ExportCli) -> Result<(), String> {
         Format::Pprof => Some("profile.pb.gz".into()),
         Format::Svg => Some("callgraph.svg".into()),
         Format::Png => Some("callgraph.png".into()),
+        Format::Flamegraph => Some("flamegraph.svg".into()),
         _ => None,
     };
     let target = cli.output.clone().or(default.map(PathBuf::from));

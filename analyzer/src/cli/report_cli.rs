@@ -43,7 +43,7 @@ mslprof export [--format FMT] [-o PATH] [PROFILE...]",
     after_help = "Symspecs: func, file.c, file.c:func, file.c:line; func@module names one module's function, \
 and module: (e.g. libfoo.so:) every function of a module.\n\
 Subcommands (each answers --help): run (run a program under the runtime and report), demo (build and \
-profile the bundled demo), export (callgrind, pprof, JSON, DOT/SVG/PNG, or one GNU gmon.out per module)."
+profile the bundled demo), export (callgrind, pprof, JSON, DOT/SVG/PNG, folded stacks, a flame graph, or one GNU gmon.out per module)."
 )]
 struct Cli {
     /// Print the flat profile, only for SYMSPEC when given (default: flat profile and call graph)
@@ -178,6 +178,9 @@ struct Cli {
     /// mslprof: list every module in the module tables, also those under 0.05 % of the samples
     #[arg(long = "all-modules", help_heading = OUTPUT)]
     all_modules: bool,
+    /// mslprof: with sampled stacks in the profile, print gprof's estimated call-graph times (from the call counts) instead of the measured ones
+    #[arg(long, help_heading = ANALYSIS)]
+    estimate: bool,
     /// Add the calls found in the machine code that never ran, with a count of 0 (static call graph)
     #[arg(short = 'c', long = "static-call-graph", help_heading = ANALYSIS)]
     static_call_graph: bool,
@@ -376,6 +379,7 @@ fn options_from(cli: &Cli) -> Result<Options, OptionsError> {
         share_of_process: cli.share_of.as_deref() == Some("process"),
         all_modules: cli.all_modules,
         static_calls: cli.static_call_graph,
+        estimate: cli.estimate,
         ..Options::default()
     };
     if let Some(d) = &cli.debug {

@@ -1,8 +1,10 @@
 //! The callgrind profile format (as KCachegrind and `callgrind_annotate` read it), `positions: instr
 //! line`: one `ob=` per module, `fn=` blocks with the self samples at the first whole instruction of each
 //! histogram bucket and its source line (`fi=`/`fe=` where inlined code is in another file), and per call
-//! site `cob=`/`cfi=`/`cfn=`/`calls=COUNT ENTRY LINE` followed by gprof's propagated inclusive estimate
-//! at the call instruction's address and line. Line 0 where DWARF says nothing.
+//! site `cob=`/`cfi=`/`cfn=`/`calls=COUNT ENTRY LINE` followed by the callee's inclusive cost at the call
+//! instruction's address and line: measured from the sampled stacks when the profile has them (then call
+//! sites seen only on the stacks are written too, with `calls=0`: their calls were not counted), gprof's
+//! propagated estimate otherwise. Line 0 where DWARF says nothing.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{self, Write};
@@ -85,6 +87,35 @@ pub fn write(p: &Prepared, out: &mut dyn Write) -> io::Result<()> {
     for c in p.call_sites(code) {
         sites[c.caller].push(c);
     }
+    // With stacks, the samples under each call site, measured: a pair's total shared among its sites.
+    let measured: Option<HashMap<(usize, u64, usize), u64>> = p.stacks().map(|stacks| {
+        let mut at: HashMap<(usize, u64, usize), u64> = HashMap::new();
+        for (pair, samples) in stacks.pair_sites(g.nsyms) {
+            let site = code[pair.module].call_site(pair.address.0.saturating_add(1));
+            let n = at.entry((pair.caller, site, pair.callee)).or_insert(0);
+            *n = n.saturating_add(samples);
+        }
+        let mut stack_only: Vec<_> = at
+            .keys()
+            .filter(|(caller, site, callee)| {
+                !sites[*caller]
+                    .iter()
+                    .any(|c| c.site == *site && c.callee == *callee)
+            })
+            .copied()
+            .collect();
+        stack_only.sort_unstable();
+        for (caller, site, callee) in stack_only {
+            sites[caller].push(CallSite {
+                caller,
+                caller_module: g.syms[caller].module,
+                site,
+                callee,
+                count: 0,
+            });
+        }
+        at
+    });
     writeln!(out, "summary: {total}")?;
     writeln!(out, "totals: {total}")?;
     let mut obs = Names::default();
@@ -113,7 +144,8 @@ pub fn write(p: &Prepared, out: &mut dyn Write) -> io::Result<()> {
         let sym = &g.syms[s];
         // A called function gets its block even with no samples and no callees: readers take a function's
         // object from its own block (callgrind_annotate prints a callee without one with no object).
-        if own[s].is_empty() && sym.children.is_empty() && sym.parents.is_empty() {
+        let on_stacks = p.measured.as_ref().is_some_and(|m| m.total[s] > 0);
+        if own[s].is_empty() && sym.children.is_empty() && sym.parents.is_empty() && !on_stacks {
             continue;
         }
         let m = sym.module;
@@ -132,10 +164,21 @@ pub fn write(p: &Prepared, out: &mut dyn Write) -> io::Result<()> {
             writeln!(out, "{addr:#x} {line} {count}")?;
         }
         for c in &sites[s] {
-            let Some(&a) = g.arc_index.get(&(c.caller, c.callee)) else {
-                continue;
+            let inclusive = match (&measured, g.arc_index.get(&(c.caller, c.callee))) {
+                (Some(at), _) => at.get(&(c.caller, c.site, c.callee)).copied().unwrap_or(0),
+                // gprof's estimate of the callee's time on behalf of this caller, shared among its call
+                // sites by their counts.
+                (None, Some(&a)) => {
+                    let arc = &g.arcs[a];
+                    let share = if arc.count > 0 {
+                        c.count as f64 / arc.count as f64
+                    } else {
+                        1.0
+                    };
+                    ((arc.time + arc.child_time) * share).round() as u64
+                }
+                (None, None) => continue,
             };
-            let arc = &g.arcs[a];
             let callee = &g.syms[c.callee];
             let (f, line) = position(m, c.site);
             file.switch(&f, &mut fls, out)?;
@@ -149,14 +192,6 @@ pub fn write(p: &Prepared, out: &mut dyn Write) -> io::Result<()> {
                 c.count,
                 position(callee.module, entry).1
             )?;
-            // gprof's estimate of the callee's time on behalf of this caller, shared among its call sites
-            // by their counts.
-            let share = if arc.count > 0 {
-                c.count as f64 / arc.count as f64
-            } else {
-                1.0
-            };
-            let inclusive = ((arc.time + arc.child_time) * share).round() as u64;
             writeln!(out, "{:#x} {line} {inclusive}", c.site)?;
         }
     }

@@ -1,5 +1,7 @@
 //! The JSON export: modules, functions, arcs and the profile header as one document that follows
-//! `analyzer/schema/report.schema.json` (`"schema_version": 2`).
+//! `analyzer/schema/report.schema.json` (`"schema_version": 2`). Profiles with sampled stacks add the
+//! measured figures: a `stacks` summary, per function inclusive and self samples and seconds, per arc the
+//! samples under it, and arcs seen only on the stacks (`"count": null`).
 
 use std::collections::HashMap;
 use std::io::{self, Write};
@@ -58,7 +60,7 @@ pub fn document(p: &Prepared) -> Value {
             (f, None) => (f.clone(), None),
         };
         let calls = p.calls(s);
-        functions.push(json!({
+        let mut function = json!({
             "name": sym.display,
             "symbol": sym.symbol.name,
             "module": sym.module,
@@ -70,20 +72,58 @@ pub fn document(p: &Prepared) -> Value {
             "calls_at_plt_only": calls.is_some() && g.modules[sym.module].plt_counted,
             "file": file,
             "line": line,
-        }));
+        });
+        if let Some(m) = &p.measured {
+            let fields = function.as_object_mut().expect("an object");
+            for (key, samples) in [("total", m.total[s]), ("self", m.leaf[s])] {
+                fields.insert(format!("measured_{key}_samples"), json!(samples));
+                fields.insert(format!("measured_{key}_seconds"), json!(p.seconds(samples)));
+            }
+        }
+        functions.push(function);
     }
-    let arcs: Vec<Value> = g
+    let measured_arc = |arc: &mut Value, caller: usize, callee: usize| {
+        let Some(m) = &p.measured else { return };
+        let pair = m.pairs.get(&(caller, callee)).copied().unwrap_or_default();
+        let fields = arc.as_object_mut().expect("an object");
+        fields.insert("measured_samples".into(), json!(pair.total));
+        fields.insert("measured_seconds".into(), json!(p.seconds(pair.total)));
+        fields.insert(
+            "measured_callee_self_samples".into(),
+            json!(pair.callee_self),
+        );
+    };
+    let mut arcs: Vec<Value> = g
         .arcs
         .iter()
         .filter_map(|a| {
-            Some(json!({
+            let mut arc = json!({
                 "caller": index.get(&a.parent)?,
                 "callee": index.get(&a.child)?,
                 "count": a.count,
-            }))
+            });
+            measured_arc(&mut arc, a.parent, a.child);
+            Some(arc)
         })
         .collect();
-    json!({
+    // Pairs seen only on the stacks: their calls were not counted.
+    let mut stack_only: Vec<(usize, usize)> = p
+        .measured
+        .iter()
+        .flat_map(|m| m.pairs.keys())
+        .filter(|pair| !g.arc_index.contains_key(pair))
+        .copied()
+        .collect();
+    stack_only.sort_unstable();
+    for (caller, callee) in stack_only {
+        let (Some(from), Some(to)) = (index.get(&caller), index.get(&callee)) else {
+            continue;
+        };
+        let mut arc = json!({ "caller": from, "callee": to, "count": null });
+        measured_arc(&mut arc, caller, callee);
+        arcs.push(arc);
+    }
+    let mut doc = json!({
         "schema_version": SCHEMA_VERSION,
         "creator": format!("mslprof {}", env!("CARGO_PKG_VERSION")),
         "header": {
@@ -107,7 +147,26 @@ pub fn document(p: &Prepared) -> Value {
         "functions": functions,
         "arcs": arcs,
         "warnings": p.warnings,
-    })
+    });
+    if let Some(stacks) = p.stacks() {
+        let truncated = stacks
+            .stacks
+            .iter()
+            .filter(|s| s.is_truncated())
+            .fold(0u64, |n, s| n.saturating_add(s.count));
+        doc.as_object_mut().expect("an object").insert(
+            "stacks".into(),
+            json!({
+                "samples": stacks.samples,
+                "seconds": p.seconds(stacks.samples),
+                "distinct": stacks.stacks.len(),
+                "truncated_samples": truncated,
+                "dropped_samples": stacks.dropped,
+                "max_depth": stacks.max_depth,
+            }),
+        );
+    }
+    doc
 }
 
 /// Write `p` as pretty-printed JSON.

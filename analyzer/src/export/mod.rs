@@ -6,6 +6,8 @@
 pub mod callgrind;
 pub mod code;
 pub mod dot;
+pub mod flamegraph;
+pub mod folded;
 pub mod gmon;
 pub mod json;
 pub mod pprof;
@@ -19,6 +21,7 @@ use mslprof_format::model::{Profile, UNKNOWN_KEY};
 use crate::input::{Error, Input, Refusal};
 use crate::options::Options;
 use crate::report::Analysis;
+use crate::stages::stacks::{Frame, Measured, Stacks};
 use code::{ModuleCode, Wanted};
 
 /// A recorded call as the exports place it: at the call instruction in the caller's module.
@@ -55,6 +58,9 @@ pub struct Prepared {
     pub analysis: Analysis,
     /// Warnings of the analysis (symbols missing, build-id mismatches, ...).
     pub warnings: Vec<String>,
+    /// Samples per function and per caller→callee pair measured from the sampled stacks, when the profile
+    /// has them.
+    pub measured: Option<Measured>,
     /// The modules' code and source positions, read when first asked for ([`Prepared::code`]).
     code: std::sync::OnceLock<Vec<ModuleCode>>,
 }
@@ -81,6 +87,11 @@ impl Prepared {
             });
         }
         let merged = crate::merge::merge(&inputs, false)?;
+        Ok(Prepared::new(merged))
+    }
+
+    /// Analyse profiles already summed by [`crate::merge::merge`].
+    pub fn new(merged: crate::merge::Merged) -> Prepared {
         let mut warnings = Vec::new();
         let opts = Options {
             binary_path: crate::elf::binpath::from_environment(),
@@ -89,13 +100,18 @@ impl Prepared {
         let mut analysis =
             crate::report::mslprof::analyse(&opts, None, &merged.profile, &mut warnings);
         crate::gprof::callgraph::assemble(&mut analysis.graph, &analysis.filters);
-        Ok(Prepared {
+        let measured = analysis
+            .stacks
+            .as_ref()
+            .map(|s| s.measure(analysis.graph.nsyms));
+        Prepared {
             profile: merged.profile,
             instances: merged.instances,
             analysis,
             warnings,
+            measured,
             code: std::sync::OnceLock::new(),
-        })
+        }
     }
 
     /// Samples credited to function `s` itself.
@@ -107,6 +123,26 @@ impl Prepared {
     pub fn total_samples(&self, s: usize) -> f64 {
         let sym = &self.analysis.graph.syms[s];
         sym.hist_time + sym.child_time
+    }
+
+    /// The sampled stacks, resolved, when the profile has them.
+    pub fn stacks(&self) -> Option<&Stacks> {
+        self.analysis.stacks.as_ref()
+    }
+
+    /// Samples as seconds of CPU time.
+    pub fn seconds(&self, samples: u64) -> f64 {
+        samples as f64 * self.period_ns() as f64 / 1e9
+    }
+
+    /// Where a stack's frame is written: the sampled instruction for the leaf (`depth` 0), the call
+    /// instruction for a caller (found from its return address, the frame's address + 1, as
+    /// [`ModuleCode::call_site`] does for recorded calls).
+    pub fn frame_address(&self, code: &[ModuleCode], depth: usize, frame: &Frame) -> u64 {
+        match frame.module {
+            Some(m) if depth > 0 => code[m].call_site(frame.address.0.saturating_add(1)),
+            _ => frame.address.0,
+        }
     }
 
     /// All samples credited to functions.
@@ -235,11 +271,24 @@ impl Prepared {
         for (cm, _, ret, _, _) in self.raw_calls() {
             wanted[cm].returns.push(ret);
         }
+        for stack in self.stacks().iter().flat_map(|s| &s.stacks) {
+            for (depth, f) in stack.frames.iter().enumerate() {
+                match f.module {
+                    Some(m) if depth == 0 => wanted[m].entries.push(f.address.0),
+                    Some(m) => wanted[m].returns.push(f.address.0.saturating_add(1)),
+                    None => {}
+                }
+            }
+        }
         wanted
             .iter()
             .enumerate()
             .map(|(m, w)| {
-                if w.functions.is_empty() && w.buckets.is_empty() {
+                if w.functions.is_empty()
+                    && w.buckets.is_empty()
+                    && w.returns.is_empty()
+                    && w.entries.is_empty()
+                {
                     ModuleCode::default()
                 } else {
                     ModuleCode::load(Path::new(&g.modules[m].path), w)
@@ -288,12 +337,15 @@ impl Prepared {
         merged.into_values().collect()
     }
 
-    /// Indices of the real (non-cycle) functions that have samples or calls.
+    /// Indices of the real (non-cycle) functions that have samples or calls, or are on a sampled stack.
     pub fn active_functions(&self) -> impl Iterator<Item = usize> + '_ {
         let g = &self.analysis.graph;
         (0..g.nsyms).filter(move |&s| {
             let sym = &g.syms[s];
-            sym.hist_time > 0.0 || !sym.parents.is_empty() || !sym.children.is_empty()
+            sym.hist_time > 0.0
+                || !sym.parents.is_empty()
+                || !sym.children.is_empty()
+                || self.measured.as_ref().is_some_and(|m| m.total[s] > 0)
         })
     }
 }

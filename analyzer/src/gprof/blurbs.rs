@@ -1,5 +1,6 @@
 //! Explanations printed after (or, in BSD style, before) each table unless `-b` is given. Written for
-//! mslprof; they sit where gprof puts its own.
+//! mslprof; they sit where gprof puts its own. A call graph whose times are measured from sampled stacks
+//! has its own variant, which says so.
 
 /// Follows the flat profile.
 pub const FLAT: &str = "
@@ -74,3 +75,111 @@ call graph profile:
  non-recursive calls, called+self adds the recursive ones.
 
 ";
+
+/// The sampled stacks a measured call graph comes from, as its blurb reports them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StacksNote {
+    /// Samples with a stored stack.
+    pub samples: u64,
+    /// Of those, the samples whose stack stopped before its root (depth limit or unwinding).
+    pub truncated: u64,
+    /// Samples whose stack the runtime could not store.
+    pub dropped: u64,
+}
+
+/// The lines of [`CALL_GRAPH`] that say children times are estimated, and what the measured blurb says
+/// instead.
+const ESTIMATED_COLUMNS: &str = " children  seconds in its callees, estimated from the call counts.
+ called    calls from other functions, and after `+' the recursive calls.
+";
+const MEASURED_COLUMNS: &str =
+    " children  seconds in its callees, measured from the sampled stacks.
+ called    calls from other functions, and after `+' the recursive calls;
+           blank when its calls were not counted.
+";
+
+/// The paragraph of [`CALL_GRAPH`] on caller and callee lines, and the measured blurb's.
+const ESTIMATED_LINES: &str =
+    " On a caller's line, self and children are the share of the function's
+ time estimated to come from that caller, and called reads
+ `calls from this caller/all non-recursive calls'.
+ On a callee's line, self and children are the share of the callee's time
+ charged to this function, and called reads
+ `calls from this function/all non-recursive calls of the callee'.
+";
+const MEASURED_LINES: &str =
+    " On a caller's line, self and children are the function's time measured
+ under that caller (self: the samples that stopped in the function itself),
+ and called reads `calls from this caller/all non-recursive calls', blank
+ for a caller known from the stacks only (those calls were not counted).
+ On a callee's line, self and children are the callee's time measured
+ under this function, and called reads
+ `calls from this function/all non-recursive calls of the callee'.
+";
+
+/// The call-graph blurb (GNU style) when the times are measured from sampled stacks.
+pub fn call_graph_measured(stacks: &StacksNote) -> String {
+    let lines = format!("{MEASURED_LINES}\n{}", measured_note(stacks));
+    CALL_GRAPH
+        .replacen(ESTIMATED_COLUMNS, MEASURED_COLUMNS, 1)
+        .replacen(ESTIMATED_LINES, &lines, 1)
+}
+
+/// The BSD-style (`-T`) call-graph blurb when the times are measured from sampled stacks.
+pub fn bsd_call_graph_measured(stacks: &StacksNote) -> String {
+    format!("{}\n{}\n", BSD_CALL_GRAPH.trim_end(), measured_note(stacks))
+}
+
+/// Where a measured call graph's times come from and how they are counted.
+fn measured_note(stacks: &StacksNote) -> String {
+    let mut note = format!(
+        " Times are measured from {} sampled call stacks, not estimated from the
+ call counts: a function's time is that of the samples with it anywhere on
+ the stack, counted once per sample however deep its recursion; a caller's
+ or callee's line, that of the samples with that call on the stack; a
+ cycle's, that of the samples with any of its members on the stack.
+",
+        stacks.samples
+    );
+    if stacks.truncated != 0 {
+        note.push_str(&format!(
+            " {:.1} % of the stacks stopped short of the program's entry (depth limit,
+ or a frame that could not be unwound): their outer callers are missing.
+",
+            100.0 * stacks.truncated as f64 / stacks.samples.max(1) as f64
+        ));
+    }
+    if stacks.dropped != 0 {
+        note.push_str(&format!(
+            " {} more samples had no stored stack (the runtime's table was full).
+",
+            stacks.dropped
+        ));
+    }
+    note.push_str(" --estimate prints gprof's estimate from the call counts instead.\n");
+    note
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_measured_blurb_replaces_what_the_estimate_says() {
+        let note = StacksNote {
+            samples: 200,
+            truncated: 3,
+            dropped: 7,
+        };
+        let text = call_graph_measured(&note);
+        assert!(CALL_GRAPH.contains(ESTIMATED_COLUMNS) && CALL_GRAPH.contains(ESTIMATED_LINES));
+        assert!(!text.contains("estimated from the call counts."));
+        assert!(text.contains(MEASURED_COLUMNS));
+        assert!(text.contains(" Times are measured from 200 sampled call stacks"));
+        assert!(text.contains(" 1.5 % of the stacks stopped short"));
+        assert!(text.contains(" 7 more samples had no stored stack"));
+        let bsd = bsd_call_graph_measured(&StacksNote { samples: 5, ..note });
+        assert!(bsd.starts_with(BSD_CALL_GRAPH.trim_end()));
+        assert!(bsd.ends_with("instead.\n\n"));
+    }
+}

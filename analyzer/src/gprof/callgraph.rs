@@ -14,6 +14,13 @@ use crate::output::Out;
 /// Run gprof's whole call-graph analysis. Returns all symbols and cycles sorted for printing, and the
 /// total propagated time (gprof's `print_time`).
 pub fn assemble(g: &mut Graph, filters: &Filters) -> (Vec<usize>, f64) {
+    let print_time = propagate(g, filters);
+    (sort_by_total(g), print_time)
+}
+
+/// The first part of [`assemble`]: cycles found and numbered on the arcs, print flags and time propagated
+/// (gprof's estimate). Returns the total propagated time (gprof's `print_time`).
+pub fn propagate(g: &mut Graph, filters: &Filters) -> f64 {
     let n = g.nsyms;
     for s in 0..n {
         let self_arc = g.arc_index.get(&(s, s)).copied();
@@ -47,13 +54,18 @@ pub fn assemble(g: &mut Graph, filters: &Filters) -> (Vec<usize>, f64) {
     for &s in &top_sorted {
         propagate_time(g, s);
     }
+    print_time
+}
 
+/// The last part of [`assemble`]: every symbol and cycle sorted for printing, by decreasing total time
+/// (self and children), and numbered in that order.
+pub fn sort_by_total(g: &mut Graph) -> Vec<usize> {
     let mut time_sorted: Vec<usize> = (0..g.syms.len()).collect();
     time_sorted.sort_by(|&l, &r| cmp_total(&g.syms[l], &g.syms[r]));
     for (i, &s) in time_sorted.iter().enumerate() {
         g.syms[s].index = i + 1;
     }
-    (time_sorted, print_time)
+    time_sorted
 }
 
 /// The print flag and propagation fraction a function (or a whole cycle) inherits from its callers
@@ -297,7 +309,10 @@ pub fn print(out: &mut Out, g: &mut Graph, time_sorted: &[usize], print_time: f6
     }
     let iw = style.index_width.get();
     if style.descriptions && style.bsd {
-        out.push_str(crate::gprof::blurbs::BSD_CALL_GRAPH);
+        match &style.measured {
+            Some(stacks) => out.push_str(&crate::gprof::blurbs::bsd_call_graph_measured(stacks)),
+            None => out.push_str(crate::gprof::blurbs::BSD_CALL_GRAPH),
+        }
     }
     style.begin_section(out);
     if !style.bsd {
@@ -369,7 +384,10 @@ pub fn print(out: &mut Out, g: &mut Graph, time_sorted: &[usize], print_time: f6
         }
     }
     if style.descriptions && !style.bsd {
-        out.push_str(crate::gprof::blurbs::CALL_GRAPH);
+        match &style.measured {
+            Some(stacks) => out.push_str(&crate::gprof::blurbs::call_graph_measured(stacks)),
+            None => out.push_str(crate::gprof::blurbs::CALL_GRAPH),
+        }
     }
 }
 
@@ -542,18 +560,31 @@ fn print_arc_line(
         let _ = write!(
             out,
             "{:>iw$.iw$} {:>5.5} {:>7.7} {:>kids_w$.kids_w$} {:>7} {:>7.7}     ",
-            "", "", "", "", arc.count, ""
+            "",
+            "",
+            "",
+            "",
+            if arc.stacks_only {
+                String::new()
+            } else {
+                arc.count.to_string()
+            },
+            ""
         );
     } else {
+        // An arc known only from sampled stacks has no count: its `called` column is blank.
+        let called = if arc.stacks_only {
+            format!("{:>7.7} {:>7.7}", "", "")
+        } else {
+            format!("{:>7}/{:<7}", arc.count, calls)
+        };
         let _ = write!(
             out,
-            "{:>iw$.iw$} {:>5.5} {:>7.2} {:>kids_w$.2} {:>7}/{:<7}     ",
+            "{:>iw$.iw$} {:>5.5} {:>7.2} {:>kids_w$.2} {called}     ",
             "",
             "",
             CFloat(arc.time / hz),
             CFloat(arc.child_time / hz),
-            arc.count,
-            calls
         );
     }
     out.push_str(&name_full(&g.syms[other], style));

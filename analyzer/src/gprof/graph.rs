@@ -66,6 +66,8 @@ pub struct CgArc {
     pub count: u64,
     pub time: f64,
     pub child_time: f64,
+    /// Known only from sampled stacks: the calls along it were not counted (`count` is 0 and printed blank).
+    pub stacks_only: bool,
 }
 
 /// A module as the analysis sees it.

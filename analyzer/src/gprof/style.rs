@@ -28,6 +28,9 @@ pub struct Style {
     pub index_width: Cell<usize>,
     /// mslprof input: what 100 % is, printed above the flat profile.
     pub share_note: Option<String>,
+    /// The call graph's times are measured from sampled stacks (its blurb says so); `None` for gprof's
+    /// estimate.
+    pub measured: Option<crate::gprof::blurbs::StacksNote>,
 }
 
 impl Style {

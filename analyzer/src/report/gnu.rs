@@ -84,10 +84,12 @@ pub fn run(
         first_output: Cell::new(true),
         index_width: Cell::new(crate::gprof::callgraph::INDEX_WIDTH),
         share_note: None,
+        measured: None,
     };
     let found = Found {
         have_hist: credited.have_hist,
         have_arcs,
+        measured: None,
     };
     warnings.extend(render::tables(
         out,

@@ -15,7 +15,7 @@ use crate::input::{Error, Input, Refusal};
 use crate::options::Options;
 use crate::output::Out;
 use crate::stages::render::Found;
-use crate::stages::{arcs, graph, render, samples, symbols};
+use crate::stages::{arcs, graph, render, samples, stacks, symbols};
 
 use crate::report::outcome::Outcome;
 
@@ -32,6 +32,8 @@ pub struct Analysis {
     pub granularity: i64,
     /// Samples per second.
     pub hz: f64,
+    /// The sampled call stacks resolved to the graph's symbols, when the profile has them.
+    pub stacks: Option<stacks::Stacks>,
 }
 
 /// Stages 1 to 4 over `profile` (`exe` replaces the main program's recorded path): load the modules'
@@ -50,6 +52,7 @@ pub fn analyse(
         arcs::static_mslprof(&mut g, opts, warnings);
     }
     let credited = samples::assign_mslprof(&mut g, profile, &filters);
+    let stacks = stacks::resolve(&g, profile);
     Analysis {
         graph: g,
         filters,
@@ -58,6 +61,7 @@ pub fn analyse(
         have_arcs,
         granularity: credited.granularity,
         hz: samples::mslprof_hz(profile),
+        stacks,
     }
 }
 
@@ -105,7 +109,10 @@ pub fn run(
         have_arcs,
         granularity,
         hz,
+        stacks,
     } = analyse(opts, exe, profile, &mut warnings);
+    // The call graph's times are measured from the stacks unless `--estimate` asks for gprof's.
+    let measured = stacks.filter(|s| !opts.estimate && !s.stacks.is_empty());
     let mut share_note = share_note(opts, profile, &mut totals, hz);
     let top_samples = g.syms.iter().map(|s| s.hist_time).fold(0.0, f64::max);
     if let Some(rate) = super::rate::rate_line(header, top_samples) {
@@ -127,6 +134,7 @@ pub fn run(
         multi_module: true,
         first_output: Cell::new(true),
         index_width: Cell::new(crate::gprof::callgraph::INDEX_WIDTH),
+        measured: measured.as_ref().map(stacks::Stacks::note),
     };
     let rates = sampling_rates(profile, merged.rescaled);
     out.push_str(&rates);
@@ -136,6 +144,7 @@ pub fn run(
     let found = Found {
         have_hist,
         have_arcs,
+        measured: measured.as_ref(),
     };
     warnings.extend(render::tables(
         out, &mut g, &filters, &style, totals, found, opts,

@@ -1,6 +1,7 @@
 //! Stage 5, render: time propagated along the call graph (gprof's `cg_assemble`), then the tables the
 //! options ask for, in gprof's order (BSD style: call graph before flat profile), and the multi-module
-//! report's module tables.
+//! report's module tables. With sampled stacks, the call graph's times are measured instead
+//! ([`Stacks::apply`]).
 
 use std::fmt::Write as _;
 
@@ -13,13 +14,16 @@ use crate::gprof::symspec::Filters;
 use crate::modtable::Row;
 use crate::options::Options;
 use crate::output::Out;
+use crate::stages::stacks::Stacks;
 use crate::stages::symbols::is_runtime;
 
 /// What the earlier stages found: which sections have data.
 #[derive(Clone, Copy, Debug)]
-pub struct Found {
+pub struct Found<'a> {
     pub have_hist: bool,
     pub have_arcs: bool,
+    /// Sampled stacks to measure the call graph's times from (`None`: gprof's estimate).
+    pub measured: Option<&'a Stacks>,
 }
 
 /// Print the report's tables; returns the warnings annotating source gave.
@@ -34,11 +38,17 @@ pub fn tables(
 ) -> Vec<String> {
     let (want_flat, want_graph) = opts.sections();
     let want_flat = found.have_hist && want_flat;
-    let want_graph = found.have_arcs && want_graph;
-    let (time_sorted, print_time) = if found.have_arcs {
-        crate::gprof::callgraph::assemble(g, filters)
-    } else {
-        (Vec::new(), 0.0)
+    // Stacks give a call graph even where no call was counted.
+    let have_graph = found.have_arcs || found.measured.is_some();
+    let want_graph = have_graph && want_graph;
+    let (time_sorted, print_time) = match found.measured {
+        Some(stacks) => {
+            let print_time = crate::gprof::callgraph::propagate(g, filters);
+            stacks.apply(g, filters);
+            (crate::gprof::callgraph::sort_by_total(g), print_time)
+        }
+        None if found.have_arcs => crate::gprof::callgraph::assemble(g, filters),
+        None => (Vec::new(), 0.0),
     };
     if style.bsd {
         if want_graph {
@@ -132,13 +142,12 @@ pub fn module_table(
         .collect::<Vec<Row>>();
     let mut rows = rows;
     if profile.header.unknown_samples != 0 {
-        // Samples outside every module are, with PLT counting or rewritten call sites, the runtime's own
-        // stubs in anonymous memory.
+        // The runtime counts samples in its own stubs as its library's: these are in other anonymous code.
         rows.push(Row {
             index: None,
             samples: profile.header.unknown_samples,
-            name: format!("{OUTSIDE_ANY_MODULE} (profiling overhead)"),
-            path: "(mslprof's PLT and call-site stubs, or other code in anonymous memory)".into(),
+            name: OUTSIDE_ANY_MODULE.into(),
+            path: "(code in no mapped file: JIT-compiled code, trampolines)".into(),
             note: String::new(),
             keep: true,
         });

@@ -15,8 +15,8 @@ pub fn profile() -> Profile {
     sparse[3] = 9;
     sparse[400] = 70_000;
     Profile {
-        stacks: None,
-        format: SourceFormat::Mslprof { major: 1, minor: 3 },
+        stacks: Some(stacks()),
+        format: SourceFormat::Mslprof { major: 1, minor: 4 },
         header: Header {
             flags: header_flags::INCOMPLETE,
             incomplete_cause: IncompleteCause::Signal,
@@ -127,6 +127,46 @@ pub fn profile() -> Profile {
                 load_order: 3,
                 samples: 4,
                 ..Module::default()
+            },
+        ],
+    }
+}
+
+/// The sample profile's stacks, normalised (sorted by flags and frames, unique): through the library, from the
+/// main program, one truncated at the depth limit and one that left the known modules.
+pub fn stacks() -> Stacks {
+    let frame = |key, address| StackFrame {
+        key,
+        address: LinkAddress(address),
+    };
+    Stacks {
+        max_depth: 4,
+        dropped: 6,
+        records: vec![
+            StackRecord {
+                count: 30,
+                flags: 0,
+                frames: vec![frame(1, 0x1044), frame(1, 0x1011)],
+            },
+            StackRecord {
+                count: 1 << 33,
+                flags: 0,
+                frames: vec![frame(2, 0x2010), frame(1, 0x1021), frame(1, 0x1011)],
+            },
+            StackRecord {
+                count: 2,
+                flags: stack_flags::TRUNCATED_DEPTH,
+                frames: vec![
+                    frame(2, 0x9004),
+                    frame(2, 0x2011),
+                    frame(1, 0x1021),
+                    frame(1, 0x1011),
+                ],
+            },
+            StackRecord {
+                count: 1,
+                flags: stack_flags::TRUNCATED_UNWIND,
+                frames: vec![frame(3, 0x300), frame(UNKNOWN_KEY, 0)],
             },
         ],
     }

@@ -23,8 +23,9 @@ pub enum PltRole {
     /// ld.so (it defines `_rtld_global`, whatever its file is called): nothing is redirected into or out of it.
     DynamicLinker,
     /// libmslprof.so (it defines `mslprof_plt_entry` and `mslprof_plt_abi`): the run-time address of its
-    /// counting entry. Its own calls are never counted and nothing is redirected into it.
-    Runtime { entry: usize },
+    /// counting entry, and of `mslprof_plt_arena` where the stubs' arena is announced to it (0 if it has
+    /// none). Its own calls are never counted and nothing is redirected into it.
+    Runtime { entry: usize, arena: usize },
     /// It imports one of [`COUNTING_IMPORTS`]: mcount counts calls into it, so only its calls out go through
     /// the stubs.
     CountsItself,
@@ -151,7 +152,8 @@ impl DynamicSymbols {
             self.defined(b"mslprof_plt_entry"),
             self.defined(b"mslprof_plt_abi"),
         ) {
-            return PltRole::Runtime { entry };
+            let arena = self.defined(b"mslprof_plt_arena").unwrap_or(0);
+            return PltRole::Runtime { entry, arena };
         }
         if self.imports_any(&COUNTING_IMPORTS) {
             PltRole::CountsItself

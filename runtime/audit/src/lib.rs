@@ -93,8 +93,9 @@ pub unsafe extern "C" fn la_objopen(map: *const LinkMap, lmid: isize, _cookie: *
     }
     match module.plt_role() {
         PltRole::DynamicLinker => 0,
-        PltRole::Runtime { entry } => {
+        PltRole::Runtime { entry, arena } => {
             // The runtime: its own calls are never counted, and nothing is redirected into it.
+            sys::announce_arena_to(arena);
             COUNT_ENTRY.store(entry, Ordering::Release);
             0
         }

@@ -63,6 +63,9 @@ const STUB_BYTES: usize = 32;
 
 /// The arena: its base (0 until first use). Its first word holds the counting entry that every stub calls.
 static ARENA: AtomicUsize = AtomicUsize::new(0);
+/// libmslprof.so's `mslprof_plt_arena` (two words: base and length), where the arena is announced so that
+/// the runtime counts samples in the stubs as its own, the cost of profiling (0: none).
+static ANNOUNCE_TO: AtomicUsize = AtomicUsize::new(0);
 /// Bytes of the arena handed out so far (the first stub's slot holds the entry).
 static USED: AtomicUsize = AtomicUsize::new(STUB_BYTES);
 
@@ -92,6 +95,7 @@ fn arena(entry: usize) -> Option<usize> {
     unsafe { (fresh as *mut usize).write(entry) };
     match ARENA.compare_exchange(0, fresh as usize, Ordering::AcqRel, Ordering::Acquire) {
         Ok(_) => {
+            announce(fresh as usize);
             if crate::perf_map_wanted() {
                 name_for_perf(fresh as usize);
             }
@@ -103,6 +107,30 @@ fn arena(entry: usize) -> Option<usize> {
             Some(first)
         }
     }
+}
+
+/// Remembers where the runtime wants to learn the arena's place (`mslprof_plt_arena`), and tells it at once
+/// if the arena exists already.
+pub fn announce_arena_to(slot: usize) {
+    ANNOUNCE_TO.store(slot, Ordering::Release);
+    let base = ARENA.load(Ordering::Acquire);
+    if base != 0 {
+        announce(base);
+    }
+}
+
+/// Writes the arena's base and length into the runtime's `mslprof_plt_arena`, length first: a reader that
+/// sees the base sees the length.
+fn announce(base: usize) {
+    let slot = ANNOUNCE_TO.load(Ordering::Acquire);
+    if slot == 0 {
+        return;
+    }
+    // SAFETY: `slot` is the address of libmslprof.so's exported `mslprof_plt_arena`, two aligned
+    // `AtomicUsize` that live as long as the process (the runtime is never unloaded).
+    let words = unsafe { &*(slot as *const [AtomicUsize; 2]) };
+    words[1].store(ARENA_BYTES, Ordering::Release);
+    words[0].store(base, Ordering::Release);
 }
 
 /// A new stub that counts a call through `entry` and continues at `target`; `None` when the arena cannot be

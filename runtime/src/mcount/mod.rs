@@ -234,8 +234,14 @@ pub fn install_site_stubs(modules: &[&modules::LiveModule], rewrite: sites::Rewr
 }
 
 /// `pc` as an address in this library when it is in a stub or in the copy of `mcount` (both this library's
-/// counting code, moved next to the code that calls it). Async-signal-safe.
+/// counting code, moved next to the code that calls it), or in a PLT-counting stub of the audit module.
+/// Async-signal-safe.
 pub fn library_address(pc: usize) -> usize {
+    let [arena, arena_bytes] = &crate::exports::mslprof_plt_arena;
+    let arena = arena.load(Ordering::Acquire);
+    if arena != 0 && pc.wrapping_sub(arena) < arena_bytes.load(Ordering::Relaxed) {
+        return x86_64::mslprof_plt_entry as *const () as usize;
+    }
     sites::library_address(
         near::library_address(pc),
         x86_64::mcount as *const () as usize,

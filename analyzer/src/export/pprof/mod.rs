@@ -1,9 +1,11 @@
 //! pprof's gzip-compressed `profile.proto`: sample types `samples/count`, `cpu/nanoseconds` (the
 //! default) and `calls/count`, the real sampling period in `cpu/nanoseconds`, one `Mapping` per module
-//! (path, executable segment, GNU build-id). A histogram bucket becomes a one-frame sample at its first
-//! whole instruction; a recorded call becomes a two-frame sample `[callee entry, call instruction]` whose
-//! value is the call count (calls from outside any known function: a one-frame sample at the entry).
-//! Locations carry DWARF's source lines, inlined functions first.
+//! (path, executable segment, GNU build-id). Time: with sampled stacks, one sample per distinct stack
+//! (leaf first: the sampled instruction, then each caller's call instruction); without, a histogram
+//! bucket becomes a one-frame sample at its first whole instruction. A recorded call becomes a two-frame
+//! sample `[callee entry, call instruction]` whose value is the call count (calls from outside any known
+//! function: a one-frame sample at the entry). Locations carry DWARF's source lines, inlined functions
+//! first.
 
 pub mod proto;
 
@@ -14,6 +16,7 @@ use prost::Message as _;
 
 use super::Prepared;
 use super::code::ModuleCode;
+use crate::stages::stacks::Frame;
 use proto::{Function, Line, Location, Mapping, Profile, Sample, ValueType};
 
 /// The page size mappings are aligned to.
@@ -24,6 +27,8 @@ const PAGE: u64 = 0x1000;
 enum FunctionKey {
     Symbol(usize),
     Inlined(String, String),
+    /// A stack frame no symbol covers, named as the report names it (`module+0xADDR`, `[unknown]`).
+    Unnamed(String),
 }
 
 /// Strings, functions and locations numbered as they are first used.
@@ -65,6 +70,7 @@ impl Builder<'_> {
                 (sym.display.clone(), sym.symbol.name.clone(), file, line)
             }
             FunctionKey::Inlined(name, file) => (name.clone(), name.clone(), file.clone(), 0),
+            FunctionKey::Unnamed(name) => (name.clone(), name.clone(), String::new(), 0),
         };
         let id = self.out.function.len() as u64 + 1;
         let f = Function {
@@ -76,6 +82,47 @@ impl Builder<'_> {
         };
         self.out.function.push(f);
         self.functions.insert(key, id);
+        id
+    }
+
+    /// The location of a stack's frame at `depth` (0: the leaf).
+    fn frame_location(&mut self, depth: usize, f: &Frame) -> u64 {
+        let address = self.p.frame_address(self.code, depth, f);
+        match (f.module, f.sym) {
+            (Some(m), Some(s)) => self.location(m, address, s),
+            (module, _) => {
+                let key = (module.unwrap_or(usize::MAX), address);
+                if let Some(&id) = self.locations.get(&key) {
+                    return id;
+                }
+                let name = f.name(&self.p.analysis.graph);
+                let line = vec![Line {
+                    function_id: self.function(FunctionKey::Unnamed(name)),
+                    line: 0,
+                    column: 0,
+                }];
+                self.add_location(key, module, address, line)
+            }
+        }
+    }
+
+    /// A new location at `address` of `module` (none: outside every module), remembered under `key`.
+    fn add_location(
+        &mut self,
+        key: (usize, u64),
+        module: Option<usize>,
+        address: u64,
+        line: Vec<Line>,
+    ) -> u64 {
+        let id = self.out.location.len() as u64 + 1;
+        self.out.location.push(Location {
+            id,
+            mapping_id: module.map_or(0, |m| m as u64 + 1),
+            address: module.map_or(0, |m| address.wrapping_add(self.bias[m])),
+            line,
+            is_folded: false,
+        });
+        self.locations.insert(key, id);
         id
     }
 
@@ -108,16 +155,7 @@ impl Builder<'_> {
                 column: 0,
             });
         }
-        let id = self.out.location.len() as u64 + 1;
-        self.out.location.push(Location {
-            id,
-            mapping_id: m as u64 + 1,
-            address: address.wrapping_add(self.bias[m]),
-            line,
-            is_folded: false,
-        });
-        self.locations.insert((m, address), id);
-        id
+        self.add_location((m, address), Some(m), address, line)
     }
 }
 
@@ -143,6 +181,13 @@ pub fn profile(p: &Prepared) -> Profile {
     }
     for s in p.active_functions() {
         widen(g.syms[s].module, g.syms[s].symbol.addr.0);
+    }
+    for stack in p.stacks().iter().flat_map(|s| &s.stacks) {
+        for (depth, f) in stack.frames.iter().enumerate() {
+            if let Some(m) = f.module {
+                widen(m, p.frame_address(code, depth, f));
+            }
+        }
     }
     let ranges: Vec<(u64, u64, u64)> = (0..p.profile.modules.len())
         .map(|m| match (code[m].segment, used[m]) {
@@ -185,14 +230,32 @@ pub fn profile(p: &Prepared) -> Profile {
     let h = &p.profile.header;
     b.out.time_nanos = h.start_time_ns;
     b.out.duration_nanos = (h.end_time_ns - h.start_time_ns).max(0);
-    for c in costs {
-        let loc = b.location(c.module, c.address, c.function);
-        let n = c.samples as i64;
-        b.out.sample.push(Sample {
-            location_id: vec![loc],
+    let time_sample = |location_id: Vec<u64>, samples: u64| {
+        let n = i64::try_from(samples).unwrap_or(i64::MAX);
+        Sample {
+            location_id,
             value: vec![n, n.saturating_mul(period), 0],
             label: Vec::new(),
-        });
+        }
+    };
+    match p.stacks() {
+        Some(stacks) => {
+            for stack in &stacks.stacks {
+                let frames = stack
+                    .frames
+                    .iter()
+                    .enumerate()
+                    .map(|(depth, f)| b.frame_location(depth, f))
+                    .collect();
+                b.out.sample.push(time_sample(frames, stack.count));
+            }
+        }
+        None => {
+            for c in costs {
+                let loc = b.location(c.module, c.address, c.function);
+                b.out.sample.push(time_sample(vec![loc], c.samples));
+            }
+        }
     }
     let mut from_known = HashMap::new();
     for c in call_sites {
