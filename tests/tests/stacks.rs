@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use mslprof_format::model::{Profile, module_flags, stack_flags};
+use mslprof_format::model::{Profile, SourceFormat, module_flags, stack_flags};
 use mslprof_tests::callcounts::Symbols;
 use mslprof_tests::{Workspace, fixtures_dir, read_profile, run};
 
@@ -103,6 +103,7 @@ fn the_gprof_manuals_counter_example_charges_foo_to_b() {
     let ws = Workspace::new();
     let program = ws.program("counter", &[source("gprof_counter.c")], &[]);
     let profile = run_profiled(&ws, &program, &[], &[("MSLPROF_HZ", "1000")], 3, "done 1\n");
+    assert_eq!(profile.format, SourceFormat::Mslprof { major: 1, minor: 4 });
     let stacks = resolved_stacks(&profile);
     let with_foo = samples_where(&stacks, |s| s.functions.iter().any(|f| f == "foo"));
     let under_b = samples_where(&stacks, |s| caller_of(s, "foo") == Some("b"));

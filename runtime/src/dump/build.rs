@@ -409,11 +409,18 @@ pub unsafe fn encode<S: Sink>(
             .ok_or(EncodeError::NoMemory)?
     };
     let header = header_desc(program, moment, descriptors, modules);
-    stream::write_profile(sink, &header, descriptors).map_err(EncodeError::Stream)?;
-    // Keys are given in load order, so the modules written are sorted by key.
-    let known = |key: u32| modules.binary_search_by_key(&key, |m| m.key).is_ok();
-    crate::stacks::write_section(sink, &known)
-        .map_err(|error| EncodeError::Stream(StreamError::Sink(error)))
+    let descriptors: &[ModuleDesc<'_>] = descriptors;
+    crate::stacks::with_section(|stacks| {
+        stream::write_profile_with_stacks(
+            sink,
+            cfg!(target_endian = "big"),
+            &header,
+            descriptors,
+            stacks,
+        )
+    })
+    .map(|_| ())
+    .map_err(EncodeError::Stream)
 }
 
 /// The file header of a dump of `modules`.

@@ -1,5 +1,5 @@
 //! Call stacks at samples: captured in the SIGPROF handler ([`record_interrupted`]), kept once per distinct
-//! stack with a count ([`table`]), written as the STACKS section of the profile ([`write_section`]).
+//! stack with a count ([`table`]), written as the STACKS section of the profile ([`with_section`]).
 //!
 //! Frames are (load-instance key, link-time address), computed at capture time, so a module later unloaded
 //! keeps its key. `MSLPROF_STACK_DEPTH` bounds a walk (0: no stacks at all); `MSLPROF_STACK_TABLE_KB` bounds
@@ -12,7 +12,9 @@ use std::cell::Cell;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 
-use mslprof_format::stream::Sink;
+use mslprof_format::LinkAddress;
+use mslprof_format::model::{StackFrame, UNKNOWN_KEY};
+use mslprof_format::stream::{StackRecordDesc, StacksDesc};
 
 use crate::sys;
 use table::Table;
@@ -27,8 +29,6 @@ pub const DEFAULT_TABLE_KB: u32 = 4096;
 const COPY_WINDOW_BYTES: usize = 64 << 10;
 /// Handlers that can walk at once; a further one drops its stack.
 const SCRATCH_SLOTS: usize = 16;
-/// The STACKS section's tag (SPEC.md).
-const TAG_STACKS: u32 = 5;
 
 struct Stacks {
     max_depth: u32,
@@ -215,126 +215,53 @@ pub fn reset_after_fork() {
     }
 }
 
-/// Bytes a [`write_section`] with `entries` entries of `frames` frames in all takes, header included.
-fn section_bytes(entries: usize, frames: usize) -> u64 {
-    16 + 16 + entries as u64 * 16 + frames as u64 * 12
-}
-
-/// Appends the STACKS section (SPEC.md, tag 5) to a profile whose last section was just written to `sink`
-/// (it ends 8-aligned): the entries published when it is sized, with counts as they are when written (the
-/// table may be inserted into meanwhile). Frames of a key `known` rejects (a load instance left out of the
-/// file) are written as unknown. Nothing when stacks are off. Allocates nothing from the heap (one anonymous
-/// mapping for the marks).
-pub fn write_section<S: Sink>(sink: &mut S, known: &dyn Fn(u32) -> bool) -> Result<(), S::Error> {
-    let Some(stacks) = STACKS.get() else {
-        return Ok(());
+/// Runs `write` with the STACKS section's descriptor (SPEC.md §11) for the stream encoder, `None` when stacks
+/// are off: the entries published when it is called, with counts as they are when written (the table may be
+/// inserted into meanwhile; the encoder visits the records twice, sizing then writing). Allocates nothing from
+/// the heap (one anonymous mapping for the marks).
+pub fn with_section<R>(write: impl FnOnce(Option<&StacksDesc<'_>>) -> R) -> R {
+    let Some(stacks) = STACKS.get().filter(|s| s.max_depth != 0) else {
+        return write(None);
     };
-    if stacks.max_depth == 0 {
-        return Ok(());
-    }
     let table = &stacks.table;
     let Some(marks) = sys::map_zeroed(table.slot_count()) else {
-        return Ok(());
+        return write(None);
     };
     // SAFETY: a fresh mapping of `slot_count` bytes, ours until unmapped below.
     let marks_slice = unsafe { std::slice::from_raw_parts_mut(marks, table.slot_count()) };
-    let result = write_marked(sink, stacks, marks_slice, known);
-    // SAFETY: the mapping made above; the slice is no longer used.
+    table.mark(marks_slice);
+    let marks_read: &[u8] = marks_slice;
+    let feed = |emit: &mut dyn FnMut(&StackRecordDesc<'_>) -> bool| {
+        let mut open = true;
+        table.visit(marks_read, |entry| {
+            if !open {
+                return;
+            }
+            let frame = |index: usize| {
+                let frame = entry.frame(index).unwrap_or(Frame {
+                    key: UNKNOWN_KEY,
+                    address: 0,
+                });
+                StackFrame {
+                    key: frame.key,
+                    address: LinkAddress(frame.address),
+                }
+            };
+            open = emit(&StackRecordDesc {
+                count: entry.count,
+                flags: entry.flags,
+                depth: entry.depth(),
+                frame: &frame,
+            });
+        });
+    };
+    let desc = StacksDesc {
+        max_depth: stacks.max_depth,
+        dropped: table.dropped(),
+        records: &feed,
+    };
+    let result = write(Some(&desc));
+    // SAFETY: the mapping made above; nothing borrows it any more.
     unsafe { sys::unmap(marks, table.slot_count()) };
     result
-}
-
-fn write_marked<S: Sink>(
-    sink: &mut S,
-    stacks: &Stacks,
-    marks: &mut [u8],
-    known: &dyn Fn(u32) -> bool,
-) -> Result<(), S::Error> {
-    let table = &stacks.table;
-    let (entries, frames) = table.mark(marks);
-    let payload = section_bytes(entries, frames) - 16;
-    let mut out = Buffered::new(sink);
-    out.u32(TAG_STACKS)?;
-    out.u32(0)?;
-    out.u64(payload)?;
-    out.u32(entries as u32)?;
-    out.u32(stacks.max_depth)?;
-    out.u64(table.dropped())?;
-    let mut failure = None;
-    table.visit(marks, |entry| {
-        if failure.is_some() {
-            return;
-        }
-        let written = (|| {
-            out.u64(entry.count)?;
-            out.u32(entry.flags)?;
-            out.u32(entry.depth() as u32)?;
-            for frame in entry.frames() {
-                let frame = if known(frame.key) {
-                    frame
-                } else {
-                    Frame {
-                        key: mslprof_format::model::UNKNOWN_KEY,
-                        address: 0,
-                    }
-                };
-                out.u32(frame.key)?;
-                out.u64(frame.address)?;
-            }
-            Ok(())
-        })();
-        if let Err(error) = written {
-            failure = Some(error);
-        }
-    });
-    if let Some(error) = failure {
-        return Err(error);
-    }
-    while !out.written.is_multiple_of(8) {
-        out.bytes(&[0])?;
-    }
-    out.flush()
-}
-
-/// A 1 KiB buffer on the stack in front of a sink.
-struct Buffered<'s, S: Sink> {
-    sink: &'s mut S,
-    buffer: [u8; 1024],
-    len: usize,
-    written: u64,
-}
-
-impl<'s, S: Sink> Buffered<'s, S> {
-    fn new(sink: &'s mut S) -> Self {
-        Buffered {
-            sink,
-            buffer: [0; 1024],
-            len: 0,
-            written: 0,
-        }
-    }
-    fn bytes(&mut self, bytes: &[u8]) -> Result<(), S::Error> {
-        self.written += bytes.len() as u64;
-        for &byte in bytes {
-            if self.len == self.buffer.len() {
-                self.flush()?;
-            }
-            self.buffer[self.len] = byte;
-            self.len += 1;
-        }
-        Ok(())
-    }
-    fn u32(&mut self, value: u32) -> Result<(), S::Error> {
-        self.bytes(&value.to_ne_bytes())
-    }
-    fn u64(&mut self, value: u64) -> Result<(), S::Error> {
-        self.bytes(&value.to_ne_bytes())
-    }
-    fn flush(&mut self) -> Result<(), S::Error> {
-        if self.len > 0 {
-            self.sink.write_all(&self.buffer[..self.len])?;
-            self.len = 0;
-        }
-        Ok(())
-    }
 }

@@ -52,18 +52,23 @@ impl Entry<'_> {
         self.frames.len() / FRAME_BYTES
     }
 
+    /// Frame `index` (0: the leaf).
+    pub fn frame(&self, index: usize) -> Option<Frame> {
+        let at = index.checked_mul(FRAME_BYTES)?;
+        let bytes = self.frames.get(at..at.checked_add(FRAME_BYTES)?)?;
+        let mut key = [0u8; 4];
+        let mut address = [0u8; 8];
+        key.copy_from_slice(&bytes[..4]);
+        address.copy_from_slice(&bytes[4..]);
+        Some(Frame {
+            key: u32::from_ne_bytes(key),
+            address: u64::from_ne_bytes(address),
+        })
+    }
+
     /// The frames, leaf first.
     pub fn frames(&self) -> impl Iterator<Item = Frame> + '_ {
-        self.frames.chunks_exact(FRAME_BYTES).map(|bytes| {
-            let mut key = [0u8; 4];
-            let mut address = [0u8; 8];
-            key.copy_from_slice(&bytes[..4]);
-            address.copy_from_slice(&bytes[4..]);
-            Frame {
-                key: u32::from_ne_bytes(key),
-                address: u64::from_ne_bytes(address),
-            }
-        })
+        (0..self.depth()).filter_map(|index| self.frame(index))
     }
 }
 
