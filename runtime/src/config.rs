@@ -84,8 +84,9 @@ impl Settings {
         .into_iter()
         .find_map(|(variable, shown)| env(variable).map(|value| (shown, Some(value))))
         .unwrap_or(("LD_PROFILE", None));
+        let hz = sampling_rate(env("MSLPROF_HZ").as_deref().map(|v| v.as_bytes()));
         Settings {
-            hz: sampling_rate(env("MSLPROF_HZ").as_deref().map(|v| v.as_bytes())),
+            hz,
             bucket_bits: bucket_bits(
                 env("LD_PROFILEBUCKET_SIZE")
                     .as_deref()
@@ -102,12 +103,17 @@ impl Settings {
             program_name,
             near_mcount: env("MSLPROF_NEAR_MCOUNT").is_none_or(|v| v != "0"),
             site_stubs: site_stubs(env("MSLPROF_SITE_STUBS").as_deref()),
-            stack_depth: bounded_setting(
-                "MSLPROF_STACK_DEPTH",
-                env("MSLPROF_STACK_DEPTH").as_deref().map(|v| v.as_bytes()),
-                0..=crate::stacks::MAX_DEPTH,
-                crate::stacks::DEFAULT_DEPTH,
-            ),
+            // A walk takes microseconds: above this rate it would take most of the sample period.
+            stack_depth: if hz > crate::stacks::MAX_HZ {
+                0
+            } else {
+                bounded_setting(
+                    "MSLPROF_STACK_DEPTH",
+                    env("MSLPROF_STACK_DEPTH").as_deref().map(|v| v.as_bytes()),
+                    0..=crate::stacks::MAX_DEPTH,
+                    crate::stacks::DEFAULT_DEPTH,
+                )
+            },
             stack_table_kb: bounded_setting(
                 "MSLPROF_STACK_TABLE_KB",
                 env("MSLPROF_STACK_TABLE_KB")
