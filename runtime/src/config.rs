@@ -181,19 +181,18 @@ pub fn bounded_setting(
     match parse_integer(value) {
         Some(n) if (i64::from(*range.start())..=i64::from(*range.end())).contains(&n) => n as u32,
         _ => {
-            let (mut low, mut high, mut fallback) = ([0u8; 20], [0u8; 20], [0u8; 20]);
+            // At start-up: allocating is fine.
+            let bounds = format!(
+                " is not a whole number from {} to {}; using {default}\n",
+                range.start(),
+                range.end()
+            );
             sys::stderr_line(&[
                 b"mslprof: ",
                 name.as_bytes(),
                 b"=",
                 value,
-                b" is not a whole number from ",
-                crate::dump::file::decimal(u64::from(*range.start()), &mut low),
-                b" to ",
-                crate::dump::file::decimal(u64::from(*range.end()), &mut high),
-                b"; using ",
-                crate::dump::file::decimal(u64::from(default), &mut fallback),
-                b"\n",
+                bounds.as_bytes(),
             ]);
             default
         }

@@ -26,6 +26,7 @@ pub mod stacks;
 pub mod status;
 mod sys;
 mod task_clock;
+mod unwind_tables;
 
 use std::sync::atomic::Ordering;
 

@@ -50,7 +50,7 @@ pub struct LiveModule {
     pub plt_counted: bool,
     /// Its unwind tables, copied when it was added, for the stack walks (`None` when stacks are off or it has
     /// no `.eh_frame_hdr`).
-    pub unwind: Option<crate::stacks::unwind::ModuleUnwind>,
+    pub unwind: Option<crate::unwind_tables::ModuleUnwind>,
     /// 0 while loaded; else the unload order number.
     unload_order: AtomicU32,
     /// Executable ranges as runtime addresses `[start, end)`, sorted.
@@ -73,8 +73,8 @@ impl LiveModule {
         let load_bias = info.load_bias();
         let runtime_ranges = info.runtime_ranges().collect();
         let plt_counted = !profiled && reached_only_through_plt(&info);
-        let unwind = crate::stacks::enabled()
-            .then(|| crate::stacks::unwind::ModuleUnwind::copy_from(&info))
+        let unwind = crate::unwind_tables::wanted()
+            .then(|| crate::unwind_tables::ModuleUnwind::copy_from(&info))
             .flatten();
         LiveModule {
             key,

@@ -64,6 +64,7 @@ fn scratch_bytes(max_depth: u32) -> usize {
 /// Takes the settings, before any module is added: whether modules copy their unwind tables.
 pub fn configure(max_depth: u32) {
     CONFIGURED_DEPTH.store(max_depth, Ordering::Relaxed);
+    crate::unwind_tables::set_wanted(max_depth != 0);
 }
 
 /// Whether stacks are captured in this process.

@@ -3,119 +3,14 @@
 //! with gimli into a context on the stack) or, where there is none, by the frame-pointer chain; through
 //! kernel signal frames (glibc's `__restore_rt`). Every read of the stack is checked against the bounds of
 //! the stack it is on ([`Window`]); unwind tables are read from copies made when the module was added, so the
-//! walk never reads a module's memory (see [`ModuleUnwind`]).
+//! walk never reads a module's memory (see [`crate::unwind_tables::ModuleUnwind`]).
 
-use gimli::{
-    BaseAddresses, CfaRule, EhFrame, EhFrameHdr, EndianSlice, NativeEndian, ParsedEhFrameHdr,
-    Pointer, Register, RegisterRule, UnwindContext, UnwindContextStorage, UnwindSection,
-    UnwindTableRow, X86_64,
-};
+use gimli::{CfaRule, RegisterRule, UnwindContext, UnwindTableRow, X86_64};
 use mslprof_format::RuntimeAddress;
 use mslprof_format::model::UNKNOWN_KEY;
-use mslprof_loader_hooks::ModuleInfo;
 
 use crate::modules;
-
-type Slice = EndianSlice<'static, NativeEndian>;
-
-/// Unwind tables bigger than this are not copied (the module is walked by frame pointer only).
-const MOST_COPIED_BYTES: u64 = 256 << 20;
-
-/// One module's unwind tables, copied out of the module when it is added (outside any handler), with
-/// link-time base addresses, so lookups take link-time addresses.
-///
-/// Why copies: a module can be unmapped by `dlclose` on another thread at any moment, and the runtime hears
-/// of it only after the loader has unmapped it (loader-hooks reports unloads when `dlclose` returns). A walk
-/// reading the module's own `.eh_frame` could then fault. The copies live as long as the process (like the
-/// [`modules::LiveModule`] that owns them), so the walk reads only the stack (bounds-checked) and memory of
-/// its own: no module memory at all, not even code (the signal trampoline is known by its address).
-pub struct ModuleUnwind {
-    header: ParsedEhFrameHdr<Slice>,
-    eh_frame: EhFrame<Slice>,
-    bases: BaseAddresses,
-}
-
-impl std::fmt::Debug for ModuleUnwind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ModuleUnwind").finish_non_exhaustive()
-    }
-}
-
-/// `len` bytes of the loaded module `info` at link-time `start`, copied, when they lie in its readable,
-/// file-backed memory.
-fn copy_module_bytes(info: &ModuleInfo, start: u64, len: u64) -> Option<&'static [u8]> {
-    let end = start.checked_add(len)?;
-    if len == 0
-        || len > MOST_COPIED_BYTES
-        || !info
-            .readable_ranges
-            .iter()
-            .any(|r| r.start <= start && end <= r.end)
-    {
-        return None;
-    }
-    let address = (info.bias as u64).wrapping_add(start) as usize;
-    // SAFETY: the range lies inside a readable, file-backed PT_LOAD segment of a module the loader reported
-    // just now; it stays mapped while the module is added (start-up, or the loader event with the loader lock
-    // held).
-    let bytes = unsafe { std::slice::from_raw_parts(address as *const u8, len as usize) };
-    Some(Vec::leak(bytes.to_vec()))
-}
-
-impl ModuleUnwind {
-    /// Copies the unwind tables of the loaded module `info` (its `.eh_frame_hdr` and the `.eh_frame` it
-    /// points to, up to the end of the segment holding it); `None` when it has no usable search table.
-    /// Allocates: never from a handler.
-    pub fn copy_from(info: &ModuleInfo) -> Option<ModuleUnwind> {
-        let header_range = info.eh_frame_hdr?;
-        let header_bytes = copy_module_bytes(info, header_range.start, header_range.len())?;
-        let bases = BaseAddresses::default().set_eh_frame_hdr(header_range.start);
-        let header = EhFrameHdr::new(header_bytes, NativeEndian)
-            .parse(&bases, 8)
-            .ok()?;
-        let Pointer::Direct(eh_frame_start) = header.eh_frame_ptr() else {
-            return None;
-        };
-        let segment = info
-            .readable_ranges
-            .iter()
-            .find(|r| r.start <= eh_frame_start && eh_frame_start < r.end)?;
-        let eh_frame_bytes = copy_module_bytes(info, eh_frame_start, segment.end - eh_frame_start)?;
-        let bases = bases
-            .set_eh_frame(eh_frame_start)
-            .set_text(info.exec_ranges.first().map_or(0, |r| r.start));
-        header.table()?;
-        Some(ModuleUnwind {
-            header,
-            eh_frame: EhFrame::new(eh_frame_bytes, NativeEndian),
-            bases,
-        })
-    }
-
-    /// One step by the call-frame information for link-time `address`.
-    fn step(
-        &self,
-        address: u64,
-        registers: Registers,
-        stack: &Window<'_>,
-        context: &mut UnwindContext<usize, StoreOnStack>,
-    ) -> Step {
-        let Some(table) = self.header.table() else {
-            return Step::NoInformation;
-        };
-        let row = match table.unwind_info_for_address(
-            &self.eh_frame,
-            &self.bases,
-            context,
-            address,
-            |section, bases, offset| section.cie_from_offset(bases, offset),
-        ) {
-            Ok(row) => row,
-            Err(_) => return Step::NoInformation,
-        };
-        apply(row, registers, stack)
-    }
-}
+use crate::unwind_tables::StoreOnStack;
 
 /// The registers of one frame that a walk follows.
 #[derive(Clone, Copy, Debug)]
@@ -131,19 +26,8 @@ enum Step {
     Caller(Registers),
     /// The call-frame information marks the outermost frame (return address undefined).
     End,
-    /// No call-frame information for the address.
-    NoInformation,
     /// Information that cannot be followed here, or stack memory out of bounds.
     Failed,
-}
-
-/// Register rule storage of a fixed size, inside the context (no allocation): x86-64 code saves at most the
-/// seven callee-saved registers and the return address, with rarely more than one remembered state.
-pub struct StoreOnStack;
-
-impl<T: gimli::ReaderOffset> UnwindContextStorage<T> for StoreOnStack {
-    type Rules = [(Register, RegisterRule<T>); 16];
-    type Stack = [UnwindTableRow<T, Self>; 2];
 }
 
 /// Applies one row of call-frame information.
@@ -352,14 +236,13 @@ pub fn walk(
             continue;
         }
         let link = module.map(|m| m.link_address(RuntimeAddress::from_usize(lookup)).0);
-        let step = match (module.and_then(|m| m.unwind.as_ref()), link) {
-            (Some(unwind), Some(address)) => {
-                match unwind.step(address, registers, stack, &mut context) {
-                    Step::NoInformation => frame_pointer_step(registers, stack),
-                    step => step,
-                }
-            }
-            _ => frame_pointer_step(registers, stack),
+        let row = match (module.and_then(|m| m.unwind.as_ref()), link) {
+            (Some(unwind), Some(address)) => unwind.row(address, &mut context),
+            _ => None,
+        };
+        let step = match row {
+            Some(row) => apply(row, registers, stack),
+            None => frame_pointer_step(registers, stack),
         };
         match step {
             Step::Caller(caller) if caller.pc != 0 && caller.sp > registers.sp => {
