@@ -13,6 +13,7 @@ const PT_LOAD: u32 = 1;
 const PT_DYNAMIC: u32 = 2;
 const PT_NOTE: u32 = 4;
 const PT_GNU_RELRO: u32 = 0x6474_e552;
+const PT_GNU_EH_FRAME: u32 = 0x6474_e550;
 const PF_X: u32 = 1;
 const PF_R: u32 = 4;
 const DT_NULL: u64 = 0;
@@ -75,6 +76,12 @@ pub struct ModuleInfo {
     /// The part the loader makes read-only after relocation (`PT_GNU_RELRO`, link-time addresses): where
     /// the GOT is.
     pub relro: Option<LinkRange>,
+    /// The unwinders' search table `.eh_frame_hdr` (`PT_GNU_EH_FRAME`, link-time addresses), when the module
+    /// has one.
+    pub eh_frame_hdr: Option<LinkRange>,
+    /// The file-backed parts of the readable PT_LOAD segments (link-time `[p_vaddr, p_vaddr + p_filesz)`),
+    /// sorted by start: where the module's own bytes (such as `.eh_frame`) can be read while it is loaded.
+    pub readable_ranges: Vec<LinkRange>,
 }
 
 impl ModuleInfo {
@@ -237,6 +244,15 @@ fn describe(object: &LoadedObject<'_>, identity: &ProcessIdentity, exe_path: &[u
         })
         .collect();
     exec_ranges.sort();
+    let mut readable_ranges: Vec<LinkRange> = headers
+        .iter()
+        .filter(|h| h.p_type == PT_LOAD && h.p_flags & PF_R != 0 && h.p_filesz > 0)
+        .map(|h| LinkRange {
+            start: h.p_vaddr,
+            end: h.p_vaddr + h.p_filesz,
+        })
+        .collect();
+    readable_ranges.sort();
 
     ModuleInfo {
         bias: object.bias.0 as usize,
@@ -259,6 +275,14 @@ fn describe(object: &LoadedObject<'_>, identity: &ProcessIdentity, exe_path: &[u
                 start: h.p_vaddr,
                 end: h.p_vaddr + h.p_memsz,
             }),
+        eh_frame_hdr: headers
+            .iter()
+            .find(|h| h.p_type == PT_GNU_EH_FRAME && h.p_memsz > 0)
+            .map(|h| LinkRange {
+                start: h.p_vaddr,
+                end: h.p_vaddr + h.p_memsz,
+            }),
+        readable_ranges,
     }
 }
 

@@ -42,6 +42,10 @@ pub struct Settings {
     /// `MSLPROF_SITE_STUBS`: when the profiled modules' `-pg` calls of `mcount` become jumps to per-function
     /// stubs (`mcount::sites`).
     pub site_stubs: SiteStubs,
+    /// `MSLPROF_STACK_DEPTH`: the most frames of a sample's call stack (0: no stacks).
+    pub stack_depth: u32,
+    /// `MSLPROF_STACK_TABLE_KB`: the memory of the table of distinct stacks.
+    pub stack_table_kb: u32,
 }
 
 impl Settings {
@@ -80,8 +84,9 @@ impl Settings {
         .into_iter()
         .find_map(|(variable, shown)| env(variable).map(|value| (shown, Some(value))))
         .unwrap_or(("LD_PROFILE", None));
+        let hz = sampling_rate(env("MSLPROF_HZ").as_deref().map(|v| v.as_bytes()));
         Settings {
-            hz: sampling_rate(env("MSLPROF_HZ").as_deref().map(|v| v.as_bytes())),
+            hz,
             bucket_bits: bucket_bits(
                 env("LD_PROFILEBUCKET_SIZE")
                     .as_deref()
@@ -98,6 +103,25 @@ impl Settings {
             program_name,
             near_mcount: env("MSLPROF_NEAR_MCOUNT").is_none_or(|v| v != "0"),
             site_stubs: site_stubs(env("MSLPROF_SITE_STUBS").as_deref()),
+            // A walk takes microseconds: above this rate it would take most of the sample period.
+            stack_depth: if hz > crate::stacks::MAX_HZ {
+                0
+            } else {
+                bounded_setting(
+                    "MSLPROF_STACK_DEPTH",
+                    env("MSLPROF_STACK_DEPTH").as_deref().map(|v| v.as_bytes()),
+                    0..=crate::stacks::MAX_DEPTH,
+                    crate::stacks::DEFAULT_DEPTH,
+                )
+            },
+            stack_table_kb: bounded_setting(
+                "MSLPROF_STACK_TABLE_KB",
+                env("MSLPROF_STACK_TABLE_KB")
+                    .as_deref()
+                    .map(|v| v.as_bytes()),
+                64..=1 << 20,
+                crate::stacks::DEFAULT_TABLE_KB,
+            ),
         }
     }
 }
@@ -140,6 +164,37 @@ pub fn sampling_rate(value: Option<&[u8]>) -> u32 {
                 b" is not a rate between 1 and 100000; using 100\n",
             ]);
             DEFAULT_HZ
+        }
+    }
+}
+
+/// A whole-number setting `name` within `range`; `default` when unset, else one warning line and `default`.
+pub fn bounded_setting(
+    name: &str,
+    value: Option<&[u8]>,
+    range: std::ops::RangeInclusive<u32>,
+    default: u32,
+) -> u32 {
+    let Some(value) = value else {
+        return default;
+    };
+    match parse_integer(value) {
+        Some(n) if (i64::from(*range.start())..=i64::from(*range.end())).contains(&n) => n as u32,
+        _ => {
+            // At start-up: allocating is fine.
+            let bounds = format!(
+                " is not a whole number from {} to {}; using {default}\n",
+                range.start(),
+                range.end()
+            );
+            sys::stderr_line(&[
+                b"mslprof: ",
+                name.as_bytes(),
+                b"=",
+                value,
+                bounds.as_bytes(),
+            ]);
+            default
         }
     }
 }

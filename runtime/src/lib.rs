@@ -22,9 +22,11 @@ mod reexec;
 pub mod sampler;
 pub mod selection;
 pub mod smonitor;
+pub mod stacks;
 pub mod status;
 mod sys;
 mod task_clock;
+mod unwind_tables;
 
 use std::sync::atomic::Ordering;
 
@@ -110,6 +112,7 @@ fn start(explicit: bool) -> u8 {
         selection: &settings.selection,
         bucket_bits: settings.bucket_bits,
     };
+    stacks::configure(settings.stack_depth);
     modules::update(&policy, |table| {
         for info in scan.modules {
             table.add(info);
@@ -133,10 +136,14 @@ fn start(explicit: bool) -> u8 {
     }
     perf_map::write_at_start_up();
     dump::DUMP.note_start();
+    if stacks::start(settings.stack_table_kb) {
+        stacks::note_thread_stack();
+    }
     if !sampler::start(settings.hz) {
         sys::stderr_line(&[b"mslprof: cannot install the SIGPROF handler; profiling is off\n"]);
         return INERT;
     }
+    stacks::note_signal_restorer();
     #[cfg(target_arch = "x86_64")]
     if looks_for_hot_functions {
         sampler::start_look_timer();

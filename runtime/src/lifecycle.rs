@@ -225,6 +225,7 @@ impl LoaderEvents for Lifecycle {
 fn reset_counts_after_fork(own: ForkOwner) {
     sampler::SAMPLER.reset_counts_after_fork();
     modules::reset_samples_after_fork();
+    crate::stacks::reset_after_fork();
     mcount::reset_counts_after_fork(own);
     if let Some(settings) = LIFECYCLE.settings.get() {
         DUMP.prepare_child_path(settings);

@@ -48,6 +48,9 @@ pub struct LiveModule {
     /// module redirects calls into). The calls that profiled modules make into it are counted in `arcs`, so a
     /// selected caller sees what it calls (written with the format's CALLEE_ARCS flag).
     pub plt_counted: bool,
+    /// Its unwind tables, copied when it was added, for the stack walks (`None` when stacks are off or it has
+    /// no `.eh_frame_hdr`).
+    pub unwind: Option<crate::unwind_tables::ModuleUnwind>,
     /// 0 while loaded; else the unload order number.
     unload_order: AtomicU32,
     /// Executable ranges as runtime addresses `[start, end)`, sorted.
@@ -70,6 +73,9 @@ impl LiveModule {
         let load_bias = info.load_bias();
         let runtime_ranges = info.runtime_ranges().collect();
         let plt_counted = !profiled && reached_only_through_plt(&info);
+        let unwind = crate::unwind_tables::wanted()
+            .then(|| crate::unwind_tables::ModuleUnwind::copy_from(&info))
+            .flatten();
         LiveModule {
             key,
             load_bias,
@@ -80,6 +86,7 @@ impl LiveModule {
             samples: AtomicU64::new(0),
             arcs: crate::arcs::ArcTable::new(),
             plt_counted,
+            unwind,
             unload_order: AtomicU32::new(0),
             runtime_ranges,
         }

@@ -583,6 +583,11 @@ extern "C" fn on_sigprof(signal: i32, info: *mut libc::siginfo_t, context: *mut 
             // SAFETY: the kernel passed `context` to this SA_SIGINFO handler.
             let pc = unsafe { sys::interrupted_pc(context) };
             record_pc(pc);
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: as above.
+            unsafe {
+                crate::stacks::record_interrupted(context)
+            };
         }
     });
     SAMPLER.handlers_running.fetch_sub(1, Ordering::SeqCst);
@@ -600,6 +605,7 @@ struct ThreadStart {
 extern "C" fn start_sampled_thread(start: *mut c_void) -> *mut c_void {
     // SAFETY: `start` is the Box leaked by `create_thread` for exactly this thread.
     let ThreadStart { routine, argument } = *unsafe { Box::from_raw(start as *mut ThreadStart) };
+    crate::stacks::note_thread_stack();
     if std::panic::catch_unwind(arm_current_thread).is_err() {
         stop_and_quiesce();
         crate::status::turn_off(b"thread start");

@@ -1256,6 +1256,138 @@ pub fn signal_number(name: &[u8]) -> Option<i32> {
     Some(n)
 }
 
+// ---------------------------------------------------------------------------------------------------------
+// Call stacks (`stacks`): the interrupted registers, the stacks a walk may read, and our own memory read
+// without faulting.
+// ---------------------------------------------------------------------------------------------------------
+
+/// The interrupted `(rip, rsp, rbp)` from a handler's ucontext (zeros for a null context).
+///
+/// # Safety
+/// `context` must be the ucontext pointer the kernel passed to an SA_SIGINFO handler, or null.
+#[cfg(target_arch = "x86_64")]
+pub unsafe fn interrupted_registers(context: *const c_void) -> (usize, usize, usize) {
+    let context = context as *const libc::ucontext_t;
+    // SAFETY: guaranteed by the caller.
+    let Some(context) = (unsafe { context.as_ref() }) else {
+        return (0, 0, 0);
+    };
+    let registers = &context.uc_mcontext.gregs;
+    (
+        registers[libc::REG_RIP as usize] as usize,
+        registers[libc::REG_RSP as usize] as usize,
+        registers[libc::REG_RBP as usize] as usize,
+    )
+}
+
+/// Offsets of the saved `(rip, rsp, rbp)` in a `ucontext_t` as the kernel lays it out in a signal frame
+/// (`struct ucontext` then `struct sigcontext`: glibc's `ucontext_t` and `REG_*` indices mirror them).
+#[cfg(target_arch = "x86_64")]
+pub fn ucontext_register_offsets() -> (usize, usize, usize) {
+    let gregs = std::mem::offset_of!(libc::ucontext_t, uc_mcontext)
+        + std::mem::offset_of!(libc::mcontext_t, gregs);
+    let word = std::mem::size_of::<libc::greg_t>();
+    (
+        gregs + libc::REG_RIP as usize * word,
+        gregs + libc::REG_RSP as usize * word,
+        gregs + libc::REG_RBP as usize * word,
+    )
+}
+
+/// The calling thread's stack as `[lowest, highest)` (`pthread_getattr_np`). Not async-signal-safe (for the
+/// main thread glibc reads `/proc/self/maps`).
+pub fn current_thread_stack() -> Option<(usize, usize)> {
+    let _errno = SavedErrno::save();
+    // SAFETY: pthread_attr_t is plain data, initialised by pthread_getattr_np before use and destroyed after.
+    unsafe {
+        let mut attributes: libc::pthread_attr_t = std::mem::zeroed();
+        if libc::pthread_getattr_np(libc::pthread_self(), &mut attributes) != 0 {
+            return None;
+        }
+        let mut address: *mut c_void = std::ptr::null_mut();
+        let mut size: libc::size_t = 0;
+        let found = libc::pthread_attr_getstack(&attributes, &mut address, &mut size) == 0;
+        libc::pthread_attr_destroy(&mut attributes);
+        let low = address as usize;
+        (found && size != 0).then(|| (low, low.saturating_add(size)))
+    }
+}
+
+/// The calling thread's alternate signal stack as `[lowest, highest)`, when it has one enabled.
+/// Async-signal-safe, errno preserved.
+pub fn alternate_signal_stack() -> Option<(usize, usize)> {
+    let _errno = SavedErrno::save();
+    // SAFETY: stack_t is plain data; sigaltstack with a null new stack only fills `old`.
+    let mut old: libc::stack_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::sigaltstack(std::ptr::null(), &mut old) } != 0
+        || old.ss_flags & libc::SS_DISABLE != 0
+        || old.ss_size == 0
+    {
+        return None;
+    }
+    let low = old.ss_sp as usize;
+    Some((low, low.saturating_add(old.ss_size)))
+}
+
+/// Copies our own memory at `address` into `buffer` with `process_vm_readv` on our own pid, one page per
+/// iovec, so the copy stops at the first unmapped page instead of faulting; returns the bytes copied from
+/// the start. Async-signal-safe (one system call), errno preserved.
+pub fn read_own_memory(address: usize, buffer: &mut [u8]) -> usize {
+    const MOST_PAGES: usize = 32;
+    let page = 4096;
+    let _errno = SavedErrno::save();
+    let mut remote = [libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
+    }; MOST_PAGES];
+    let mut pieces = 0;
+    let mut at = address;
+    let end = address.saturating_add(buffer.len());
+    while at < end && pieces < MOST_PAGES {
+        let next = ((at / page) + 1).saturating_mul(page).min(end);
+        remote[pieces] = libc::iovec {
+            iov_base: at as *mut c_void,
+            iov_len: next - at,
+        };
+        pieces += 1;
+        at = next;
+    }
+    let local = libc::iovec {
+        iov_base: buffer.as_mut_ptr().cast(),
+        iov_len: at - address,
+    };
+    // SAFETY: process_vm_readv only writes `local` (our buffer, of that length) and reads the remote ranges
+    // through the kernel, which reports an unmapped page as a short count or EFAULT instead of faulting.
+    let copied = unsafe {
+        libc::syscall(
+            libc::SYS_process_vm_readv,
+            libc::getpid(),
+            &local as *const libc::iovec,
+            1usize,
+            remote.as_ptr(),
+            pieces,
+            0usize,
+        )
+    };
+    if copied > 0 { copied as usize } else { 0 }
+}
+
+/// The `sa_restorer` that libc gives the kernel for `signal`'s handler (glibc's `__restore_rt`, the code that
+/// a signal handler returns into), 0 if unknown. Not for signal handlers.
+pub fn signal_restorer(signal: i32) -> usize {
+    let Some(real) = next_symbol(c"sigaction") else {
+        return 0;
+    };
+    // SAFETY: sigaction is plain data, filled by the call.
+    let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: `real` is libc's sigaction; only the old action is asked for.
+    if unsafe { call_sigaction(real, signal, std::ptr::null(), &mut old) } != 0 {
+        return 0;
+    }
+    old.sa_restorer.map_or(0, |f| f as usize)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -409,9 +409,18 @@ pub unsafe fn encode<S: Sink>(
             .ok_or(EncodeError::NoMemory)?
     };
     let header = header_desc(program, moment, descriptors, modules);
-    stream::write_profile(sink, &header, descriptors)
-        .map(|_| ())
-        .map_err(EncodeError::Stream)
+    let descriptors: &[ModuleDesc<'_>] = descriptors;
+    crate::stacks::with_section(|stacks| {
+        stream::write_profile_with_stacks(
+            sink,
+            cfg!(target_endian = "big"),
+            &header,
+            descriptors,
+            stacks,
+        )
+    })
+    .map(|_| ())
+    .map_err(EncodeError::Stream)
 }
 
 /// The file header of a dump of `modules`.

@@ -49,7 +49,7 @@ fn invocations(
 }
 
 /// Samples and sampled CPU-seconds of the one profile a run left in its `GPROFDIR` (then removed).
-fn take_profile(inv: &Invocation) -> Result<Option<(f64, f64)>, String> {
+pub fn take_profile(inv: &Invocation) -> Result<Option<(f64, f64)>, String> {
     let Some((_, dir)) = inv.env.iter().find(|(k, _)| k == "GPROFDIR") else {
         return Ok(None);
     };
@@ -70,7 +70,7 @@ fn take_profile(inv: &Invocation) -> Result<Option<(f64, f64)>, String> {
     Ok(found)
 }
 
-fn median_and_range(mut values: Vec<f64>) -> (f64, f64, f64) {
+pub fn median_and_range(mut values: Vec<f64>) -> (f64, f64, f64) {
     values.sort_by(f64::total_cmp);
     (
         values[values.len() / 2],

@@ -1,0 +1,270 @@
+//! Call stacks at samples: captured in the SIGPROF handler ([`record_interrupted`]), kept once per distinct
+//! stack with a count ([`table`]), written as the STACKS section of the profile ([`with_section`]).
+//!
+//! Frames are (load-instance key, link-time address), computed at capture time, so a module later unloaded
+//! keeps its key. `MSLPROF_STACK_DEPTH` bounds a walk (0: no stacks at all); `MSLPROF_STACK_TABLE_KB` bounds
+//! the table.
+
+pub mod table;
+pub mod unwind;
+
+use std::cell::Cell;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+
+use mslprof_format::LinkAddress;
+use mslprof_format::model::{StackFrame, UNKNOWN_KEY};
+use mslprof_format::stream::{StackRecordDesc, StacksDesc};
+
+use crate::sys;
+use table::Table;
+use unwind::{Frame, Registers, StackBounds};
+
+/// The default and largest `MSLPROF_STACK_DEPTH`.
+pub const DEFAULT_DEPTH: u32 = 128;
+pub const MAX_DEPTH: u32 = 4096;
+/// The highest `MSLPROF_HZ` at which samples have stacks.
+pub const MAX_HZ: u32 = 10_000;
+/// The default `MSLPROF_STACK_TABLE_KB`.
+pub const DEFAULT_TABLE_KB: u32 = 4096;
+/// Bytes above the stack pointer copied when the stack is none the runtime knows (a coroutine's).
+const COPY_WINDOW_BYTES: usize = 64 << 10;
+/// Handlers that can walk at once; a further one drops its stack.
+const SCRATCH_SLOTS: usize = 16;
+
+struct Stacks {
+    max_depth: u32,
+    table: Table,
+    /// SCRATCH_SLOTS × (frames for `max_depth`, then the copy window), claimed by `scratch_busy`.
+    scratch: *mut u8,
+    scratch_busy: [AtomicBool; SCRATCH_SLOTS],
+    /// glibc's `__restore_rt`, the code signal handlers return into (0: unknown).
+    restorer: AtomicUsize,
+}
+
+// SAFETY: the scratch memory is shared only through the claim flags (one handler per slot at a time).
+unsafe impl Sync for Stacks {}
+// SAFETY: as above.
+unsafe impl Send for Stacks {}
+
+static STACKS: OnceLock<Stacks> = OnceLock::new();
+/// The depth configured, for modules added before [`start`] has made the table (0: stacks off).
+static CONFIGURED_DEPTH: AtomicU32 = AtomicU32::new(0);
+
+thread_local! {
+    /// This thread's stack `[low, high)`, recorded when it started (0, 0: unknown). Const-initialised TLS:
+    /// no allocation, usable from a signal handler.
+    static THREAD_STACK: Cell<(usize, usize)> = const { Cell::new((0, 0)) };
+}
+
+fn scratch_bytes(max_depth: u32) -> usize {
+    (max_depth as usize * std::mem::size_of::<Frame>()).div_ceil(16) * 16 + COPY_WINDOW_BYTES
+}
+
+/// Takes the settings, before any module is added: whether modules copy their unwind tables.
+pub fn configure(max_depth: u32) {
+    CONFIGURED_DEPTH.store(max_depth, Ordering::Relaxed);
+    crate::unwind_tables::set_wanted(max_depth != 0);
+}
+
+/// Whether stacks are captured in this process.
+pub fn enabled() -> bool {
+    CONFIGURED_DEPTH.load(Ordering::Relaxed) != 0
+}
+
+/// Reserves the table and the handlers' scratch memory (once, at start-up, before sampling starts); false
+/// when stacks are off or the memory could not be mapped (then samples have no stacks).
+pub fn start(table_kb: u32) -> bool {
+    let max_depth = CONFIGURED_DEPTH.load(Ordering::Relaxed);
+    if max_depth == 0 {
+        return false;
+    }
+    if STACKS.get().is_some() {
+        return true;
+    }
+    let table = Table::new(table_kb as usize * 1024);
+    let scratch = sys::map_zeroed(scratch_bytes(max_depth) * SCRATCH_SLOTS);
+    let (Some(table), Some(scratch)) = (table, scratch) else {
+        CONFIGURED_DEPTH.store(0, Ordering::Relaxed);
+        return false;
+    };
+    let _ = STACKS.set(Stacks {
+        max_depth,
+        table,
+        scratch,
+        scratch_busy: [const { AtomicBool::new(false) }; SCRATCH_SLOTS],
+        restorer: AtomicUsize::new(0),
+    });
+    true
+}
+
+/// After the SIGPROF handler is installed: remembers the trampoline libc gave the kernel for it, which is
+/// glibc's `__restore_rt`, the same for every handler installed through libc.
+pub fn note_signal_restorer() {
+    if let Some(stacks) = STACKS.get() {
+        stacks
+            .restorer
+            .store(sys::signal_restorer(libc::SIGPROF), Ordering::Relaxed);
+    }
+}
+
+/// Records the calling thread's stack bounds (at start-up for the starting thread, and as each thread the
+/// runtime starts begins). Not async-signal-safe.
+pub fn note_thread_stack() {
+    if enabled()
+        && let Some(bounds) = sys::current_thread_stack()
+    {
+        THREAD_STACK.with(|cell| cell.set(bounds));
+    }
+}
+
+/// The stack bounds a walk in this thread's handler may use.
+struct HandlerBounds;
+
+impl StackBounds for HandlerBounds {
+    fn thread_stack(&self) -> Option<(usize, usize)> {
+        let (low, high) = THREAD_STACK.with(Cell::get);
+        (low < high).then_some((low, high))
+    }
+    fn alternate_stack(&self) -> Option<(usize, usize)> {
+        sys::alternate_signal_stack()
+    }
+    fn copy(&self, address: usize, buffer: &mut [u8]) -> usize {
+        sys::read_own_memory(address, buffer)
+    }
+}
+
+/// A claimed scratch slot, given back when dropped.
+struct Scratch<'a> {
+    busy: &'a AtomicBool,
+    frames: &'a mut [Frame],
+    window: &'a mut [u8],
+}
+
+impl Drop for Scratch<'_> {
+    fn drop(&mut self) {
+        self.busy.store(false, Ordering::Release);
+    }
+}
+
+impl Stacks {
+    fn claim_scratch(&self) -> Option<Scratch<'_>> {
+        let index = self.scratch_busy.iter().position(|busy| {
+            busy.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+        })?;
+        let bytes = scratch_bytes(self.max_depth);
+        let frame_bytes = bytes - COPY_WINDOW_BYTES;
+        // SAFETY: slot `index` of the scratch mapping (SCRATCH_SLOTS × `bytes`), 16-aligned, ours alone until
+        // the flag is released; Frame is plain data for which zeroed memory is valid.
+        let (frames, window) = unsafe {
+            let base = self.scratch.add(index * bytes);
+            (
+                std::slice::from_raw_parts_mut(base.cast::<Frame>(), self.max_depth as usize),
+                std::slice::from_raw_parts_mut(base.add(frame_bytes), COPY_WINDOW_BYTES),
+            )
+        };
+        Some(Scratch {
+            busy: &self.scratch_busy[index],
+            frames,
+            window,
+        })
+    }
+}
+
+/// Captures and counts the call stack of the code the SIGPROF `context` interrupted. Async-signal-safe: no
+/// allocation, no lock (the scratch slot is claimed with a CAS), errno left as it was (the handler saves it,
+/// and the calls here preserve it too).
+///
+/// # Safety
+/// `context` must be the ucontext pointer the kernel passed to the SA_SIGINFO handler, or null.
+#[cfg(target_arch = "x86_64")]
+pub unsafe fn record_interrupted(context: *const std::os::raw::c_void) {
+    let Some(stacks) = STACKS.get() else {
+        return;
+    };
+    if stacks.max_depth == 0 {
+        return;
+    }
+    // SAFETY: as the caller guarantees.
+    let (pc, sp, fp) = unsafe { sys::interrupted_registers(context) };
+    let Some(scratch) = stacks.claim_scratch() else {
+        stacks.table.note_dropped();
+        return;
+    };
+    let Scratch { frames, window, .. } = &mut { scratch };
+    let (depth, flags) = unwind::walk(
+        Registers { pc, sp, fp },
+        frames,
+        &HandlerBounds,
+        window,
+        stacks.restorer.load(Ordering::Relaxed),
+    );
+    if let Some(stack) = frames.get(..depth)
+        && depth != 0
+    {
+        stacks.table.insert(stack, flags);
+    }
+}
+
+/// A forked child's fresh start: the parent's stacks are not the child's. Only while nothing inserts.
+pub fn reset_after_fork() {
+    if let Some(stacks) = STACKS.get() {
+        stacks.table.clear();
+        // Slots held by handlers of threads that do not exist in the child.
+        for busy in &stacks.scratch_busy {
+            busy.store(false, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Runs `write` with the STACKS section's descriptor (SPEC.md §11) for the stream encoder, `None` when stacks
+/// are off: the entries published when it is called, with counts as they are when written (the table may be
+/// inserted into meanwhile; the encoder visits the records twice, sizing then writing). Allocates nothing from
+/// the heap (one anonymous mapping for the marks).
+pub fn with_section<R>(write: impl FnOnce(Option<&StacksDesc<'_>>) -> R) -> R {
+    let Some(stacks) = STACKS.get().filter(|s| s.max_depth != 0) else {
+        return write(None);
+    };
+    let table = &stacks.table;
+    let Some(marks) = sys::map_zeroed(table.slot_count()) else {
+        return write(None);
+    };
+    // SAFETY: a fresh mapping of `slot_count` bytes, ours until unmapped below.
+    let marks_slice = unsafe { std::slice::from_raw_parts_mut(marks, table.slot_count()) };
+    table.mark(marks_slice);
+    let marks_read: &[u8] = marks_slice;
+    let feed = |emit: &mut dyn FnMut(&StackRecordDesc<'_>) -> bool| {
+        let mut open = true;
+        table.visit(marks_read, |entry| {
+            if !open {
+                return;
+            }
+            let frame = |index: usize| {
+                let frame = entry.frame(index).unwrap_or(Frame {
+                    key: UNKNOWN_KEY,
+                    address: 0,
+                });
+                StackFrame {
+                    key: frame.key,
+                    address: LinkAddress(frame.address),
+                }
+            };
+            open = emit(&StackRecordDesc {
+                count: entry.count,
+                flags: entry.flags,
+                depth: entry.depth(),
+                frame: &frame,
+            });
+        });
+    };
+    let desc = StacksDesc {
+        max_depth: stacks.max_depth,
+        dropped: table.dropped(),
+        records: &feed,
+    };
+    let result = write(Some(&desc));
+    // SAFETY: the mapping made above; nothing borrows it any more.
+    unsafe { sys::unmap(marks, table.slot_count()) };
+    result
+}

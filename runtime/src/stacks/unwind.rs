@@ -1,0 +1,260 @@
+//! The walk of one interrupted call stack, inside the SIGPROF handler: from the interrupted registers, one
+//! return address at a time, by the module's call-frame information (`.eh_frame_hdr` + `.eh_frame`, read
+//! with gimli into a context on the stack) or, where there is none, by the frame-pointer chain; through
+//! kernel signal frames (glibc's `__restore_rt`). Every read of the stack is checked against the bounds of
+//! the stack it is on ([`Window`]); unwind tables are read from copies made when the module was added, so the
+//! walk never reads a module's memory (see [`crate::unwind_tables::ModuleUnwind`]).
+
+use gimli::{CfaRule, RegisterRule, UnwindContext, UnwindTableRow, X86_64};
+use mslprof_format::RuntimeAddress;
+use mslprof_format::model::UNKNOWN_KEY;
+
+use crate::modules;
+use crate::unwind_tables::StoreOnStack;
+
+/// The registers of one frame that a walk follows.
+#[derive(Clone, Copy, Debug)]
+pub struct Registers {
+    pub pc: usize,
+    pub sp: usize,
+    pub fp: usize,
+}
+
+/// What one step found.
+enum Step {
+    /// The caller's registers (its pc a return address).
+    Caller(Registers),
+    /// The call-frame information marks the outermost frame (return address undefined).
+    End,
+    /// Information that cannot be followed here, or stack memory out of bounds.
+    Failed,
+}
+
+/// Applies one row of call-frame information.
+fn apply(
+    row: &UnwindTableRow<usize, StoreOnStack>,
+    registers: Registers,
+    stack: &Window<'_>,
+) -> Step {
+    let cfa = match *row.cfa() {
+        CfaRule::RegisterAndOffset { register, offset } => {
+            let base = if register == X86_64::RSP {
+                registers.sp
+            } else if register == X86_64::RBP {
+                registers.fp
+            } else {
+                return Step::Failed;
+            };
+            (base as i64).wrapping_add(offset) as usize
+        }
+        // Only PLT entries use an expression here (glibc's and binutils' CFI for them): everywhere in an entry
+        // but the lazy-binding path's push, the return address is at rsp, the rule below reading [CFA - 8].
+        CfaRule::Expression(_) => registers.sp.wrapping_add(8),
+    };
+    let at = |offset: i64| (cfa as i64).wrapping_add(offset) as usize;
+    let pc = match row.register(X86_64::RA) {
+        RegisterRule::Undefined => return Step::End,
+        RegisterRule::Offset(offset) => match stack.read(at(offset)) {
+            Some(pc) => pc,
+            None => return Step::Failed,
+        },
+        _ => return Step::Failed,
+    };
+    let fp = match row.register(X86_64::RBP) {
+        RegisterRule::Offset(offset) => match stack.read(at(offset)) {
+            Some(fp) => fp,
+            None => return Step::Failed,
+        },
+        RegisterRule::ValOffset(offset) => at(offset),
+        _ => registers.fp,
+    };
+    Step::Caller(Registers { pc, sp: cfa, fp })
+}
+
+/// One step by the frame-pointer rule (`push rbp; mov rbp, rsp`): when rbp looks like a frame (8-aligned, at
+/// or above rsp, its two words on this stack).
+fn frame_pointer_step(registers: Registers, stack: &Window<'_>) -> Step {
+    let fp = registers.fp;
+    if !fp.is_multiple_of(8) || fp < registers.sp {
+        return Step::Failed;
+    }
+    match (stack.read(fp), stack.read(fp.wrapping_add(8))) {
+        (Some(caller_fp), Some(pc)) => Step::Caller(Registers {
+            pc,
+            sp: fp + 16,
+            fp: caller_fp,
+        }),
+        _ => Step::Failed,
+    }
+}
+
+/// The part of one stack a walk may read: `[low, high)`, in place or through a copy of it.
+pub struct Window<'a> {
+    low: usize,
+    high: usize,
+    copy: Option<&'a [u8]>,
+}
+
+impl Window<'_> {
+    /// The word at `address`, if it lies inside the window.
+    fn read(&self, address: usize) -> Option<usize> {
+        let end = address.checked_add(8)?;
+        if address < self.low || end > self.high {
+            return None;
+        }
+        match self.copy {
+            Some(bytes) => {
+                let at = address - self.low;
+                let word = bytes.get(at..at + 8)?;
+                Some(usize::from_ne_bytes(word.try_into().ok()?))
+            }
+            // SAFETY: `[low, high)` is part of a stack that is mapped as long as its thread runs (the walking
+            // thread itself, or a stack it is running a signal handler on), and only memory at or above the
+            // interrupted stack pointer is in the window.
+            None => Some(unsafe { (address as *const usize).read_unaligned() }),
+        }
+    }
+}
+
+/// Where the stacks a walk may read are: the thread's own stack, its alternate signal stack, or else a copy.
+pub trait StackBounds {
+    /// The thread's stack `[low, high)` as recorded when it started, if known.
+    fn thread_stack(&self) -> Option<(usize, usize)>;
+    /// The thread's alternate signal stack, if it has one.
+    fn alternate_stack(&self) -> Option<(usize, usize)>;
+    /// Copies memory from `address` into `buffer` without faulting; the bytes copied.
+    fn copy(&self, address: usize, buffer: &mut [u8]) -> usize;
+}
+
+/// The window for a stack whose pointer is `sp`: from `sp` to the top of the known stack holding it, or a copy
+/// of up to `scratch.len()` bytes above `sp` when no known stack holds it (coroutine stacks, threads the
+/// runtime did not see start).
+fn window_for<'a>(
+    sp: usize,
+    bounds: &impl StackBounds,
+    scratch: &'a mut [u8],
+) -> Option<Window<'a>> {
+    let known = [bounds.thread_stack(), bounds.alternate_stack()]
+        .into_iter()
+        .flatten()
+        .find(|&(low, high)| low <= sp && sp < high);
+    if let Some((_, high)) = known {
+        return Some(Window {
+            low: sp,
+            high,
+            copy: None,
+        });
+    }
+    let copied = bounds.copy(sp, scratch);
+    (copied >= 8).then(|| Window {
+        low: sp,
+        high: sp + copied,
+        copy: scratch.get(..copied),
+    })
+}
+
+/// One frame: load instance key and link-time address (`UNKNOWN_KEY`, 0 outside every module).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Frame {
+    pub key: u32,
+    pub address: u64,
+}
+
+/// The walk stopped at the depth limit with frames left.
+pub const TRUNCATED_DEPTH: u32 = mslprof_format::model::stack_flags::TRUNCATED_DEPTH;
+/// The walk stopped before the outermost frame.
+pub const TRUNCATED_UNWIND: u32 = mslprof_format::model::stack_flags::TRUNCATED_UNWIND;
+
+/// Length of glibc's `__restore_rt` (`mov $15, %rax; syscall`): a sample can land on either instruction.
+const RESTORER_BYTES: usize = 9;
+
+/// Walks the stack from `start` into `frames` (leaf first); returns the frame count and the flags.
+/// `restorer` is the signal trampoline's address (0: unknown, signal frames end the walk). Async-signal-safe:
+/// no allocation, no lock, no read outside the windows, no panic (checked indexing).
+pub fn walk(
+    start: Registers,
+    frames: &mut [Frame],
+    bounds: &impl StackBounds,
+    scratch: &mut [u8],
+    restorer: usize,
+) -> (usize, u32) {
+    let mut context = UnwindContext::<usize, StoreOnStack>::new_in();
+    let mut registers = start;
+    // The pc is the interrupted instruction (frame 0, or a frame a signal interrupted), not a return address.
+    let mut exact = true;
+    let mut depth = 0;
+    let mut flags = 0;
+    let (rip_at, rsp_at, rbp_at) = crate::sys::ucontext_register_offsets();
+    let mut window = window_for(registers.sp, bounds, scratch);
+    loop {
+        let pc = registers.pc;
+        // A return address is one past its call: look up the call instruction itself.
+        let lookup = if exact { pc } else { pc.wrapping_sub(1) };
+        let module = modules::find_address(RuntimeAddress::from_usize(lookup));
+        let Some(slot) = frames.get_mut(depth) else {
+            flags |= TRUNCATED_DEPTH;
+            break;
+        };
+        *slot = match module {
+            Some(module) => Frame {
+                key: module.key,
+                // A frame that a signal interrupted is recorded as if it were a return address (one past),
+                // so that readers, which look up `address - 1` for every frame but the first, find it.
+                address: module
+                    .link_address(RuntimeAddress::from_usize(pc))
+                    .0
+                    .wrapping_add(u64::from(exact && depth > 0)),
+            },
+            None => Frame {
+                key: UNKNOWN_KEY,
+                address: 0,
+            },
+        };
+        depth += 1;
+        let Some(stack) = window.as_ref() else {
+            flags |= TRUNCATED_UNWIND;
+            break;
+        };
+        let at_restorer = restorer != 0
+            && (pc == restorer || (exact && pc > restorer && pc < restorer + RESTORER_BYTES));
+        if at_restorer {
+            // The handler returned into the trampoline: the `ucontext` of the rt_sigframe is at rsp (the
+            // frame's `pretcode` was popped by the handler's `ret`), holding the interrupted registers.
+            let sp = registers.sp;
+            let saved = (
+                stack.read(sp.wrapping_add(rip_at)),
+                stack.read(sp.wrapping_add(rsp_at)),
+                stack.read(sp.wrapping_add(rbp_at)),
+            );
+            let (Some(pc), Some(sp), Some(fp)) = saved else {
+                flags |= TRUNCATED_UNWIND;
+                break;
+            };
+            registers = Registers { pc, sp, fp };
+            exact = true;
+            window = window_for(sp, bounds, scratch);
+            continue;
+        }
+        let link = module.map(|m| m.link_address(RuntimeAddress::from_usize(lookup)).0);
+        let row = match (module.and_then(|m| m.unwind.as_ref()), link) {
+            (Some(unwind), Some(address)) => unwind.row(address, &mut context),
+            _ => None,
+        };
+        let step = match row {
+            Some(row) => apply(row, registers, stack),
+            None => frame_pointer_step(registers, stack),
+        };
+        match step {
+            Step::Caller(caller) if caller.pc != 0 && caller.sp > registers.sp => {
+                registers = caller;
+                exact = false;
+            }
+            Step::End => break,
+            _ => {
+                flags |= TRUNCATED_UNWIND;
+                break;
+            }
+        }
+    }
+    (depth, flags)
+}
