@@ -4,10 +4,10 @@
 //! Exported elsewhere, because they are assembly or belong to the counting path's own file:
 //! - `mcount`, `_mcount`, `__fentry__` (`-pg`, `-pg -mfentry`): naked stubs in `mcount/x86_64.rs`;
 //! - `mslprof_plt_entry` (the PLT-counting stubs of libmslprof_audit.so): a naked stub in `mcount/x86_64.rs`;
+//! - `mslprof_plt_arena` (where the audit module's stubs are): `mcount/mod.rs`;
 //! - `__cyg_profile_func_enter`, `__cyg_profile_func_exit` (`-finstrument-functions`): `mcount/mod.rs`.
 
 use std::ffi::{CStr, c_char, c_int, c_uint, c_ulong, c_void};
-use std::sync::atomic::AtomicUsize;
 
 use crate::smonitor::TextRegion;
 use crate::{glibc_gmon, on_demand, program_sigprof, sampler, smonitor, sys};
@@ -176,12 +176,6 @@ pub unsafe extern "C" fn smonitor(
 /// counts the arc and returns into the stub; the stub drops the address and jumps to the callee).
 #[unsafe(no_mangle)]
 pub static mslprof_plt_abi: u32 = 2;
-
-/// Where libmslprof_audit.so's PLT-counting stubs live: the base and length of its stub arena (zeros until it
-/// makes one), written by the audit module. Samples there are this library's, the cost of profiling
-/// ([`crate::mcount::library_address`]).
-#[unsafe(no_mangle)]
-pub static mslprof_plt_arena: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
 
 // Test hooks, only in builds with the `test-hooks` feature.
 

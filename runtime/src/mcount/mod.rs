@@ -233,11 +233,17 @@ pub fn install_site_stubs(modules: &[&modules::LiveModule], rewrite: sites::Rewr
     rewritten
 }
 
+/// Where libmslprof_audit.so's PLT-counting stubs live: the base and length of its stub arena (zeros until it
+/// makes one), written by the audit module. Samples there are this library's, the cost of profiling
+/// ([`library_address`]).
+#[unsafe(no_mangle)]
+pub static mslprof_plt_arena: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
+
 /// `pc` as an address in this library when it is in a stub or in the copy of `mcount` (both this library's
 /// counting code, moved next to the code that calls it), or in a PLT-counting stub of the audit module.
 /// Async-signal-safe.
 pub fn library_address(pc: usize) -> usize {
-    let [arena, arena_bytes] = &crate::exports::mslprof_plt_arena;
+    let [arena, arena_bytes] = &mslprof_plt_arena;
     let arena = arena.load(Ordering::Acquire);
     if arena != 0 && pc.wrapping_sub(arena) < arena_bytes.load(Ordering::Relaxed) {
         return x86_64::mslprof_plt_entry as *const () as usize;
