@@ -261,9 +261,9 @@ fn a_function_without_counted_calls_gets_its_callers_from_the_stacks() {
     let exe = build_counter_example(&ws);
     let with_stacks = counter_profile(&exe, true);
     let measured = report(&ws, &with_stacks, "stacks.out", &["-q"]);
-    // foo called spin 20 times, uncounted: the lines carry the measured time and no count.
-    assert_line(&measured, "spin", "foo", ["0.24", "0.00", "foo"]);
-    assert_line(&measured, "foo", "spin", ["0.24", "0.00", "spin"]);
+    // foo called spin 20 times, uncounted: the lines carry the measured time and a count of 0.
+    assert_line(&measured, "spin", "foo", ["0.24", "0.00", "0/0"]);
+    assert_line(&measured, "foo", "spin", ["0.24", "0.00", "0/0"]);
     let spontaneous = |report: &str| {
         entry(report, "spin")
             .iter()

@@ -387,28 +387,40 @@ fn pprof_export_round_trips_through_the_proto_types() {
         Some(&(200 * 12 * 200 * 24))
     );
     assert_eq!(call("text_even", "text_odd"), Some(&10));
-    // Every histogram sample of a module lands in one-frame samples of that module's mapping, less the
-    // buckets outside any function.
+    // Every sample of a module lands in the samples whose leaf is in that module's mapping: with stacks, one
+    // sample per recorded stack; without, one-frame samples of the histogram (less the buckets outside any
+    // function).
     let libtext = p
         .mapping
         .iter()
         .find(|m| s(m.filename).ends_with("/libtext.so"))
         .unwrap()
         .id;
+    let leaf_in_libtext = |x: &&proto::Sample| {
+        x.value[0] > 0
+            && x.location_id
+                .first()
+                .is_some_and(|&l| p.location[l as usize - 1].mapping_id == libtext)
+            && (profile.stacks.is_some() || x.location_id.len() == 1)
+    };
     let samples_in_libtext: i64 = p
         .sample
         .iter()
-        .filter(|x| {
-            x.location_id.len() == 1
-                && p.location[x.location_id[0] as usize - 1].mapping_id == libtext
-        })
+        .filter(leaf_in_libtext)
         .map(|x| x.value[0])
         .sum();
     let module = mslprof_tests::module(&profile, "libtext.so");
-    assert_eq!(
-        samples_in_libtext as u64,
-        mslprof_tests::histogram_total(module)
-    );
+    let expected = match &profile.stacks {
+        Some(stacks) => stacks
+            .records
+            .iter()
+            .filter(|r| r.frames[0].key == module.key)
+            .map(|r| r.count)
+            .sum(),
+        None => mslprof_tests::histogram_total(module),
+    };
+    assert!(expected > 0, "no sample in libtext.so");
+    assert_eq!(samples_in_libtext as u64, expected);
 }
 
 #[test]
@@ -679,11 +691,11 @@ fn instructions(path: &str) -> (HashSet<u64>, HashSet<u64>) {
     (all, calls)
 }
 
-/// A callgrind file's cost lines: `(object path, address, line, is the cost of a call)`.
-fn callgrind_costs(text: &str) -> Vec<(String, u64, u32, bool)> {
+/// A callgrind file's cost lines: `(object path, address, line, the call count when it is the cost of a call)`.
+fn callgrind_costs(text: &str) -> Vec<(String, u64, u32, Option<u64>)> {
     let mut names: HashMap<String, String> = HashMap::new();
     let mut object = String::new();
-    let mut after_calls = false;
+    let mut after_calls = None;
     let mut out = Vec::new();
     for line in text.lines() {
         if let Some(ob) = line.strip_prefix("ob=").or(line.strip_prefix("cob=")) {
@@ -695,8 +707,9 @@ fn callgrind_costs(text: &str) -> Vec<(String, u64, u32, bool)> {
             if line.starts_with("ob=") {
                 object = names[id].clone();
             }
-        } else if line.starts_with("calls=") {
-            after_calls = true;
+        } else if let Some(calls) = line.strip_prefix("calls=") {
+            let count = calls.split(' ').next().and_then(|c| c.parse().ok());
+            after_calls = Some(count.expect("calls=COUNT ..."));
         } else if let Some(rest) = line.strip_prefix("0x") {
             let f: Vec<&str> = rest.split(' ').collect();
             assert_eq!(f.len(), 3, "address, line, cost: {line}");
@@ -706,7 +719,7 @@ fn callgrind_costs(text: &str) -> Vec<(String, u64, u32, bool)> {
                 f[1].parse().unwrap(),
                 after_calls,
             ));
-            after_calls = false;
+            after_calls = None;
         }
     }
     out
@@ -741,10 +754,14 @@ fn callgrind_costs_sit_on_whole_instructions_and_calls_on_their_call_instruction
             all.contains(addr),
             "{object}: cost at {addr:#x}, not an instruction boundary"
         );
-        if *is_call {
-            // Calls are made from the demo's own code, built with -g (a sample may also land in code
-            // without lines: the PLT, crt's start-up code).
-            assert!(*line > 0, "{object}: call at {addr:#x} has no source line");
+        if let Some(count) = is_call {
+            // Counted calls are made from the demo's own code, built with -g (a sample, and so a call site
+            // seen only on the sampled stacks, with count 0, may also be in code without lines: the PLT,
+            // crt's start-up code).
+            assert!(
+                *line > 0 || *count == 0,
+                "{object}: call at {addr:#x} has no source line"
+            );
             assert!(
                 call_sites.contains(addr),
                 "{object}: call cost at {addr:#x}, not a call instruction"

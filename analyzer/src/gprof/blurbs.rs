@@ -110,7 +110,7 @@ const ESTIMATED_LINES: &str =
 const MEASURED_LINES: &str =
     " On a caller's line, self and children are the function's time measured
  under that caller (self: the samples that stopped in the function itself),
- and called reads `calls from this caller/all non-recursive calls', blank
+ and called reads `calls from this caller/all non-recursive calls', 0
  for a caller known from the stacks only (those calls were not counted).
  On a callee's line, self and children are the callee's time measured
  under this function, and called reads

@@ -560,24 +560,12 @@ fn print_arc_line(
         let _ = write!(
             out,
             "{:>iw$.iw$} {:>5.5} {:>7.7} {:>kids_w$.kids_w$} {:>7} {:>7.7}     ",
-            "",
-            "",
-            "",
-            "",
-            if arc.stacks_only {
-                String::new()
-            } else {
-                arc.count.to_string()
-            },
-            ""
+            "", "", "", "", arc.count, ""
         );
     } else {
-        // An arc known only from sampled stacks has no count: its `called` column is blank.
-        let called = if arc.stacks_only {
-            format!("{:>7.7} {:>7.7}", "", "")
-        } else {
-            format!("{:>7}/{:<7}", arc.count, calls)
-        };
+        // An arc known only from sampled stacks has no counted call: 0, as gprof's `-c` prints the arcs it
+        // found in the code (which gprof2dot and other readers of the text parse).
+        let called = format!("{:>7}/{:<7}", arc.count, calls);
         let _ = write!(
             out,
             "{:>iw$.iw$} {:>5.5} {:>7.2} {:>kids_w$.2} {called}     ",
