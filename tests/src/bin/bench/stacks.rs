@@ -1,6 +1,7 @@
 //! Call stacks at samples: what capturing one costs at stack depths 10, 30 and 100 (the CPU time a run with
 //! stacks takes beyond the same run without, per sample, at 4 kHz), and the CPU overhead with stacks on and
-//! off at 100 Hz and 1 kHz on the spin fixture; interleaved trials, medians with min–max.
+//! off at 100 Hz and 1 kHz on the spin fixture and on rustc, and the size of rustc's profile with stacks;
+//! interleaved trials, medians with min–max.
 
 use std::path::Path;
 
@@ -109,52 +110,49 @@ pub fn run(env: &Env) -> Result<Section, String> {
     }
 
     let spin = fixtures::build_spin(&dir)?;
-    let args = vec![iterations.to_string()];
-    for hz in ["100", "1000"] {
-        let invs = [
-            Invocation::new("spin, plain", &spin, &dir).args(args.clone()),
-            profiled(
-                &format!("spin, {hz} Hz, stacks off"),
-                &spin,
-                &args,
-                hz,
-                "0",
-                &dir,
-                env,
-            ),
-            profiled(
-                &format!("spin, {hz} Hz, stacks on"),
-                &spin,
-                &args,
-                hz,
-                "128",
-                &dir,
-                env,
-            ),
-        ];
-        let figures = trials(&invs, runs)?;
-        let (plain, _, _) = median_and_range(figures[0].iter().map(|f| f.0).collect());
-        for (inv, figures) in invs.iter().zip(&figures).skip(1) {
-            let (cpu, _, _) = median_and_range(figures.iter().map(|f| f.0).collect());
-            let overheads = figures
-                .iter()
-                .map(|f| (f.0 / plain - 1.0) * 100.0)
-                .collect();
-            let (overhead, low, high) = median_and_range(overheads);
-            rows.push(vec![
-                inv.label.clone(),
-                format!("{:.0}", plain * 1e3),
-                format!("{:.0}", cpu * 1e3),
-                format!("{overhead:+.1} % ({low:+.1} to {high:+.1})"),
-            ]);
+    let spin_args = vec![iterations.to_string()];
+    let rustc = crate::plt::real_rustc()?;
+    let crate_source = crate::plt::generated_crate(&dir)?;
+    let rustc_args: Vec<String> = ["-O", "--crate-type", "lib", "--crate-name", "gen300"]
+        .iter()
+        .map(|a| a.to_string())
+        .chain([crate_source.to_string_lossy().into_owned()])
+        .collect();
+    for (name, program, args) in [("spin", &spin, &spin_args), ("rustc", &rustc, &rustc_args)] {
+        for hz in ["100", "1000"] {
+            let invs = [
+                Invocation::new(&format!("{name}, plain"), program, &dir).args(args.clone()),
+                profiled(
+                    &format!("{name}, {hz} Hz, stacks off"),
+                    program,
+                    args,
+                    hz,
+                    "0",
+                    &dir,
+                    env,
+                ),
+                profiled(
+                    &format!("{name}, {hz} Hz, stacks on"),
+                    program,
+                    args,
+                    hz,
+                    "128",
+                    &dir,
+                    env,
+                ),
+            ];
+            overhead_rows(&invs, runs, &mut rows)?;
         }
     }
+    rows.push(rustc_profile_size(&rustc, &rustc_args, &dir, env)?);
     Ok(Section {
         title: "Call stacks: capture time and overhead".into(),
         intro: "Capture time per sample: a program spinning at the bottom of a recursion (10, 30 and 100 frames \
                 deep) at `MSLPROF_HZ=4000`, with `MSLPROF_STACK_DEPTH=128` against `0`: the extra CPU time per \
-                sample. Overhead: `tests/fixtures/bench/spin_libs.c` at 100 Hz and 1 kHz with stacks off and on, \
-                against the plain program. Interleaved trials."
+                sample. Overhead: `tests/fixtures/bench/spin_libs.c`, and rustc `-O` compiling the generated crate of \
+                the `plt` suite (runtime preloaded, every module profiled, no PLT counting), at 100 Hz and 1 kHz with \
+                stacks off and on, against the plain program; the ratio is taken within each round. Interleaved \
+                trials."
             .into(),
         header: ["run", "baseline CPU ms (median)", "CPU ms (median)", "cost"]
             .iter()
@@ -166,6 +164,77 @@ pub fn run(env: &Env) -> Result<Section, String> {
              is user + system of the whole process (wait4); figures are median (min to max) over the trials."
                 .to_string(),
             "Targets (issue 32): at most 1 % CPU with stacks at 100 Hz and 3 % at 1 kHz.".to_string(),
+            "The profile's size is bounded by the stack table (`MSLPROF_STACK_TABLE_KB`, 4 MiB by default): a \
+             distinct stack takes 32 bytes plus 16 per frame in memory and 16 plus 12 per frame in the file; \
+             stacks that no longer fit are counted as dropped."
+                .to_string(),
         ],
     })
+}
+
+/// One row per profiled run of `invs` (the plain program first): CPU time and the overhead over plain, the
+/// ratio taken within each interleaved round.
+fn overhead_rows(
+    invs: &[Invocation],
+    runs: usize,
+    rows: &mut Vec<Vec<String>>,
+) -> Result<(), String> {
+    let figures = trials(invs, runs)?;
+    let (plain, _, _) = median_and_range(figures[0].iter().map(|f| f.0).collect());
+    for (inv, figures_of_inv) in invs.iter().zip(&figures).skip(1) {
+        let (cpu, _, _) = median_and_range(figures_of_inv.iter().map(|f| f.0).collect());
+        let overheads = figures_of_inv
+            .iter()
+            .zip(&figures[0])
+            .map(|(run, plain_run)| (run.0 / plain_run.0 - 1.0) * 100.0)
+            .collect();
+        let (overhead, low, high) = median_and_range(overheads);
+        rows.push(vec![
+            inv.label.clone(),
+            format!("{:.0}", plain * 1e3),
+            format!("{:.0}", cpu * 1e3),
+            format!("{overhead:+.1} % ({low:+.1} to {high:+.1})"),
+        ]);
+    }
+    Ok(())
+}
+
+/// rustc's profile at 1 kHz with stacks: its size, the distinct stacks and the samples dropped.
+fn rustc_profile_size(
+    rustc: &Path,
+    args: &[String],
+    dir: &Path,
+    env: &Env,
+) -> Result<Vec<String>, String> {
+    let inv = profiled("rustc profile", rustc, args, "1000", "128", dir, env);
+    let Some((_, out)) = inv.env.iter().find(|(k, _)| k == "GPROFDIR") else {
+        return Err("no GPROFDIR".into());
+    };
+    let out = std::path::PathBuf::from(out);
+    let _ = std::fs::remove_dir_all(&out);
+    std::fs::create_dir_all(&out).map_err(|e| e.to_string())?;
+    let cpu = run_once(&inv)?.cpu.as_secs_f64();
+    let mut described = String::from("no profile");
+    for entry in std::fs::read_dir(&out).map_err(|e| format!("{}: {e}", out.display()))? {
+        let path = entry.map_err(|e| e.to_string())?.path();
+        let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let profile = mslprof_format::read(&bytes, Default::default())
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        let stacks = profile.stacks.unwrap_or_default();
+        let frames: usize = stacks.records.iter().map(|r| r.frames.len()).sum();
+        described = format!(
+            "{:.0} KiB file: {} distinct stacks ({} frames) of {} samples, {} dropped",
+            bytes.len() as f64 / 1024.0,
+            stacks.records.len(),
+            frames,
+            stacks.sample_count(),
+            stacks.dropped
+        );
+    }
+    Ok(vec![
+        "rustc, 1 kHz, stacks on: profile size".into(),
+        String::new(),
+        format!("{:.0}", cpu * 1e3),
+        described,
+    ])
 }
