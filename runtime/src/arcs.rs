@@ -22,9 +22,8 @@
 //!   levels, level *i* having `FIRST_LEVEL_SLOTS << i` slots, each level one anonymous `mmap`. A level
 //!   accepts new arcs until it is half full; then the next one is mapped (the thread that wins the
 //!   compare-and-swap of the level pointer installs it, a loser unmaps its own). A slot costs 544
-//!   bytes of address space (32 of key, 8 per stripe), of which only the keys (made resident when
-//!   the level is mapped) and the counters of the stripes in use (handed out densely, resident as
-//!   written) take memory. Nothing is
+//!   bytes of address space (32 of key, 8 per stripe), of which only the pages written become
+//!   resident: the keys, and the counters of the stripes in use, handed out densely. Nothing is
 //!   mapped before a module's first arc, the first level is 2.2 MiB of address space, and each level
 //!   is mapped only when the previous ones hold about as many arcs as it has slots, whatever the
 //!   size of the module's text. The bound is [`MAX_ARCS`] = 8 386 560 distinct arcs per module load
@@ -32,10 +31,6 @@
 //!   up in the dump, never lost silently.
 //! - **New arcs cost one level's probe.** From the third level on, a Bloom filter of the table's
 //!   keys lets the lookup of an arc that is not there skip the older levels.
-//! - **New call sites in address order are inserted in address order.** A key's probe starts at its
-//!   call site's place in the level (and at its hash only when those slots are taken), and its
-//!   filter word follows the call site too, so a program running through call sites it has not run
-//!   before reads and writes the table in order instead of at one random line per call.
 
 use core::cell::Cell;
 use core::ptr;
@@ -103,13 +98,6 @@ const _: () = assert!(MAX_ARCS == 8_386_560);
 const FILTER_FROM_LEVEL: usize = 2;
 /// 64-bit words of the key filter (2 MiB: 16 bits per arc at the largest table size).
 const FILTER_WORDS: usize = 1 << 18;
-
-/// The size of a transparent huge page on x86_64.
-const HUGE_PAGE_BYTES: usize = 2 << 20;
-
-/// How far ahead of the slot it reads [`ArcTable::for_each`] fetches counters: a published slot's
-/// counters come about every other slot, and a fetch from memory takes a few hundred cycles.
-const PREFETCH_SLOTS_AHEAD: usize = 16;
 
 /// Linear probing gives up after this many slots; the level then counts as full.
 const MAX_PROBE: usize = 64;
@@ -210,19 +198,6 @@ impl<'table> Level<'table> {
         slots * KEY_SLOT_BYTES + STRIPES * slots * 8
     }
 
-    /// Makes the key slots of a new level resident at once. Keys are hashed, so a level's first few
-    /// hundred arcs touch nearly every page of them anyway, each page with two faults (the probe's read
-    /// maps the zero page, the claim's write copies it): one call instead costs a fraction of that.
-    /// Key arrays of 2 MiB and more (level 4 on) ask for huge pages, which also spares the probes their
-    /// TLB misses. The counters stay lazy: only the stripes in use are ever touched.
-    fn prepare_keys(base: *mut u8, slots: usize) {
-        let bytes = slots * KEY_SLOT_BYTES;
-        if bytes >= HUGE_PAGE_BYTES {
-            sys::prefer_huge_pages(base, bytes);
-        }
-        sys::populate_for_writing(base, bytes);
-    }
-
     fn key(&self, index: usize) -> &'table KeySlot {
         // SAFETY: `base` is a live, zero-initialised mapping of `mapping_bytes(slots)` bytes, page
         // aligned, whose first `slots * KEY_SLOT_BYTES` bytes are the key slots; `index < slots`.
@@ -267,43 +242,11 @@ impl<'table> Level<'table> {
 
     /// The sum of the arc's counters in the stripes of `stripes` (a bit mask).
     fn total(&self, slot: usize, stripes: u64) -> u64 {
-        stripe_indices(stripes)
+        (0..STRIPES)
+            .filter(|stripe| stripes & (1 << stripe) != 0)
             .map(|stripe| self.count(stripe, slot).load(Ordering::Relaxed))
             .fold(0u64, u64::wrapping_add)
     }
-
-    /// Asks the CPU to fetch the counters of `slot` in the stripes of `stripes`, if it holds an arc: a walk
-    /// over the slots reads counters in insertion order, that is, scattered, and without this waits on
-    /// each in turn.
-    fn prefetch_counts(&self, slot: usize, stripes: u64) {
-        if slot >= self.slots || self.key(slot).tag.load(Ordering::Relaxed) < 2 {
-            return;
-        }
-        for stripe in stripe_indices(stripes) {
-            prefetch(self.count(stripe, slot).as_ptr());
-        }
-    }
-}
-
-/// The stripes whose bits are set in `stripes`, lowest first.
-fn stripe_indices(stripes: u64) -> impl Iterator<Item = usize> {
-    let mut left = stripes & (u64::MAX >> (64 - STRIPES));
-    core::iter::from_fn(move || {
-        let stripe = (left != 0).then(|| left.trailing_zeros() as usize)?;
-        left &= left - 1;
-        Some(stripe)
-    })
-}
-
-/// A hint to bring the line of `address` into the caches; no effect on what the program computes.
-fn prefetch(address: *const u64) {
-    // SAFETY: SSE is part of baseline x86_64, and a prefetch never faults, whatever the address.
-    #[cfg(target_arch = "x86_64")]
-    unsafe {
-        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(address.cast())
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = address;
 }
 
 /// Where a key is, or where it could go, in one level.
@@ -430,7 +373,7 @@ impl ArcTable {
         let Some(newest) = self.newest_level_index() else {
             return self.insert(stripe, hash, tag, caller_addr, callee_addr, None);
         };
-        let older_may_hold_it = self.filter_may_contain(tag, caller_addr, hash);
+        let older_may_hold_it = self.filter_may_contain(hash);
         let mut candidate = None;
         for index in (0..=newest).rev() {
             if index != newest && !older_may_hold_it {
@@ -448,14 +391,9 @@ impl ArcTable {
         self.insert(stripe, hash, tag, caller_addr, callee_addr, candidate)
     }
 
-    /// The key filter's word and bits for a key (`tag`, `caller_addr`) whose hash is `hash`. The word
-    /// follows the call site's address (16 bytes of code a word, each module's at its own offset), so
-    /// that a program running through its call sites in address order reads and sets the filter in
-    /// order too, from lines the hardware prefetcher has loaded, instead of at a random word each; the
-    /// bits come from the hash (high bits: the slot index uses the low ones), so the callees of one
-    /// call site set different bits.
-    fn filter_position(tag: u64, caller_addr: u64, hash: u64) -> (usize, u64) {
-        let word = ((caller_addr >> 4).wrapping_add(tag << 12)) as usize & (FILTER_WORDS - 1);
+    /// The key filter's word and bits for `hash` (high bits: the slot index uses the low ones).
+    fn filter_position(hash: u64) -> (usize, u64) {
+        let word = (hash >> 40) as usize & (FILTER_WORDS - 1);
         let bits = (1u64 << ((hash >> 28) & 63)) | (1u64 << ((hash >> 34) & 63));
         (word, bits)
     }
@@ -468,16 +406,16 @@ impl ArcTable {
     }
 
     /// False only when the filter exists and rules the key out of every level.
-    fn filter_may_contain(&self, tag: u64, caller_addr: u64, hash: u64) -> bool {
+    fn filter_may_contain(&self, hash: u64) -> bool {
         let Some(filter) = self.filter() else {
             return true;
         };
-        let (word, bits) = Self::filter_position(tag, caller_addr, hash);
+        let (word, bits) = Self::filter_position(hash);
         filter[word].load(Ordering::Relaxed) & bits == bits
     }
 
-    fn filter_add(filter: &[AtomicU64], tag: u64, caller_addr: u64, hash: u64) {
-        let (word, bits) = Self::filter_position(tag, caller_addr, hash);
+    fn filter_add(filter: &[AtomicU64], hash: u64) {
+        let (word, bits) = Self::filter_position(hash);
         if filter[word].load(Ordering::Relaxed) & bits != bits {
             filter[word].fetch_or(bits, Ordering::Relaxed);
         }
@@ -491,9 +429,6 @@ impl ArcTable {
         let Some(fresh) = sys::map_zeroed(bytes) else {
             return;
         };
-        // Every arc reads and sets bits at a random word: a few thousand arcs touch every page.
-        sys::prefer_huge_pages(fresh, bytes);
-        sys::populate_for_writing(fresh, bytes);
         if self
             .filter
             .compare_exchange(
@@ -516,8 +451,7 @@ impl ArcTable {
                 break;
             };
             for (_, tag, caller_addr, callee_addr) in level.published() {
-                let hash = hash((tag - 2) as u32, caller_addr, callee_addr);
-                Self::filter_add(filter, tag, caller_addr, hash);
+                Self::filter_add(filter, hash((tag - 2) as u32, caller_addr, callee_addr));
             }
         }
     }
@@ -563,7 +497,7 @@ impl ArcTable {
             {
                 if fresh {
                     if let Some(filter) = self.filter() {
-                        Self::filter_add(filter, tag, caller_addr, hash);
+                        Self::filter_add(filter, hash);
                     }
                     self.note_if_raced();
                 }
@@ -603,7 +537,6 @@ impl ArcTable {
             Ordering::Acquire,
         ) {
             Ok(_) => {
-                Level::prepare_keys(fresh, slots);
                 if index == FILTER_FROM_LEVEL {
                     self.install_filter();
                 }
@@ -660,7 +593,6 @@ impl ArcTable {
                 break;
             };
             for (slot, tag, caller_addr, callee_addr) in level.published() {
-                level.prefetch_counts(slot + PREFETCH_SLOTS_AHEAD, stripes);
                 let count = if merge {
                     self.merged_count(index, slot, tag, caller_addr, callee_addr, stripes)
                 } else {
@@ -698,7 +630,9 @@ impl ArcTable {
             let Some(level) = self.level(index) else {
                 break;
             };
-            for probe_slot in probe_sequence(&level, tag, caller_addr, hash) {
+            let mask = level.slots - 1;
+            let mut probe_slot = hash as usize & mask;
+            for _ in 0..MAX_PROBE {
                 let key = level.key(probe_slot);
                 let probe_tag = key.tag.load(Ordering::Acquire);
                 if probe_tag == TAG_EMPTY {
@@ -708,6 +642,7 @@ impl ArcTable {
                     first.get_or_insert((index, probe_slot));
                     total = total.wrapping_add(level.total(probe_slot, stripes));
                 }
+                probe_slot = (probe_slot + 1) & mask;
             }
         }
         (first == Some((level_index, slot))).then_some(total)
@@ -734,31 +669,11 @@ impl ArcTable {
     }
 }
 
-/// The slots where a key may be in a level, in the order every lookup and insertion tries them; each stops
-/// at the first EMPTY slot (slots never become EMPTY again, so the key is in none of the later ones).
-///
-/// First [`MAX_PROBE`] slots from the call site's own place: its address in 4-byte units (each caller
-/// module at its own offset), so that the call sites of a program that runs through them in address order
-/// are looked up and inserted in address order too, on lines the hardware prefetcher has loaded, instead of
-/// one cache miss each at a random slot. The callees of one call site take neighbouring slots. Then, only
-/// when all of those are taken (a call site with dozens of callees, or calls from no known module, whose
-/// arcs all have caller address 0), [`MAX_PROBE`] slots from the key's hash, spread over the level.
-fn probe_sequence(
-    level: &Level,
-    tag: u64,
-    caller_addr: u64,
-    hash: u64,
-) -> impl Iterator<Item = usize> {
-    let mask = level.slots - 1;
-    let site = (caller_addr >> 2).wrapping_add(tag.wrapping_mul(0x9E37_79B9_7F4A_7C15)) as usize;
-    [site, hash as usize]
-        .into_iter()
-        .flat_map(move |start| (0..MAX_PROBE).map(move |step| start.wrapping_add(step) & mask))
-}
-
 /// Looks the key up in one level.
 fn probe(level: &Level, hash: u64, tag: u64, caller_addr: u64, callee_addr: u64) -> Probe {
-    for slot in probe_sequence(level, tag, caller_addr, hash) {
+    let mask = level.slots - 1;
+    let mut slot = hash as usize & mask;
+    for _ in 0..MAX_PROBE {
         let key = level.key(slot);
         let probe_tag = key.tag.load(Ordering::Acquire);
         if probe_tag == TAG_EMPTY {
@@ -767,6 +682,7 @@ fn probe(level: &Level, hash: u64, tag: u64, caller_addr: u64, callee_addr: u64)
         if key.holds(probe_tag, tag, caller_addr, callee_addr) {
             return Probe::Found(slot);
         }
+        slot = (slot + 1) & mask;
     }
     Probe::Exhausted
 }
@@ -782,17 +698,14 @@ fn claim(
     caller_addr: u64,
     callee_addr: u64,
 ) -> Option<(usize, bool)> {
-    for slot in probe_sequence(level, tag, caller_addr, hash) {
+    let mask = level.slots - 1;
+    let mut slot = hash as usize & mask;
+    for _ in 0..MAX_PROBE {
         let key = level.key(slot);
-        // Only an EMPTY slot is worth a (locked) compare-and-swap.
-        let seen = key.tag.load(Ordering::Acquire);
-        let claimed = if seen == TAG_EMPTY {
-            key.tag
-                .compare_exchange(TAG_EMPTY, TAG_BUSY, Ordering::Acquire, Ordering::Acquire)
-        } else {
-            Err(seen)
-        };
-        match claimed {
+        match key
+            .tag
+            .compare_exchange(TAG_EMPTY, TAG_BUSY, Ordering::Acquire, Ordering::Acquire)
+        {
             Ok(_) => {
                 let counter = used.fetch_add(1, Ordering::Relaxed);
                 key.caller_addr.store(caller_addr, Ordering::Relaxed);
@@ -807,6 +720,7 @@ fn claim(
                 }
             }
         }
+        slot = (slot + 1) & mask;
     }
     None
 }
@@ -964,9 +878,8 @@ mod tests {
         // arc skips that slot and claims the next one.
         let level = table.level(0).unwrap();
         let tag = 1 + 2;
-        let home = probe_sequence(&level, tag, 0x10, hash(1, 0x10, 0x20))
-            .next()
-            .unwrap();
+        let home_hash = hash(1, 0x10, 0x20);
+        let home = home_hash as usize & (level.slots - 1);
         table.lookups_in_flight.fetch_add(1, Ordering::SeqCst);
         level.key(home).tag.store(TAG_BUSY, Ordering::Relaxed);
         table.record(1, LinkAddress(0x10), LinkAddress(0x20));
@@ -1007,33 +920,12 @@ mod tests {
                 );
             }
         }
-        assert_found_again(&table, ARCS as usize, 3);
-    }
-
-    /// No duplicate slot was made (each of the `arcs` arcs was found again, wherever it lives), and each
-    /// counts `calls`.
-    fn assert_found_again(table: &ArcTable, arcs: usize, calls: u64) {
+        // No duplicate slot was made: each arc was found again, wherever it lives.
         assert!(!table.maybe_duplicates.load(Ordering::Relaxed));
-        assert_eq!(table.len(), arcs);
-        let snapshot = snapshot(table);
-        assert_eq!(snapshot.len(), arcs);
-        assert!(snapshot.values().all(|&count| count == calls));
-    }
-
-    #[test]
-    fn a_call_site_with_thousands_of_callees_keeps_every_arc() {
-        // Its arcs fill the slots from the site's place on, then go by their hash: none is dropped,
-        // and each is found again where it went.
-        let table = ArcTable::new();
-        const CALLEES: u64 = 5_000;
-        for _ in 0..2 {
-            for callee in 0..CALLEES {
-                table.record(6, LinkAddress(0x100), LinkAddress(0x8000 + callee * 16));
-                table.record(u32::MAX, LinkAddress(0), LinkAddress(0x8000 + callee * 16));
-            }
-        }
-        assert_eq!(table.dropped(), 0);
-        assert_found_again(&table, 2 * CALLEES as usize, 2);
+        assert_eq!(table.len(), ARCS as usize);
+        let arcs = snapshot(&table);
+        assert_eq!(arcs.len(), ARCS as usize);
+        assert!(arcs.values().all(|&count| count == 3));
     }
 
     #[test]

@@ -352,17 +352,6 @@ pub fn prefer_huge_pages(base: *mut u8, len: usize) {
     unsafe { libc::madvise(base.cast(), len, libc::MADV_HUGEPAGE) };
 }
 
-/// Makes every page of `[base, base + len)` of a [`map_zeroed`] mapping resident and writable now, in one
-/// call (`MADV_POPULATE_WRITE`), instead of two page faults per page later (a read maps the shared zero
-/// page, the first write then copies it). A hint: ignored where the kernel lacks it (before 5.14) or
-/// memory is short. Async-signal-safe, errno preserved.
-pub fn populate_for_writing(base: *mut u8, len: usize) {
-    let _errno = SavedErrno::save();
-    // SAFETY: populating our own private anonymous mapping only allocates its (zero) pages; the
-    // contents stay as they are.
-    unsafe { libc::madvise(base.cast(), len, libc::MADV_POPULATE_WRITE) };
-}
-
 /// Which pages of `[address, address + len)` are resident (`mincore`): bit 0 of `pages[i]` for page i. False
 /// when the kernel refuses or `pages` is too short. `address` must be page-aligned. Allocates nothing.
 pub fn resident_pages(address: usize, len: usize, pages: &mut [u8]) -> bool {
