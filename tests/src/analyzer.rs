@@ -5,6 +5,59 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
+/// `mslprof ARGS` run in `dir`.
+pub fn mslprof(dir: &Path, args: &[&str]) -> Output {
+    crate::run(
+        Command::new(crate::analyzer_binary())
+            .current_dir(dir)
+            .args(args),
+    )
+}
+
+/// As [`mslprof`], and panics unless it succeeded.
+pub fn mslprof_ok(dir: &Path, args: &[&str]) -> Output {
+    let out = mslprof(dir, args);
+    crate::assert_success(&out, &format!("mslprof {args:?}"));
+    out
+}
+
+/// The columns of a call-graph line, and the name it shows (the column before the index).
+pub fn graph_columns(line: &str) -> (Vec<&str>, &str) {
+    let cols: Vec<&str> = line.split_whitespace().collect();
+    let name = cols.len().checked_sub(2).map_or("", |i| cols[i]);
+    (cols, name)
+}
+
+/// The call graph's entry of `name` in `report`: its lines from the first caller to the dashes.
+pub fn graph_entry<'r>(report: &'r str, name: &str) -> Vec<&'r str> {
+    let graph = &report[report.find("Call graph").expect("a call graph")..];
+    let mut lines = Vec::new();
+    for line in graph.lines() {
+        if !line.starts_with("---") {
+            lines.push(line);
+            continue;
+        }
+        if lines
+            .iter()
+            .any(|l| l.starts_with('[') && graph_columns(l).1 == name)
+        {
+            return lines;
+        }
+        lines.clear();
+    }
+    panic!("no call-graph entry for {name} in:\n{report}");
+}
+
+/// The columns of the caller or callee line of `entry` naming `name`.
+pub fn graph_line<'r>(entry: &[&'r str], name: &str) -> Vec<&'r str> {
+    entry
+        .iter()
+        .map(|l| graph_columns(l))
+        .find(|(cols, shown)| !cols[0].starts_with('[') && *shown == name)
+        .map(|(cols, _)| cols)
+        .unwrap_or_else(|| panic!("no line naming {name} in {entry:#?}"))
+}
+
 /// `tests/fixtures/analyzer/`.
 pub fn fixtures() -> PathBuf {
     crate::fixtures_dir("analyzer")

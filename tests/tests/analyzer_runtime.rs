@@ -2,20 +2,10 @@
 //! libmslprof.so) reports exact call counts in every module, `mslprof run` profiles a program, and
 //! `mslprof export` writes per-module GNU gmon.out files that GNU gprof reads.
 
-use std::path::Path;
 use std::process::{Command, Output};
 
 use mslprof_tests::Workspace;
-use mslprof_tests::analyzer::have;
-
-fn mslprof(dir: &Path, args: &[&str]) -> Output {
-    mslprof_tests::runtime_library();
-    Command::new(mslprof_tests::analyzer_binary())
-        .current_dir(dir)
-        .args(args)
-        .output()
-        .expect("run mslprof")
-}
+use mslprof_tests::analyzer::{graph_entry, graph_line, have, mslprof};
 
 fn flat_line<'a>(report: &'a str, name: &str) -> &'a str {
     report
@@ -198,24 +188,6 @@ fn moved_binaries_are_found_by_build_id() {
     assert_eq!(tiny_calls(&found), Some(1000), "{found:?}");
 }
 
-/// The fields of the call-graph line naming `name` inside the entry of `entry_of` (gprof's layout: self,
-/// children, called, name).
-fn graph_line(report: &str, entry_of: &str, name: &str) -> Vec<String> {
-    let graph = &report[report.find("Call graph").expect("a call graph")..];
-    let entry = graph
-        .split("-----------------------------------------------")
-        .find(|e| {
-            e.lines()
-                .any(|l| l.starts_with('[') && l.contains(&format!(" {entry_of} [")))
-        })
-        .unwrap_or_else(|| panic!("no entry for {entry_of}:\n{report}"));
-    let line = entry
-        .lines()
-        .find(|l| !l.starts_with('[') && l.contains(&format!(" {name} [")))
-        .unwrap_or_else(|| panic!("no line for {name} in {entry_of}'s entry:\n{entry}"));
-    line.split_whitespace().map(str::to_string).collect()
-}
-
 /// Issue 32 end to end: the gprof manual's counter-example (`a` calls `foo(0)` a million times, `b` calls
 /// `foo(1)` 20 times and spends all of foo's time) built with -pg, run under the real runtime, which
 /// records the stacks; the report charges foo's time to b's line and none to a's, with the exact counts,
@@ -227,13 +199,13 @@ fn measured_call_graph_of_a_real_run_charges_foo_to_the_caller_that_spent_it() {
     let program = ws.program("counter", &[source], &["-pg"]);
     let output = mslprof_tests::run(ws.command_with_runtime(&program).env("MSLPROF_HZ", "1000"));
     assert_eq!(output.status.code(), Some(3));
-    let seconds = |fields: &[String], at: usize| -> f64 { fields[at].parse().unwrap() };
+    let seconds = |fields: &[&str], at: usize| -> f64 { fields[at].parse().unwrap() };
 
     let report = mslprof(ws.path(), &["-b", "-q"]);
     assert!(report.status.success(), "{report:?}");
     let text = String::from_utf8_lossy(&report.stdout);
-    let under_a = graph_line(&text, "foo", "a");
-    let under_b = graph_line(&text, "foo", "b");
+    let under_a = graph_line(&graph_entry(&text, "foo"), "a");
+    let under_b = graph_line(&graph_entry(&text, "foo"), "b");
     assert_eq!(under_a[2], "1000000/1000020", "{text}");
     assert_eq!(under_b[2], "20/1000020", "{text}");
     let (time_a, time_b) = (seconds(&under_a, 0), seconds(&under_b, 0));
@@ -245,8 +217,8 @@ fn measured_call_graph_of_a_real_run_charges_foo_to_the_caller_that_spent_it() {
     let estimate = mslprof(ws.path(), &["-b", "-q", "--estimate"]);
     let text = String::from_utf8_lossy(&estimate.stdout);
     let (time_a, time_b) = (
-        seconds(&graph_line(&text, "foo", "a"), 0),
-        seconds(&graph_line(&text, "foo", "b"), 0),
+        seconds(&graph_line(&graph_entry(&text, "foo"), "a"), 0),
+        seconds(&graph_line(&graph_entry(&text, "foo"), "b"), 0),
     );
     assert!(
         time_a > 10.0 * time_b,

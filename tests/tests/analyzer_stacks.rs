@@ -11,6 +11,7 @@ use mslprof_format::model::{
     Arc, Buckets, Header, HistRange, Histogram, Module, Profile, SourceFormat, StackFrame,
     StackRecord, Stacks, UNKNOWN_KEY, module_flags,
 };
+use mslprof_tests::analyzer::{graph_columns, graph_entry, graph_line};
 use mslprof_tests::{Workspace, analyzer_binary, assert_success, run};
 
 /// Builds the counter-example: `counter_example.c` with -pg, `spin` without; every function starts a
@@ -164,48 +165,15 @@ fn report(ws: &Workspace, profile: &Profile, name: &str, options: &[&str]) -> St
     String::from_utf8(output.stdout).expect("UTF-8 report")
 }
 
-/// The columns of `line`, and the name it shows (the column before the index).
-fn columns(line: &str) -> (Vec<&str>, &str) {
-    let cols: Vec<&str> = line.split_whitespace().collect();
-    let name = cols.len().checked_sub(2).map_or("", |i| cols[i]);
-    (cols, name)
-}
-
-/// The call graph's entry of `name`: its lines from the first caller to the dashes.
-fn entry<'r>(report: &'r str, name: &str) -> Vec<&'r str> {
-    let graph = &report[report.find("Call graph").expect("a call graph")..];
-    let mut lines = Vec::new();
-    for line in graph.lines() {
-        if !line.starts_with("---") {
-            lines.push(line);
-            continue;
-        }
-        if lines
-            .iter()
-            .any(|l| l.starts_with('[') && columns(l).1 == name)
-        {
-            return lines;
-        }
-        lines.clear();
-    }
-    panic!("no call-graph entry for {name} in:\n{report}");
-}
-
-/// The columns of the caller or callee line of `entry` naming `name`.
-fn line<'r>(entry: &[&'r str], name: &str) -> Vec<&'r str> {
-    entry
-        .iter()
-        .map(|l| columns(l))
-        .find(|(cols, shown)| !cols[0].starts_with('[') && *shown == name)
-        .map(|(cols, _)| cols)
-        .unwrap_or_else(|| panic!("no line naming {name} in {entry:#?}"))
-}
-
 /// Asserts the first three columns (self, children, called) of the line naming `name` in `entry` of
 /// `report`.
 #[track_caller]
 fn assert_line(report: &str, entry_of: &str, name: &str, want: [&str; 3]) {
-    assert_eq!(line(&entry(report, entry_of), name)[..3], want, "{report}");
+    assert_eq!(
+        graph_line(&graph_entry(report, entry_of), name)[..3],
+        want,
+        "{report}"
+    );
 }
 
 #[test]
@@ -220,12 +188,12 @@ fn foos_time_is_charged_to_the_caller_whose_calls_spent_it() {
     assert_line(&measured, "b", "foo", ["0.02", "0.24", "20/1000020"]);
     assert_line(&measured, "a", "foo", ["0.00", "0.00", "1000000/1000020"]);
     // main's own line: no self time, 0.27 s of measured children.
-    let main = entry(&measured, "main");
+    let main = graph_entry(&measured, "main");
     let own = main
         .iter()
         .find(|l| l.starts_with('['))
         .expect("main's line");
-    assert_eq!(columns(own).0[2..4], ["0.00", "0.27"], "{measured}");
+    assert_eq!(graph_columns(own).0[2..4], ["0.00", "0.27"], "{measured}");
 
     // --estimate: gprof's split by call counts, the report of the profile without stacks byte for byte.
     let estimate = report(&ws, &with_stacks, "stacks.out", &["-q", "-b", "--estimate"]);
@@ -265,7 +233,7 @@ fn a_function_without_counted_calls_gets_its_callers_from_the_stacks() {
     assert_line(&measured, "spin", "foo", ["0.24", "0.00", "0/0"]);
     assert_line(&measured, "foo", "spin", ["0.24", "0.00", "0/0"]);
     let spontaneous = |report: &str| {
-        entry(report, "spin")
+        graph_entry(report, "spin")
             .iter()
             .any(|l| l.contains("<spontaneous>"))
     };

@@ -6,24 +6,12 @@
 use std::collections::{HashMap, HashSet};
 use std::io::Read;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
 
 use mslprof_analyzer::export::pprof::proto;
-use mslprof_tests::analyzer::{build_demo, have};
+use mslprof_tests::analyzer::{build_demo, have, mslprof, mslprof_ok};
 use mslprof_tests::{Workspace, assert_success, loader, run};
 use prost::Message;
-
-fn mslprof(dir: &Path, args: &[&str]) -> Output {
-    run(Command::new(mslprof_tests::analyzer_binary())
-        .current_dir(dir)
-        .args(args))
-}
-
-fn mslprof_ok(dir: &Path, args: &[&str]) -> Output {
-    let out = mslprof(dir, args);
-    assert_success(&out, &format!("mslprof {args:?}"));
-    out
-}
 
 /// The demo built and run under the runtime: its workspace, with `gmon.out` in it.
 fn profiled_demo() -> Option<Workspace> {

@@ -5,9 +5,9 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
 use mslprof_format::GnuTarget;
+use mslprof_tests::analyzer::mslprof_ok;
 use mslprof_tests::callcounts::run_ok;
 use mslprof_tests::{Workspace, audit_library, fixtures_dir};
 
@@ -27,27 +27,11 @@ fn golden_copy() -> Workspace {
     workspace
 }
 
-/// `mslprof ARGS` run in `dir`.
-fn mslprof(dir: &Path, args: &[&str]) -> Output {
-    let out = Command::new(mslprof_tests::analyzer_binary())
-        .current_dir(dir)
-        .args(args)
-        .output()
-        .expect("run mslprof");
-    assert!(
-        out.status.success(),
-        "mslprof {args:?}: {:?}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
 /// The flat profile's rows of `mslprof -b -p PROFILES`: name to self seconds.
 fn self_seconds(dir: &Path, profiles: &[&str]) -> BTreeMap<String, f64> {
     let mut args = vec!["-b", "-p"];
     args.extend(profiles);
-    let out = mslprof(dir, &args);
+    let out = mslprof_ok(dir, &args);
     let text = String::from_utf8(out.stdout).expect("UTF-8 report");
     let rows: BTreeMap<String, f64> = text
         .lines()
@@ -105,7 +89,7 @@ fn summed_profiles_sampled_at_different_periods_add_up_in_seconds() {
         "{slow:?} against {fast:?}"
     );
 
-    let report = mslprof(workspace.path(), &["-b", "-p", "gmon.out", "gmon.slow.out"]);
+    let report = mslprof_ok(workspace.path(), &["-b", "-p", "gmon.out", "gmon.slow.out"]);
     let text = String::from_utf8_lossy(&report.stdout);
     assert!(
         text.contains("The profiles summed were sampled at different periods"),
@@ -130,7 +114,7 @@ fn functions_counted_at_the_plt_get_no_per_call_figures() {
     command.env("LD_AUDIT", audit_library());
     run_ok(&mut command);
 
-    let out = mslprof(workspace.path(), &["-b", "-p", "gmon.out"]);
+    let out = mslprof_ok(workspace.path(), &["-b", "-p", "gmon.out"]);
     let text = String::from_utf8(out.stdout).expect("UTF-8 report");
     let plt_rows: Vec<&str> = text.lines().filter(|l| l.ends_with(" (PLT)")).collect();
     let leaf = plt_rows
@@ -172,7 +156,7 @@ fn warnings_about_module_files_go_to_stderr_not_into_the_report() {
     std::fs::copy(golden_dir().join("app"), workspace.join("libcore.so")).expect("copy");
 
     for args in [&["-b", "-p", "gmon.out"][..], &["gmon.out"][..]] {
-        let out = mslprof(workspace.path(), args);
+        let out = mslprof_ok(workspace.path(), args);
         let stdout = String::from_utf8_lossy(&out.stdout);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(

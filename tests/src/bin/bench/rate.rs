@@ -7,6 +7,7 @@ use crate::measure::{Invocation, round_order, run_once};
 use crate::report::Section;
 use crate::sampling::{real_rustc, small_crate};
 use crate::{Env, Scale, fixtures};
+use mslprof_format::Profile;
 
 const RATES: [&str; 3] = ["100", "1000", "4000"];
 
@@ -48,8 +49,9 @@ fn invocations(
     invs
 }
 
-/// Samples and sampled CPU-seconds of the one profile a run left in its `GPROFDIR` (then removed).
-pub fn take_profile(inv: &Invocation) -> Result<Option<(f64, f64)>, String> {
+/// The one profile a run left in its `GPROFDIR` (then removed), with the size of its file in bytes; `None` for
+/// a run without `GPROFDIR`.
+pub fn take_profile(inv: &Invocation) -> Result<Option<(Profile, usize)>, String> {
     let Some((_, dir)) = inv.env.iter().find(|(k, _)| k == "GPROFDIR") else {
         return Ok(None);
     };
@@ -60,14 +62,30 @@ pub fn take_profile(inv: &Invocation) -> Result<Option<(f64, f64)>, String> {
         let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
         let profile = mslprof_format::read(&bytes, Default::default())
             .map_err(|e| format!("{}: {e}", path.display()))?;
-        let h = &profile.header;
-        found = Some((
-            h.total_samples as f64,
-            h.total_samples as f64 * h.sample_period_ns as f64 / 1e9,
-        ));
+        found = Some((profile, bytes.len()));
         std::fs::remove_file(&path).map_err(|e| e.to_string())?;
     }
     Ok(found)
+}
+
+/// CPU seconds and samples (0 without a profile) of each invocation over `runs` interleaved rounds; each
+/// run's profile is taken from its `GPROFDIR` and removed.
+pub fn trials(invs: &[Invocation], runs: usize) -> Result<Vec<Vec<(f64, f64)>>, String> {
+    for inv in invs {
+        if let Some((_, dir)) = inv.env.iter().find(|(k, _)| k == "GPROFDIR") {
+            std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+        }
+    }
+    let mut figures = vec![Vec::new(); invs.len()];
+    for round in 0..runs {
+        for i in round_order(round, invs.len()) {
+            let cpu = run_once(&invs[i])?.cpu.as_secs_f64();
+            let samples = take_profile(&invs[i])?
+                .map_or(0.0, |(profile, _)| profile.header.total_samples as f64);
+            figures[i].push((cpu, samples));
+        }
+    }
+    Ok(figures)
 }
 
 pub fn median_and_range(mut values: Vec<f64>) -> (f64, f64, f64) {
@@ -81,23 +99,19 @@ pub fn median_and_range(mut values: Vec<f64>) -> (f64, f64, f64) {
 
 /// Interleaved rounds of `invs` (the plain run first in the list); one table row per run under the runtime.
 fn measure(invs: &[Invocation], runs: usize, rows: &mut Vec<Vec<String>>) -> Result<(), String> {
-    let mut cpu: Vec<Vec<f64>> = vec![Vec::new(); invs.len()];
-    let mut rate: Vec<Vec<f64>> = vec![Vec::new(); invs.len()];
-    for inv in invs {
-        if let Some((_, dir)) = inv.env.iter().find(|(k, _)| k == "GPROFDIR") {
-            std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
-        }
-    }
-    for round in 0..runs {
-        for i in round_order(round, invs.len()) {
-            let figures = run_once(&invs[i])?;
-            let seconds = figures.cpu.as_secs_f64();
-            cpu[i].push(seconds);
-            if let Some((samples, _)) = take_profile(&invs[i])? {
-                rate[i].push(samples / seconds);
-            }
-        }
-    }
+    let figures = trials(invs, runs)?;
+    let cpu: Vec<Vec<f64>> = figures
+        .iter()
+        .map(|f| f.iter().map(|t| t.0).collect())
+        .collect();
+    let rate: Vec<Vec<f64>> = figures
+        .iter()
+        .map(|f| {
+            f.iter()
+                .map(|&(seconds, samples)| samples / seconds)
+                .collect()
+        })
+        .collect();
     let (plain, _, _) = median_and_range(cpu[0].clone());
     for i in 1..invs.len() {
         let (cpu_median, _, _) = median_and_range(cpu[i].clone());

@@ -5,8 +5,8 @@
 
 use std::path::Path;
 
-use crate::measure::{Invocation, round_order, run_once};
-use crate::rate::{median_and_range, take_profile};
+use crate::measure::{Invocation, run_once};
+use crate::rate::{median_and_range, take_profile, trials};
 use crate::report::Section;
 use crate::{Env, Scale, fixtures};
 
@@ -39,24 +39,6 @@ fn profiled(
         .env("MSLPROF_HZ", hz)
         .env("MSLPROF_STACK_DEPTH", depth)
         .env("GPROFDIR", out.to_string_lossy().into_owned())
-}
-
-/// CPU seconds and samples of each invocation over `runs` interleaved rounds.
-fn trials(invs: &[Invocation], runs: usize) -> Result<Vec<Vec<(f64, f64)>>, String> {
-    for inv in invs {
-        if let Some((_, dir)) = inv.env.iter().find(|(k, _)| k == "GPROFDIR") {
-            std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
-        }
-    }
-    let mut figures = vec![Vec::new(); invs.len()];
-    for round in 0..runs {
-        for i in round_order(round, invs.len()) {
-            let cpu = run_once(&invs[i])?.cpu.as_secs_f64();
-            let samples = take_profile(&invs[i])?.map_or(0.0, |(samples, _)| samples);
-            figures[i].push((cpu, samples));
-        }
-    }
-    Ok(figures)
 }
 
 pub fn run(env: &Env) -> Result<Section, String> {
@@ -214,23 +196,21 @@ fn rustc_profile_size(
     let _ = std::fs::remove_dir_all(&out);
     std::fs::create_dir_all(&out).map_err(|e| e.to_string())?;
     let cpu = run_once(&inv)?.cpu.as_secs_f64();
-    let mut described = String::from("no profile");
-    for entry in std::fs::read_dir(&out).map_err(|e| format!("{}: {e}", out.display()))? {
-        let path = entry.map_err(|e| e.to_string())?.path();
-        let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let profile = mslprof_format::read(&bytes, Default::default())
-            .map_err(|e| format!("{}: {e}", path.display()))?;
-        let stacks = profile.stacks.unwrap_or_default();
-        let frames: usize = stacks.records.iter().map(|r| r.frames.len()).sum();
-        described = format!(
-            "{:.0} KiB file: {} distinct stacks ({} frames) of {} samples, {} dropped",
-            bytes.len() as f64 / 1024.0,
-            stacks.records.len(),
-            frames,
-            stacks.sample_count(),
-            stacks.dropped
-        );
-    }
+    let described = match take_profile(&inv)? {
+        Some((profile, size)) => {
+            let stacks = profile.stacks.unwrap_or_default();
+            let frames: usize = stacks.records.iter().map(|r| r.frames.len()).sum();
+            format!(
+                "{:.0} KiB file: {} distinct stacks ({} frames) of {} samples, {} dropped",
+                size as f64 / 1024.0,
+                stacks.records.len(),
+                frames,
+                stacks.sample_count(),
+                stacks.dropped
+            )
+        }
+        None => "no profile".to_string(),
+    };
     Ok(vec![
         "rustc, 1 kHz, stacks on: profile size".into(),
         String::new(),
