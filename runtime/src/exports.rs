@@ -5,7 +5,9 @@
 //! - `mcount`, `_mcount`, `__fentry__` (`-pg`, `-pg -mfentry`): naked stubs in `mcount/x86_64.rs`;
 //! - `mslprof_plt_entry` (the PLT-counting stubs of libmslprof_audit.so): a naked stub in `mcount/x86_64.rs`;
 //! - `mslprof_plt_arena` (where the audit module's stubs are): `mcount/mod.rs`;
-//! - `__cyg_profile_func_enter`, `__cyg_profile_func_exit` (`-finstrument-functions`): `mcount/mod.rs`.
+//! - `__cyg_profile_func_enter`, `__cyg_profile_func_exit` (`-finstrument-functions`): `mcount/mod.rs`;
+//! - `mslprof_test_walk_here` (`test-hooks` builds): a naked stub in `sys.rs` that takes its caller's
+//!   registers and jumps to [`test_walk_from_report`].
 
 use std::ffi::{CStr, c_char, c_int, c_uint, c_ulong, c_void};
 
@@ -207,4 +209,49 @@ pub extern "C" fn mslprof_test_samples(pc: *const c_void) -> c_ulong {
         sampler::samples_in(pc).map_or(c_ulong::MAX, |samples| samples as c_ulong)
     })
     .unwrap_or(c_ulong::MAX)
+}
+
+/// Test hook's body, reached from `mslprof_test_walk_here` (`sys.rs`) with the caller's pc, sp and rbp in
+/// `report[0..3]`: walks the calling thread's stack from them `repeats` times with the SIGPROF handler's walk
+/// (same bounds, same unwind copies, outside a handler), writes the last walk's frames into `frames` as
+/// runtime addresses (the caller's pc, then return addresses; 0 outside every module), its frame count in
+/// `report[3]` and its flags in `report[4]`, and returns the nanoseconds the walks took (CLOCK_MONOTONIC).
+/// `u64::MAX` when profiling or stacks are off. It exists to measure the walk against other unwinders on the
+/// same stacks (the bench's `unwinders` suite).
+///
+/// # Safety
+/// `frames` is `capacity` writable words and `report` 5; only `mslprof_test_walk_here` calls this.
+#[cfg(all(feature = "test-hooks", target_arch = "x86_64"))]
+pub unsafe extern "C" fn test_walk_from_report(
+    frames: *mut u64,
+    capacity: usize,
+    repeats: u64,
+    report: *mut u64,
+) -> u64 {
+    // SAFETY: as the caller guarantees.
+    let (frames, report) = unsafe {
+        (
+            std::slice::from_raw_parts_mut(frames, capacity),
+            std::slice::from_raw_parts_mut(report, 5),
+        )
+    };
+    let walk = std::panic::AssertUnwindSafe(|| {
+        if !crate::ensure_started() {
+            return None;
+        }
+        let start = crate::stacks::unwind::Registers {
+            pc: report[0] as usize,
+            sp: report[1] as usize,
+            fp: report[2] as usize,
+        };
+        crate::stacks::walk_for_test(start, frames, repeats)
+    });
+    match std::panic::catch_unwind(walk) {
+        Ok(Some((nanoseconds, depth, flags))) => {
+            report[3] = depth as u64;
+            report[4] = u64::from(flags);
+            nanoseconds
+        }
+        _ => u64::MAX,
+    }
 }

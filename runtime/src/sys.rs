@@ -603,6 +603,8 @@ pub fn clock_ns(clock: libc::clockid_t) -> i64 {
         .saturating_add(now.tv_nsec)
 }
 
+#[cfg(feature = "test-hooks")]
+pub use libc::CLOCK_MONOTONIC;
 pub use libc::{CLOCK_PROCESS_CPUTIME_ID, CLOCK_REALTIME};
 
 /// The whole process's (all threads', finished ones included) user and system CPU time in nanoseconds, from
@@ -1280,6 +1282,33 @@ pub fn ucontext_register_offsets() -> (usize, usize, usize) {
         gregs + libc::REG_RIP as usize * word,
         gregs + libc::REG_RSP as usize * word,
         gregs + libc::REG_RBP as usize * word,
+    )
+}
+
+/// Test hook `u64 mslprof_test_walk_here(u64 *frames, size_t capacity, u64 repeats, u64 report[5])`
+/// (`test-hooks` builds): stores its caller's registers as they will be once it returns (pc: the return
+/// address; sp: just above it; rbp unchanged) in `report[0..3]`, then jumps to
+/// [`crate::exports::test_walk_from_report`], which walks the stack from them and returns to the caller.
+///
+/// # Safety
+/// As [`crate::exports::test_walk_from_report`]; `report` must be 5 writable words.
+#[cfg(all(feature = "test-hooks", target_arch = "x86_64"))]
+#[unsafe(naked)]
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mslprof_test_walk_here(
+    frames: *mut u64,
+    capacity: usize,
+    repeats: u64,
+    report: *mut u64,
+) -> u64 {
+    core::arch::naked_asm!(
+        "mov rax, [rsp]",
+        "mov [rcx], rax",
+        "lea rax, [rsp + 8]",
+        "mov [rcx + 8], rax",
+        "mov [rcx + 16], rbp",
+        "jmp {walk}",
+        walk = sym crate::exports::test_walk_from_report,
     )
 }
 

@@ -17,7 +17,7 @@ use mslprof_format::model::{Module, Profile};
 
 mod sys;
 
-pub use sys::{ChildUsage, send_signal, wait_with_usage};
+pub use sys::{ChildUsage, global_symbol, send_signal, wait_with_usage};
 
 /// `target/<profile>/`, found from the running test executable (`target/<profile>/deps/<test>-<hash>`).
 pub fn target_dir() -> PathBuf {

@@ -1,5 +1,5 @@
-//! The test helpers' uses of raw libc: reaping a child with `wait4` to learn the resources it used, and
-//! sending a child a signal.
+//! The test helpers' uses of raw libc: reaping a child with `wait4` to learn the resources it used, sending a
+//! child a signal, and finding a symbol in the running process.
 
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
@@ -56,4 +56,12 @@ pub fn send_signal(pid: u32, signal: i32) -> bool {
     };
     // SAFETY: kill takes two integers and touches no memory of ours.
     unsafe { libc::kill(pid, signal) == 0 }
+}
+
+/// The address of the global symbol `name` in this process (`dlsym(RTLD_DEFAULT, name)`), if any object
+/// defines it.
+pub fn global_symbol(name: &std::ffi::CStr) -> Option<usize> {
+    // SAFETY: `name` is a NUL-terminated string; dlsym only reads it.
+    let address = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
+    (!address.is_null()).then_some(address as usize)
 }

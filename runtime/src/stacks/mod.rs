@@ -207,6 +207,45 @@ pub unsafe fn record_interrupted(context: *const std::os::raw::c_void) {
     }
 }
 
+/// The test hook's walk (`mslprof_test_walk_here`, `test-hooks` builds): walks this thread's stack from `start`
+/// `repeats` times as the SIGPROF handler does (its bounds, its trampoline address), writes the last walk's
+/// frames into `frames_out` as runtime addresses (0 outside every module), and returns the nanoseconds the walks
+/// took (CLOCK_MONOTONIC), the frame count and the flags; `None` when stacks are off. Allocates (not for a
+/// handler).
+#[cfg(all(feature = "test-hooks", target_arch = "x86_64"))]
+pub fn walk_for_test(
+    start: Registers,
+    frames_out: &mut [u64],
+    repeats: u64,
+) -> Option<(u64, usize, u32)> {
+    let stacks = STACKS.get().filter(|s| s.max_depth != 0)?;
+    let mut frames = vec![Frame::default(); frames_out.len()];
+    let mut window = vec![0u8; COPY_WINDOW_BYTES];
+    let restorer = stacks.restorer.load(Ordering::Relaxed);
+    let mut walked = (0, 0);
+    let began = sys::clock_ns(sys::CLOCK_MONOTONIC);
+    for _ in 0..repeats {
+        walked = unwind::walk(
+            std::hint::black_box(start),
+            &mut frames,
+            &HandlerBounds,
+            &mut window,
+            restorer,
+        );
+    }
+    let elapsed = sys::clock_ns(sys::CLOCK_MONOTONIC) - began;
+    let (depth, flags) = walked;
+    for (out, frame) in frames_out.iter_mut().zip(&frames[..depth]) {
+        *out = crate::modules::by_key(frame.key).map_or(0, |module| {
+            module
+                .load_bias
+                .runtime_address(LinkAddress(frame.address))
+                .0
+        });
+    }
+    Some((elapsed.max(0) as u64, depth, flags))
+}
+
 /// A forked child's fresh start: the parent's stacks are not the child's. Only while nothing inserts.
 pub fn reset_after_fork() {
     if let Some(stacks) = STACKS.get() {

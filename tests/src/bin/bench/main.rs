@@ -3,7 +3,7 @@
 //!
 //! Run it with `cargo run --release -p mslprof-tests --bin bench` (add `-- --quick` for a fast smoke run with
 //! fewer repetitions and smaller inputs, `-- --full` for the slow large-input gprof comparisons, `-- --only
-//! calls|plt|run|sampling|rate|stacks|analysis|fork` to run one suite and replace only its sections of BENCHMARKS.md). It builds the
+//! calls|plt|run|sampling|rate|stacks|unwinders|analysis|fork` to run one suite and replace only its sections of BENCHMARKS.md). It builds the
 //! release runtime and analyzer itself.
 //!
 //! Every mslprof run profiles every module by leaving `LD_PROFILE` unset (which means ALL): any value of that
@@ -21,6 +21,7 @@ mod report;
 mod runcost;
 mod sampling;
 mod stacks;
+mod unwinders;
 mod workingset;
 
 use std::path::{Path, PathBuf};
@@ -63,7 +64,7 @@ fn run() -> Result<(), String> {
             "--synthetic-gmon" => return analysis::synthetic_gmon_main(&args.collect::<Vec<_>>()),
             "-h" | "--help" => {
                 println!(
-                    "usage: bench [--quick|--full] [--only calls|plt|run|sampling|rate|stacks|analysis|fork]"
+                    "usage: bench [--quick|--full] [--only calls|plt|run|sampling|rate|stacks|unwinders|analysis|fork]"
                 );
                 return Ok(());
             }
@@ -125,6 +126,10 @@ fn run() -> Result<(), String> {
     if wanted("stacks") {
         eprintln!("bench: call stacks: capture time per sample and overhead at 100 Hz and 1 kHz");
         sections.push(stacks::run(&env)?);
+    }
+    if wanted("unwinders") {
+        eprintln!("bench: the runtime's stack walker against framehop on the same stacks");
+        sections.push(unwinders::run(&env)?);
     }
     if wanted("analysis") {
         eprintln!("bench: report generation, mslprof against GNU gprof");
