@@ -189,7 +189,7 @@ pub static mslprof_plt_abi: u32 = 2;
 pub extern "C" fn mslprof_test_inject_samples(pc: *const c_void, count: c_ulong) {
     let _ = std::panic::catch_unwind(|| {
         if crate::ensure_started() {
-            sampler::inject_samples(pc as usize, u64::from(count));
+            sampler::inject_samples(pc as usize, count);
         }
     });
 }
