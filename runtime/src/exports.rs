@@ -213,26 +213,28 @@ pub extern "C" fn mslprof_test_samples(pc: *const c_void) -> c_ulong {
 
 /// Test hook's body, reached from `mslprof_test_walk_here` (`sys.rs`) with the caller's pc, sp and rbp in
 /// `report[0..3]`: walks the calling thread's stack from them `repeats` times with the SIGPROF handler's walk
-/// (same bounds, same unwind copies, outside a handler), writes the last walk's frames into `frames` as
-/// runtime addresses (the caller's pc, then return addresses; 0 outside every module), its frame count in
-/// `report[3]` and its flags in `report[4]`, and returns the nanoseconds the walks took (CLOCK_MONOTONIC).
-/// `u64::MAX` when profiling or stacks are off. It exists to measure the walk against other unwinders on the
-/// same stacks (the bench's `unwinders` suite).
+/// (same bounds, same unwind copies, outside a handler) and a rule cache of its own, emptied before each walk
+/// when `cold` is not 0; writes the last walk's frames into `frames` as runtime addresses (the caller's pc, then
+/// return addresses; 0 outside every module), its frame count in `report[3]`, its flags in `report[4]`, the
+/// cache's hits and misses over all the walks in `report[5..7]`, and returns the nanoseconds the walks took
+/// (CLOCK_MONOTONIC; emptying the cache excluded). `u64::MAX` when profiling or stacks are off. It exists to
+/// measure the walk against other unwinders on the same stacks (the bench's `unwinders` suite).
 ///
 /// # Safety
-/// `frames` is `capacity` writable words and `report` 5; only `mslprof_test_walk_here` calls this.
+/// `frames` is `capacity` writable words and `report` 7; only `mslprof_test_walk_here` calls this.
 #[cfg(all(feature = "test-hooks", target_arch = "x86_64"))]
 pub unsafe extern "C" fn test_walk_from_report(
     frames: *mut u64,
     capacity: usize,
     repeats: u64,
     report: *mut u64,
+    cold: u64,
 ) -> u64 {
     // SAFETY: as the caller guarantees.
     let (frames, report) = unsafe {
         (
             std::slice::from_raw_parts_mut(frames, capacity),
-            std::slice::from_raw_parts_mut(report, 5),
+            std::slice::from_raw_parts_mut(report, 7),
         )
     };
     let walk = std::panic::AssertUnwindSafe(|| {
@@ -244,13 +246,15 @@ pub unsafe extern "C" fn test_walk_from_report(
             sp: report[1] as usize,
             fp: report[2] as usize,
         };
-        crate::stacks::walk_for_test(start, frames, repeats)
+        crate::stacks::walk_for_test(start, frames, repeats, cold != 0)
     });
     match std::panic::catch_unwind(walk) {
-        Ok(Some((nanoseconds, depth, flags))) => {
-            report[3] = depth as u64;
-            report[4] = u64::from(flags);
-            nanoseconds
+        Ok(Some(walks)) => {
+            report[3] = walks.depth as u64;
+            report[4] = u64::from(walks.flags);
+            report[5] = walks.hits;
+            report[6] = walks.misses;
+            walks.nanoseconds
         }
         _ => u64::MAX,
     }

@@ -1285,13 +1285,14 @@ pub fn ucontext_register_offsets() -> (usize, usize, usize) {
     )
 }
 
-/// Test hook `u64 mslprof_test_walk_here(u64 *frames, size_t capacity, u64 repeats, u64 report[5])`
+/// Test hook `u64 mslprof_test_walk_here(u64 *frames, size_t capacity, u64 repeats, u64 report[7], u64 cold)`
 /// (`test-hooks` builds): stores its caller's registers as they will be once it returns (pc: the return
 /// address; sp: just above it; rbp unchanged) in `report[0..3]`, then jumps to
-/// [`crate::exports::test_walk_from_report`], which walks the stack from them and returns to the caller.
+/// [`crate::exports::test_walk_from_report`] (same arguments), which walks the stack from them and returns to
+/// the caller.
 ///
 /// # Safety
-/// As [`crate::exports::test_walk_from_report`]; `report` must be 5 writable words.
+/// As [`crate::exports::test_walk_from_report`]; `report` must be 7 writable words.
 #[cfg(all(feature = "test-hooks", target_arch = "x86_64"))]
 #[unsafe(naked)]
 #[unsafe(no_mangle)]
@@ -1300,6 +1301,7 @@ pub unsafe extern "C" fn mslprof_test_walk_here(
     capacity: usize,
     repeats: u64,
     report: *mut u64,
+    cold: u64,
 ) -> u64 {
     core::arch::naked_asm!(
         "mov rax, [rsp]",

@@ -5,6 +5,7 @@
 //! keeps its key. `MSLPROF_STACK_DEPTH` bounds a walk (0: no stacks at all); `MSLPROF_STACK_TABLE_KB` bounds
 //! the table.
 
+pub mod rule_cache;
 pub mod table;
 pub mod unwind;
 
@@ -17,6 +18,7 @@ use mslprof_format::model::{StackFrame, UNKNOWN_KEY};
 use mslprof_format::stream::{StackRecordDesc, StacksDesc};
 
 use crate::sys;
+use rule_cache::RuleCache;
 use table::Table;
 use unwind::{Frame, Registers, StackBounds};
 
@@ -35,7 +37,7 @@ const SCRATCH_SLOTS: usize = 16;
 struct Stacks {
     max_depth: u32,
     table: Table,
-    /// SCRATCH_SLOTS × (frames for `max_depth`, then the copy window), claimed by `scratch_busy`.
+    /// SCRATCH_SLOTS × (frames for `max_depth`, the rule cache, the copy window), claimed by `scratch_busy`.
     scratch: *mut u8,
     scratch_busy: [AtomicBool; SCRATCH_SLOTS],
     /// glibc's `__restore_rt`, the code signal handlers return into (0: unknown).
@@ -57,8 +59,17 @@ thread_local! {
     static THREAD_STACK: Cell<(usize, usize)> = const { Cell::new((0, 0)) };
 }
 
+/// Bytes of one scratch slot's frames, and of its frames and rule cache (each part 16-aligned).
+fn scratch_parts(max_depth: u32) -> (usize, usize) {
+    let frames = (max_depth as usize * std::mem::size_of::<Frame>()).div_ceil(16) * 16;
+    (
+        frames,
+        frames + std::mem::size_of::<RuleCache>().div_ceil(16) * 16,
+    )
+}
+
 fn scratch_bytes(max_depth: u32) -> usize {
-    (max_depth as usize * std::mem::size_of::<Frame>()).div_ceil(16) * 16 + COPY_WINDOW_BYTES
+    scratch_parts(max_depth).1 + COPY_WINDOW_BYTES
 }
 
 /// Takes the settings, before any module is added: whether modules copy their unwind tables.
@@ -138,6 +149,7 @@ impl StackBounds for HandlerBounds {
 struct Scratch<'a> {
     busy: &'a AtomicBool,
     frames: &'a mut [Frame],
+    cache: &'a mut RuleCache,
     window: &'a mut [u8],
 }
 
@@ -153,22 +165,39 @@ impl Stacks {
             busy.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
                 .is_ok()
         })?;
-        let bytes = scratch_bytes(self.max_depth);
-        let frame_bytes = bytes - COPY_WINDOW_BYTES;
-        // SAFETY: slot `index` of the scratch mapping (SCRATCH_SLOTS × `bytes`), 16-aligned, ours alone until
-        // the flag is released; Frame is plain data for which zeroed memory is valid.
-        let (frames, window) = unsafe {
-            let base = self.scratch.add(index * bytes);
-            (
-                std::slice::from_raw_parts_mut(base.cast::<Frame>(), self.max_depth as usize),
-                std::slice::from_raw_parts_mut(base.add(frame_bytes), COPY_WINDOW_BYTES),
-            )
-        };
+        // SAFETY: slot `index`, ours alone until the flag is released.
+        let (frames, cache, window) = unsafe { self.slot(index) };
         Some(Scratch {
             busy: &self.scratch_busy[index],
             frames,
+            cache,
             window,
         })
+    }
+
+    /// Scratch slot `index`'s frames, rule cache and copy window.
+    ///
+    /// # Safety
+    /// `index < SCRATCH_SLOTS`, and nothing else uses the slot while the borrows last (its flag is held, or no
+    /// handler can run).
+    #[allow(
+        clippy::mut_from_ref,
+        reason = "the slots are apart; the caller holds the slot"
+    )]
+    unsafe fn slot(&self, index: usize) -> (&mut [Frame], &mut RuleCache, &mut [u8]) {
+        let bytes = scratch_bytes(self.max_depth);
+        let (frame_bytes, window_at) = scratch_parts(self.max_depth);
+        // SAFETY: slot `index` of the scratch mapping (SCRATCH_SLOTS × `bytes`), 16-aligned, its parts apart and
+        // 16-aligned, ours as the caller guarantees; Frame and RuleCache are plain integers, for which zeroed
+        // memory is valid (an empty cache).
+        unsafe {
+            let base = self.scratch.add(index * bytes);
+            (
+                std::slice::from_raw_parts_mut(base.cast::<Frame>(), self.max_depth as usize),
+                &mut *base.add(frame_bytes).cast::<RuleCache>(),
+                std::slice::from_raw_parts_mut(base.add(window_at), COPY_WINDOW_BYTES),
+            )
+        }
     }
 }
 
@@ -192,12 +221,18 @@ pub unsafe fn record_interrupted(context: *const std::os::raw::c_void) {
         stacks.table.note_dropped();
         return;
     };
-    let Scratch { frames, window, .. } = &mut { scratch };
+    let Scratch {
+        frames,
+        cache,
+        window,
+        ..
+    } = &mut { scratch };
     let (depth, flags) = unwind::walk(
         Registers { pc, sp, fp },
         frames,
         &HandlerBounds,
         window,
+        cache,
         stacks.restorer.load(Ordering::Relaxed),
     );
     if let Some(stack) = frames.get(..depth)
@@ -207,33 +242,66 @@ pub unsafe fn record_interrupted(context: *const std::os::raw::c_void) {
     }
 }
 
+/// What the test hook's walks found and took.
+#[cfg(all(feature = "test-hooks", target_arch = "x86_64"))]
+pub struct TestWalks {
+    /// Nanoseconds the walks took (CLOCK_MONOTONIC), emptying the cache excluded.
+    pub nanoseconds: u64,
+    /// The last walk's frame count and flags.
+    pub depth: usize,
+    pub flags: u32,
+    /// Rule cache hits and misses over all the walks.
+    pub hits: u64,
+    pub misses: u64,
+}
+
 /// The test hook's walk (`mslprof_test_walk_here`, `test-hooks` builds): walks this thread's stack from `start`
-/// `repeats` times as the SIGPROF handler does (its bounds, its trampoline address), writes the last walk's
-/// frames into `frames_out` as runtime addresses (0 outside every module), and returns the nanoseconds the walks
-/// took (CLOCK_MONOTONIC), the frame count and the flags; `None` when stacks are off. Allocates (not for a
+/// `repeats` times as the SIGPROF handler does (its bounds, its trampoline address, a rule cache of its own that
+/// starts empty and, when `cold`, is emptied before each walk), and writes the last walk's frames into
+/// `frames_out` as runtime addresses (0 outside every module); `None` when stacks are off. Allocates (not for a
 /// handler).
 #[cfg(all(feature = "test-hooks", target_arch = "x86_64"))]
 pub fn walk_for_test(
     start: Registers,
     frames_out: &mut [u64],
     repeats: u64,
-) -> Option<(u64, usize, u32)> {
+    cold: bool,
+) -> Option<TestWalks> {
     let stacks = STACKS.get().filter(|s| s.max_depth != 0)?;
     let mut frames = vec![Frame::default(); frames_out.len()];
     let mut window = vec![0u8; COPY_WINDOW_BYTES];
+    let mut cache = RuleCache::boxed();
     let restorer = stacks.restorer.load(Ordering::Relaxed);
-    let mut walked = (0, 0);
-    let began = sys::clock_ns(sys::CLOCK_MONOTONIC);
-    for _ in 0..repeats {
-        walked = unwind::walk(
+    let mut walk = |cache: &mut RuleCache| {
+        unwind::walk(
             std::hint::black_box(start),
             &mut frames,
             &HandlerBounds,
             &mut window,
+            cache,
             restorer,
-        );
+        )
+    };
+    let mut walked = (0, 0);
+    let mut elapsed = 0;
+    let (mut hits, mut misses) = (0, 0);
+    if cold {
+        for _ in 0..repeats {
+            cache.clear();
+            let began = sys::clock_ns(sys::CLOCK_MONOTONIC);
+            walked = walk(&mut cache);
+            elapsed += sys::clock_ns(sys::CLOCK_MONOTONIC) - began;
+            let (walk_hits, walk_misses) = cache.counts();
+            (hits, misses) = (hits + walk_hits, misses + walk_misses);
+        }
+    } else {
+        let began = sys::clock_ns(sys::CLOCK_MONOTONIC);
+        for _ in 0..repeats {
+            walked = walk(&mut cache);
+        }
+        elapsed = sys::clock_ns(sys::CLOCK_MONOTONIC) - began;
+        (hits, misses) = cache.counts();
     }
-    let elapsed = sys::clock_ns(sys::CLOCK_MONOTONIC) - began;
     let (depth, flags) = walked;
     for (out, frame) in frames_out.iter_mut().zip(&frames[..depth]) {
         *out = crate::modules::by_key(frame.key).map_or(0, |module| {
@@ -243,16 +311,26 @@ pub fn walk_for_test(
                 .0
         });
     }
-    Some((elapsed.max(0) as u64, depth, flags))
+    Some(TestWalks {
+        nanoseconds: elapsed.max(0) as u64,
+        depth,
+        flags,
+        hits,
+        misses,
+    })
 }
 
 /// A forked child's fresh start: the parent's stacks are not the child's. Only while nothing inserts.
 pub fn reset_after_fork() {
     if let Some(stacks) = STACKS.get() {
         stacks.table.clear();
-        // Slots held by handlers of threads that do not exist in the child.
-        for busy in &stacks.scratch_busy {
-            busy.store(false, Ordering::Relaxed);
+        // Slots held by handlers of threads that do not exist in the child; a rule cache such a handler was
+        // writing may hold a torn entry, so it starts empty.
+        for (index, busy) in stacks.scratch_busy.iter().enumerate() {
+            if busy.swap(false, Ordering::Relaxed) {
+                // SAFETY: a slot index; the child has one thread, outside any handler.
+                unsafe { stacks.slot(index) }.1.clear();
+            }
         }
     }
 }

@@ -1,14 +1,16 @@
 //! The walk of one interrupted call stack, inside the SIGPROF handler: from the interrupted registers, one
 //! return address at a time, by the module's call-frame information (`.eh_frame_hdr` + `.eh_frame`, read
-//! with gimli into a context on the stack) or, where there is none, by the frame-pointer chain; through
-//! kernel signal frames (glibc's `__restore_rt`). Every read of the stack is checked against the bounds of
-//! the stack it is on ([`Window`]); unwind tables are read from copies made when the module was added, so the
-//! walk never reads a module's memory (see [`crate::unwind_tables::ModuleUnwind`]).
+//! with gimli into a context on the stack) or, where there is none, by the frame-pointer chain, each address's
+//! rule kept in a cache ([`super::rule_cache`]); through kernel signal frames (glibc's `__restore_rt`). Every
+//! read of the stack is checked against the bounds of the stack it is on ([`Window`]); unwind tables are read
+//! from copies made when the module was added, so the walk never reads a module's memory (see
+//! [`crate::unwind_tables::ModuleUnwind`]).
 
 use gimli::{CfaRule, RegisterRule, UnwindContext, UnwindTableRow, X86_64};
 use mslprof_format::RuntimeAddress;
 use mslprof_format::model::UNKNOWN_KEY;
 
+use super::rule_cache::RuleCache;
 use crate::modules;
 use crate::unwind_tables::StoreOnStack;
 
@@ -30,45 +32,116 @@ enum Step {
     Failed,
 }
 
-/// Applies one row of call-frame information.
-fn apply(
-    row: &UnwindTableRow<usize, StoreOnStack>,
-    registers: Registers,
-    stack: &Window<'_>,
-) -> Step {
-    let cfa = match *row.cfa() {
-        CfaRule::RegisterAndOffset { register, offset } => {
-            let base = if register == X86_64::RSP {
-                registers.sp
-            } else if register == X86_64::RBP {
-                registers.fp
-            } else {
-                return Step::Failed;
-            };
-            (base as i64).wrapping_add(offset) as usize
+/// Where a frame's CFA (its caller's stack pointer) is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cfa {
+    /// rsp + offset.
+    SpPlus(i64),
+    /// rbp + offset.
+    FpPlus(i64),
+    /// rsp + 8: a PLT entry. Only PLT entries use an expression here (glibc's and binutils' CFI for them):
+    /// everywhere in an entry but the lazy-binding path's push, the return address is at rsp, the return
+    /// address rule reading [CFA - 8].
+    PltEntry,
+}
+
+/// Where the caller's rbp is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SavedFp {
+    /// Saved at CFA + offset.
+    At(i64),
+    /// Is CFA + offset.
+    Is(i64),
+    /// Any other rule: the caller's rbp is taken to be this frame's.
+    Unchanged,
+}
+
+/// What one step applies at one address: a row of call-frame information reduced to the registers the walk
+/// follows, or the frame-pointer rule. The same for every visit of a (load instance, address), so the handler
+/// caches it ([`super::rule_cache`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rule {
+    /// No call-frame information for the address: the frame-pointer rule (`push rbp; mov rbp, rsp`).
+    FramePointer,
+    /// A row whose CFA is from a register other than rsp and rbp, or whose return address is neither
+    /// undefined nor saved at an offset: the walk cannot go on.
+    Unfollowable,
+    /// A row; its return address saved at CFA + offset, or `None`: undefined (the outermost frame).
+    Row {
+        cfa: Cfa,
+        return_address: Option<i64>,
+        fp: SavedFp,
+    },
+}
+
+impl Rule {
+    /// The rule for `row` (`None`: no row for the address).
+    pub fn for_row(row: Option<&UnwindTableRow<usize, StoreOnStack>>) -> Rule {
+        let Some(row) = row else {
+            return Rule::FramePointer;
+        };
+        let cfa = match *row.cfa() {
+            CfaRule::RegisterAndOffset { register, offset } if register == X86_64::RSP => {
+                Cfa::SpPlus(offset)
+            }
+            CfaRule::RegisterAndOffset { register, offset } if register == X86_64::RBP => {
+                Cfa::FpPlus(offset)
+            }
+            CfaRule::RegisterAndOffset { .. } => return Rule::Unfollowable,
+            CfaRule::Expression(_) => Cfa::PltEntry,
+        };
+        let return_address = match row.register(X86_64::RA) {
+            RegisterRule::Undefined => None,
+            RegisterRule::Offset(offset) => Some(offset),
+            _ => return Rule::Unfollowable,
+        };
+        let fp = match row.register(X86_64::RBP) {
+            RegisterRule::Offset(offset) => SavedFp::At(offset),
+            RegisterRule::ValOffset(offset) => SavedFp::Is(offset),
+            _ => SavedFp::Unchanged,
+        };
+        Rule::Row {
+            cfa,
+            return_address,
+            fp,
         }
-        // Only PLT entries use an expression here (glibc's and binutils' CFI for them): everywhere in an entry
-        // but the lazy-binding path's push, the return address is at rsp, the rule below reading [CFA - 8].
-        CfaRule::Expression(_) => registers.sp.wrapping_add(8),
-    };
-    let at = |offset: i64| (cfa as i64).wrapping_add(offset) as usize;
-    let pc = match row.register(X86_64::RA) {
-        RegisterRule::Undefined => return Step::End,
-        RegisterRule::Offset(offset) => match stack.read(at(offset)) {
-            Some(pc) => pc,
-            None => return Step::Failed,
-        },
-        _ => return Step::Failed,
-    };
-    let fp = match row.register(X86_64::RBP) {
-        RegisterRule::Offset(offset) => match stack.read(at(offset)) {
-            Some(fp) => fp,
-            None => return Step::Failed,
-        },
-        RegisterRule::ValOffset(offset) => at(offset),
-        _ => registers.fp,
-    };
-    Step::Caller(Registers { pc, sp: cfa, fp })
+    }
+
+    /// One step from `registers` by this rule.
+    fn apply(self, registers: Registers, stack: &Window<'_>) -> Step {
+        let Rule::Row {
+            cfa,
+            return_address,
+            fp,
+        } = self
+        else {
+            return match self {
+                Rule::FramePointer => frame_pointer_step(registers, stack),
+                _ => Step::Failed,
+            };
+        };
+        let cfa = match cfa {
+            Cfa::SpPlus(offset) => (registers.sp as i64).wrapping_add(offset) as usize,
+            Cfa::FpPlus(offset) => (registers.fp as i64).wrapping_add(offset) as usize,
+            Cfa::PltEntry => registers.sp.wrapping_add(8),
+        };
+        let at = |offset: i64| (cfa as i64).wrapping_add(offset) as usize;
+        let Some(return_address) = return_address else {
+            return Step::End;
+        };
+        let Some(pc) = stack.read(at(return_address)) else {
+            return Step::Failed;
+        };
+        let fp = match fp {
+            SavedFp::At(offset) => match stack.read(at(offset)) {
+                Some(fp) => fp,
+                None => return Step::Failed,
+            },
+            SavedFp::Is(offset) => at(offset),
+            SavedFp::Unchanged => registers.fp,
+        };
+        Step::Caller(Registers { pc, sp: cfa, fp })
+    }
 }
 
 /// One step by the frame-pointer rule (`push rbp; mov rbp, rsp`): when rbp looks like a frame (8-aligned, at
@@ -169,13 +242,16 @@ pub const TRUNCATED_UNWIND: u32 = mslprof_format::model::stack_flags::TRUNCATED_
 const RESTORER_BYTES: usize = 9;
 
 /// Walks the stack from `start` into `frames` (leaf first); returns the frame count and the flags.
-/// `restorer` is the signal trampoline's address (0: unknown, signal frames end the walk). Async-signal-safe:
-/// no allocation, no lock, no read outside the windows, no panic (checked indexing).
+/// `restorer` is the signal trampoline's address (0: unknown, signal frames end the walk). The rule for each
+/// frame's address comes from `cache` when it holds it, else from the module's call-frame information (then
+/// `cache` keeps it). Async-signal-safe: no allocation, no lock, no read outside the windows, no panic (checked
+/// indexing).
 pub fn walk(
     start: Registers,
     frames: &mut [Frame],
     bounds: &impl StackBounds,
     scratch: &mut [u8],
+    cache: &mut RuleCache,
     restorer: usize,
 ) -> (usize, u32) {
     let mut context = UnwindContext::<usize, StoreOnStack>::new_in();
@@ -235,15 +311,22 @@ pub fn walk(
             window = window_for(sp, bounds, scratch);
             continue;
         }
-        let link = module.map(|m| m.link_address(RuntimeAddress::from_usize(lookup)).0);
-        let row = match (module.and_then(|m| m.unwind.as_ref()), link) {
-            (Some(unwind), Some(address)) => unwind.row(address, &mut context),
-            _ => None,
+        let rule = match module {
+            Some(module) => {
+                let address = module.link_address(RuntimeAddress::from_usize(lookup)).0;
+                cache.get(module.key, address).unwrap_or_else(|| {
+                    let row = module
+                        .unwind
+                        .as_ref()
+                        .and_then(|unwind| unwind.row(address, &mut context));
+                    let rule = Rule::for_row(row);
+                    cache.put(module.key, address, rule);
+                    rule
+                })
+            }
+            None => Rule::FramePointer,
         };
-        let step = match row {
-            Some(row) => apply(row, registers, stack),
-            None => frame_pointer_step(registers, stack),
-        };
+        let step = rule.apply(registers, stack);
         match step {
             Step::Caller(caller) if caller.pc != 0 && caller.sp > registers.sp => {
                 registers = caller;

@@ -3,19 +3,23 @@
 //! deep (`main` and libc's start-up frames included), then at the bottom (a) calls the `test-hooks` runtime's
 //! `mslprof_test_walk_here`, which walks the stack from its caller's registers with the SIGPROF handler's walk,
 //! and (b) walks the same stack with framehop from the same registers, one framehop module per loaded object
-//! (its `.eh_frame_hdr`, `.eh_frame` and code, read in place). framehop walks twice: with a cold rule cache
-//! (two unwinders take turns over one cache, the first not the one the warm walks use, so no rule a walk
-//! cached serves the next; checked from the cache's statistics) and with a warm one (one unwinder, the cache kept across walks, as samply uses it).
-//! Every walk must give the runtime's frames (same count, same addresses), and the runtime's walk must reach
-//! the outermost frame, or nothing is timed.
+//! (its `.eh_frame_hdr`, `.eh_frame` and code, read in place). Each walker walks with a cold rule cache and with
+//! a warm one. The runtime's: its cache emptied before each walk (checked: no hit), then kept across walks (checked:
+//! the walks after the first find rules cached). framehop's: two unwinders take turns over one cache, the first
+//! not the one the warm walks use, so no rule a walk cached serves the next (checked from the cache's
+//! statistics), then one unwinder, the cache kept across walks, as samply uses it. Every walk must give the
+//! runtime's frames (same count, same addresses), and the runtime's walks must reach the outermost frame, or
+//! nothing is timed.
 //!
 //! Run it with `LD_PRELOAD` naming the runtime built with `test-hooks` (stacks on, as by default) and `GPROFDIR=`
 //! (no profile), as the bench's `unwinders` suite and `tests/tests/unwinders.rs` do.
 //!
 //! - `unwind_compare [--trials N] [--frames N] DEPTH...`: per depth and trial, one line
-//!   `trial DEPTH FRAMES RUNTIME FRAMEHOP_COLD FRAMEHOP_WARM`, nanoseconds per walk, each the mean over
-//!   `--frames` / DEPTH walks of that kind.
-//! - `unwind_compare --check DEPTH`: one walk of each kind, then `agree DEPTH FRAMES` and the frames' addresses.
+//!   `trial DEPTH FRAMES RUNTIME_COLD RUNTIME_WARM FRAMEHOP_COLD FRAMEHOP_WARM`, nanoseconds per walk, each the
+//!   mean over `--frames` / DEPTH walks of that kind.
+//! - `unwind_compare --check DEPTH`: two walks of each kind (so that the second warm walk finds the first's
+//!   rules), then `agree DEPTH FRAMES`, the frames' addresses, and `runtime cache: cold HITS MISSES, warm HITS
+//!   MISSES`, the runtime's rule cache hits and misses over its cold walks and over its warm ones.
 //!
 //! A disagreement prints both walkers' frames on stderr and exits with status 1.
 
@@ -31,10 +35,14 @@ use findshlibs::{Segment, SharedLibrary, TargetSharedLibrary};
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, Module, MustNotAllocateDuringUnwind, Unwinder};
 
-/// `u64 mslprof_test_walk_here(u64 *frames, size_t capacity, u64 repeats, u64 report[5])`: the runtime's test
-/// hook (runtime/README.md, "Safety rules"). `report` gets the caller's pc, sp and rbp, the frame count and the
-/// walk's flags; it returns the nanoseconds the walks took, `u64::MAX` when it could not walk.
-type WalkHere = unsafe extern "C" fn(*mut u64, usize, u64, *mut u64) -> u64;
+/// `u64 mslprof_test_walk_here(u64 *frames, size_t capacity, u64 repeats, u64 report[7], u64 cold)`: the
+/// runtime's test hook (runtime/README.md, "Safety rules"). `report` gets the caller's pc, sp and rbp, the frame
+/// count, the walk's flags and the rule cache's hits and misses; it returns the nanoseconds the walks took,
+/// `u64::MAX` when it could not walk.
+type WalkHere = unsafe extern "C" fn(*mut u64, usize, u64, *mut u64, u64) -> u64;
+
+/// Words of the hook's report.
+const REPORT_WORDS: usize = 7;
 
 /// framehop as it can run in a signal handler: no allocation during a walk.
 type Framehop = UnwinderX86_64<&'static [u8], MustNotAllocateDuringUnwind>;
@@ -54,7 +62,10 @@ struct Start {
 /// One measurement at the bottom of the stack: the frames both walkers agree on and nanoseconds per walk.
 struct Measurement {
     frames: Vec<u64>,
-    runtime_ns: f64,
+    runtime_cold_ns: f64,
+    runtime_warm_ns: f64,
+    /// The runtime's rule cache hits and misses over its cold walks and over its warm ones.
+    runtime_cache: [(u64, u64); 2],
     framehop_cold_ns: f64,
     framehop_warm_ns: f64,
 }
@@ -110,90 +121,136 @@ impl Probe {
         std::mem::replace(&mut self.outcome, Err("not measured".into()))
     }
 
-    /// The bottom of the recursion: the runtime walks from here (its hook's return address), then framehop
-    /// from the same registers, over the same frames (this function's and its callers', unchanged meanwhile).
+    /// The bottom of the recursion: the runtime walks from here (its hook's return address), cold cache then
+    /// warm, then framehop from the same registers, over the same frames (this function's and its callers',
+    /// unchanged meanwhile).
     #[inline(never)]
     fn at_bottom(&mut self) -> u64 {
-        let mut runtime_frames = [0u64; MOST_FRAMES];
-        let mut report = [0u64; 5];
-        // SAFETY: the hook's contract: MOST_FRAMES writable words and 5 for the report.
-        let nanoseconds = unsafe {
-            (self.walk_here)(
-                runtime_frames.as_mut_ptr(),
-                MOST_FRAMES,
-                self.walks,
-                report.as_mut_ptr(),
-            )
-        };
-        self.outcome = self.compare(&runtime_frames, &report, nanoseconds);
-        black_box(report[3])
+        let mut runtime_frames = [[0u64; MOST_FRAMES]; 2];
+        let mut reports = [[0u64; REPORT_WORDS]; 2];
+        let mut nanoseconds = [0u64; 2];
+        for (cold, ((frames, report), nanoseconds)) in [1, 0].into_iter().zip(
+            runtime_frames
+                .iter_mut()
+                .zip(&mut reports)
+                .zip(&mut nanoseconds),
+        ) {
+            // SAFETY: the hook's contract: MOST_FRAMES writable words and REPORT_WORDS for the report.
+            *nanoseconds = unsafe {
+                (self.walk_here)(
+                    frames.as_mut_ptr(),
+                    MOST_FRAMES,
+                    self.walks,
+                    report.as_mut_ptr(),
+                    cold,
+                )
+            };
+        }
+        self.outcome = self.compare(&runtime_frames, &reports, nanoseconds);
+        black_box(reports[0][3])
     }
 
-    /// framehop's walks from the hook's registers, against the runtime's frames.
+    /// The runtime's walks (cold cache, then warm), each against framehop's from the same registers (the two
+    /// calls of the hook may see different rbp), and framehop's timed walks from the warm walk's registers.
     fn compare(
         &mut self,
-        runtime_frames: &[u64; MOST_FRAMES],
-        report: &[u64; 5],
-        nanoseconds: u64,
+        runtime_frames: &[[u64; MOST_FRAMES]; 2],
+        reports: &[[u64; REPORT_WORDS]; 2],
+        nanoseconds: [u64; 2],
     ) -> Result<Measurement, String> {
-        if nanoseconds == u64::MAX {
+        if nanoseconds.contains(&u64::MAX) {
             return Err("the runtime did not walk (profiling or stacks off?)".into());
         }
-        let start = Start {
-            pc: report[0],
-            sp: report[1],
-            fp: report[2],
-        };
-        let depth = (report[3] as usize).min(MOST_FRAMES);
-        let runtime = &runtime_frames[..depth];
-        if report[4] != 0 {
-            return Err(format!(
-                "the runtime's walk stopped early (flags {:#x}) after {depth} frames: {}",
-                report[4],
-                hex(runtime)
-            ));
-        }
-        let stack_top = stack_top(start.sp)?;
         let walks = self.walks.max(1);
-        let mut framehop_frames = [0u64; MOST_FRAMES];
-        let mut mean_ns = |cold: bool| -> Result<f64, String> {
-            let hits_before = self.cache.stats().hit_count;
-            let began = Instant::now();
-            let mut walked = Ok(0);
-            for walk in 0..walks {
-                // Cold walks start with the unwinder the last warm walks did not use, then take turns.
-                let unwinder = &self.unwinders[usize::from(cold && walk % 2 == 0)];
-                walked = framehop_walk(
-                    unwinder,
-                    &mut self.cache,
-                    black_box(start),
-                    stack_top,
-                    &mut framehop_frames,
-                );
-            }
-            let elapsed = began.elapsed();
-            let kind = if cold { "cold" } else { "warm" };
-            let framehop = &framehop_frames[..walked?];
-            if framehop != runtime {
+        let [(cold_start, cold), (warm_start, warm)] = [0, 1].map(|walk| {
+            let report = &reports[walk];
+            let depth = (report[3] as usize).min(MOST_FRAMES);
+            let start = Start {
+                pc: report[0],
+                sp: report[1],
+                fp: report[2],
+            };
+            (start, &runtime_frames[walk][..depth])
+        });
+        for (report, frames, kind) in [(&reports[0], cold, "cold"), (&reports[1], warm, "warm")] {
+            if report[4] != 0 {
                 return Err(format!(
-                    "the walkers disagree (framehop, {kind} cache)\n  runtime:  {}\n  framehop: {}",
-                    hex(runtime),
-                    hex(framehop)
+                    "the runtime's walk ({kind} cache) stopped early (flags {:#x}): {}",
+                    report[4],
+                    hex(frames)
                 ));
             }
-            if cold && self.cache.stats().hit_count != hits_before {
-                return Err("framehop's cache served a cold walk".into());
-            }
-            Ok(elapsed.as_nanos() as f64 / walks as f64)
-        };
-        let framehop_cold_ns = mean_ns(true)?;
-        let framehop_warm_ns = mean_ns(false)?;
+        }
+        let runtime_cache = reports.map(|report| (report[5], report[6]));
+        // Every frame looks its rule up once a walk: cold, never found; warm, found after the first walk but
+        // where two of the stack's addresses share a cache entry.
+        let lookups = walks * cold.len() as u64;
+        if runtime_cache[0] != (0, lookups) {
+            return Err(format!(
+                "the runtime's cold walks made {} rule cache hits and {} misses, not 0 and {lookups}",
+                runtime_cache[0].0, runtime_cache[0].1
+            ));
+        }
+        let (warm_hits, warm_misses) = runtime_cache[1];
+        if warm_hits + warm_misses != walks * warm.len() as u64 || walks > 1 && warm_hits == 0 {
+            return Err(format!(
+                "the runtime's warm walks made {warm_hits} rule cache hits and {warm_misses} misses in \
+                 {walks} walks of {} frames",
+                warm.len()
+            ));
+        }
+        self.framehop_walks(cold_start, cold, 1, false)?;
+        let framehop_cold_ns = self.framehop_walks(warm_start, warm, walks, true)?;
+        let framehop_warm_ns = self.framehop_walks(warm_start, warm, walks, false)?;
         Ok(Measurement {
-            frames: runtime.to_vec(),
-            runtime_ns: nanoseconds as f64 / walks as f64,
+            frames: warm.to_vec(),
+            runtime_cold_ns: nanoseconds[0] as f64 / walks as f64,
+            runtime_warm_ns: nanoseconds[1] as f64 / walks as f64,
+            runtime_cache,
             framehop_cold_ns,
             framehop_warm_ns,
         })
+    }
+
+    /// framehop's mean nanoseconds per walk over `walks` walks from `start`, its rule cache `cold` or warm; an
+    /// error unless the last walk gives the runtime's frames `runtime`.
+    fn framehop_walks(
+        &mut self,
+        start: Start,
+        runtime: &[u64],
+        walks: u64,
+        cold: bool,
+    ) -> Result<f64, String> {
+        let stack_top = stack_top(start.sp)?;
+        let mut framehop_frames = [0u64; MOST_FRAMES];
+        let hits_before = self.cache.stats().hit_count;
+        let began = Instant::now();
+        let mut walked = Ok(0);
+        for walk in 0..walks {
+            // Cold walks start with the unwinder the last warm walks did not use, then take turns.
+            let unwinder = &self.unwinders[usize::from(cold && walk % 2 == 0)];
+            walked = framehop_walk(
+                unwinder,
+                &mut self.cache,
+                black_box(start),
+                stack_top,
+                &mut framehop_frames,
+            );
+        }
+        let elapsed = began.elapsed();
+        let kind = if cold { "cold" } else { "warm" };
+        let framehop = &framehop_frames[..walked?];
+        if framehop != runtime {
+            return Err(format!(
+                "the walkers disagree (framehop, {kind} cache)\n  runtime:  {}\n  framehop: {}",
+                hex(runtime),
+                hex(framehop)
+            ));
+        }
+        if cold && self.cache.stats().hit_count != hits_before {
+            return Err("framehop's cache served a cold walk".into());
+        }
+        Ok(elapsed.as_nanos() as f64 / walks as f64)
     }
 }
 
@@ -387,7 +444,7 @@ fn run() -> Result<(), String> {
                 )
             })?;
         probe.walks = if options.check {
-            1
+            2
         } else {
             (options.frames / depth as u64).max(1)
         };
@@ -400,12 +457,18 @@ fn run() -> Result<(), String> {
                 ));
             }
             if options.check {
+                let [(cold_hits, cold_misses), (warm_hits, warm_misses)] =
+                    measurement.runtime_cache;
                 println!("agree {depth} {frames}");
                 println!("{}", hex(&measurement.frames));
+                println!(
+                    "runtime cache: cold {cold_hits} {cold_misses}, warm {warm_hits} {warm_misses}"
+                );
             } else {
                 println!(
-                    "trial {depth} {frames} {:.1} {:.1} {:.1}",
-                    measurement.runtime_ns,
+                    "trial {depth} {frames} {:.1} {:.1} {:.1} {:.1}",
+                    measurement.runtime_cold_ns,
+                    measurement.runtime_warm_ns,
                     measurement.framehop_cold_ns,
                     measurement.framehop_warm_ns
                 );

@@ -10,9 +10,10 @@ use crate::{Env, Scale};
 
 const DEPTHS: [usize; 3] = [10, 30, 100];
 
-/// The walkers in the order of `unwind_compare`'s trial lines.
-const WALKERS: [&str; 3] = [
-    "mslprof runtime",
+/// The walkers in the order of `unwind_compare`'s trial lines: cold cache, warm, cold, warm.
+const WALKERS: [&str; 4] = [
+    "mslprof runtime, cold cache",
+    "mslprof runtime, warm cache",
     "framehop, cold cache",
     "framehop, warm cache",
 ];
@@ -60,16 +61,16 @@ pub fn run(env: &Env) -> Result<Section, String> {
             String::from_utf8_lossy(&output.stderr).trim()
         ));
     }
-    // `trial DEPTH FRAMES RUNTIME FRAMEHOP_COLD FRAMEHOP_WARM`, nanoseconds per walk.
-    let mut per_walk: Vec<[Vec<f64>; 3]> = vec![Default::default(); DEPTHS.len()];
+    // `trial DEPTH FRAMES RUNTIME_COLD RUNTIME_WARM FRAMEHOP_COLD FRAMEHOP_WARM`, nanoseconds per walk.
+    let mut per_walk: Vec<[Vec<f64>; 4]> = vec![Default::default(); DEPTHS.len()];
     for line in String::from_utf8_lossy(&output.stdout).lines() {
         let fields: Vec<&str> = line.split_whitespace().collect();
-        let parsed = || -> Option<(usize, [f64; 3])> {
+        let parsed = || -> Option<(usize, [f64; 4])> {
             let depth = DEPTHS
                 .iter()
                 .position(|d| fields.get(1) == Some(&d.to_string().as_str()))?;
-            let mut times = [0.0; 3];
-            for (slot, field) in times.iter_mut().zip(fields.get(3..6)?) {
+            let mut times = [0.0; 4];
+            for (slot, field) in times.iter_mut().zip(fields.get(3..7)?) {
                 *slot = field.parse().ok()?;
             }
             Some((depth, times))
@@ -93,9 +94,10 @@ pub fn run(env: &Env) -> Result<Section, String> {
         }
         for (walker, name) in WALKERS.iter().enumerate() {
             let (median, low, high) = median_and_range(times[walker].clone());
+            // Against the runtime's walk with its cache in the same state (cold or warm).
             let ratios = times[walker]
                 .iter()
-                .zip(&times[0])
+                .zip(&times[walker % 2])
                 .map(|(t, r)| t / r)
                 .collect();
             let (ratio, _, _) = median_and_range(ratios);
@@ -121,23 +123,32 @@ pub fn run(env: &Env) -> Result<Section, String> {
              `test-hooks` feature, outside any signal handler: it recurses through distinct functions until its \
              stack is 10, 30 or 100 frames deep (`main` and libc's start-up frames included), then walks that stack \
              from the same registers with the runtime's walk (`stacks::unwind::walk`, as the SIGPROF handler runs \
-             it, through `mslprof_test_walk_here`) and with framehop 0.16 (`MustNotAllocateDuringUnwind`, one module \
+             it, through `mslprof_test_walk_here`, its rule cache emptied before each walk or kept across walks) and \
+             with framehop 0.16 (`MustNotAllocateDuringUnwind`, one module \
              per loaded object, its `.eh_frame_hdr`, `.eh_frame` and code read in place): {frames_per_measurement} \
              frames' worth of walks of each kind per trial, {trials} trials, interleaved. Every walk must return the \
              runtime's frames (same count, same addresses), or the run stops without timing."
         ),
-        header: ["depth", "walker", "ns per walk", "ns per frame", "against the runtime (median ratio)"]
+        header: [
+            "depth",
+            "walker",
+            "ns per walk",
+            "ns per frame",
+            "against the runtime, same cache state (median ratio)",
+        ]
             .iter()
             .map(|s| s.to_string())
             .collect(),
         rows,
         notes: vec![
-            "The runtime's walk has no cache: every frame finds its module, binary-searches the module's copied \
-             `.eh_frame_hdr` and evaluates its FDE with gimli. framehop, cold cache: the same work (two unwinders \
-             take turns over one cache, so no walk finds a rule the one before cached; checked from framehop's \
-             cache statistics), what a sample costs at code not sampled recently. framehop, warm cache: one \
-             unwinder and its 509-slot rule cache kept across walks, as samply uses it: repeated stacks find most \
-             rules cached, but two return addresses equal modulo 509 evict each other on every walk."
+            "Cold cache: every frame finds its module, binary-searches the module's copied `.eh_frame_hdr` and \
+             evaluates its FDE with gimli (the runtime's cache emptied before each walk, outside the timing, and \
+             checked to give no hit; framehop's two unwinders take turns over one cache, so no walk finds a rule \
+             the one before cached, checked from its statistics): what a sample costs at code not sampled \
+             recently. Warm cache: the cache kept across walks, as the SIGPROF handler keeps one per scratch slot \
+             (the runtime's 1024 entries, direct-mapped by a hash of load-instance key and address) and samply \
+             keeps framehop's (509 slots by address modulo 509): repeated stacks find most rules cached, but two \
+             of a stack's addresses that share an entry evict each other on every walk."
                 .to_string(),
             "Figures are median (min to max) over the trials, each the mean of its walks; the ratio is taken within \
              each trial. The stack-capture cost of a whole sample, handler included, is in \"Call stacks: capture \
