@@ -6,8 +6,6 @@
 //! - `mslprof_plt_entry` (the PLT-counting stubs of libmslprof_audit.so): a naked stub in `mcount/x86_64.rs`;
 //! - `mslprof_plt_arena` (where the audit module's stubs are): `mcount/mod.rs`;
 //! - `__cyg_profile_func_enter`, `__cyg_profile_func_exit` (`-finstrument-functions`): `mcount/mod.rs`;
-//! - `mslprof_test_walk_here` (`test-hooks` builds): a naked stub in `sys.rs` that takes its caller's
-//!   registers and jumps to [`test_walk_from_report`].
 
 use std::ffi::{CStr, c_char, c_int, c_uint, c_ulong, c_void};
 
@@ -211,7 +209,26 @@ pub extern "C" fn mslprof_test_samples(pc: *const c_void) -> c_ulong {
     .unwrap_or(c_ulong::MAX)
 }
 
-/// Test hook's body, reached from `mslprof_test_walk_here` (`sys.rs`) with the caller's pc, sp and rbp in
+/// Test hook `u64 mslprof_test_walk_here(u64 *frames, size_t capacity, u64 repeats, u64 report[7], u64 cold)`
+/// (`test-hooks` builds): a naked stub (its assembly in `sys.rs`) that stores its caller's registers as they
+/// will be once it returns in `report[0..3]` and jumps to [`test_walk_from_report`].
+///
+/// # Safety
+/// As [`test_walk_from_report`]; `report` must be 7 writable words.
+#[cfg(all(feature = "test-hooks", target_arch = "x86_64"))]
+#[unsafe(naked)]
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mslprof_test_walk_here(
+    frames: *mut u64,
+    capacity: usize,
+    repeats: u64,
+    report: *mut u64,
+    cold: u64,
+) -> u64 {
+    sys::store_caller_registers_and_jump!(test_walk_from_report)
+}
+
+/// Test hook's body, reached from `mslprof_test_walk_here` with the caller's pc, sp and rbp in
 /// `report[0..3]`: walks the calling thread's stack from them `repeats` times with the SIGPROF handler's walk
 /// (same bounds, same unwind copies, outside a handler) and a rule cache of its own, emptied before each walk
 /// when `cold` is not 0; writes the last walk's frames into `frames` as runtime addresses (the caller's pc, then

@@ -1285,34 +1285,26 @@ pub fn ucontext_register_offsets() -> (usize, usize, usize) {
     )
 }
 
-/// Test hook `u64 mslprof_test_walk_here(u64 *frames, size_t capacity, u64 repeats, u64 report[7], u64 cold)`
-/// (`test-hooks` builds): stores its caller's registers as they will be once it returns (pc: the return
-/// address; sp: just above it; rbp unchanged) in `report[0..3]`, then jumps to
-/// [`crate::exports::test_walk_from_report`] (same arguments), which walks the stack from them and returns to
-/// the caller.
-///
-/// # Safety
-/// As [`crate::exports::test_walk_from_report`]; `report` must be 7 writable words.
+/// The body of a naked `extern "C"` function whose fourth argument points to at least three writable words: it
+/// stores there its caller's registers as they will be once it returns (pc: the return address; sp: just above
+/// it; rbp unchanged), then jumps to `$target` with the same arguments (the `test-hooks` export
+/// `mslprof_test_walk_here` in exports.rs).
 #[cfg(all(feature = "test-hooks", target_arch = "x86_64"))]
-#[unsafe(naked)]
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn mslprof_test_walk_here(
-    frames: *mut u64,
-    capacity: usize,
-    repeats: u64,
-    report: *mut u64,
-    cold: u64,
-) -> u64 {
-    core::arch::naked_asm!(
-        "mov rax, [rsp]",
-        "mov [rcx], rax",
-        "lea rax, [rsp + 8]",
-        "mov [rcx + 8], rax",
-        "mov [rcx + 16], rbp",
-        "jmp {walk}",
-        walk = sym crate::exports::test_walk_from_report,
-    )
+macro_rules! store_caller_registers_and_jump {
+    ($target:path) => {
+        core::arch::naked_asm!(
+            "mov rax, [rsp]",
+            "mov [rcx], rax",
+            "lea rax, [rsp + 8]",
+            "mov [rcx + 8], rax",
+            "mov [rcx + 16], rbp",
+            "jmp {target}",
+            target = sym $target,
+        )
+    };
 }
+#[cfg(all(feature = "test-hooks", target_arch = "x86_64"))]
+pub(crate) use store_caller_registers_and_jump;
 
 /// The calling thread's stack as `[lowest, highest)` (`pthread_getattr_np`). Not async-signal-safe (for the
 /// main thread glibc reads `/proc/self/maps`).
