@@ -53,7 +53,7 @@ pub fn graph_line<'r>(entry: &[&'r str], name: &str) -> Vec<&'r str> {
     entry
         .iter()
         .map(|l| graph_columns(l))
-        .find(|(cols, shown)| !cols[0].starts_with('[') && *shown == name)
+        .find(|(cols, shown)| cols.first().is_some_and(|c| !c.starts_with('[')) && *shown == name)
         .map(|(cols, _)| cols)
         .unwrap_or_else(|| panic!("no line naming {name} in {entry:#?}"))
 }
