@@ -109,16 +109,14 @@ impl Rule {
 
     /// One step from `registers` by this rule.
     fn apply(self, registers: Registers, stack: &Window<'_>) -> Step {
-        let Rule::Row {
-            cfa,
-            return_address,
-            fp,
-        } = self
-        else {
-            return match self {
-                Rule::FramePointer => frame_pointer_step(registers, stack),
-                _ => Step::Failed,
-            };
+        let (cfa, return_address, fp) = match self {
+            Rule::FramePointer => return frame_pointer_step(registers, stack),
+            Rule::Unfollowable => return Step::Failed,
+            Rule::Row {
+                cfa,
+                return_address,
+                fp,
+            } => (cfa, return_address, fp),
         };
         let cfa = match cfa {
             Cfa::SpPlus(offset) => (registers.sp as i64).wrapping_add(offset) as usize,
@@ -207,10 +205,12 @@ fn window_for<'a>(
     bounds: &impl StackBounds,
     scratch: &'a mut [u8],
 ) -> Option<Window<'a>> {
-    let known = [bounds.thread_stack(), bounds.alternate_stack()]
-        .into_iter()
-        .flatten()
-        .find(|&(low, high)| low <= sp && sp < high);
+    // The alternate stack is asked for (a system call) only when the thread's own stack does not hold `sp`.
+    let holds_sp = |&(low, high): &(usize, usize)| low <= sp && sp < high;
+    let known = bounds
+        .thread_stack()
+        .filter(holds_sp)
+        .or_else(|| bounds.alternate_stack().filter(holds_sp));
     if let Some((_, high)) = known {
         return Some(Window {
             low: sp,
