@@ -37,25 +37,49 @@ fn invocations(
     let mut invs =
         vec![Invocation::new(&format!("{label}, plain"), program, dir).args(args.to_vec())];
     for hz in RATES {
-        let out = dir.join(format!("{label}-{hz}").replace([' ', ','], "_"));
-        invs.push(
-            Invocation::new(&format!("{label}, MSLPROF_HZ={hz}"), program, dir)
-                .args(args.to_vec())
-                .env("LD_PRELOAD", env.runtime.to_string_lossy().into_owned())
-                .env("MSLPROF_HZ", hz)
-                .env("GPROFDIR", out.to_string_lossy().into_owned()),
-        );
+        invs.push(under_runtime(
+            &format!("{label}, MSLPROF_HZ={hz}"),
+            program,
+            args,
+            hz,
+            dir,
+            env,
+        ));
     }
     invs
+}
+
+/// A run of `program` under the runtime at `hz`, its profile going to a folder of `dir` named after `label`.
+pub fn under_runtime(
+    label: &str,
+    program: &Path,
+    args: &[String],
+    hz: &str,
+    dir: &Path,
+    env: &Env,
+) -> Invocation {
+    let out = dir.join(label.replace([' ', ',', '='], "_"));
+    Invocation::new(label, program, dir)
+        .args(args.to_vec())
+        .env("LD_PRELOAD", env.runtime.to_string_lossy().into_owned())
+        .env("MSLPROF_HZ", hz)
+        .env("GPROFDIR", out.to_string_lossy().into_owned())
+}
+
+/// The folder a run's profile goes to (its `GPROFDIR`), if it has one.
+pub fn profile_dir(inv: &Invocation) -> Option<PathBuf> {
+    inv.env
+        .iter()
+        .find(|(k, _)| k == "GPROFDIR")
+        .map(|(_, dir)| PathBuf::from(dir))
 }
 
 /// The one profile a run left in its `GPROFDIR` (then removed), with the size of its file in bytes; `None` for
 /// a run without `GPROFDIR`.
 pub fn take_profile(inv: &Invocation) -> Result<Option<(Profile, usize)>, String> {
-    let Some((_, dir)) = inv.env.iter().find(|(k, _)| k == "GPROFDIR") else {
+    let Some(dir) = profile_dir(inv) else {
         return Ok(None);
     };
-    let dir = PathBuf::from(dir);
     let mut found = None;
     for entry in std::fs::read_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))? {
         let path = entry.map_err(|e| e.to_string())?.path();
@@ -72,8 +96,8 @@ pub fn take_profile(inv: &Invocation) -> Result<Option<(Profile, usize)>, String
 /// run's profile is taken from its `GPROFDIR` and removed.
 pub fn trials(invs: &[Invocation], runs: usize) -> Result<Vec<Vec<(f64, f64)>>, String> {
     for inv in invs {
-        if let Some((_, dir)) = inv.env.iter().find(|(k, _)| k == "GPROFDIR") {
-            std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+        if let Some(dir) = profile_dir(inv) {
+            std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
         }
     }
     let mut figures = vec![Vec::new(); invs.len()];

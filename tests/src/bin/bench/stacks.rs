@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use crate::measure::{Invocation, run_once};
-use crate::rate::{median_and_range, take_profile, trials};
+use crate::rate::{median_and_range, profile_dir, take_profile, trials, under_runtime};
 use crate::report::Section;
 use crate::{Env, Scale, fixtures};
 
@@ -32,13 +32,7 @@ fn profiled(
     dir: &Path,
     env: &Env,
 ) -> Invocation {
-    let out = dir.join(label.replace([' ', ',', '='], "_"));
-    Invocation::new(label, program, dir)
-        .args(args.to_vec())
-        .env("LD_PRELOAD", env.runtime.to_string_lossy().into_owned())
-        .env("MSLPROF_HZ", hz)
-        .env("MSLPROF_STACK_DEPTH", depth)
-        .env("GPROFDIR", out.to_string_lossy().into_owned())
+    under_runtime(label, program, args, hz, dir, env).env("MSLPROF_STACK_DEPTH", depth)
 }
 
 pub fn run(env: &Env) -> Result<Section, String> {
@@ -189,10 +183,9 @@ fn rustc_profile_size(
     env: &Env,
 ) -> Result<Vec<String>, String> {
     let inv = profiled("rustc profile", rustc, args, "1000", "128", dir, env);
-    let Some((_, out)) = inv.env.iter().find(|(k, _)| k == "GPROFDIR") else {
+    let Some(out) = profile_dir(&inv) else {
         return Err("no GPROFDIR".into());
     };
-    let out = std::path::PathBuf::from(out);
     let _ = std::fs::remove_dir_all(&out);
     std::fs::create_dir_all(&out).map_err(|e| e.to_string())?;
     let cpu = run_once(&inv)?.cpu.as_secs_f64();
