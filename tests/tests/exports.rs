@@ -1363,12 +1363,14 @@ fn json_with_stacks_gives_measured_totals_beside_the_estimates() {
             .position(|f| f["name"] == name)
             .unwrap_or_else(|| panic!("no {name}"))
     };
-    let period = p.period_ns() as f64 / 1e9;
+    // Seconds of n samples as every export states them: n × period in ns / 1e9 (dividing the period first
+    // rounds differently for a period such as a real run's).
+    let seconds = |samples: u64| samples as f64 * p.period_ns() as f64 / 1e9;
     for (name, total, own) in [("main", 36, 2), ("a", 8, 5), ("b", 27, 0), ("foo", 30, 30)] {
         let f = &functions[index(name)];
         assert_eq!(f["measured_total_samples"], total, "{name}");
         assert_eq!(f["measured_self_samples"], own, "{name}");
-        assert_eq!(f["measured_total_seconds"], total as f64 * period, "{name}");
+        assert_eq!(f["measured_total_seconds"], seconds(total), "{name}");
         assert_eq!(f["total_samples_estimated"], true);
     }
     let arc = |caller: &str, callee: &str| {
