@@ -125,6 +125,7 @@ impl LoaderLock {
 
     /// In a forked child, whose only thread is the one that called fork (with a new thread id): that thread
     /// held the lock (it forked from inside a `dlopen`), so it stays the owner, without waiters.
+    #[unsafe(link_section = "mslprof_fork_text")]
     fn adopt_in_child(&self) {
         self.owner.store(sys::thread_id(), Ordering::Relaxed);
         self.state.store(1, Ordering::Relaxed);
@@ -132,6 +133,7 @@ impl LoaderLock {
 
     /// In a forked child whose forking thread did not hold the lock: any holder was another thread, which does
     /// not exist in the child.
+    #[unsafe(link_section = "mslprof_fork_text")]
     fn reset_in_child(&self) {
         self.owner.store(0, Ordering::Relaxed);
         self.depth.store(0, Ordering::Relaxed);
@@ -140,6 +142,7 @@ impl LoaderLock {
 }
 
 /// The one loader lock.
+#[unsafe(link_section = "mslprof_fork_data")]
 pub static LOADER_LOCK: LoaderLock = LoaderLock::new();
 
 /// Loader counters (`dlpi_adds`, `dlpi_subs`) at the last scan handed to the runtime; `u64::MAX` before the
@@ -148,6 +151,7 @@ static SEEN_ADDS: AtomicU64 = AtomicU64::new(u64::MAX);
 static SEEN_SUBS: AtomicU64 = AtomicU64::new(u64::MAX);
 /// Set while a rescan runs, so that allocation inside it (which may run instrumented code of a malloc we do
 /// not know yet) does not start another.
+#[unsafe(link_section = "mslprof_fork_data")]
 static RESCANNING: AtomicU32 = AtomicU32::new(0);
 
 /// Addresses of the real functions, resolved once (0 until then).
@@ -288,7 +292,7 @@ pub fn open_in_progress() -> bool {
     LOADER_LOCK.is_held()
 }
 
-/// What the fork prepare handler did with the loader lock (kept per forking thread by the caller).
+/// What the fork prepare handler did with the loader lock (kept by fork.rs until the parent's or child's handler).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct ForkLock {
     /// The forking thread held the lock before the fork (it forked from inside a `dlopen`).
@@ -298,10 +302,17 @@ pub(crate) struct ForkLock {
 }
 
 impl ForkLock {
-    pub(crate) const NOT_TAKEN: ForkLock = ForkLock {
-        held_before: false,
-        took: false,
-    };
+    /// Two bits (fork.rs keeps them from the prepare handler to the next).
+    pub(crate) fn bits(self) -> u8 {
+        u8::from(self.held_before) | u8::from(self.took) << 1
+    }
+
+    pub(crate) fn from_bits(bits: u8) -> ForkLock {
+        ForkLock {
+            held_before: bits & 1 != 0,
+            took: bits & 2 != 0,
+        }
+    }
 }
 
 /// `pthread_atfork` prepare: take the loader lock if that costs no waiting, so that the parent's table is not
@@ -323,6 +334,7 @@ pub(crate) fn unlock_after_fork_in_parent(lock: ForkLock) {
 
 /// In the child only the forking thread exists: it keeps the lock if it held it before the fork (a fork from a
 /// constructor run by `dlopen`), otherwise the lock and the rescan flag start free.
+#[unsafe(link_section = "mslprof_fork_text")]
 pub(crate) fn reset_after_fork(lock: ForkLock) {
     if lock.held_before {
         LOADER_LOCK.adopt_in_child();

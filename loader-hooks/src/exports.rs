@@ -47,6 +47,7 @@ loader_stub! {
 
 /// `_exit`, interposed: the profile is written (INCOMPLETE, cause `_exit`), then the process ends with `status`.
 #[unsafe(no_mangle)]
+#[unsafe(link_section = "mslprof_fork_text")]
 pub extern "C" fn _exit(status: c_int) -> ! {
     process::exit_after_dump(status)
 }

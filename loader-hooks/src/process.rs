@@ -13,11 +13,13 @@ use crate::events::{self, ProcessEnd};
 use crate::sys;
 
 /// The pid whose profile this memory holds (set at install and in a forked child).
+#[unsafe(link_section = "mslprof_fork_data")]
 static PROFILED_PID: AtomicI32 = AtomicI32::new(0);
 /// Whether abnormal ends (`_exit`, fatal signals) are dumped (`MSLPROF_ABNORMAL_DUMP=0` turns it off).
 static ABNORMAL_DUMP: AtomicBool = AtomicBool::new(true);
 /// Whether the image is being replaced or the process is ending through one of our hooks: the first event
 /// dumps, later ones (e.g. `_exit` from a signal handler after a crash dump) do not.
+#[unsafe(link_section = "mslprof_fork_data")]
 static ENDING: AtomicBool = AtomicBool::new(false);
 
 /// The pid whose data the runtime holds, 0 before install.
@@ -54,6 +56,7 @@ pub(crate) fn install() {
 }
 
 /// In a forked child: this process is now the profiled one, and it has not begun to end.
+#[unsafe(link_section = "mslprof_fork_text")]
 pub(crate) fn reset_after_fork() {
     PROFILED_PID.store(sys::process_id(), Ordering::Relaxed);
     ENDING.store(false, Ordering::Relaxed);
@@ -61,6 +64,7 @@ pub(crate) fn reset_after_fork() {
 
 /// Tells the runtime that the process (image) ends, once, if this process is the profiled one.
 /// Returns whether the runtime was told. Async-signal-safe as far as loader-hooks is concerned.
+#[unsafe(link_section = "mslprof_fork_text")]
 pub(crate) fn report_end(end: ProcessEnd) -> bool {
     if !is_profiled_process() {
         return false;
@@ -141,6 +145,7 @@ static REAL_EXIT: AtomicUsize = AtomicUsize::new(0);
 
 /// `_exit` and `_Exit` (exports.rs): the profile is written (INCOMPLETE, cause `_exit`), then the process ends
 /// with `status` through libc's `_exit` (or the system call if it was not found).
+#[unsafe(link_section = "mslprof_fork_text")]
 pub(crate) fn exit_after_dump(status: i32) -> ! {
     let _ = std::panic::catch_unwind(|| report_end(ProcessEnd::UnderscoreExit { status }));
     let real = REAL_EXIT.load(Ordering::Relaxed);

@@ -46,6 +46,7 @@ const WATCHED_SIGNALS: [(c_int, bool); 8] = [
 static WATCHED: AtomicU32 = AtomicU32::new(0);
 
 /// 0: no dump yet; 1: a thread is dumping; 2: the dump is written. Per process (see [`reset_after_fork`]).
+#[unsafe(link_section = "mslprof_fork_data")]
 static DUMP_STATE: AtomicU32 = AtomicU32::new(0);
 
 /// Whether loader-hooks keeps the program's action for `signal`.
@@ -81,6 +82,7 @@ pub(crate) fn install() {
 
 /// In a forked child: no dump is in progress in this process (a parent's thread that was dumping does not
 /// exist here).
+#[unsafe(link_section = "mslprof_fork_text")]
 pub(crate) fn reset_after_fork() {
     DUMP_STATE.store(0, Ordering::Relaxed);
 }

@@ -118,16 +118,20 @@ pub(crate) fn next_definition(name: &[u8]) -> usize {
     unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr() as *const c_char) as usize }
 }
 
-/// The calling thread's kernel thread id. Async-signal-safe.
+/// The calling thread's kernel thread id. Async-signal-safe. A `syscall` instruction inlined here, not libc's
+/// wrapper: the fork path runs it in the child, where every code page not yet run there costs a page fault.
+#[inline]
 pub(crate) fn thread_id() -> i32 {
-    // SAFETY: gettid has no preconditions and cannot fail.
-    unsafe { libc::gettid() }
+    // SAFETY: gettid takes no argument and cannot fail.
+    unsafe { syscalls::raw_syscall!(syscalls::Sysno::gettid) as i32 }
 }
 
-/// The calling process's id (never cached by glibc, so correct in a vfork/clone child). Async-signal-safe.
+/// The calling process's id (never cached, so correct in a vfork/clone child). Async-signal-safe; a `syscall`
+/// instruction inlined here, as [`thread_id`].
+#[inline]
 pub(crate) fn process_id() -> i32 {
-    // SAFETY: getpid has no preconditions and cannot fail.
-    unsafe { libc::getpid() }
+    // SAFETY: getpid takes no argument and cannot fail.
+    unsafe { syscalls::raw_syscall!(syscalls::Sysno::getpid) as i32 }
 }
 
 /// Blocks until `*word != expected` may hold (spurious wake-ups allowed).
@@ -261,14 +265,6 @@ pub fn all_signals() -> SignalMask {
     mask
 }
 
-/// The mask holding `signal` only.
-fn only(signal: c_int) -> SignalMask {
-    let mut mask = no_signals();
-    // SAFETY: a valid sigset_t of ours.
-    unsafe { libc::sigaddset(&mut mask, signal) };
-    mask
-}
-
 /// libc's `sigaction`, found once (the runtime exports its own `sigaction`, which must not be re-entered).
 fn real_sigaction() -> usize {
     static REAL: AtomicUsize = AtomicUsize::new(0);
@@ -370,20 +366,37 @@ pub unsafe fn call_program_handler(
     }
 }
 
-/// Blocks `signal` in the calling thread; returns whether it was blocked already.
+/// Blocks `signal` in the calling thread; returns whether it was blocked already. Async-signal-safe; the fork
+/// handlers call it, so it is `rt_sigprocmask` made here by a `syscall` instruction (see [`thread_id`]), on the
+/// kernel's 64-bit mask (libc's wrapper differs only in never blocking its own internal signals).
+#[inline]
 pub(crate) fn block_signal(signal: c_int) -> bool {
-    let mut old = no_signals();
-    // SAFETY: both sets are valid; pthread_sigmask and sigismember only read/write them.
-    unsafe {
-        libc::pthread_sigmask(libc::SIG_BLOCK, &only(signal), &mut old);
-        libc::sigismember(&old, signal) == 1
-    }
+    change_mask_of_one(libc::SIG_BLOCK, signal)
 }
 
-/// Unblocks `signal` in the calling thread. Async-signal-safe.
+/// Unblocks `signal` in the calling thread. Async-signal-safe, a `syscall` as [`block_signal`].
+#[inline]
 pub fn unblock_signal(signal: c_int) {
-    // SAFETY: a valid sigset_t; the old mask is not asked for.
-    unsafe { libc::pthread_sigmask(libc::SIG_UNBLOCK, &only(signal), std::ptr::null_mut()) };
+    change_mask_of_one(libc::SIG_UNBLOCK, signal);
+}
+
+/// `rt_sigprocmask(how, {signal})`; whether `signal` was in the old mask.
+#[inline]
+fn change_mask_of_one(how: c_int, signal: c_int) -> bool {
+    let bit = 1u64 << ((signal - 1) & 63);
+    let mut old = 0u64;
+    // SAFETY: both masks are valid 8-byte kernel sigsets for the call (size 8, the kernel's); only the calling
+    // thread's mask changes.
+    unsafe {
+        syscalls::raw_syscall!(
+            syscalls::Sysno::rt_sigprocmask,
+            how,
+            &bit as *const u64,
+            &mut old as *mut u64,
+            8
+        )
+    };
+    old & bit != 0
 }
 
 /// Blocks the signals of a mask in this thread for the life of the guard. Async-signal-safe.

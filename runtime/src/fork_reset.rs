@@ -27,9 +27,12 @@ const NONE: u8 = 0;
 const PENDING: u8 = 1;
 const RUNNING: u8 = 2;
 
+#[unsafe(link_section = "mslprof_fork_data")]
 static STATE: AtomicU8 = AtomicU8::new(NONE);
 /// The forking thread's own cache slot (address; 0: none) and stripe + 1 (0: none), which it keeps.
+#[unsafe(link_section = "mslprof_fork_data")]
 static OWN_SLOT: AtomicUsize = AtomicUsize::new(0);
+#[unsafe(link_section = "mslprof_fork_data")]
 static OWN_STRIPE: AtomicUsize = AtomicUsize::new(0);
 /// The reset itself (`lifecycle`, which owns the state it resets), set at start-up.
 static RESET: OnceLock<fn(ForkOwner)> = OnceLock::new();
@@ -41,6 +44,7 @@ pub fn install(reset: fn(ForkOwner)) {
 
 /// In the atfork child handler (one thread): the reset is pending, keeping `own` (the forking thread's slot
 /// and stripe, from `mcount::reset_thread_after_fork`).
+#[unsafe(link_section = "mslprof_fork_text")]
 pub fn mark_pending(own: ForkOwner) {
     OWN_SLOT.store(own.slot, Ordering::Relaxed);
     OWN_STRIPE.store(own.stripe, Ordering::Relaxed);
@@ -48,6 +52,7 @@ pub fn mark_pending(own: ForkOwner) {
 }
 
 /// Whether this process is a forked child that has recorded nothing yet (its reset still pending).
+#[inline]
 pub fn pending() -> bool {
     STATE.load(Ordering::Acquire) != NONE
 }

@@ -162,27 +162,40 @@ impl LoaderEvents for Lifecycle {
         sampler::attribute_parked_samples();
     }
 
+    fn before_fork(&self) {
+        DUMP.note_fork_time();
+    }
+
+    /// Only what cannot wait until the child first records (`fork_reset`), in the fork section
+    /// (loader-hooks' fork.rs: each page a child touches costs a fault).
+    #[unsafe(link_section = "mslprof_fork_text")]
     fn after_fork_in_child(&self) {
         // First: a rewrite of code the parent had under way is finished, before any code of the
         // program's runs in the child.
         mcount::sites::finish_round_after_fork();
         crate::perf_map::copy_after_fork();
         // The child's profile covers only the child: it starts afresh. What cannot wait is done now (every
-        // call to the slow path, a new start time, the child's timer); the parent's counts go when the
-        // child first records, if ever (`fork_reset`: a child that only execs or exits never pays for it).
-        ENDING.reset_after_fork();
+        // call to the slow path, the child's timer); the rest when the child first records, if ever
+        // (`fork_reset`: a child that only execs or exits never pays for it).
         let own = mcount::reset_thread_after_fork();
-        DUMP.restart_after_fork();
         fork_reset::mark_pending(own);
         // Last: it starts the child's own sampling.
         sampler::arm_child_after_fork();
     }
 
+    /// In the fork section: a forked child that recorded nothing ends here, and leaves no file however it ends.
+    #[unsafe(link_section = "mslprof_fork_text")]
     fn process_ending(&self, end: ProcessEnd) {
-        // A forked child that recorded nothing leaves no file, however it ends.
-        if fork_reset::pending() {
-            return;
+        if !fork_reset::pending() {
+            self.end(end);
         }
+    }
+}
+
+impl Lifecycle {
+    /// The end of a process that recorded something: its profile.
+    #[inline(never)]
+    fn end(&self, end: ProcessEnd) {
         let (cause, signal) = match end {
             ProcessEnd::ExitFromThread => (IncompleteCause::ExitFromThread, 0),
             ProcessEnd::UnderscoreExit { .. } => (IncompleteCause::UnderscoreExit, 0),
@@ -223,6 +236,8 @@ impl LoaderEvents for Lifecycle {
 /// A forked child's drop of the parent's counts, keeping those of the forking thread (`own`), before its first
 /// count (`fork_reset::settle`).
 fn reset_counts_after_fork(own: ForkOwner) {
+    ENDING.reset_after_fork();
+    DUMP.restart_after_fork();
     sampler::SAMPLER.reset_counts_after_fork();
     modules::reset_samples_after_fork();
     crate::stacks::reset_after_fork();

@@ -59,6 +59,7 @@ pub fn write_at_start_up() {
 /// In a forked child: copies the parent's map file to the child's name (the code is at the same addresses).
 /// Allocation-free.
 #[inline]
+#[unsafe(link_section = "mslprof_fork_text")]
 pub fn copy_after_fork() {
     if ENABLED.load(Ordering::Relaxed) {
         copy_parents_file();

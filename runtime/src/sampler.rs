@@ -109,8 +109,10 @@ impl Sampler {
                 counter.store(0, Ordering::Relaxed);
             }
         }
-        if self.sources.load(Ordering::Relaxed) != 0 {
-            self.sources.store(0, Ordering::Relaxed);
+        follow_fork();
+        let child_source = CHILD_SOURCE.load(Ordering::Relaxed);
+        if self.sources.load(Ordering::Relaxed) != child_source {
+            self.sources.store(child_source, Ordering::Relaxed);
         }
         for slot in &self.parked {
             if slot.load(Ordering::Relaxed) != 0 {
@@ -120,6 +122,7 @@ impl Sampler {
     }
 }
 
+#[inline]
 fn cookie() -> usize {
     &COOKIE as *const u8 as usize
 }
@@ -196,15 +199,26 @@ pub fn sources() -> u32 {
     SAMPLER.sources.load(Ordering::Relaxed)
 }
 
+/// Adds `source` (bits, 0: none) to [`sources`], writing only when it adds something.
 fn note_source(source: u32) {
-    SAMPLER.sources.fetch_or(source, Ordering::Relaxed);
+    if source & !SAMPLER.sources.load(Ordering::Relaxed) != 0 {
+        SAMPLER.sources.fetch_or(source, Ordering::Relaxed);
+    }
 }
 
+/// The source a forked child's thread armed in the atfork handler ([`SOURCE_CPU_TIMER`], [`SOURCE_TASK_CLOCK`],
+/// 0: none). It becomes the child's [`sources`] when the child first records ([`Sampler::reset_counts_after_fork`]),
+/// so that the fork itself writes no page of [`SAMPLER`] (loader-hooks' fork.rs: every page written costs).
+#[unsafe(link_section = "mslprof_fork_data")]
+static CHILD_SOURCE: AtomicU32 = AtomicU32::new(0);
+
 /// In a forked child's atfork handler: the task-clock events inherited are the parent's threads', and
-/// timers are not inherited, so the child's one thread gets its own source.
+/// timers are not inherited, so the child's one thread gets its own source. The CPU-time accounts follow the
+/// fork when the child first records (`follow_fork`, from [`Sampler::reset_counts_after_fork`]).
+#[unsafe(link_section = "mslprof_fork_text")]
 pub fn arm_child_after_fork() {
     task_clock::forget_after_fork();
-    arm_current_thread();
+    CHILD_SOURCE.store(arm_thread(), Ordering::Relaxed);
 }
 
 /// The shortest period CPU-time timers sample (200 Hz): the kernel's tick (250 Hz here) gives them in full,
@@ -214,22 +228,30 @@ pub fn arm_child_after_fork() {
 const TIMER_PERIODS_FROM_NS: u64 = 5_000_000;
 
 /// Starts the calling thread's task-clock event (above 200 Hz), or its CPU-time timer (up to 200 Hz, and where
-/// the kernel refuses task clocks); also usable after fork, whose child has neither.
+/// the kernel refuses task clocks).
 pub fn arm_current_thread() {
+    if is_started() {
+        follow_fork();
+    }
+    note_source(arm_thread());
+}
+
+/// [`arm_current_thread`] but for the accounts: starts the thread's source and returns which it is (0: none, as
+/// before [`start`]).
+#[unsafe(link_section = "mslprof_fork_text")]
+fn arm_thread() -> u32 {
     let period = SAMPLER.period_ns.load(Ordering::Relaxed);
     if period == 0 || !is_started() {
-        return;
+        return 0;
     }
-    follow_fork();
     let first = first_expiry(period);
     let event = if period < TIMER_PERIODS_FROM_NS {
         task_clock::open_for_thread(first)
     } else {
         Err(NoEvent::Unavailable)
     };
-    let key_value = match event {
+    let (source, key_value) = match event {
         Ok(slot) => {
-            note_source(SOURCE_TASK_CLOCK);
             let watch = task_clock::WATCH_PERIOD_NS;
             // Without its watch timer the event still samples; only a descriptor closed by the program
             // would go unnoticed.
@@ -242,13 +264,17 @@ pub fn arm_current_thread() {
             ) {
                 task_clock::set_watch_timer(slot, timer);
             }
-            Some(slot + 1)
+            (SOURCE_TASK_CLOCK, Some(slot + 1))
         }
         Err(no_event) => {
             if let NoEvent::RefusedNow(error) = no_event {
                 report_refusal(error);
             }
-            start_sampling_timer(first, period).map(|timer| KEY_TIMER_TAG | timer.id())
+            let timer = start_sampling_timer(first, period);
+            (
+                SOURCE_CPU_TIMER,
+                timer.map(|timer| KEY_TIMER_TAG | timer.id()),
+            )
         }
     };
     let key = SAMPLER.thread_key.load(Ordering::Relaxed);
@@ -257,30 +283,32 @@ pub fn arm_current_thread() {
     {
         sys::set_thread_value(key as libc::pthread_key_t, value);
     }
+    source
 }
 
 /// The calling thread's CPU-time sampling timer; reported once when it cannot be made.
+#[unsafe(link_section = "mslprof_fork_text")]
 fn start_sampling_timer(first: u64, period: u64) -> Option<sys::CpuTimer> {
-    note_source(SOURCE_CPU_TIMER);
-    match sys::start_cpu_timer(
+    sys::start_cpu_timer(
         sys::CpuClock::Thread,
         libc::SIGPROF,
         cookie(),
         first,
         period,
-    ) {
-        Ok(timer) => Some(timer),
-        Err(error) => {
-            if SAMPLER.timer_failures.fetch_add(1, Ordering::Relaxed) == 0 {
-                let text = error.to_string();
-                sys::stderr_line(&[
-                    b"mslprof: cannot start a CPU-time timer (errno ",
-                    text.as_bytes(),
-                    b"); a thread is not sampled\n",
-                ]);
-            }
-            None
-        }
+    )
+    .inspect_err(|&error| report_timer_failure(error))
+    .ok()
+}
+
+#[cold]
+fn report_timer_failure(error: i32) {
+    if SAMPLER.timer_failures.fetch_add(1, Ordering::Relaxed) == 0 {
+        let text = error.to_string();
+        sys::stderr_line(&[
+            b"mslprof: cannot start a CPU-time timer (errno ",
+            text.as_bytes(),
+            b"); a thread is not sampled\n",
+        ]);
     }
 }
 
@@ -350,10 +378,12 @@ fn note_fallback() {
 /// first expiry, a thread that runs less than one period would never be sampled, and every thread would lose
 /// the CPU time after its last sample; a random phase makes each thread's expected sample count exactly its
 /// CPU time / period, however short the thread.
+#[unsafe(link_section = "mslprof_fork_text")]
 fn first_expiry(period: u64) -> u64 {
-    // splitmix64 of the thread id and the time: cheap, allocation-free, different for every thread.
-    let mut z =
-        (sys::gettid() as u64) ^ (sys::clock_ns(sys::CLOCK_REALTIME) as u64).rotate_left(17);
+    // splitmix64 of the thread id and the time: cheap, allocation-free, different for every thread (the time by
+    // a system call: a forked child comes here on its way out of `fork`, where the vDSO is a page to fault in).
+    let mut z = (sys::gettid() as u64)
+        ^ (sys::clock_ns_by_syscall(sys::CLOCK_REALTIME) as u64).rotate_left(17);
     z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);

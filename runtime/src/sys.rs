@@ -566,9 +566,13 @@ pub fn inode_and_birth(path: &CStr) -> Option<(u64, i128)> {
     Some((info.stx_ino, birth))
 }
 
+/// The process id. A `syscall` instruction inlined here rather than libc's wrapper: a forked child runs it on
+/// its way out of `fork`, where each code page not yet run in the child costs a page fault (loader-hooks'
+/// fork.rs).
+#[inline]
 pub fn getpid() -> u32 {
-    // SAFETY: getpid has no preconditions.
-    unsafe { libc::getpid() as u32 }
+    // SAFETY: getpid takes no argument and cannot fail.
+    unsafe { syscalls::raw_syscall!(syscalls::Sysno::getpid) as u32 }
 }
 
 pub fn getppid() -> u32 {
@@ -576,10 +580,11 @@ pub fn getppid() -> u32 {
     unsafe { libc::getppid() as u32 }
 }
 
-/// The kernel thread id of the calling thread.
+/// The kernel thread id of the calling thread; a `syscall` instruction, as [`getpid`].
+#[inline]
 pub fn gettid() -> i32 {
-    // SAFETY: gettid has no preconditions.
-    unsafe { libc::gettid() }
+    // SAFETY: gettid takes no argument and cannot fail.
+    unsafe { syscalls::raw_syscall!(syscalls::Sysno::gettid) as i32 }
 }
 
 /// `getauxval(AT_SECURE) != 0`: the process runs setuid/setgid or with other elevated credentials.
@@ -596,6 +601,31 @@ pub fn clock_ns(clock: libc::clockid_t) -> i64 {
     };
     // SAFETY: `now` is a valid out-pointer.
     if unsafe { libc::clock_gettime(clock, &mut now) } != 0 {
+        return 0;
+    }
+    now.tv_sec
+        .saturating_mul(1_000_000_000)
+        .saturating_add(now.tv_nsec)
+}
+
+/// [`clock_ns`] by a `syscall` instruction rather than the vDSO, for the fork path (see [`getpid`]: the vDSO's
+/// code is one more page a forked child would fault in).
+#[inline]
+pub fn clock_ns_by_syscall(clock: libc::clockid_t) -> i64 {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `now` is a valid out-pointer for the call.
+    if unsafe {
+        syscalls::syscall!(
+            syscalls::Sysno::clock_gettime,
+            clock,
+            &mut now as *mut libc::timespec
+        )
+    }
+    .is_err()
+    {
         return 0;
     }
     now.tv_sec
@@ -815,6 +845,7 @@ pub fn create_thread_key(
     (unsafe { libc::pthread_key_create(&mut key, Some(destructor)) } == 0).then_some(key)
 }
 
+#[unsafe(link_section = "mslprof_fork_text")]
 pub fn set_thread_value(key: libc::pthread_key_t, value: usize) {
     // SAFETY: the key was created by create_thread_key and is never deleted.
     unsafe { libc::pthread_setspecific(key, value as *const c_void) };
@@ -845,7 +876,11 @@ pub enum CpuClock {
 }
 
 /// Creates a timer on `clock` that sends `signal` with `cookie` as its `si_value`, first after `first_ns` and
-/// then every `period_ns` nanoseconds of that clock's CPU time.
+/// then every `period_ns` nanoseconds of that clock's CPU time. The timer calls are `syscall` instructions made
+/// here, not libc's wrappers (a forked child arms its timer on its way out of `fork`, see [`getpid`]); the id is
+/// the kernel's, which is also what glibc's `timer_t` holds for a timer that signals. Errors are the kernel's
+/// errno values; errno itself is left alone.
+#[unsafe(link_section = "mslprof_fork_text")]
 pub fn start_cpu_timer(
     clock: CpuClock,
     signal: i32,
@@ -870,14 +905,20 @@ pub fn start_cpu_timer(
             libc::CLOCK_PROCESS_CPUTIME_ID
         }
     };
-    let mut timer: libc::timer_t = std::ptr::null_mut();
-    // SAFETY: both pointers are valid for the call; the clock is the calling thread's or process's.
-    if unsafe { libc::timer_create(clock, &mut event, &mut timer) } != 0 {
-        return Err(errno());
+    let mut id: libc::c_int = 0;
+    // SAFETY: both pointers are valid for the call (the kernel's sigevent layout is libc's); the clock is the
+    // calling thread's or process's.
+    unsafe {
+        syscalls::syscall!(
+            syscalls::Sysno::timer_create,
+            clock,
+            &mut event as *mut libc::sigevent,
+            &mut id as *mut libc::c_int
+        )
     }
-    let timer = CpuTimer(timer as usize);
-    if !set_timer_period(timer, first_ns, period_ns) {
-        let error = errno();
+    .map_err(|error| error.into_raw())?;
+    let timer = CpuTimer(id as usize);
+    if let Err(error) = set_timer_period(timer, first_ns, period_ns) {
         delete_timer(timer);
         return Err(error);
     }
@@ -887,12 +928,13 @@ pub fn start_cpu_timer(
 /// Deletes a timer created by [`start_cpu_timer`].
 pub fn delete_timer(timer: CpuTimer) {
     // SAFETY: the id came from timer_create; a stale id only makes timer_delete fail with EINVAL.
-    unsafe { libc::timer_delete(timer.0 as libc::timer_t) };
+    let _ = unsafe { syscalls::syscall!(syscalls::Sysno::timer_delete, timer.0) };
 }
 
 /// Sets a timer of [`start_cpu_timer`] going: next expiry after `first_ns`, then every `period_ns` of its clock.
-/// Async-signal-safe (`timer_settime` is, by POSIX); errno is the call's.
-pub fn set_timer_period(timer: CpuTimer, first_ns: u64, period_ns: u64) -> bool {
+/// Async-signal-safe (a system call); the error is the kernel's errno value, errno itself is left alone.
+#[unsafe(link_section = "mslprof_fork_text")]
+pub fn set_timer_period(timer: CpuTimer, first_ns: u64, period_ns: u64) -> Result<(), i32> {
     let timespec = |ns: u64| libc::timespec {
         tv_sec: (ns / 1_000_000_000) as libc::time_t,
         tv_nsec: (ns % 1_000_000_000) as libc::c_long,
@@ -901,8 +943,19 @@ pub fn set_timer_period(timer: CpuTimer, first_ns: u64, period_ns: u64) -> bool 
         it_interval: timespec(period_ns),
         it_value: timespec(first_ns.max(1)),
     };
-    // SAFETY: a timer id from timer_create (a stale one makes the call fail with EINVAL); `spec` is valid.
-    unsafe { libc::timer_settime(timer.0 as libc::timer_t, 0, &spec, std::ptr::null_mut()) == 0 }
+    // SAFETY: a timer id from timer_create (a stale one makes the call fail with EINVAL); `spec` is valid and
+    // the old value is not asked for.
+    unsafe {
+        syscalls::syscall!(
+            syscalls::Sysno::timer_settime,
+            timer.0,
+            0,
+            &spec as *const libc::itimerspec,
+            0usize
+        )
+    }
+    .map(|_| ())
+    .map_err(|error| error.into_raw())
 }
 
 /// `struct perf_event_attr` up to its first published size (`PERF_ATTR_SIZE_VER0`, 64 bytes): all a

@@ -224,8 +224,7 @@ pub fn on_timer_signal(value: usize, period_ns: u64, on_fallback: fn()) -> Tick 
     if open_into(index, period_ns, false).is_err() {
         let timer = slot.watch_timer.load(Ordering::Relaxed);
         if timer != 0 {
-            let _errno = sys::SavedErrno::save();
-            sys::set_timer_period(sys::CpuTimer::from_id(timer - 1), period_ns, period_ns);
+            let _ = sys::set_timer_period(sys::CpuTimer::from_id(timer - 1), period_ns, period_ns);
             on_fallback();
         }
     }
@@ -266,6 +265,7 @@ pub fn release(index: usize) {
 
 /// In a forked child: the events inherited are the parent's threads' (their signals go to those threads), and
 /// timers are not inherited: close the descriptors, free every slot. The refusal, if any, stands.
+#[unsafe(link_section = "mslprof_fork_text")]
 pub fn forget_after_fork() {
     let used = SLOTS_USED.load(Ordering::Relaxed);
     for (index, slot) in SLOT_TABLE.iter().enumerate().take(used) {

@@ -124,6 +124,11 @@ pub struct DumpRecord {
     prepared: PreparedPath,
 }
 
+/// The time of the last fork (`CLOCK_REALTIME` ns), by [`DumpRecord::note_fork_time`]; with the state the fork
+/// handlers write (loader-hooks' fork.rs).
+#[unsafe(link_section = "mslprof_fork_data")]
+static FORK_TIME_NS: AtomicI64 = AtomicI64::new(0);
+
 /// The one dump record of this process.
 pub static DUMP: DumpRecord = DumpRecord {
     dumped: AtomicBool::new(false),
@@ -145,11 +150,18 @@ impl DumpRecord {
             .store(sys::clock_ns(sys::CLOCK_REALTIME), Ordering::Relaxed);
     }
 
-    /// In a forked child's atfork handler, whose profile covers only the child: a new start time and a dump
-    /// of its own ([`DumpRecord::prepare_child_path`] names it, once the child records).
+    /// In the parent, just before it forks: the time a child made now starts at (read here, where the vDSO's
+    /// page is mapped, rather than in the child, where it would be one more page fault).
+    pub fn note_fork_time(&self) {
+        FORK_TIME_NS.store(sys::clock_ns(sys::CLOCK_REALTIME), Ordering::Relaxed);
+    }
+
+    /// In a forked child, before its first count (`fork_reset`), whose profile covers only the child: its start
+    /// time is the fork's, and it makes a dump of its own ([`DumpRecord::prepare_child_path`] names it).
     pub fn restart_after_fork(&self) {
         self.allow_another_dump();
-        self.restart_clock();
+        self.start_time_ns
+            .store(FORK_TIME_NS.load(Ordering::Relaxed), Ordering::Relaxed);
     }
 
     /// In a forked child, before its first count (`fork_reset`): its own pid-named path, put together without

@@ -90,6 +90,7 @@ pub const MAX_CACHE_SETS: usize = FIRST_CACHE_SETS * CACHE_GROWTH.pow(CACHE_GROW
 /// bit 0 is set by `moncontrol(0)` (paused), bit 1 is always set (so a cache generation is never
 /// 0), bits 2.. count fork-time resets. A thread's cache is valid while its generation equals
 /// `modules::CURRENT ^ CACHE_STATE`: a new module table, a reset or a pause all change it.
+#[unsafe(link_section = "mslprof_fork_data")]
 pub(crate) static CACHE_STATE: AtomicUsize = AtomicUsize::new(STATE_FIXED);
 
 /// Bit of [`CACHE_STATE`] set while counting is paused.
@@ -129,6 +130,7 @@ pub fn is_paused() -> bool {
 /// In a forked child's atfork handler (one thread): sends every call to the slow path (the fork epoch) and
 /// takes this thread's stubs off its site region, so that nothing is counted before the child's counts are
 /// reset (`fork_reset`). Returns what the thread keeps.
+#[unsafe(link_section = "mslprof_fork_text")]
 pub fn reset_thread_after_fork() -> ForkOwner {
     CACHE_STATE.fetch_add(STATE_EPOCH, Ordering::Relaxed);
     // SAFETY: as in `record_call`; only this (the only) thread's own header is used.

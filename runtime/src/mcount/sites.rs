@@ -879,6 +879,7 @@ unsafe fn write_while_others_run(taken: &[Option<&SiteJump>], wait_here: [u8; 2]
 /// release), half-written, or pages the parent made writable. The child writes each of the round's jumps
 /// whole and gives every page of the round its protection back. Async-signal-safe.
 #[inline]
+#[unsafe(link_section = "mslprof_fork_text")]
 pub fn finish_round_after_fork() {
     if ROUND.open.load(Ordering::Acquire) {
         finish_open_round();
