@@ -19,6 +19,7 @@ const PF_R: u32 = 4;
 const DT_NULL: u64 = 0;
 const DT_STRTAB: u64 = 5;
 const DT_STRSZ: u64 = 10;
+const DT_NEEDED: u64 = 1;
 const DT_SONAME: u64 = 14;
 const NT_GNU_BUILD_ID: u32 = 3;
 /// Longest soname read from memory; longer ones are cut (SPEC.md limits strings to 4096 bytes).
@@ -82,6 +83,10 @@ pub struct ModuleInfo {
     /// The file-backed parts of the readable PT_LOAD segments (link-time `[p_vaddr, p_vaddr + p_filesz)`),
     /// sorted by start: where the module's own bytes (such as `.eh_frame`) can be read while it is loaded.
     pub readable_ranges: Vec<LinkRange>,
+    /// Loaded at start-up: the main program, the vDSO, the `LD_PRELOAD` libraries and what they all need
+    /// (`DT_NEEDED`, transitively), ld.so among them. glibc never unloads these (only what `dlopen` loaded),
+    /// so their memory stays readable for the life of the process ([`scan`] says how they are found).
+    pub loaded_at_start_up: bool,
 }
 
 impl ModuleInfo {
@@ -184,12 +189,61 @@ pub fn scan() -> LoaderScan {
         interpreter_base: sys::aux_value(sys::AT_BASE),
     };
     let mut result = LoaderScan::default();
+    let mut needed = Vec::new();
     sys::for_each_loaded_object(&mut |object| {
         result.adds = object.adds;
         result.subs = object.subs;
         result.modules.push(describe(object, &identity, &exe_path));
+        needed.push(ModuleMemory::new(object).needed(object.program_headers));
     });
+    mark_loaded_at_start_up(&mut result.modules, &needed);
     result
+}
+
+/// Sets [`ModuleInfo::loaded_at_start_up`] on `modules` (in the loader's order; `needed[i]` holds the
+/// `DT_NEEDED` names of `modules[i]`). ld.so maps every start-up object before any code of the program runs
+/// and appends whatever `dlopen` loads later to the end of its list, so the start-up objects are a prefix of
+/// the list: everything up to the last module reached from the main program through `DT_NEEDED`, extended
+/// by what the modules of that prefix need in turn (the preloaded libraries sit between the main program and
+/// its dependencies, and their own dependencies may come last). A name is provided by the first module, in
+/// the loader's order, whose soname or file name it is (ld.so reuses a loaded object of that name). An
+/// unmatched name only shortens the prefix: such a module is then treated as one that may be unloaded.
+fn mark_loaded_at_start_up(modules: &mut [ModuleInfo], needed: &[Vec<Vec<u8>>]) {
+    let provider = |name: &[u8]| {
+        modules.iter().position(|m| {
+            m.soname == name || m.file_name == name || (name.contains(&b'/') && m.path == name)
+        })
+    };
+    let mut reached: Vec<bool> = modules.iter().map(|m| m.is_main).collect();
+    let mut to_visit: Vec<usize> = (0..modules.len()).filter(|&i| reached[i]).collect();
+    let mut prefix_end = 0;
+    loop {
+        while let Some(i) = to_visit.pop() {
+            for name in needed.get(i).into_iter().flatten() {
+                if let Some(j) = provider(name)
+                    && !reached[j]
+                {
+                    reached[j] = true;
+                    to_visit.push(j);
+                }
+            }
+        }
+        let Some(last) = reached.iter().rposition(|&r| r) else {
+            return;
+        };
+        // Every module up to `last` loaded at start-up: what those not yet visited need did too.
+        to_visit.extend((prefix_end..=last).filter(|&i| !reached[i]));
+        for &i in &to_visit {
+            reached[i] = true;
+        }
+        prefix_end = last + 1;
+        if to_visit.is_empty() {
+            break;
+        }
+    }
+    for (i, module) in modules.iter_mut().enumerate() {
+        module.loaded_at_start_up = i < prefix_end || module.is_vdso;
+    }
 }
 
 /// Auxiliary-vector values that tell the main program, the vDSO and ld.so apart.
@@ -283,6 +337,35 @@ fn describe(object: &LoadedObject<'_>, identity: &ProcessIdentity, exe_path: &[u
                 end: h.p_vaddr + h.p_memsz,
             }),
         readable_ranges,
+        loaded_at_start_up: false,
+    }
+}
+
+/// A module's dynamic string table (`DT_STRTAB`, `DT_STRSZ` bytes long), read through its [`ModuleMemory`].
+struct DynamicStrings<'a> {
+    memory: &'a ModuleMemory,
+    start: RuntimeAddress,
+    limit: usize,
+}
+
+impl DynamicStrings<'_> {
+    /// The NUL-terminated name at `offset`, cut at [`MAX_SONAME`] bytes or where memory stops being readable.
+    fn name(&self, offset: u64) -> Option<Vec<u8>> {
+        let offset = usize::try_from(offset).ok()?;
+        if offset >= self.limit {
+            return None;
+        }
+        let available = (self.limit - offset).min(MAX_SONAME);
+        let start = advance(self.start, offset)?;
+        let mut name = Vec::new();
+        for i in 0..available {
+            let byte = *self.memory.bytes(advance(start, i)?, 1)?.first()?;
+            if byte == 0 {
+                return Some(name);
+            }
+            name.push(byte);
+        }
+        Some(name)
     }
 }
 
@@ -340,9 +423,40 @@ impl ModuleMemory {
     }
 
     fn soname(&self, headers: &[ProgramHeader]) -> Option<Vec<u8>> {
+        let mut soname = None;
+        let strings = self.dynamic_entries(headers, |tag, value| {
+            if tag == DT_SONAME {
+                soname = Some(value);
+            }
+        })?;
+        strings.name(soname?)
+    }
+
+    /// The `DT_NEEDED` names, in order (empty when there is no dynamic section).
+    fn needed(&self, headers: &[ProgramHeader]) -> Vec<Vec<u8>> {
+        let mut offsets = Vec::new();
+        let Some(strings) = self.dynamic_entries(headers, |tag, value| {
+            if tag == DT_NEEDED {
+                offsets.push(value);
+            }
+        }) else {
+            return Vec::new();
+        };
+        offsets
+            .into_iter()
+            .filter_map(|offset| strings.name(offset))
+            .collect()
+    }
+
+    /// Calls `visit(tag, value)` for each entry of the dynamic section, and returns its string table.
+    fn dynamic_entries(
+        &self,
+        headers: &[ProgramHeader],
+        mut visit: impl FnMut(u64, u64),
+    ) -> Option<DynamicStrings<'_>> {
         let dynamic = self.segment(headers.iter().find(|h| h.p_type == PT_DYNAMIC)?)?;
         let word = std::mem::size_of::<usize>();
-        let (mut strtab, mut strsz, mut soname) = (None, None, None);
+        let (mut strtab, mut strsz) = (None, None);
         for entry in dynamic.chunks_exact(2 * word) {
             let tag = read_word(&entry[..word]);
             let value = read_word(&entry[word..]);
@@ -350,30 +464,16 @@ impl ModuleMemory {
                 DT_NULL => break,
                 DT_STRTAB => strtab = Some(value),
                 DT_STRSZ => strsz = Some(value),
-                DT_SONAME => soname = Some(value),
-                _ => {}
+                _ => visit(tag, value),
             }
         }
-        let strtab = self.dynamic_pointer(strtab?)?;
-        let offset = usize::try_from(soname?).ok()?;
-        let limit = strsz
-            .and_then(|s| usize::try_from(s).ok())
-            .unwrap_or(usize::MAX);
-        if offset >= limit {
-            return None;
-        }
-        let available = (limit - offset).min(MAX_SONAME);
-        let start = advance(strtab, offset)?;
-        // Read as much as is readable, up to the first NUL.
-        let mut name = Vec::new();
-        for i in 0..available {
-            let byte = *self.bytes(advance(start, i)?, 1)?.first()?;
-            if byte == 0 {
-                return Some(name);
-            }
-            name.push(byte);
-        }
-        Some(name)
+        Some(DynamicStrings {
+            memory: self,
+            start: self.dynamic_pointer(strtab?)?,
+            limit: strsz
+                .and_then(|s| usize::try_from(s).ok())
+                .unwrap_or(usize::MAX),
+        })
     }
 
     fn build_id(&self, headers: &[ProgramHeader]) -> Option<Vec<u8>> {
@@ -426,6 +526,75 @@ fn find_gnu_build_id(mut notes: &[u8], align: usize) -> Option<&[u8]> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn named(file_name: &str, soname: &str, is_main: bool) -> ModuleInfo {
+        ModuleInfo {
+            file_name: file_name.as_bytes().to_vec(),
+            soname: soname.as_bytes().to_vec(),
+            is_main,
+            ..ModuleInfo::default()
+        }
+    }
+
+    #[test]
+    fn the_start_up_modules_are_the_prefix_the_program_and_preloaded_libraries_need() {
+        // The loader's order: the program, a preloaded library, the program's libraries, the preloaded
+        // library's own dependency last, then two libraries dlopen loaded (one needed by nothing, one that
+        // shares a name with nothing either).
+        let mut modules = vec![
+            named("app", "", true),
+            named("libpreload.so", "libpreload.so", false),
+            named("libfoo.so.1.2", "libfoo.so.1", false),
+            named("libc.so.6", "libc.so.6", false),
+            named(
+                "libonly_preload_needs.so",
+                "libonly_preload_needs.so",
+                false,
+            ),
+            named("plugin.so", "plugin.so", false),
+            named("libbar.so", "libbar.so", false),
+        ];
+        let needed: Vec<Vec<Vec<u8>>> = [
+            &["libfoo.so.1", "libc.so.6"][..],
+            &["libonly_preload_needs.so", "libc.so.6"],
+            &["libc.so.6"],
+            &[],
+            &["libc.so.6"],
+            &["libbar.so", "libc.so.6"],
+            &[],
+        ]
+        .iter()
+        .map(|names| names.iter().map(|n| n.as_bytes().to_vec()).collect())
+        .collect();
+        mark_loaded_at_start_up(&mut modules, &needed);
+        let marks: Vec<bool> = modules.iter().map(|m| m.loaded_at_start_up).collect();
+        assert_eq!(marks, [true, true, true, true, true, false, false]);
+    }
+
+    #[test]
+    fn a_library_dlopen_loads_is_not_a_start_up_module_and_the_rest_are() {
+        // SAFETY: a valid NUL-terminated name; libresolv is part of glibc, not loaded by test programs.
+        let handle = unsafe { libc::dlopen(c"libresolv.so.2".as_ptr(), libc::RTLD_NOW) };
+        assert!(!handle.is_null());
+        let modules = scan_loaded_modules();
+        let resolv = modules
+            .iter()
+            .find(|m| m.soname == b"libresolv.so.2")
+            .expect("libresolv.so.2 loaded");
+        assert!(!resolv.loaded_at_start_up, "{modules:#?}");
+        for module in modules
+            .iter()
+            .filter(|m| m.is_main || m.is_vdso || m.is_dynamic_linker || m.soname == b"libc.so.6")
+        {
+            assert!(
+                module.loaded_at_start_up,
+                "{}",
+                String::from_utf8_lossy(&module.file_name)
+            );
+        }
+        // SAFETY: the handle came from dlopen above.
+        unsafe { libc::dlclose(handle) };
+    }
 
     #[test]
     fn scan_finds_main_program_libc_ldso_and_vdso() {

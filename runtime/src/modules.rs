@@ -74,7 +74,7 @@ impl LiveModule {
         let runtime_ranges = info.runtime_ranges().collect();
         let plt_counted = !profiled && reached_only_through_plt(&info);
         let unwind = crate::unwind_tables::wanted()
-            .then(|| crate::unwind_tables::ModuleUnwind::copy_from(&info))
+            .then(|| crate::unwind_tables::ModuleUnwind::of_module(&info))
             .flatten();
         LiveModule {
             key,

@@ -1,6 +1,7 @@
-//! Copies of each module's unwind tables (`.eh_frame_hdr` and the `.eh_frame` it indexes), made when the
-//! module is added (outside any handler), and their look-up without allocation, for the stack walks of
-//! `stacks`.
+//! Each module's unwind tables (`.eh_frame_hdr` and the `.eh_frame` it indexes) where a stack walk may read
+//! them at any moment: in place for modules loaded at start-up, which are never unloaded, and copied, when the
+//! module is added (outside any handler), for those `dlopen` loaded; and their look-up without allocation,
+//! for the stack walks of `stacks`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -25,17 +26,19 @@ pub fn wanted() -> bool {
 
 type Slice = EndianSlice<'static, NativeEndian>;
 
-/// Unwind tables bigger than this are not copied (the module is walked by frame pointer only).
-const MOST_COPIED_BYTES: u64 = 256 << 20;
+/// Unwind tables bigger than this are not used (the module is walked by frame pointer only).
+const MOST_TABLE_BYTES: u64 = 256 << 20;
 
-/// One module's unwind tables, copied out of the module when it is added (outside any handler), with
-/// link-time base addresses, so lookups take link-time addresses.
+/// One module's unwind tables, with link-time base addresses, so lookups take link-time addresses.
 ///
-/// Why copies: a module can be unmapped by `dlclose` on another thread at any moment, and the runtime hears
+/// A module `dlopen` loaded can be unmapped by `dlclose` on another thread at any moment, and the runtime hears
 /// of it only after the loader has unmapped it (loader-hooks reports unloads when `dlclose` returns). A walk
-/// reading the module's own `.eh_frame` could then fault. The copies live as long as the process (like the
-/// [`crate::modules::LiveModule`] that owns them), so the walk reads only the stack (bounds-checked) and memory of
-/// its own: no module memory at all, not even code (the signal trampoline is known by its address).
+/// reading such a module's own `.eh_frame` could then fault, so its tables are copied when it is added; the
+/// copies live as long as the process (like the [`crate::modules::LiveModule`] that owns them). The modules
+/// loaded at start-up ([`ModuleInfo::loaded_at_start_up`]: the program, its libraries, the preloaded ones) are
+/// never unloaded, and their tables are read where they are: copying them cost every process at start-up (the
+/// `.eh_frame` of a rustc-sized library is megabytes) and every `fork` after (the copies are memory a fork
+/// maps again). Either way the walk reads no module code (the signal trampoline is known by its address).
 pub struct ModuleUnwind {
     header: ParsedEhFrameHdr<Slice>,
     eh_frame: EhFrame<Slice>,
@@ -48,12 +51,12 @@ impl std::fmt::Debug for ModuleUnwind {
     }
 }
 
-/// `len` bytes of the loaded module `info` at link-time `start`, copied, when they lie in its readable,
-/// file-backed memory.
-fn copy_module_bytes(info: &ModuleInfo, start: u64, len: u64) -> Option<&'static [u8]> {
+/// `len` bytes of the loaded module `info` at link-time `start`, when they lie in its readable, file-backed
+/// memory: in place for a module loaded at start-up, else copied.
+fn module_bytes(info: &ModuleInfo, start: u64, len: u64) -> Option<&'static [u8]> {
     let end = start.checked_add(len)?;
     if len == 0
-        || len > MOST_COPIED_BYTES
+        || len > MOST_TABLE_BYTES
         || !info
             .readable_ranges
             .iter()
@@ -64,18 +67,22 @@ fn copy_module_bytes(info: &ModuleInfo, start: u64, len: u64) -> Option<&'static
     let address = (info.bias as u64).wrapping_add(start) as usize;
     // SAFETY: the range lies inside a readable, file-backed PT_LOAD segment of a module the loader reported
     // just now; it stays mapped while the module is added (start-up, or the loader event with the loader lock
-    // held).
+    // held), and for the life of the process when the module was loaded at start-up (never unloaded).
     let bytes = unsafe { std::slice::from_raw_parts(address as *const u8, len as usize) };
-    Some(Vec::leak(bytes.to_vec()))
+    if info.loaded_at_start_up {
+        Some(bytes)
+    } else {
+        Some(Vec::leak(bytes.to_vec()))
+    }
 }
 
 impl ModuleUnwind {
-    /// Copies the unwind tables of the loaded module `info` (its `.eh_frame_hdr` and the `.eh_frame` it
-    /// points to, up to the end of the segment holding it); `None` when it has no usable search table.
-    /// Allocates: never from a handler.
-    pub fn copy_from(info: &ModuleInfo) -> Option<ModuleUnwind> {
+    /// The unwind tables of the loaded module `info` (its `.eh_frame_hdr` and the `.eh_frame` it points to, up
+    /// to the end of the segment holding it: in place or copied, see [`ModuleUnwind`]); `None` when it has no
+    /// usable search table. Allocates: never from a handler.
+    pub fn of_module(info: &ModuleInfo) -> Option<ModuleUnwind> {
         let header_range = info.eh_frame_hdr?;
-        let header_bytes = copy_module_bytes(info, header_range.start, header_range.len())?;
+        let header_bytes = module_bytes(info, header_range.start, header_range.len())?;
         let bases = BaseAddresses::default().set_eh_frame_hdr(header_range.start);
         let header = EhFrameHdr::new(header_bytes, NativeEndian)
             .parse(&bases, 8)
@@ -87,7 +94,7 @@ impl ModuleUnwind {
             .readable_ranges
             .iter()
             .find(|r| r.start <= eh_frame_start && eh_frame_start < r.end)?;
-        let eh_frame_bytes = copy_module_bytes(info, eh_frame_start, segment.end - eh_frame_start)?;
+        let eh_frame_bytes = module_bytes(info, eh_frame_start, segment.end - eh_frame_start)?;
         let bases = bases
             .set_eh_frame(eh_frame_start)
             .set_text(info.exec_ranges.first().map_or(0, |r| r.start));

@@ -183,7 +183,7 @@ mod tests {
             .into_iter()
             .next()
             .expect("the main program");
-        let unwind = ModuleUnwind::copy_from(&main).expect("the test program's unwind tables");
+        let unwind = ModuleUnwind::of_module(&main).expect("the test program's unwind tables");
         let mut context = UnwindContext::<usize, StoreOnStack>::new_in();
         main.exec_ranges
             .iter()
