@@ -55,6 +55,9 @@ pub struct Options {
     pub binary_path: Vec<PathBuf>,
     /// `--estimate`: gprof's estimated call-graph times even when the profile has sampled stacks.
     pub estimate: bool,
+    /// Every function gets its source file and line from the line tables, printed or not (the exports name
+    /// every function's); a report reads only those it prints (`stages::symbols`).
+    pub every_source: bool,
 }
 
 impl Default for Options {
@@ -90,6 +93,7 @@ impl Default for Options {
             debug: 0,
             binary_path: Vec::new(),
             estimate: false,
+            every_source: false,
         }
     }
 }

@@ -370,6 +370,19 @@ fn line_profiles_cover_every_module() {
         "{report}"
     );
     assert!(report.contains("  lib_work (lines_lib.c:"), "{report}");
+    // A report without -l reads source positions only for static functions it prints; its index still names
+    // their files, as gprof's does.
+    let plain = run_ok(mslprof().args(["-b", "gmon.out"]), "mslprof -b");
+    let index = plain
+        .split_once("Index by function name")
+        .and_then(|(_, rest)| rest.split_once("\nModules"))
+        .map_or("", |(index, _)| index);
+    assert!(
+        index.contains("spin@lmain (lines_main.c)")
+            && index.contains("spin@liblines.so (lines_lib.c)")
+            && !index.contains("lib_work ("),
+        "{plain}"
+    );
     // Function order: one list per module, each headed by a `#` line naming it; the called functions
     // first, chained along their arcs inside the module.
     let order = run_ok(mslprof().args(["-r", "gmon.out"]), "mslprof -r");

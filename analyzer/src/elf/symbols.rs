@@ -63,6 +63,20 @@ pub struct SelectOptions {
     pub exact_bounds: bool,
 }
 
+/// Which symbols get their source file and line from the DWARF line tables (gprof's `get_src_info`).
+#[derive(Clone, Copy, Debug, Default)]
+pub enum SourcesWanted<'a> {
+    /// Every symbol: what `-A`, `-C`, `-l`, file symspecs, orderings and the exports read.
+    #[default]
+    Every,
+    /// Only static functions that overlap one of these link-time ranges `[start, end)` (sorted, disjoint:
+    /// where the module's samples, arcs and stack frames are): a report prints a file name for no other
+    /// function (its index names the file of a static one), so a module whose printed functions are all
+    /// global has its line tables not read at all (for a libc with a separate debug file, half of a small
+    /// report's time).
+    StaticOverlapping(&'a [(u64, u64)]),
+}
+
 /// Failure to use a module's file.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -334,9 +348,17 @@ fn add_source_files(files: &mut Vec<String>, syms: &[FunctionSymbol]) {
 
 /// Fill in source file and line of each symbol from DWARF line tables, as gprof's `get_src_info` does;
 /// returns the files in the order they were first seen.
-fn attach_sources(file: &object::File<'_>, syms: &mut [FunctionSymbol]) -> Vec<String> {
+fn attach_sources(
+    file: &object::File<'_>,
+    syms: &mut [FunctionSymbol],
+    wanted: SourcesWanted<'_>,
+) -> Vec<String> {
+    let wanted = sources_wanted(syms, wanted);
+    if !wanted.contains(&true) {
+        return Vec::new();
+    }
     crate::elf::lines::with_dwarf_and_first_rows(file, |ctx, first_rows| {
-        for s in syms.iter_mut() {
+        for (s, _) in syms.iter_mut().zip(&wanted).filter(|(_, w)| **w) {
             if let Some((f, l)) = crate::elf::lines::source_position(ctx, first_rows, s.addr.0)
                 && l != 0
             {
@@ -348,6 +370,37 @@ fn attach_sources(file: &object::File<'_>, syms: &mut [FunctionSymbol]) -> Vec<S
     let mut files = Vec::new();
     add_source_files(&mut files, syms);
     files
+}
+
+/// Which of `syms` get a source position (see [`SourcesWanted`]). A symbol's extent here, before the table is
+/// finalized, reaches the next symbol's start (or its own size, if longer), as the report's rows may.
+fn sources_wanted(syms: &[FunctionSymbol], wanted: SourcesWanted<'_>) -> Vec<bool> {
+    let SourcesWanted::StaticOverlapping(ranges) = wanted else {
+        return vec![true; syms.len()];
+    };
+    let mut starts: Vec<u64> = syms.iter().map(|s| s.addr.0).collect();
+    starts.sort_unstable();
+    // A static symbol at the address of a global one is never printed: the table keeps the global name
+    // (`symtab::finalize`).
+    let global: std::collections::HashSet<u64> = syms
+        .iter()
+        .filter(|s| !s.is_static)
+        .map(|s| s.addr.0)
+        .collect();
+    syms.iter()
+        .map(|s| {
+            if !s.is_static || global.contains(&s.addr.0) {
+                return false;
+            }
+            let next = starts
+                .get(starts.partition_point(|&a| a <= s.addr.0))
+                .copied()
+                .unwrap_or(u64::MAX);
+            let end = next.max(s.addr.0.saturating_add(s.size.max(1)));
+            let first = ranges.partition_point(|&(_, range_end)| range_end <= s.addr.0);
+            ranges.get(first).is_some_and(|&(start, _)| start < end)
+        })
+        .collect()
 }
 
 /// `-l`: finalize the function symbols, then add the line symbols of `.text` from the DWARF of `dwarf`
@@ -424,14 +477,16 @@ pub(crate) fn with_debug_file<T>(
 
 /// Read and select the function symbols of the ELF file at `path`.
 pub fn load(path: &Path, opts: SelectOptions) -> Result<ModuleSymbols, SymbolError> {
-    load_mapped(path, opts, None)
+    load_mapped(path, opts, None, SourcesWanted::Every)
 }
 
-/// [`load`], with `-R`'s function-to-file map applied before the table is finalized.
+/// [`load`], with `-R`'s function-to-file map applied before the table is finalized, and source positions for
+/// the symbols `sources` asks for.
 pub fn load_mapped(
     path: &Path,
     opts: SelectOptions,
     map: Option<&crate::elf::filemap::FileMap>,
+    sources: SourcesWanted<'_>,
 ) -> Result<ModuleSymbols, SymbolError> {
     let data = crate::sys::map_file(path)?;
     let data: &[u8] = &data;
@@ -486,12 +541,12 @@ pub fn load_mapped(
         }
         let mut files = Vec::new();
         if file.section_by_name(".debug_line").is_some() {
-            files = attach_sources(&file, &mut syms);
+            files = attach_sources(&file, &mut syms, sources);
             if opts.lines {
                 syms = with_line_symbols(&file, &file, syms, text_end);
             }
         } else if let Some(s) = with_debug_file(path, &file, |dfile| {
-            files = attach_sources(dfile, &mut syms);
+            files = attach_sources(dfile, &mut syms, sources);
             if opts.lines {
                 with_line_symbols(dfile, &file, std::mem::take(&mut syms), text_end)
             } else {
@@ -507,7 +562,7 @@ pub fn load_mapped(
         if syms.is_empty() {
             return None;
         }
-        let files = attach_sources(dfile, &mut syms);
+        let files = attach_sources(dfile, &mut syms, sources);
         if opts.lines {
             syms = with_line_symbols(dfile, &file, syms, text_end);
         }
@@ -605,6 +660,36 @@ fn demangle_without_bfd(name: &str, style: Demangle) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn symbol(name: &str, addr: u64, size: u64, is_static: bool) -> FunctionSymbol {
+        FunctionSymbol {
+            name: name.into(),
+            addr: LinkAddress(addr),
+            is_func: true,
+            is_static,
+            size,
+            ..FunctionSymbol::default()
+        }
+    }
+
+    #[test]
+    fn sources_are_wanted_for_printed_static_functions_only_unless_every_one_is() {
+        let syms = [
+            symbol("used_static", 0x100, 0x10, true),
+            symbol("unused_static", 0x200, 0x10, true),
+            symbol("global", 0x300, 0x10, false),
+            symbol("alias_of_global", 0x300, 0x10, true),
+            // No size: reaches the next symbol, where the sample is.
+            symbol("sizeless_static", 0x400, 0, true),
+            symbol("last", 0x500, 0x10, false),
+        ];
+        let used = [(0x104, 0x105), (0x300, 0x301), (0x480, 0x490)];
+        assert_eq!(
+            sources_wanted(&syms, SourcesWanted::StaticOverlapping(&used)),
+            [true, false, false, false, true, false]
+        );
+        assert_eq!(sources_wanted(&syms, SourcesWanted::Every), [true; 6]);
+    }
 
     #[test]
     fn names_are_demangled_without_libbfd() {

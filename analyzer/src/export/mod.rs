@@ -95,6 +95,7 @@ impl Prepared {
         let mut warnings = Vec::new();
         let opts = Options {
             binary_path: crate::elf::binpath::from_environment(),
+            every_source: true,
             ..Options::default()
         };
         let mut analysis =

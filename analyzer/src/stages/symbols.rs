@@ -9,7 +9,7 @@ use mslprof_format::model::{Module, Profile, module_flags};
 
 use crate::elf::filemap::FileMap;
 use crate::elf::symbols::SymbolError;
-use crate::elf::symbols::{self, Demangle, FunctionSymbol, SelectOptions};
+use crate::elf::symbols::{self, Demangle, FunctionSymbol, SelectOptions, SourcesWanted};
 use crate::gprof::graph::ModuleView;
 use crate::input::Error;
 use crate::options::Options;
@@ -59,12 +59,11 @@ pub fn gnu(
                 problem,
             })?);
         }
-        let ms = symbols::load_mapped(exe, select, file_map.as_ref()).map_err(|source| {
-            Error::Symbols {
+        let ms = symbols::load_mapped(exe, select, file_map.as_ref(), SourcesWanted::Every)
+            .map_err(|source| Error::Symbols {
                 path: exe.to_path_buf(),
                 source,
-            }
-        })?;
+            })?;
         if ms.dynamic_only {
             warnings.push(format!(
                 "{}: symbol table is stripped; only exported functions are known",
@@ -220,7 +219,15 @@ pub fn mslprof(
                 "reading the symbols of {name} ({} of {count})",
                 index + 1
             ));
-            module.symbols = read_module(m, &file, select, callers_only, warnings).map(
+            let ranges = if needs_every_source(opts) {
+                None
+            } else {
+                Some(used_ranges(profile, m))
+            };
+            let sources = ranges
+                .as_deref()
+                .map_or(SourcesWanted::Every, SourcesWanted::StaticOverlapping);
+            module.symbols = read_module(m, &file, select, sources, callers_only, warnings).map(
                 |(syms, source_files, plt_counted)| {
                     module.view.source_files = source_files;
                     module.view.plt_counted = plt_counted;
@@ -233,16 +240,95 @@ pub fn mslprof(
     loaded
 }
 
+/// Whether the report reads the source file and line of functions it does not print, or of global ones:
+/// annotated source (`-A`), execution counts (`-C`), line granularity (`-l`), file names inline, file
+/// symspecs, the orderings (`-r`, `-R`), `-z`'s unused functions, `-c`'s calls never made, `-d`'s symbol
+/// dump, and the exports.
+fn needs_every_source(opts: &Options) -> bool {
+    opts.every_source
+        || opts.anno.is_some()
+        || opts.static_calls
+        || opts.debug != 0
+        || opts.exec.is_some()
+        || opts.line
+        || opts.inline_file_names
+        || opts.function_order
+        || opts.file_order.is_some()
+        || !opts.ignore_zeros
+        || opts
+            .specs
+            .iter()
+            .any(|(_, spec)| crate::gprof::symspec::parse(spec).file.is_some())
+}
+
+/// Where module `m`'s data lies, as sorted, disjoint link-time ranges: its histogram buckets with samples, the
+/// entries of the functions called in it, the call sites in it (of any module's arcs), and its stack frames (a
+/// call site or return address also covers the byte before it, which is what a reader looks up).
+fn used_ranges(profile: &Profile, m: &Module) -> Vec<(u64, u64)> {
+    let mut ranges: Vec<(u64, u64)> = Vec::new();
+    let around = |address: u64| (address.saturating_sub(1), address.saturating_add(1));
+    if let Some(histogram) = &m.histogram {
+        for range in &histogram.ranges {
+            let count = range.buckets.len();
+            if count == 0 {
+                continue;
+            }
+            let span = range.span();
+            for (index, _) in range.buckets.nonzero() {
+                let start = range.start.0
+                    + (u128::from(span) * u128::from(index) / u128::from(count)) as u64;
+                let end = range.start.0
+                    + (u128::from(span) * u128::from(index + 1) / u128::from(count)) as u64;
+                ranges.push((start, end.max(start + 1)));
+            }
+        }
+    }
+    ranges.extend(m.arcs.iter().map(|arc| {
+        let callee = arc.callee_address.0;
+        (callee, callee.saturating_add(1))
+    }));
+    for other in &profile.modules {
+        ranges.extend(
+            other
+                .arcs
+                .iter()
+                .filter(|arc| arc.caller_key == m.key)
+                .map(|arc| around(arc.caller_address.0)),
+        );
+    }
+    if let Some(stacks) = &profile.stacks {
+        for record in &stacks.records {
+            ranges.extend(
+                record
+                    .frames
+                    .iter()
+                    .filter(|frame| frame.key == m.key)
+                    .map(|frame| around(frame.address.0)),
+            );
+        }
+    }
+    ranges.sort_unstable();
+    let mut merged: Vec<(u64, u64)> = Vec::with_capacity(ranges.len());
+    for (start, end) in ranges {
+        match merged.last_mut() {
+            Some(last) if start <= last.1 => last.1 = last.1.max(end),
+            _ => merged.push((start, end)),
+        }
+    }
+    merged
+}
+
 /// Read one mslprof module's ELF file: its symbols, source files and whether its calls were counted at
 /// the PLT. `None` (with a warning) when the file cannot be used.
 fn read_module(
     m: &Module,
     file: &Path,
     select: SelectOptions,
+    sources: SourcesWanted<'_>,
     callers_only: bool,
     warnings: &mut Vec<String>,
 ) -> Option<(Vec<FunctionSymbol>, Vec<String>, bool)> {
-    match symbols::load(file, select) {
+    match symbols::load_mapped(file, select, None, sources) {
         Ok(ms) => {
             if !m.build_id.is_empty()
                 && ms
