@@ -287,26 +287,23 @@ fn used_ranges(profile: &Profile, m: &Module) -> Vec<(u64, u64)> {
         let callee = arc.callee_address.0;
         (callee, callee.saturating_add(1))
     }));
-    for other in &profile.modules {
-        ranges.extend(
-            other
-                .arcs
-                .iter()
-                .filter(|arc| arc.caller_key == m.key)
-                .map(|arc| around(arc.caller_address.0)),
-        );
-    }
-    if let Some(stacks) = &profile.stacks {
-        for record in &stacks.records {
-            ranges.extend(
-                record
-                    .frames
-                    .iter()
-                    .filter(|frame| frame.key == m.key)
-                    .map(|frame| around(frame.address.0)),
-            );
-        }
-    }
+    let call_sites = profile
+        .modules
+        .iter()
+        .flat_map(|other| &other.arcs)
+        .map(|arc| (arc.caller_key, arc.caller_address.0));
+    let frames = profile
+        .stacks
+        .iter()
+        .flat_map(|stacks| &stacks.records)
+        .flat_map(|record| &record.frames)
+        .map(|frame| (frame.key, frame.address.0));
+    ranges.extend(
+        call_sites
+            .chain(frames)
+            .filter(|&(key, _)| key == m.key)
+            .map(|(_, address)| around(address)),
+    );
     ranges.sort_unstable();
     let mut merged: Vec<(u64, u64)> = Vec::with_capacity(ranges.len());
     for (start, end) in ranges {
