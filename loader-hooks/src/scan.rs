@@ -193,8 +193,9 @@ pub fn scan() -> LoaderScan {
     sys::for_each_loaded_object(&mut |object| {
         result.adds = object.adds;
         result.subs = object.subs;
-        result.modules.push(describe(object, &identity, &exe_path));
-        needed.push(ModuleMemory::new(object).needed(object.program_headers));
+        let (module, its_needs) = describe(object, &identity, &exe_path);
+        result.modules.push(module);
+        needed.push(its_needs);
     });
     mark_loaded_at_start_up(&mut result.modules, &needed);
     result
@@ -253,7 +254,12 @@ struct ProcessIdentity {
     interpreter_base: usize,
 }
 
-fn describe(object: &LoadedObject<'_>, identity: &ProcessIdentity, exe_path: &[u8]) -> ModuleInfo {
+/// What is known of `object`, and the names it needs (`DT_NEEDED`, in order).
+fn describe(
+    object: &LoadedObject<'_>,
+    identity: &ProcessIdentity,
+    exe_path: &[u8],
+) -> (ModuleInfo, Vec<Vec<u8>>) {
     let headers = object.program_headers;
     let lowest_vaddr = headers
         .iter()
@@ -289,6 +295,7 @@ fn describe(object: &LoadedObject<'_>, identity: &ProcessIdentity, exe_path: &[u
     };
 
     let memory = ModuleMemory::new(object);
+    let (soname, needed) = memory.dynamic_names(headers);
     let mut exec_ranges: Vec<LinkRange> = headers
         .iter()
         .filter(|h| h.p_type == PT_LOAD && h.p_flags & PF_X != 0 && h.p_memsz > 0)
@@ -308,11 +315,11 @@ fn describe(object: &LoadedObject<'_>, identity: &ProcessIdentity, exe_path: &[u
         .collect();
     readable_ranges.sort();
 
-    ModuleInfo {
+    let module = ModuleInfo {
         bias: object.bias.0 as usize,
         path,
         file_name,
-        soname: memory.soname(headers).unwrap_or_default(),
+        soname: soname.unwrap_or_default(),
         build_id: memory.build_id(headers).unwrap_or_default(),
         exec_ranges,
         is_main,
@@ -338,7 +345,8 @@ fn describe(object: &LoadedObject<'_>, identity: &ProcessIdentity, exe_path: &[u
             }),
         readable_ranges,
         loaded_at_start_up: false,
-    }
+    };
+    (module, needed)
 }
 
 /// A module's dynamic string table (`DT_STRTAB`, `DT_STRSZ` bytes long), read through its [`ModuleMemory`].
@@ -422,41 +430,18 @@ impl ModuleMemory {
             .find(|&a| self.bytes(a, 1).is_some())
     }
 
-    fn soname(&self, headers: &[ProgramHeader]) -> Option<Vec<u8>> {
-        let mut soname = None;
-        let strings = self.dynamic_entries(headers, |tag, value| {
-            if tag == DT_SONAME {
-                soname = Some(value);
-            }
-        })?;
-        strings.name(soname?)
-    }
-
-    /// The `DT_NEEDED` names, in order (empty when there is no dynamic section).
-    fn needed(&self, headers: &[ProgramHeader]) -> Vec<Vec<u8>> {
-        let mut offsets = Vec::new();
-        let Some(strings) = self.dynamic_entries(headers, |tag, value| {
-            if tag == DT_NEEDED {
-                offsets.push(value);
-            }
-        }) else {
-            return Vec::new();
+    /// `DT_SONAME` and the `DT_NEEDED` names (in order), read in one pass over the dynamic section; nothing
+    /// when there is none.
+    fn dynamic_names(&self, headers: &[ProgramHeader]) -> (Option<Vec<u8>>, Vec<Vec<u8>>) {
+        let Some(dynamic) = headers
+            .iter()
+            .find(|h| h.p_type == PT_DYNAMIC)
+            .and_then(|h| self.segment(h))
+        else {
+            return (None, Vec::new());
         };
-        offsets
-            .into_iter()
-            .filter_map(|offset| strings.name(offset))
-            .collect()
-    }
-
-    /// Calls `visit(tag, value)` for each entry of the dynamic section, and returns its string table.
-    fn dynamic_entries(
-        &self,
-        headers: &[ProgramHeader],
-        mut visit: impl FnMut(u64, u64),
-    ) -> Option<DynamicStrings<'_>> {
-        let dynamic = self.segment(headers.iter().find(|h| h.p_type == PT_DYNAMIC)?)?;
         let word = std::mem::size_of::<usize>();
-        let (mut strtab, mut strsz) = (None, None);
+        let (mut strtab, mut strsz, mut soname, mut needed) = (None, None, None, Vec::new());
         for entry in dynamic.chunks_exact(2 * word) {
             let tag = read_word(&entry[..word]);
             let value = read_word(&entry[word..]);
@@ -464,16 +449,28 @@ impl ModuleMemory {
                 DT_NULL => break,
                 DT_STRTAB => strtab = Some(value),
                 DT_STRSZ => strsz = Some(value),
-                _ => visit(tag, value),
+                DT_SONAME => soname = Some(value),
+                DT_NEEDED => needed.push(value),
+                _ => {}
             }
         }
-        Some(DynamicStrings {
+        let Some(start) = strtab.and_then(|value| self.dynamic_pointer(value)) else {
+            return (None, Vec::new());
+        };
+        let strings = DynamicStrings {
             memory: self,
-            start: self.dynamic_pointer(strtab?)?,
+            start,
             limit: strsz
                 .and_then(|s| usize::try_from(s).ok())
                 .unwrap_or(usize::MAX),
-        })
+        };
+        (
+            soname.and_then(|offset| strings.name(offset)),
+            needed
+                .into_iter()
+                .filter_map(|offset| strings.name(offset))
+                .collect(),
+        )
     }
 
     fn build_id(&self, headers: &[ProgramHeader]) -> Option<Vec<u8>> {
