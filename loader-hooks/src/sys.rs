@@ -121,7 +121,7 @@ pub(crate) fn next_definition(name: &[u8]) -> usize {
 /// The calling thread's kernel thread id. Async-signal-safe. A `syscall` instruction inlined here, not libc's
 /// wrapper: the fork path runs it in the child, where every code page not yet run there costs a page fault.
 #[inline]
-pub(crate) fn thread_id() -> i32 {
+pub fn thread_id() -> i32 {
     // SAFETY: gettid takes no argument and cannot fail.
     unsafe { syscalls::raw_syscall!(syscalls::Sysno::gettid) as i32 }
 }
@@ -129,7 +129,7 @@ pub(crate) fn thread_id() -> i32 {
 /// The calling process's id (never cached, so correct in a vfork/clone child). Async-signal-safe; a `syscall`
 /// instruction inlined here, as [`thread_id`].
 #[inline]
-pub(crate) fn process_id() -> i32 {
+pub fn process_id() -> i32 {
     // SAFETY: getpid takes no argument and cannot fail.
     unsafe { syscalls::raw_syscall!(syscalls::Sysno::getpid) as i32 }
 }

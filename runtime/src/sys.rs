@@ -566,13 +566,12 @@ pub fn inode_and_birth(path: &CStr) -> Option<(u64, i128)> {
     Some((info.stx_ino, birth))
 }
 
-/// The process id. A `syscall` instruction inlined here rather than libc's wrapper: a forked child runs it on
-/// its way out of `fork`, where each code page not yet run in the child costs a page fault (loader-hooks'
+/// The process id: loader-hooks' `syscall` instruction, inlined rather than libc's wrapper: a forked child runs
+/// it on its way out of `fork`, where each code page not yet run in the child costs a page fault (loader-hooks'
 /// fork.rs).
 #[inline]
 pub fn getpid() -> u32 {
-    // SAFETY: getpid takes no argument and cannot fail.
-    unsafe { syscalls::raw_syscall!(syscalls::Sysno::getpid) as u32 }
+    mslprof_loader_hooks::sys::process_id() as u32
 }
 
 pub fn getppid() -> u32 {
@@ -580,11 +579,10 @@ pub fn getppid() -> u32 {
     unsafe { libc::getppid() as u32 }
 }
 
-/// The kernel thread id of the calling thread; a `syscall` instruction, as [`getpid`].
+/// The kernel thread id of the calling thread; loader-hooks' `syscall` instruction, as [`getpid`].
 #[inline]
 pub fn gettid() -> i32 {
-    // SAFETY: gettid takes no argument and cannot fail.
-    unsafe { syscalls::raw_syscall!(syscalls::Sysno::gettid) as i32 }
+    mslprof_loader_hooks::sys::thread_id()
 }
 
 /// `getauxval(AT_SECURE) != 0`: the process runs setuid/setgid or with other elevated credentials.
@@ -603,9 +601,14 @@ pub fn clock_ns(clock: libc::clockid_t) -> i64 {
     if unsafe { libc::clock_gettime(clock, &mut now) } != 0 {
         return 0;
     }
-    now.tv_sec
+    timespec_ns(now)
+}
+
+/// A `timespec` in nanoseconds (saturating).
+fn timespec_ns(time: libc::timespec) -> i64 {
+    time.tv_sec
         .saturating_mul(1_000_000_000)
-        .saturating_add(now.tv_nsec)
+        .saturating_add(time.tv_nsec)
 }
 
 /// [`clock_ns`] by a `syscall` instruction rather than the vDSO, for the fork path (see [`getpid`]: the vDSO's
@@ -628,9 +631,7 @@ pub fn clock_ns_by_syscall(clock: libc::clockid_t) -> i64 {
     {
         return 0;
     }
-    now.tv_sec
-        .saturating_mul(1_000_000_000)
-        .saturating_add(now.tv_nsec)
+    timespec_ns(now)
 }
 
 #[cfg(feature = "test-hooks")]
