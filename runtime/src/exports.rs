@@ -230,7 +230,7 @@ pub unsafe extern "C" fn mslprof_test_walk_here(
 
 /// Test hook's body, reached from `mslprof_test_walk_here` with the caller's pc, sp and rbp in
 /// `report[0..3]`: walks the calling thread's stack from them `repeats` times with the SIGPROF handler's walk
-/// (same bounds, same unwind copies, outside a handler) and a rule cache of its own, emptied before each walk
+/// (same bounds, same unwind tables, outside a handler) and a rule cache of its own, emptied before each walk
 /// when `cold` is not 0; writes the last walk's frames into `frames` as runtime addresses (the caller's pc, then
 /// return addresses; 0 outside every module), its frame count in `report[3]`, its flags in `report[4]`, the
 /// cache's hits and misses over all the walks in `report[5..7]`, and returns the nanoseconds the walks took

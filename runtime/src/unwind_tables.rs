@@ -36,9 +36,9 @@ const MOST_TABLE_BYTES: u64 = 256 << 20;
 /// reading such a module's own `.eh_frame` could then fault, so its tables are copied when it is added; the
 /// copies live as long as the process (like the [`crate::modules::LiveModule`] that owns them). The modules
 /// loaded at start-up ([`ModuleInfo::loaded_at_start_up`]: the program, its libraries, the preloaded ones) are
-/// never unloaded, and their tables are read where they are: copying them cost every process at start-up (the
-/// `.eh_frame` of a rustc-sized library is megabytes) and every `fork` after (the copies are memory a fork
-/// maps again). Either way the walk reads no module code (the signal trampoline is known by its address).
+/// never unloaded, and their tables are read where they are: copying them would cost every process at start-up
+/// (the `.eh_frame` of a rustc-sized library is megabytes) and every `fork` after (the copies are memory a
+/// fork maps again). Either way the walk reads no module code (the signal trampoline is known by its address).
 pub struct ModuleUnwind {
     header: ParsedEhFrameHdr<Slice>,
     eh_frame: EhFrame<Slice>,
