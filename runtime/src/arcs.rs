@@ -22,8 +22,10 @@
 //!   levels, level *i* having `FIRST_LEVEL_SLOTS << i` slots, each level one anonymous `mmap`. A level
 //!   accepts new arcs until it is half full; then the next one is mapped (the thread that wins the
 //!   compare-and-swap of the level pointer installs it, a loser unmaps its own). A slot costs 544
-//!   bytes of address space (32 of key, 8 per stripe), of which only the pages written become
-//!   resident: the keys, and the counters of the stripes in use, handed out densely. Nothing is
+//!   bytes of address space (32 of key, 8 per stripe), of which only the keys and the counters of
+//!   the stripes in use, handed out densely, become resident. New arcs land on keys all over a
+//!   level, so the keys of every level but the first are made resident when it is mapped (one
+//!   system call, huge pages from 2 MiB on) instead of a read fault and a write fault per page. Nothing is
 //!   mapped before a module's first arc, the first level is 2.2 MiB of address space, and each level
 //!   is mapped only when the previous ones hold about as many arcs as it has slots, whatever the
 //!   size of the module's text. The bound is [`MAX_ARCS`] = 8 386 560 distinct arcs per module load
@@ -373,7 +375,7 @@ impl ArcTable {
         let Some(newest) = self.newest_level_index() else {
             return self.insert(stripe, hash, tag, caller_addr, callee_addr, None);
         };
-        let older_may_hold_it = self.filter_may_contain(hash);
+        let older_may_hold_it = self.filter_may_contain(tag, caller_addr, hash);
         let mut candidate = None;
         for index in (0..=newest).rev() {
             if index != newest && !older_may_hold_it {
@@ -391,9 +393,15 @@ impl ArcTable {
         self.insert(stripe, hash, tag, caller_addr, callee_addr, candidate)
     }
 
-    /// The key filter's word and bits for `hash` (high bits: the slot index uses the low ones).
-    fn filter_position(hash: u64) -> (usize, u64) {
-        let word = (hash >> 40) as usize & (FILTER_WORDS - 1);
+    /// The key filter's word and bits for a key. The word follows the call site: one cache line of
+    /// words per 16 bytes of the caller's code (the module's key mixed in), a word of that line and
+    /// two bits from the hash's high bits (the slot index uses the low ones). A program's first calls
+    /// of its arcs come in the order its code runs, mostly its address order, so the filter is walked
+    /// a line at a time instead of missing the cache on every new arc; the callees of one call site
+    /// spread over its line's eight words.
+    fn filter_position(tag: u64, caller_addr: u64, hash: u64) -> (usize, u64) {
+        let line = (caller_addr >> 4) ^ tag.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let word = ((line << 3) | ((hash >> 40) & 7)) as usize & (FILTER_WORDS - 1);
         let bits = (1u64 << ((hash >> 28) & 63)) | (1u64 << ((hash >> 34) & 63));
         (word, bits)
     }
@@ -406,16 +414,16 @@ impl ArcTable {
     }
 
     /// False only when the filter exists and rules the key out of every level.
-    fn filter_may_contain(&self, hash: u64) -> bool {
+    fn filter_may_contain(&self, tag: u64, caller_addr: u64, hash: u64) -> bool {
         let Some(filter) = self.filter() else {
             return true;
         };
-        let (word, bits) = Self::filter_position(hash);
+        let (word, bits) = Self::filter_position(tag, caller_addr, hash);
         filter[word].load(Ordering::Relaxed) & bits == bits
     }
 
-    fn filter_add(filter: &[AtomicU64], hash: u64) {
-        let (word, bits) = Self::filter_position(hash);
+    fn filter_add(filter: &[AtomicU64], tag: u64, caller_addr: u64, hash: u64) {
+        let (word, bits) = Self::filter_position(tag, caller_addr, hash);
         if filter[word].load(Ordering::Relaxed) & bits != bits {
             filter[word].fetch_or(bits, Ordering::Relaxed);
         }
@@ -429,6 +437,8 @@ impl ArcTable {
         let Some(fresh) = sys::map_zeroed(bytes) else {
             return;
         };
+        sys::prefer_huge_pages(fresh, bytes);
+        sys::populate(fresh, bytes);
         if self
             .filter
             .compare_exchange(
@@ -451,7 +461,8 @@ impl ArcTable {
                 break;
             };
             for (_, tag, caller_addr, callee_addr) in level.published() {
-                Self::filter_add(filter, hash((tag - 2) as u32, caller_addr, callee_addr));
+                let hash = hash((tag - 2) as u32, caller_addr, callee_addr);
+                Self::filter_add(filter, tag, caller_addr, hash);
             }
         }
     }
@@ -497,7 +508,7 @@ impl ArcTable {
             {
                 if fresh {
                     if let Some(filter) = self.filter() {
-                        Self::filter_add(filter, hash);
+                        Self::filter_add(filter, tag, caller_addr, hash);
                     }
                     self.note_if_raced();
                 }
@@ -530,6 +541,15 @@ impl ArcTable {
         let slots = Level::slots_of(index);
         let bytes = Level::mapping_bytes(slots);
         let fresh = sys::map_zeroed(bytes)?;
+        // Keys are placed by hash: about as many arcs as the level has slots land on all its key
+        // pages. The first level may hold a handful of arcs and is left to fault in.
+        let key_bytes = slots * KEY_SLOT_BYTES;
+        if key_bytes >= (2 << 20) {
+            sys::prefer_huge_pages(fresh, key_bytes);
+        }
+        if index >= 1 {
+            sys::populate(fresh, key_bytes);
+        }
         match self.levels[index].compare_exchange(
             ptr::null_mut(),
             fresh,

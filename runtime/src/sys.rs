@@ -352,6 +352,15 @@ pub fn prefer_huge_pages(base: *mut u8, len: usize) {
     unsafe { libc::madvise(base.cast(), len, libc::MADV_HUGEPAGE) };
 }
 
+/// Makes every page of `[base, base + len)` of a [`map_zeroed`] mapping resident and writable now
+/// (`MADV_POPULATE_WRITE`, Linux 5.14), in one system call instead of a read fault and a write fault per
+/// page later. A hint: older kernels refuse it and the pages are then faulted in as they are touched.
+pub fn populate(base: *mut u8, len: usize) {
+    let _errno = SavedErrno::save();
+    // SAFETY: populating our own private anonymous read-write mapping only allocates its zero pages.
+    unsafe { libc::madvise(base.cast(), len, libc::MADV_POPULATE_WRITE) };
+}
+
 /// Which pages of `[address, address + len)` are resident (`mincore`): bit 0 of `pages[i]` for page i. False
 /// when the kernel refuses or `pages` is too short. `address` must be page-aligned. Allocates nothing.
 pub fn resident_pages(address: usize, len: usize, pages: &mut [u8]) -> bool {
