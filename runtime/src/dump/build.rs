@@ -210,11 +210,13 @@ fn nonzero_count(histogram: &Histogram) -> usize {
     count
 }
 
-/// Distinct arcs of a module right now (what its arc feed produces).
+/// Arcs to announce for a module: its table's occupied slots, at least as many as its arc feed produces
+/// (racing insertions of one arc take two slots, which the feed merges; an arc whose calls are still in
+/// another thread's cache during a snapshot has no count yet). The format pads the difference with zero-count
+/// records (SPEC.md §7.1). Counting what the feed produces would walk the table once more, reading every
+/// arc's counters a second time in scattered order.
 fn arc_count(module: &LiveModule) -> u64 {
-    let mut count = 0;
-    module.arcs.for_each(|_| count += 1);
-    count
+    module.arcs.len() as u64
 }
 
 /// Fills `entries` with the histogram's non-zero buckets, each range's run made relative to the range, and
