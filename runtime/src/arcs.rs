@@ -281,11 +281,15 @@ impl<'table> Level<'table> {
     }
 
     /// The sum of the arc's counters in the stripes of `stripes` (a bit mask).
-    fn total(&self, slot: usize, stripes: u64) -> u64 {
-        (0..STRIPES)
-            .filter(|stripe| stripes & (1 << stripe) != 0)
-            .map(|stripe| self.count(stripe, slot).load(Ordering::Relaxed))
-            .fold(0u64, u64::wrapping_add)
+    fn total(&self, slot: usize, mut stripes: u64) -> u64 {
+        let index = self.key(slot).counter.load(Ordering::Relaxed) as usize;
+        let mut total = 0u64;
+        while stripes != 0 {
+            let stripe = stripes.trailing_zeros() as usize;
+            stripes &= stripes - 1;
+            total = total.wrapping_add(self.counter(stripe, index).load(Ordering::Relaxed));
+        }
+        total
     }
 }
 
