@@ -768,12 +768,23 @@ impl<S: Sink> Encoder<'_, S> {
         self.u32(flags)?;
         self.u64(payload)
     }
+    /// One arc record (SPEC.md §7.1), copied into the buffer at once: a dump writes hundreds of
+    /// thousands of them.
     fn arc(&mut self, arc: Arc) -> Result<(), S::Error> {
-        self.u32(arc.caller_key)?;
-        self.u32(0)?;
-        self.u64(arc.caller_address.0)?;
-        self.u64(arc.callee_address.0)?;
-        self.u64(arc.count)
+        let mut record = [0u8; ARC_RECORD_SIZE as usize];
+        let words = [arc.caller_address.0, arc.callee_address.0, arc.count];
+        if self.big_endian {
+            record[..4].copy_from_slice(&arc.caller_key.to_be_bytes());
+            for (field, word) in record[8..].chunks_exact_mut(8).zip(words) {
+                field.copy_from_slice(&word.to_be_bytes());
+            }
+        } else {
+            record[..4].copy_from_slice(&arc.caller_key.to_le_bytes());
+            for (field, word) in record[8..].chunks_exact_mut(8).zip(words) {
+                field.copy_from_slice(&word.to_le_bytes());
+            }
+        }
+        self.bytes(&record)
     }
     fn bucket(&mut self, bits: u8, count: u32) -> Result<(), S::Error> {
         if bits == 16 {
@@ -1039,6 +1050,8 @@ fn write_arcs<S: Sink>(
     let mut failure: Option<S::Error> = None;
     let mut dropped: u64 = 0;
     let mut caller_unknown: u64 = 0;
+    // The caller key last found among the modules written: most arcs of a module share a few.
+    let mut last_known = None;
     if let Some(feed) = m.arcs {
         feed(&mut |mut arc: Arc| {
             if failure.is_some() {
@@ -1048,10 +1061,14 @@ fn write_arcs<S: Sink>(
                 dropped += 1;
                 return false;
             }
-            if !known(arc.caller_key) {
-                caller_unknown += 1;
-                arc.caller_key = UNKNOWN_KEY;
-                arc.caller_address = LinkAddress(0);
+            if last_known != Some(arc.caller_key) {
+                if known(arc.caller_key) {
+                    last_known = Some(arc.caller_key);
+                } else {
+                    caller_unknown += 1;
+                    arc.caller_key = UNKNOWN_KEY;
+                    arc.caller_address = LinkAddress(0);
+                }
             }
             match e.arc(arc) {
                 Ok(()) => {

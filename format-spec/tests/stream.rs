@@ -124,6 +124,19 @@ fn write_two_modules(
     Result<(stream::StreamSummary, usize), StreamError<Full>>,
     u64,
 ) {
+    write_two_modules_in(buf, produced, fail_after, false)
+}
+
+/// [`write_two_modules`] in either byte order.
+fn write_two_modules_in(
+    buf: &mut [u8],
+    produced: usize,
+    fail_after: usize,
+    big_endian: bool,
+) -> (
+    Result<(stream::StreamSummary, usize), StreamError<Full>>,
+    u64,
+) {
     let dense: [u16; 8] = [0, 1, 2, 3, 0, 0, 70, 65535];
     let sparse: [u32; 64] = {
         let mut a = [0u32; 64];
@@ -209,9 +222,33 @@ fn write_two_modules(
         fail_after,
     };
     let (result, allocations) = allocations_during(|| {
-        stream::write_profile_with_byte_order(&mut sink, false, &HEADER, &modules)
+        stream::write_profile_with_byte_order(&mut sink, big_endian, &HEADER, &modules)
     });
     (result.map(|s| (s, sink.len)), allocations)
+}
+
+#[test]
+fn big_endian_profiles_read_back_as_little_endian_ones() {
+    let mut little = vec![0u8; 1 << 16];
+    let mut big = vec![0u8; 1 << 16];
+    let (little_len, big_len) = (
+        write_two_modules_in(&mut little, 3, usize::MAX, false)
+            .0
+            .expect("writes")
+            .1,
+        write_two_modules_in(&mut big, 3, usize::MAX, true)
+            .0
+            .expect("writes")
+            .1,
+    );
+    assert_ne!(little[..little_len], big[..big_len]);
+    let little = read(&little[..little_len], GnuTarget::default()).expect("reads back");
+    let big = read(&big[..big_len], GnuTarget::default()).expect("reads back");
+    assert_eq!(big.modules.len(), 2);
+    for (b, l) in big.modules.iter().zip(&little.modules) {
+        assert_eq!(b.arcs, l.arcs);
+        assert!(!b.arcs.is_empty());
+    }
 }
 
 #[test]
