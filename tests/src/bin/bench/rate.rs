@@ -1,5 +1,6 @@
 //! Sampling rate and its cost: samples per CPU-second achieved and CPU overhead at 100, 1000 and 4000 Hz on
-//! the spin fixture, a 16-thread program and a rustc compile, interleaved trials, medians with min–max.
+//! the spin fixture, a spin loop on 1 and on 16 threads (with the kernel's floor for each: the same loops
+//! with an empty handler on the same events) and a rustc compile, interleaved trials, medians with min–max.
 
 use std::path::{Path, PathBuf};
 
@@ -10,21 +11,6 @@ use crate::{Env, Scale, fixtures};
 use mslprof_format::Profile;
 
 const RATES: [&str; 3] = ["100", "1000", "4000"];
-
-/// A C program whose 16 threads each spin on `argv[1]` iterations at once.
-const SIXTEEN_THREADS: &str = r#"
-#include <pthread.h>
-#include <stdlib.h>
-static long iterations;
-static void *spin(void *arg) { volatile double x = 0; for (long i = 0; i < iterations; i++) x += i * 0.5; return arg; }
-int main(int argc, char **argv) {
-    iterations = atol(argv[1]);
-    pthread_t t[16];
-    for (int i = 0; i < 16; i++) pthread_create(&t[i], 0, spin, 0);
-    for (int i = 0; i < 16; i++) pthread_join(t[i], 0);
-    return 0;
-}
-"#;
 
 /// One program's runs: plain, then under the runtime at each rate (profiles into their own folder).
 fn invocations(
@@ -173,59 +159,57 @@ pub fn run(env: &Env) -> Result<Section, String> {
         &mut rows,
     )?;
 
-    // The same loop with an empty SIGPROF handler on the same kernel event, against the runtime's handler.
+    // The same loop with an empty SIGPROF handler on the same kernel event, against the runtime's handler: on
+    // one thread, and on 16 threads spinning at once (2 cores: the events follow their threads through the
+    // context switches).
     let floor_source = fixtures::source_dir().join("signal_floor.c");
-    fixtures::cc(
-        &dir,
-        &["-O1", "-o", "signal_floor", &floor_source.to_string_lossy()],
-    )?;
-    let floor = dir.join("signal_floor");
-    let mut floor_runs = invocations(
-        "spin loop",
-        &floor,
-        &[iterations.into(), "0".into()],
-        &dir,
-        env,
-    );
-    for hz in RATES {
-        let period_ns = 1_000_000_000 / hz.parse::<u64>().map_err(|e| e.to_string())?;
-        floor_runs.push(
-            Invocation::new(
-                &format!("spin loop, empty handler at {hz} Hz (no runtime)"),
-                &floor,
-                &dir,
-            )
-            .args(vec![iterations.to_string(), period_ns.to_string()]),
-        );
-    }
-    measure(&floor_runs, runs, &mut rows)?;
-
-    let source = dir.join("sixteen_threads.c");
-    std::fs::write(&source, SIXTEEN_THREADS).map_err(|e| e.to_string())?;
     fixtures::cc(
         &dir,
         &[
             "-O1",
             "-pthread",
             "-o",
-            "sixteen_threads",
-            &source.to_string_lossy(),
+            "signal_floor",
+            &floor_source.to_string_lossy(),
         ],
     )?;
+    let floor = dir.join("signal_floor");
     let per_thread = if quick { "5000000" } else { "40000000" };
-    let threads = dir.join("sixteen_threads");
-    measure(
-        &invocations("16 threads", &threads, &[per_thread.into()], &dir, env),
-        runs,
-        &mut rows,
-    )?;
+    for (label, iterations, threads) in [
+        ("spin loop", iterations, "1"),
+        ("16 threads", per_thread, "16"),
+    ] {
+        let mut floor_runs = invocations(
+            label,
+            &floor,
+            &[iterations.into(), "0".into(), threads.into()],
+            &dir,
+            env,
+        );
+        for hz in RATES {
+            let period_ns = 1_000_000_000 / hz.parse::<u64>().map_err(|e| e.to_string())?;
+            floor_runs.push(
+                Invocation::new(
+                    &format!("{label}, empty handler at {hz} Hz (no runtime)"),
+                    &floor,
+                    &dir,
+                )
+                .args(vec![
+                    iterations.to_string(),
+                    period_ns.to_string(),
+                    threads.to_string(),
+                ]),
+            );
+        }
+        measure(&floor_runs, runs, &mut rows)?;
+    }
 
     let mut notes = vec![
         "CPU time is user + system of the whole process (wait4); the overhead compares each run with the median \
          of the plain runs, as median (min to max) over the trials. The rate is samples / CPU-seconds of that \
          run, median (min–max)."
             .to_string(),
-        "Targets (issue 33): at least 900 samples per CPU-second at 1 kHz and 3 000 at 4 kHz; at most 3 % CPU at 1 kHz, and a 1 kHz default only at ≤ 1 %. The cost is the kernel's (a perf-event signal per sample: an hrtimer interrupt, an irq_work and a signal delivery): compare the runtime's rows of the spin loop with its empty-handler rows; the default rate stays 100 Hz while 1 kHz costs more than 1 % (runtime/README.md, \"Sampling\"). rustc's short run is mostly start-up, and its time in the kernel (page faults) takes no task-clock sample.".to_string(),
+        "Targets (issue 33): at least 900 samples per CPU-second at 1 kHz and 3 000 at 4 kHz; at most 3 % CPU at 1 kHz, and a 1 kHz default only at ≤ 1 %. The cost is the kernel's (a perf-event signal per sample: an hrtimer interrupt, an irq_work and a signal delivery): compare the runtime's rows of the spin loop and of the 16 threads with their empty-handler rows; the default rate stays 100 Hz while 1 kHz costs more than 1 % (runtime/README.md, \"Sampling\"). rustc's short run is mostly start-up, and its time in the kernel (page faults) takes no task-clock sample.".to_string(),
     ];
     if let Some(rustc) = real_rustc() {
         let args = small_crate(&dir)?;
@@ -240,10 +224,11 @@ pub fn run(env: &Env) -> Result<Section, String> {
     Ok(Section {
         title: "Sampling rate and its cost".into(),
         intro: "Per-thread task-clock events at 100, 1000 and 4000 Hz: `tests/fixtures/bench/spin_libs.c` (one \
-                thread), a program whose 16 threads spin at once on 2 cores, and a real rustc compile of a \
-                one-line crate (`-O`), in interleaved trials. The kernel's floor: `tests/fixtures/bench/signal_floor.c`, a \
-                spin loop with its own task-clock event of the same kind signalling an empty SIGPROF handler, \
-                against the same loop under the runtime, in the same rounds."
+                thread), the spin loop of `tests/fixtures/bench/signal_floor.c` on one thread and on 16 threads \
+                spinning at once on 2 cores, and a real rustc compile of a one-line crate (`-O`), in interleaved \
+                trials. The kernel's floor: the same spin loops, each thread with its own task-clock event of the \
+                runtime's kind signalling an empty SIGPROF handler (no runtime), in the same rounds as the loops \
+                under the runtime."
             .into(),
         header: ["run", "plain CPU ms (median)", "CPU ms (median)", "CPU overhead", "samples per CPU-second"]
             .iter()
