@@ -108,11 +108,11 @@ const FILTER_WORDS: usize = 1 << 18;
 /// A key's probe sequence in a level: first [`NEAR_PROBE`] slots from a place its call site picks
 /// (neighbouring call sites, neighbouring slots), then [`MAX_PROBE`] from a place its hash picks;
 /// past both the level counts as full for the key.
-const NEAR_PROBE: usize = 16;
+const NEAR_PROBE: usize = 32;
 const MAX_PROBE: usize = 64;
 /// Bytes of a caller's code whose call sites start their probe sequences in one run of
 /// [`NEAR_PROBE`] slots (a call is 5 bytes or more).
-const SITE_STRETCH_BYTES: u64 = 32;
+const SITE_STRETCH_BYTES: u64 = 64;
 
 const TAG_EMPTY: u64 = 0;
 const TAG_BUSY: u64 = 1;
