@@ -771,18 +771,21 @@ impl<S: Sink> Encoder<'_, S> {
     /// One arc record (SPEC.md §7.1), copied into the buffer at once: a dump writes hundreds of
     /// thousands of them.
     fn arc(&mut self, arc: Arc) -> Result<(), S::Error> {
+        let big = self.big_endian;
         let mut record = [0u8; ARC_RECORD_SIZE as usize];
-        let words = [arc.caller_address.0, arc.callee_address.0, arc.count];
-        if self.big_endian {
-            record[..4].copy_from_slice(&arc.caller_key.to_be_bytes());
-            for (field, word) in record[8..].chunks_exact_mut(8).zip(words) {
-                field.copy_from_slice(&word.to_be_bytes());
-            }
+        let key = arc.caller_key;
+        record[..4].copy_from_slice(&if big {
+            key.to_be_bytes()
         } else {
-            record[..4].copy_from_slice(&arc.caller_key.to_le_bytes());
-            for (field, word) in record[8..].chunks_exact_mut(8).zip(words) {
-                field.copy_from_slice(&word.to_le_bytes());
-            }
+            key.to_le_bytes()
+        });
+        let words = [arc.caller_address.0, arc.callee_address.0, arc.count];
+        for (field, word) in record[8..].chunks_exact_mut(8).zip(words) {
+            field.copy_from_slice(&if big {
+                word.to_be_bytes()
+            } else {
+                word.to_le_bytes()
+            });
         }
         self.bytes(&record)
     }

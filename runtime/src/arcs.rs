@@ -590,13 +590,14 @@ impl ArcTable {
         let slots = Level::slots_of(index);
         let bytes = Level::mapping_bytes(slots);
         let fresh = sys::map_zeroed(bytes)?;
-        // Keys are placed by hash: about as many arcs as the level has slots land on all its key
-        // pages. The first level may hold a handful of arcs and is left to fault in.
+        // Keys land in runs scattered over the level (by call site, then by hash): a level's arcs
+        // reach all its key pages long before it is half full. The first level may hold a handful
+        // of arcs and is left to fault in.
         let key_bytes = slots * KEY_SLOT_BYTES;
         if key_bytes >= (2 << 20) {
             sys::prefer_huge_pages(fresh, key_bytes);
         }
-        if index >= 1 {
+        if index > 0 {
             sys::populate(fresh, key_bytes);
         }
         match self.levels[index].compare_exchange(
