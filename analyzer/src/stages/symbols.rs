@@ -222,7 +222,7 @@ pub fn mslprof(
             let ranges = if needs_every_source(opts) {
                 None
             } else {
-                Some(used_ranges(profile, m))
+                Some(used_ranges(m))
             };
             let sources = ranges
                 .as_deref()
@@ -261,12 +261,12 @@ fn needs_every_source(opts: &Options) -> bool {
             .any(|(_, spec)| crate::gprof::symspec::parse(spec).file.is_some())
 }
 
-/// Where module `m`'s data lies, as sorted, disjoint link-time ranges: its histogram buckets with samples, the
-/// entries of the functions called in it, the call sites in it (of any module's arcs), and its stack frames (a
-/// call site or return address also covers the byte before it, which is what a reader looks up).
-fn used_ranges(profile: &Profile, m: &Module) -> Vec<(u64, u64)> {
+/// Where module `m`'s printable functions lie, as sorted, disjoint link-time ranges: its histogram buckets
+/// with samples and the entries of the functions called in it. The index, which is where a static function's
+/// file is printed, lists only functions with samples or calls; a function that only holds call sites or
+/// stack frames is named in parent lines, which print no file.
+fn used_ranges(m: &Module) -> Vec<(u64, u64)> {
     let mut ranges: Vec<(u64, u64)> = Vec::new();
-    let around = |address: u64| (address.saturating_sub(1), address.saturating_add(1));
     if let Some(histogram) = &m.histogram {
         for range in &histogram.ranges {
             let count = range.buckets.len();
@@ -287,23 +287,6 @@ fn used_ranges(profile: &Profile, m: &Module) -> Vec<(u64, u64)> {
         let callee = arc.callee_address.0;
         (callee, callee.saturating_add(1))
     }));
-    let call_sites = profile
-        .modules
-        .iter()
-        .flat_map(|other| &other.arcs)
-        .map(|arc| (arc.caller_key, arc.caller_address.0));
-    let frames = profile
-        .stacks
-        .iter()
-        .flat_map(|stacks| &stacks.records)
-        .flat_map(|record| &record.frames)
-        .map(|frame| (frame.key, frame.address.0));
-    ranges.extend(
-        call_sites
-            .chain(frames)
-            .filter(|&(key, _)| key == m.key)
-            .map(|(_, address)| around(address)),
-    );
     ranges.sort_unstable();
     let mut merged: Vec<(u64, u64)> = Vec::with_capacity(ranges.len());
     for (start, end) in ranges {
