@@ -70,9 +70,10 @@ pub enum SourcesWanted<'a> {
     #[default]
     Every,
     /// Only static functions that overlap one of these link-time ranges `[start, end)` (sorted, disjoint:
-    /// where the module's samples, arcs and stack frames are): a report prints a file name for no other
-    /// function (its index names the file of a static one), so a module whose printed functions are all
-    /// global has its line tables not read at all (a libc's separate debug file holds megabytes of them).
+    /// where the module's samples are and the entries of its functions that were called): a report prints a
+    /// file name for no other function (its index lists functions with samples or calls and names the file
+    /// of a static one), so a module whose printed functions are all global has its line tables not read at
+    /// all (a libc's separate debug file holds megabytes of them).
     StaticOverlapping(&'a [(u64, u64)]),
 }
 
