@@ -348,37 +348,46 @@ fn random_gmon(funcs: &[u64], seed: u64, chosen: u64, arcs: u64, hubs: u64) -> V
 /// out as in gprof.
 #[test]
 fn random_call_graphs_match_gprof() {
-    if !tools_present() {
-        return;
-    }
-    let dir = scratch("random");
-    let Some(funcs) = lua_functions(&dir) else {
-        eprintln!("SKIPPED: no `nm`");
-        return;
-    };
-    for seed in 1..=6u64 {
-        let name = format!("r{seed}.gmon");
-        std::fs::write(dir.join(&name), random_gmon(&funcs, seed, 60, 150, 0)).unwrap();
-        assert_same(&dir, &["-b", "-b -T -z"], &["lua", &name]);
-    }
+    random_graphs_match_gprof("random", 1..=6, (60, 150, 0), &["-b", "-b -T -z"]);
 }
 
 /// `-r` (suggested function order) on random call graphs large enough for every stage of gprof's
 /// placement: functions called from many sites grouped first, chains along the heaviest arcs, the rest.
 #[test]
 fn function_ordering_matches_gprof() {
+    random_graphs_match_gprof(
+        "ordering",
+        1..=4,
+        (400, 3000, 12),
+        &["-r", "-b -r -z", "-b -r -p -q"],
+    );
+}
+
+/// For each seed, a [`random_gmon`] over the golden Lua binary's functions with `shape`'s arguments,
+/// read by mslprof and by gprof with each of `option_sets`: the outputs must be the same.
+fn random_graphs_match_gprof(
+    scratch_name: &str,
+    seeds: std::ops::RangeInclusive<u64>,
+    shape: (u64, u64, u64),
+    option_sets: &[&str],
+) {
     if !tools_present() {
         return;
     }
-    let dir = scratch("ordering");
+    let dir = scratch(scratch_name);
     let Some(funcs) = lua_functions(&dir) else {
         eprintln!("SKIPPED: no `nm`");
         return;
     };
-    for seed in 1..=4u64 {
-        let name = format!("o{seed}.gmon");
-        std::fs::write(dir.join(&name), random_gmon(&funcs, seed, 400, 3000, 12)).unwrap();
-        assert_same(&dir, &["-r", "-b -r -z", "-b -r -p -q"], &["lua", &name]);
+    let (functions, arcs, hubs) = shape;
+    for seed in seeds {
+        let name = format!("{scratch_name}{seed}.gmon");
+        std::fs::write(
+            dir.join(&name),
+            random_gmon(&funcs, seed, functions, arcs, hubs),
+        )
+        .unwrap();
+        assert_same(&dir, option_sets, &["lua", &name]);
     }
 }
 
