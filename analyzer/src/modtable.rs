@@ -1,7 +1,9 @@
 //! The module lists of an mslprof report (modules loaded but not profiled, and the closing module table):
 //! sorted by share of the samples, rows under 0.05 % folded into one line unless every row is asked for (or
 //! the module has functions in the report, whose index must stay findable),
-//! and a name column as wide as the longest name so that long names do not push the columns apart.
+//! and a name column as wide as the longest name so that long names do not push the columns apart. When the
+//! profiler's own time is in the table, a second share column gives each other row's share of the program's
+//! own samples (all but the profiler's), which profiling overhead does not shift.
 
 use std::fmt::Write as _;
 
@@ -22,11 +24,22 @@ pub struct Row {
     /// Never folded: a profiled module with samples or calls, whose index the flat profile and the call
     /// graph may name, keeps its row however small its share.
     pub keep: bool,
+    /// The profiler's own time (libmslprof.so): no share of the program's samples.
+    pub overhead: bool,
 }
 
-/// Print `rows` with shares of `total` samples; `all`: no folding.
-pub fn print(out: &mut Out, mut rows: Vec<Row>, total: f64, all: bool) {
+/// Print `rows` with shares of `total` samples; `all`: no folding. `program_column`: also each row's share
+/// of the samples that are not the profiler's own (the rows marked `overhead`), when there are any.
+pub fn print(out: &mut Out, mut rows: Vec<Row>, total: f64, all: bool, program_column: bool) {
     let share = |r: &Row| 100.0 * r.samples as f64 / total.max(1.0);
+    let overhead: u64 = rows.iter().filter(|r| r.overhead).map(|r| r.samples).sum();
+    let program_total =
+        (program_column && overhead > 0).then(|| (total - overhead as f64).max(1.0));
+    let program_share = |samples: u64, is_overhead: bool| match program_total {
+        Some(_) if is_overhead => format!("{:>8}  ", ""),
+        Some(t) => format!("{:>7.2}%  ", 100.0 * samples as f64 / t),
+        None => String::new(),
+    };
     rows.sort_by(|a, b| {
         b.samples
             .cmp(&a.samples)
@@ -41,24 +54,38 @@ pub fn print(out: &mut Out, mut rows: Vec<Row>, total: f64, all: bool) {
         .max(6);
     let with_index = rows.iter().any(|r| r.index.is_some());
     if with_index {
-        let _ = writeln!(out, " index  samples  {:<width$}  path", "module");
+        let program = if program_total.is_some() {
+            "program  "
+        } else {
+            ""
+        };
+        let _ = writeln!(out, " index  samples  {program}{:<width$}  path", "module");
     }
     let mut folded: Vec<String> = Vec::new();
     let mut folded_samples = 0u64;
+    let mut folded_program_samples = 0u64;
     for r in &rows {
         if !all && !r.keep && share(r) < FOLD_BELOW {
             folded.push(r.name.clone());
             folded_samples += r.samples;
+            if !r.overhead {
+                folded_program_samples += r.samples;
+            }
             continue;
         }
         let mut line = String::new();
-        if let Some(i) = r.index {
-            let _ = write!(line, "{i:>6} ");
+        match r.index {
+            Some(i) => {
+                let _ = write!(line, "{i:>6} ");
+            }
+            None if with_index => line.push_str("       "),
+            None => {}
         }
         let _ = write!(
             line,
-            "{:>7.2}%  {:<width$}  {}{}",
+            "{:>7.2}%  {}{:<width$}  {}{}",
             share(r),
+            program_share(r.samples, r.overhead),
             r.name,
             r.path,
             r.note
@@ -72,10 +99,17 @@ pub fn print(out: &mut Out, mut rows: Vec<Row>, total: f64, all: bool) {
         }
         let _ = writeln!(
             out,
-            "{:>7.2}%  {} more under {FOLD_BELOW}% each (--all-modules lists them): {}",
+            "{:>7.2}%  {}{} more under {FOLD_BELOW}% each (--all-modules lists them): {}",
             100.0 * folded_samples as f64 / total.max(1.0),
+            program_share(folded_program_samples, false),
             folded.len(),
             folded.join(", ")
+        );
+    }
+    if program_total.is_some() {
+        out.push_str(
+            "\n program: the share of the program's own samples, all but the profiling overhead's (the same\n \
+             shares a run without the profiler's cost would give).\n",
         );
     }
 }

@@ -63,3 +63,48 @@ fn overhead_row_matches_module_table_and_shares_say_what_they_are() {
         "{process}"
     );
 }
+
+/// The shares in one module-table row: (of all samples, of the program's own samples), the second `None`
+/// where the row has none (the overhead row).
+fn table_shares(text: &str, module: &str) -> Option<(f64, Option<f64>)> {
+    let table = text.split_once("\nModules\n")?.1;
+    let line = table
+        .lines()
+        .find(|l| l.split_whitespace().any(|w| w == module))?;
+    let mut shares = line
+        .split_whitespace()
+        .filter_map(|w| w.strip_suffix('%'))
+        .map(|w| w.parse::<f64>().ok());
+    Some((shares.next()??, shares.next().flatten()))
+}
+
+#[test]
+fn the_module_table_gives_shares_of_the_programs_own_samples_beside_the_overhead() {
+    let dir = scratch("report-program-shares");
+    build_bounds_pg(&dir);
+    let out = run(Command::new(dir.join("prog"))
+        .arg("30000000")
+        .current_dir(&*dir)
+        .env("LD_LIBRARY_PATH", &*dir)
+        .env("LD_PRELOAD", runtime_library())
+        .env("MSLPROF_HZ", "1000")
+        .env_remove("MSLPROF_PROFILE")
+        .env_remove("LD_PROFILE"));
+    assert_success(&out, "prog");
+    let text = report(&dir, &["-b", "-p", "--all-modules", "prog", "gmon.out"]);
+    assert!(text.contains(" index  samples  program  module"), "{text}");
+    let (overhead, none) = table_shares(&text, "libmslprof.so").expect("overhead row");
+    assert!(overhead > 0.0 && none.is_none(), "{text}");
+    // Every other row: its share of all samples, scaled to the samples that are not the overhead's.
+    let (share, program) = table_shares(&text, "prog").expect("program row");
+    let program = program.expect("program share");
+    let expected = share * 100.0 / (100.0 - overhead);
+    assert!(
+        (program - expected).abs() < 0.02,
+        "{program} against {expected}: {text}"
+    );
+    assert!(
+        text.contains("\n program: the share of the program's own samples"),
+        "{text}"
+    );
+}

@@ -95,13 +95,14 @@ pub fn unprofiled_modules(out: &mut Out, profile: &Profile, opts: &Options) -> b
             path: String::from_utf8_lossy(&m.path).into_owned(),
             note: String::new(),
             keep: false,
+            overhead: false,
         })
         .collect();
     if rows.is_empty() {
         return false;
     }
     out.push_str("Modules loaded but not profiled, with their share of all samples:\n\n");
-    crate::modtable::print(out, rows, all_samples(profile), opts.all_modules);
+    crate::modtable::print(out, rows, all_samples(profile), opts.all_modules, false);
     out.push('\n');
     true
 }
@@ -137,6 +138,7 @@ pub fn module_table(
                     String::new()
                 },
                 keep: m.is_profiled() && (m.samples > 0 || !m.arcs.is_empty()),
+                overhead: is_runtime(m),
             }
         })
         .collect::<Vec<Row>>();
@@ -150,9 +152,10 @@ pub fn module_table(
             path: "(code in no mapped file: JIT-compiled code, trampolines)".into(),
             note: String::new(),
             keep: true,
+            overhead: false,
         });
     }
-    crate::modtable::print(out, rows, all_samples(profile), opts.all_modules);
+    crate::modtable::print(out, rows, all_samples(profile), opts.all_modules, true);
     let mut numbered: Vec<&str> = g
         .modules
         .iter()
