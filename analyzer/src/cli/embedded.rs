@@ -58,7 +58,9 @@ fn write_out() -> Result<PathBuf, String> {
 fn write_file(dir: &std::path::Path, name: &str, bytes: &[u8]) -> Result<PathBuf, String> {
     let err = |what: &std::path::Path, e: std::io::Error| format!("{}: {e}", what.display());
     let file = dir.join(name);
-    if std::fs::read(&file).is_ok_and(|b| b == bytes) {
+    // Mapped and compared in place, the length first: most runs find the library written already.
+    if mslprof_analyzer::sys::map_file(&file).is_ok_and(|b| b.len() == bytes.len() && *b == *bytes)
+    {
         return Ok(file);
     }
     let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(|e| err(dir, e))?;

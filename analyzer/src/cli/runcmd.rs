@@ -98,7 +98,9 @@ fn parse(args: &[String]) -> Result<RunArgs, String> {
 /// cannot preload it and run the program unprofiled.
 fn loadable_library(lib: &Path) -> Result<(), String> {
     use object::Object;
-    let data = std::fs::read(lib).map_err(|e| format!("{}: {e}", lib.display()))?;
+    // Mapped, not read: parsing the headers touches a page or two of the library, not its megabytes.
+    let data =
+        mslprof_analyzer::sys::map_file(lib).map_err(|e| format!("{}: {e}", lib.display()))?;
     match object::File::parse(&*data) {
         Ok(f) if f.kind() == object::ObjectKind::Dynamic => Ok(()),
         _ => Err(format!(
