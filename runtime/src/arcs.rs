@@ -250,13 +250,12 @@ impl<'table> Level<'table> {
         caller_addr: u64,
     ) -> impl Iterator<Item = usize> + use<'table> {
         let mask = self.slots - 1;
-        let stretch = ((caller_addr / SITE_STRETCH_BYTES)
-            ^ tag.wrapping_mul(0xD6E8_FEB8_6659_FD93))
-        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
-            >> 24;
-        let near = (stretch as usize)
-            .wrapping_mul(NEAR_PROBE)
-            .wrapping_add((caller_addr % SITE_STRETCH_BYTES / 2) as usize);
+        // The stretch's run: the top bits of a Fibonacci product, which spread consecutive stretches
+        // evenly over the level's runs (middle bits of the product bunch them into a few clusters).
+        let run_bits = (self.slots / NEAR_PROBE).trailing_zeros();
+        let stretch = (caller_addr / SITE_STRETCH_BYTES) ^ tag.wrapping_mul(0xD6E8_FEB8_6659_FD93);
+        let run = (stretch.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - run_bits)) as usize;
+        let near = run * NEAR_PROBE + (caller_addr % SITE_STRETCH_BYTES / 2) as usize;
         let far = hash as usize;
         // The far run may overlap the near one: a slot is visited once (`merged_count` sums what it
         // visits).
@@ -1059,5 +1058,36 @@ mod tests {
         assert!(snapshot(&table).is_empty());
         table.record(1, LinkAddress(1), LinkAddress(2));
         assert_eq!(snapshot(&table)[&(1, 1, 2)], 1);
+    }
+
+    /// Each level fills to its half before the next is mapped, however densely the call sites lie (one
+    /// every 5 bytes is the densest code there is) and in however many modules: a program of 2 000 call
+    /// sites fits the first level, and 30 000 arcs take as many levels as their number needs.
+    #[test]
+    fn levels_fill_to_half_before_the_next_is_mapped() {
+        let levels_needed = |arcs: usize| {
+            (1..=MAX_LEVELS)
+                .find(|&n| (0..n).map(|i| Level::slots_of(i) / 2).sum::<usize>() >= arcs)
+                .unwrap()
+        };
+        for (spacing, modules) in [(5u64, 1u64), (5, 2), (12, 1), (40, 3)] {
+            for arcs in [2_000u64, 30_000] {
+                let table = ArcTable::new();
+                for i in 0..arcs {
+                    let module = 1 + (i % modules) as u32;
+                    let callee = 0x20_0000 + 16 * (i * 7919 % 2000);
+                    table.record(
+                        module,
+                        LinkAddress(0x1200 + spacing * i),
+                        LinkAddress(callee),
+                    );
+                }
+                let what =
+                    format!("{arcs} arcs, a call every {spacing} bytes, {modules} module(s)");
+                assert_eq!((table.len(), table.dropped()), (arcs as usize, 0), "{what}");
+                let newest = table.newest_level_index().unwrap();
+                assert_eq!(newest + 1, levels_needed(arcs as usize), "{what}");
+            }
+        }
     }
 }
