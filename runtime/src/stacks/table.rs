@@ -7,7 +7,8 @@
 //! probe path, adds to the count instead. Nothing blocks: a slot still BUSY is passed over, so two threads
 //! inserting the same new stack at once can make two entries; the writer merges them ([`Table::visit`]).
 //! When the probe limit or the arena is exhausted the sample is counted as dropped. Entries are never removed,
-//! except all at once by [`Table::clear`] in a forked child.
+//! except all at once by [`Table::clear`] in a forked child. A bit per page of slots says which pages a claim
+//! wrote, so that a dump reads those only: reading the others would fault in pages of zeros.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
@@ -81,9 +82,15 @@ pub struct Table {
     arena_frames: usize,
     arena_used: AtomicUsize,
     dropped: AtomicU64,
+    /// A bit per [`SLOTS_PER_PAGE`] slots: set when one of them is claimed.
+    claimed_pages: Box<[AtomicU64]>,
     base: *mut u8,
     len: usize,
 }
+
+/// Slots per page of the slot array, for [`Table::claimed_pages`] (4 KiB pages; a larger page only makes
+/// neighbouring bits describe one page).
+const SLOTS_PER_PAGE: usize = 4096 / std::mem::size_of::<Slot>();
 
 // SAFETY: the mapping is shared through atomics (slots) and the publish protocol (arena bytes are written by
 // the one thread that claimed their room, before the release store of the slot's tag, and read only after an
@@ -111,6 +118,9 @@ impl Table {
         let arena_frames = (bytes.saturating_sub(slots_len) / FRAME_BYTES).max(4096);
         let len = slots_len + arena_frames * FRAME_BYTES;
         let base = sys::map_zeroed(len)?;
+        let claimed_pages = (0..slot_count.div_ceil(SLOTS_PER_PAGE).div_ceil(64))
+            .map(|_| AtomicU64::new(0))
+            .collect();
         Some(Table {
             slots: base.cast::<Slot>(),
             slot_count,
@@ -119,6 +129,7 @@ impl Table {
             arena_frames,
             arena_used: AtomicUsize::new(0),
             dropped: AtomicU64::new(0),
+            claimed_pages,
             base,
             len,
         })
@@ -185,6 +196,12 @@ impl Table {
 
     /// Writes a claimed slot and publishes it (or marks it dead when the arena is full).
     fn fill(&self, slot: &Slot, tag: u64, frames: &[Frame], flags: u32) {
+        let index =
+            (slot as *const Slot as usize - self.slots as usize) / std::mem::size_of::<Slot>();
+        let page = index / SLOTS_PER_PAGE;
+        if let Some(word) = self.claimed_pages.get(page / 64) {
+            word.fetch_or(1 << (page % 64), Ordering::Relaxed);
+        }
         let first = self.arena_used.fetch_add(frames.len(), Ordering::Relaxed);
         if first.saturating_add(frames.len()) > self.arena_frames {
             slot.tag.store(DEAD, Ordering::Release);
@@ -231,10 +248,17 @@ impl Table {
     /// Marks in `marks` (one byte per slot) the entries to write: 1 for an entry published now and not a
     /// duplicate of an earlier one on its probe path, 2 for a duplicate (its count goes to the first one), 0
     /// otherwise. Returns the number of entries to write and the frames they hold. What is published later
-    /// is left out of this dump.
+    /// is left out of this dump. Only the pages of slots that were claimed are read.
     pub fn mark(&self, marks: &mut [u8]) -> (usize, usize) {
         for (index, mark) in marks.iter_mut().enumerate().take(self.slot_count) {
-            *mark = u8::from(self.slot(index).tag.load(Ordering::Acquire) & PUBLISHED_BIT != 0);
+            let page = index / SLOTS_PER_PAGE;
+            let claimed = self
+                .claimed_pages
+                .get(page / 64)
+                .is_some_and(|word| word.load(Ordering::Acquire) & (1 << (page % 64)) != 0);
+            *mark = u8::from(
+                claimed && self.slot(index).tag.load(Ordering::Acquire) & PUBLISHED_BIT != 0,
+            );
         }
         let (mut entries, mut frames) = (0, 0);
         for index in 0..self.slot_count.min(marks.len()) {
@@ -306,6 +330,9 @@ impl Table {
     /// signals blocked).
     pub fn clear(&self) {
         sys::discard(self.base, self.len);
+        for word in &self.claimed_pages {
+            word.store(0, Ordering::Relaxed);
+        }
         self.arena_used.store(0, Ordering::Relaxed);
         self.dropped.store(0, Ordering::Relaxed);
     }
@@ -376,5 +403,28 @@ mod tests {
         table.insert(&frames(&[1]), 0);
         assert_eq!(table.dropped(), 1);
         assert_eq!(contents(&table).len(), 1);
+    }
+
+    /// A dump reads the pages of slots that were claimed, not the rest of the array: reading those would
+    /// fault in pages of zeros.
+    #[test]
+    fn marking_reads_only_the_pages_of_claimed_slots() {
+        let table = Table::new(4 << 20).unwrap();
+        let pages = table.slot_count().div_ceil(SLOTS_PER_PAGE);
+        assert!(pages >= 64, "{pages} pages of slots");
+        for leaf in 0..3 {
+            table.insert(&frames(&[leaf, 100]), 0);
+        }
+        let mut marks = vec![0u8; table.slot_count()];
+        assert_eq!(table.mark(&mut marks), (3, 6));
+        let mut resident = vec![0u8; pages];
+        let slot_bytes = pages * SLOTS_PER_PAGE * std::mem::size_of::<Slot>();
+        assert!(sys::resident_pages(
+            table.slots as usize,
+            slot_bytes,
+            &mut resident
+        ));
+        let read = resident.iter().filter(|&&page| page & 1 != 0).count();
+        assert!(read <= 3, "{read} of {pages} pages of slots resident");
     }
 }
