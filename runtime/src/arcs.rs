@@ -175,7 +175,16 @@ pub struct ArcTable {
     /// Set when two racing insertions may have put one arc in two slots: only then does
     /// [`ArcTable::for_each`] look for duplicates to sum (a probe of every level per arc).
     maybe_duplicates: AtomicBool,
+    /// A bit per page of the first level's keys that a claim wrote: a walk reads those pages only, since
+    /// the first level is left to fault in and reading its other pages would fault in pages of zeros (the
+    /// other levels are made resident whole when mapped).
+    first_level_pages: AtomicU64,
 }
+
+/// Key slots per 4 KiB page (a larger page only makes neighbouring bits of
+/// [`ArcTable::first_level_pages`] describe one page).
+const KEYS_PER_PAGE: usize = 4096 / KEY_SLOT_BYTES;
+const _: () = assert!(FIRST_LEVEL_SLOTS / KEYS_PER_PAGE <= 64);
 
 impl core::fmt::Debug for ArcTable {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
@@ -197,7 +206,8 @@ impl Default for ArcTable {
 struct Level<'table> {
     base: *mut u8,
     slots: usize,
-    table: core::marker::PhantomData<&'table ArcTable>,
+    /// The table's [`ArcTable::first_level_pages`] for the first level; `None` for the others.
+    claimed_pages: Option<&'table AtomicU64>,
 }
 
 impl<'table> Level<'table> {
@@ -221,7 +231,13 @@ impl<'table> Level<'table> {
     /// The slots whose keys are published, in slot order: `(slot, tag, caller_addr, callee_addr)`.
     /// BUSY and EMPTY slots are skipped.
     fn published(self) -> impl Iterator<Item = (usize, u64, u64, u64)> + 'table {
+        let claimed = self
+            .claimed_pages
+            .map(|pages| pages.load(Ordering::Acquire));
         (0..self.slots).filter_map(move |slot| {
+            if claimed.is_some_and(|pages| pages & (1 << (slot / KEYS_PER_PAGE)) == 0) {
+                return None;
+            }
             let key = self.key(slot);
             let tag = key.tag.load(Ordering::Acquire);
             (tag >= 2).then(|| {
@@ -349,16 +365,22 @@ impl ArcTable {
             filter: AtomicPtr::new(ptr::null_mut()),
             lookups_in_flight: AtomicUsize::new(0),
             maybe_duplicates: AtomicBool::new(false),
+            first_level_pages: AtomicU64::new(0),
         }
     }
 
     fn level(&self, index: usize) -> Option<Level<'_>> {
         let base = self.levels[index].load(Ordering::Acquire);
-        (!base.is_null()).then(|| Level {
+        (!base.is_null()).then(|| self.level_at(index, base))
+    }
+
+    /// Level `index`, mapped at `base`.
+    fn level_at(&self, index: usize, base: *mut u8) -> Level<'_> {
+        Level {
             base,
             slots: Level::slots_of(index),
-            table: core::marker::PhantomData,
-        })
+            claimed_pages: (index == 0).then_some(&self.first_level_pages),
+        }
     }
 
     /// Counts one call of the arc in the calling thread's stripe.
@@ -609,20 +631,12 @@ impl ArcTable {
                 if index == FILTER_FROM_LEVEL {
                     self.install_filter();
                 }
-                Some(Level {
-                    base: fresh,
-                    slots,
-                    table: core::marker::PhantomData,
-                })
+                Some(self.level_at(index, fresh))
             }
             Err(winner) => {
                 // SAFETY: `fresh` was mapped above with `bytes` bytes and was never published.
                 unsafe { sys::unmap(fresh, bytes) };
-                Some(Level {
-                    base: winner,
-                    slots,
-                    table: core::marker::PhantomData,
-                })
+                Some(self.level_at(index, winner))
             }
         }
     }
@@ -732,6 +746,7 @@ impl ArcTable {
         }
         self.maybe_duplicates.store(false, Ordering::Relaxed);
         self.stripes_used.store(0, Ordering::Relaxed);
+        self.first_level_pages.store(0, Ordering::Relaxed);
     }
 }
 
@@ -768,6 +783,9 @@ fn claim(
             .compare_exchange(TAG_EMPTY, TAG_BUSY, Ordering::Acquire, Ordering::Acquire)
         {
             Ok(_) => {
+                if let Some(pages) = level.claimed_pages {
+                    pages.fetch_or(1 << (slot / KEYS_PER_PAGE), Ordering::Relaxed);
+                }
                 let counter = used.fetch_add(1, Ordering::Relaxed);
                 key.caller_addr.store(caller_addr, Ordering::Relaxed);
                 key.callee_addr.store(callee_addr, Ordering::Relaxed);
@@ -1089,5 +1107,26 @@ mod tests {
                 assert_eq!(newest + 1, levels_needed(arcs as usize), "{what}");
             }
         }
+    }
+
+    /// A walk of a table of a few arcs reads the pages of the first level's keys that hold them, not the
+    /// rest: reading those would fault in pages of zeros at every dump, in every table.
+    #[test]
+    fn a_walk_reads_only_the_first_levels_pages_that_hold_keys() {
+        let table = ArcTable::new();
+        for site in 0..3u64 {
+            table.record(1, LinkAddress(0x1000 + site * 5), LinkAddress(0x2000));
+        }
+        assert_eq!(snapshot(&table).len(), 3);
+        let level = table.level(0).unwrap();
+        let pages = FIRST_LEVEL_SLOTS / KEYS_PER_PAGE;
+        let mut resident = vec![0u8; pages];
+        assert!(sys::resident_pages(
+            level.base as usize,
+            FIRST_LEVEL_SLOTS * KEY_SLOT_BYTES,
+            &mut resident
+        ));
+        let read = resident.iter().filter(|&&page| page & 1 != 0).count();
+        assert!(read <= 3, "{read} of {pages} pages of keys resident");
     }
 }
