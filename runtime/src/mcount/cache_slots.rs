@@ -40,6 +40,10 @@ const MAX_ENTRIES: usize = super::MAX_CACHE_SETS * 2;
 /// Words of the touched bitmap (one bit per chunk of the largest mapping).
 const TOUCHED_WORDS: usize = MAX_ENTRIES / CHUNK_ENTRIES / 64;
 
+/// Entries per 4 KiB page: the unit of [`CacheSlot::first_pages`].
+const PAGE_ENTRIES: usize = 4096 / core::mem::size_of::<CacheEntry>();
+const _: () = assert!(level_entries(0) / PAGE_ENTRIES <= 64);
+
 /// Tag bit of [`CacheEntry::counter`]: the count is a delta, not a running total.
 pub const DELTA: usize = 1;
 
@@ -135,6 +139,10 @@ pub struct CacheSlot {
     mappings: [AtomicPtr<CacheEntry>; LEVELS],
     /// Bit i: chunk i of the current mapping may hold entries. Written by the owner only.
     touched: [AtomicU64; TOUCHED_WORDS],
+    /// While the current mapping is the first (level 0), bit i: its page i may hold entries. A thread with a
+    /// few arcs uses a few of its 64 pages, and reading the rest of their chunks when it empties the cache
+    /// or a dump reads it would fault in pages of zeros. Written by the owner only.
+    first_pages: AtomicU64,
     /// The slot's site region (`sites.rs`: one table per rewritten function; null before its first use),
     /// kept for the slot's next owners like the cache mappings.
     site_base: AtomicPtr<u8>,
@@ -157,6 +165,7 @@ const EMPTY_SLOT: CacheSlot = CacheSlot {
     level: AtomicUsize::new(0),
     mappings: [const { AtomicPtr::new(core::ptr::null_mut()) }; LEVELS],
     touched: [const { AtomicU64::new(0) }; TOUCHED_WORDS],
+    first_pages: AtomicU64::new(0),
     site_base: AtomicPtr::new(core::ptr::null_mut()),
     site_unloads: AtomicUsize::new(0),
     site_word: AtomicPtr::new(core::ptr::null_mut()),
@@ -241,6 +250,18 @@ impl CacheSlot {
 
     /// Notes that entry `index` of the current mapping is in use. Owner only.
     pub fn touch(&self, index: usize) {
+        if self.level.load(Ordering::Relaxed) == 0 {
+            let page = 1u64 << ((index / PAGE_ENTRIES) % 64);
+            let pages = self.first_pages.load(Ordering::Relaxed);
+            if pages & page == 0 {
+                self.first_pages.store(pages | page, Ordering::Relaxed);
+            }
+        }
+        self.touch_chunk(index);
+    }
+
+    /// The chunk part of [`CacheSlot::touch`] (for the next level's mapping while entries move into it).
+    fn touch_chunk(&self, index: usize) {
         let chunk = index / CHUNK_ENTRIES;
         if let Some(word) = self.touched.get(chunk / 64) {
             let bit = 1u64 << (chunk % 64);
@@ -251,21 +272,29 @@ impl CacheSlot {
         }
     }
 
-    /// Visits the index ranges (below `len`) of the chunks marked touched, clearing the marks with `clear`.
+    /// Visits the index ranges (below `len`, the current mapping's entries) of the chunks marked touched, or
+    /// of the pages in the first mapping, clearing the marks with `clear`.
     fn for_each_touched_chunk(
         &self,
         clear: bool,
         len: usize,
         visit: impl FnMut(core::ops::Range<usize>),
     ) {
-        let words = self.touched.iter().map(|word| {
+        let take = |word: &AtomicU64| {
             if clear {
                 word.swap(0, Ordering::Relaxed)
             } else {
                 word.load(Ordering::Relaxed)
             }
-        });
-        for_each_chunk_in(words, len, visit);
+        };
+        let pages = take(&self.first_pages);
+        let chunks = self.touched.iter().map(take);
+        if len == level_entries(0) {
+            chunks.for_each(drop);
+            for_each_marked_in([pages], PAGE_ENTRIES, len, visit);
+        } else {
+            for_each_marked_in(chunks, CHUNK_ENTRIES, len, visit);
+        }
     }
 
     /// Visits the entries that hold an arc among at most about `most` entries of the current mapping's
@@ -360,8 +389,9 @@ impl CacheSlot {
         for (copy, word) in old_touched.iter_mut().zip(&self.touched) {
             *copy = word.swap(0, Ordering::Relaxed);
         }
+        let old_pages = self.first_pages.swap(0, Ordering::Relaxed);
         let mut discard = Discard::default();
-        for_each_chunk_in(old_touched, old.len(), |range| {
+        let mut move_range = |range: core::ops::Range<usize>| {
             let chunk = &old[range];
             for entry in chunk {
                 if !entry.in_use() {
@@ -383,14 +413,19 @@ impl CacheSlot {
                 match free {
                     Some(way) => {
                         way.copy_from(entry);
-                        self.touch(index);
+                        self.touch_chunk(index);
                         entry.set(0, 0, 0, 0);
                     }
                     None => flush(entry, lent),
                 }
             }
             discard.add(chunk);
-        });
+        };
+        if old.len() == level_entries(0) {
+            for_each_marked_in([old_pages], PAGE_ENTRIES, old.len(), &mut move_range);
+        } else {
+            for_each_marked_in(old_touched, CHUNK_ENTRIES, old.len(), &mut move_range);
+        }
         discard.finish();
     }
 
@@ -677,19 +712,20 @@ impl Discard {
     }
 }
 
-/// Visits the index ranges (below `len`) of the chunks whose bits are set in `words` (bit i of word w:
-/// chunk 64 w + i).
-fn for_each_chunk_in(
+/// Visits the index ranges (below `len`) of the runs of `unit` entries whose bits are set in `words` (bit i
+/// of word w: run 64 w + i).
+fn for_each_marked_in(
     words: impl IntoIterator<Item = u64>,
+    unit: usize,
     len: usize,
     mut visit: impl FnMut(core::ops::Range<usize>),
 ) {
     for (word_index, mut bits) in words.into_iter().enumerate() {
         while bits != 0 {
-            let start = (word_index * 64 + bits.trailing_zeros() as usize) * CHUNK_ENTRIES;
+            let start = (word_index * 64 + bits.trailing_zeros() as usize) * unit;
             bits &= bits - 1;
             if start < len {
-                visit(start..(start + CHUNK_ENTRIES).min(len));
+                visit(start..(start + unit).min(len));
             }
         }
     }
@@ -728,5 +764,40 @@ fn settle(tagged: usize, count: u64, lent: bool) {
             counter.store(count, Ordering::Relaxed);
         }
         _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A walk of a first-level cache reads the pages that hold entries, not the rest of their chunks: a
+    /// thread with a few arcs would fault in pages of zeros each time it is emptied or read by a dump.
+    #[test]
+    fn walks_of_a_first_level_cache_read_only_its_pages_in_use() {
+        let slot = claim().expect("a cache slot");
+        let entries = slot.entries();
+        assert_eq!(entries.len(), level_entries(0));
+        let used = [0, PAGE_ENTRIES * 3, PAGE_ENTRIES * 9 + 5];
+        slot.begin_write();
+        for index in used {
+            entries[index].set(0x1000 + index, 0x2000, 0, 1);
+            slot.touch(index);
+        }
+        slot.end_write();
+        let mut seen = 0;
+        slot.for_each_sampled_entry_in_use(level_entries(0), |_| seen += 1);
+        assert_eq!(seen, used.len());
+        let pages = level_entries(0) / PAGE_ENTRIES;
+        let mut resident = vec![0u8; pages];
+        assert!(sys::resident_pages(
+            entries.as_ptr() as usize,
+            level_bytes(0),
+            &mut resident
+        ));
+        let read = resident.iter().filter(|&&page| page & 1 != 0).count();
+        assert_eq!(read, used.len(), "pages of the first mapping resident");
+        slot.empty_now(false);
+        slot.release();
     }
 }
