@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use mslprof_tests::analyzer::{build_bounds_pg, scratch};
+use mslprof_tests::analyzer::{Scratch, build_bounds_pg, scratch};
 use mslprof_tests::{analyzer_binary, assert_success, run, runtime_library};
 
 fn report(dir: &Path, args: &[&str]) -> String {
@@ -25,11 +25,11 @@ fn share_on_line(text: &str, what: &str) -> Option<String> {
     Some(share.trim_end_matches('%').to_string())
 }
 
-#[test]
-fn overhead_row_matches_module_table_and_shares_say_what_they_are() {
-    let dir = scratch("report-shares");
+/// The bounds fixture (`-pg`) run under the runtime with every module selected, so that the runtime's
+/// `mcount` is sampled too: its scratch folder and the `-b -p --all-modules` report.
+fn profiled_with_overhead(name: &str) -> (Scratch, String) {
+    let dir = scratch(name);
     build_bounds_pg(&dir);
-    // Every module selected: the runtime's mcount is sampled too.
     let out = run(Command::new(dir.join("prog"))
         .arg("30000000")
         .current_dir(&*dir)
@@ -40,6 +40,12 @@ fn overhead_row_matches_module_table_and_shares_say_what_they_are() {
         .env_remove("LD_PROFILE"));
     assert_success(&out, "prog");
     let text = report(&dir, &["-b", "-p", "--all-modules", "prog", "gmon.out"]);
+    (dir, text)
+}
+
+#[test]
+fn overhead_row_matches_module_table_and_shares_say_what_they_are() {
+    let (dir, text) = profiled_with_overhead("report-shares");
     let flat =
         share_on_line(&text, "[mslprof_overhead]").expect("overhead row in the flat profile");
     let table =
@@ -80,18 +86,7 @@ fn table_shares(text: &str, module: &str) -> Option<(f64, Option<f64>)> {
 
 #[test]
 fn the_module_table_gives_shares_of_the_programs_own_samples_beside_the_overhead() {
-    let dir = scratch("report-program-shares");
-    build_bounds_pg(&dir);
-    let out = run(Command::new(dir.join("prog"))
-        .arg("30000000")
-        .current_dir(&*dir)
-        .env("LD_LIBRARY_PATH", &*dir)
-        .env("LD_PRELOAD", runtime_library())
-        .env("MSLPROF_HZ", "1000")
-        .env_remove("MSLPROF_PROFILE")
-        .env_remove("LD_PROFILE"));
-    assert_success(&out, "prog");
-    let text = report(&dir, &["-b", "-p", "--all-modules", "prog", "gmon.out"]);
+    let (_dir, text) = profiled_with_overhead("report-program-shares");
     assert!(text.contains(" index  samples  program  module"), "{text}");
     let (overhead, none) = table_shares(&text, "libmslprof.so").expect("overhead row");
     assert!(overhead > 0.0 && none.is_none(), "{text}");
