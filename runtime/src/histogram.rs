@@ -69,7 +69,13 @@ pub struct Histogram {
     ranges: Vec<HistogramRange>,
     bucket_count: usize,
     saturated: AtomicU64,
+    /// A bit per [`PAGE_BYTES`] of buckets, set by the first sample there: the pages a dump reads.
+    sampled_pages: Box<[AtomicU64]>,
 }
+
+/// Bytes of buckets per bit of [`Histogram::sampled_pages`] (a page; a larger page only makes neighbouring
+/// bits describe one page).
+const PAGE_BYTES: usize = 4096;
 
 impl Histogram {
     /// Reserves a zeroed histogram over `exec_ranges`; `None` when the address space cannot be reserved.
@@ -84,12 +90,16 @@ impl Histogram {
         } else {
             sys::map_zeroed(bytes)? as usize
         };
+        let sampled_pages = (0..bytes.div_ceil(PAGE_BYTES).div_ceil(64))
+            .map(|_| AtomicU64::new(0))
+            .collect();
         Some(Histogram {
             base,
             bucket_bits,
             ranges,
             bucket_count,
             saturated: AtomicU64::new(0),
+            sampled_pages,
         })
     }
 
@@ -133,6 +143,13 @@ impl Histogram {
         let Some(index) = self.bucket_of(address) else {
             return false;
         };
+        let page = index * self.bucket_bits.bytes() / PAGE_BYTES;
+        if let Some(word) = self.sampled_pages.get(page / 64) {
+            let bit = 1u64 << (page % 64);
+            if word.load(Ordering::Relaxed) & bit == 0 {
+                word.fetch_or(bit, Ordering::Relaxed);
+            }
+        }
         match self.bucket_bits {
             BucketBits::Sixteen => {
                 let Some(bucket) = self.buckets16().get(index) else {
@@ -163,6 +180,9 @@ impl Histogram {
     pub fn reset(&self) {
         if self.base != 0 {
             sys::discard(self.base as *mut u8, self.byte_len());
+        }
+        for word in &self.sampled_pages {
+            word.store(0, Ordering::Relaxed);
         }
         self.saturated.store(0, Ordering::Relaxed);
     }
@@ -206,39 +226,28 @@ impl Histogram {
         unsafe { std::slice::from_raw_parts(atomics.as_ptr() as *const u32, atomics.len()) }
     }
 
-    /// Visits the non-zero buckets as (index, count) in index order, skipping pages that were never touched
-    /// (they are all zero, and reading them would only map the zero page). Allocates nothing (the fatal-signal
-    /// dump uses it). Meant for moments when no handler writes.
+    /// Visits the non-zero buckets as (index, count) in index order, reading only the pages of buckets that
+    /// were sampled (the others are all zero, and reading them would fault in pages of zeros). Allocates
+    /// nothing (the fatal-signal dump uses it). Meant for moments when no handler writes.
     pub fn for_each_nonzero(&self, mut visit: impl FnMut(u64, u32)) {
-        /// Pages asked about per `mincore` call (one byte each, on the stack).
-        const PAGES_PER_QUERY: usize = 256;
         let width = self.bucket_bits.bytes();
-        let bytes = self.bucket_count * width;
-        let page = sys::page_size();
-        let mut resident = [0u8; PAGES_PER_QUERY];
-        for (page_index, first_byte) in (0..bytes).step_by(page).enumerate() {
-            let slot = page_index % PAGES_PER_QUERY;
-            if slot == 0 {
-                let len = (bytes - first_byte).min(PAGES_PER_QUERY * page);
-                // Unknown residency (the kernel refused): every page is read.
-                if !sys::resident_pages(self.base + first_byte, len, &mut resident) {
-                    resident.fill(1);
-                }
-            }
-            if resident[slot] & 1 == 0 {
-                continue;
-            }
-            let first = first_byte / width;
-            let last = ((first_byte + page) / width).min(self.bucket_count);
-            for index in first..last {
-                let count = match self.bucket_bits {
-                    BucketBits::Sixteen => {
-                        u32::from(self.buckets16()[index].load(Ordering::Relaxed))
+        for (word_index, word) in self.sampled_pages.iter().enumerate() {
+            let mut bits = word.load(Ordering::Relaxed);
+            while bits != 0 {
+                let page = word_index * 64 + bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                let first = page * PAGE_BYTES / width;
+                let last = ((page + 1) * PAGE_BYTES / width).min(self.bucket_count);
+                for index in first..last {
+                    let count = match self.bucket_bits {
+                        BucketBits::Sixteen => {
+                            u32::from(self.buckets16()[index].load(Ordering::Relaxed))
+                        }
+                        BucketBits::ThirtyTwo => self.buckets32()[index].load(Ordering::Relaxed),
+                    };
+                    if count != 0 {
+                        visit(index as u64, count);
                     }
-                    BucketBits::ThirtyTwo => self.buckets32()[index].load(Ordering::Relaxed),
-                };
-                if count != 0 {
-                    visit(index as u64, count);
                 }
             }
         }
@@ -387,6 +396,13 @@ mod tests {
         assert_eq!(h.buckets16()[12_345_678 / 4].load(Ordering::Relaxed), 2);
         assert_eq!(h.buckets16()[1 << 27].load(Ordering::Relaxed), 1);
         assert_eq!(h.nonzero_buckets(), vec![(12_345_678 / 4, 2), (1 << 27, 1)]);
+        // The walk read the two sampled pages of buckets, no other.
+        let mut resident = vec![0u8; h.byte_len() / PAGE_BYTES];
+        assert!(sys::resident_pages(h.base, h.byte_len(), &mut resident));
+        assert_eq!(resident.iter().filter(|&&page| page & 1 != 0).count(), 2);
+        h.reset();
+        assert!(h.record(LinkAddress(64)));
+        assert_eq!(h.nonzero_buckets(), vec![(16, 1)]);
     }
 
     #[test]

@@ -363,6 +363,7 @@ pub fn populate(base: *mut u8, len: usize) {
 
 /// Which pages of `[address, address + len)` are resident (`mincore`): bit 0 of `pages[i]` for page i. False
 /// when the kernel refuses or `pages` is too short. `address` must be page-aligned. Allocates nothing.
+#[cfg(test)]
 pub fn resident_pages(address: usize, len: usize, pages: &mut [u8]) -> bool {
     if len.div_ceil(page_size()) > pages.len() {
         return false;
