@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, Ordering};
 use mslprof_format::LinkAddress;
 use mslprof_loader_hooks::LinkRange;
 
+use crate::page_marks::PageMarks;
 use crate::sys;
 
 /// Text bytes covered by one bucket (a power of two).
@@ -69,13 +70,9 @@ pub struct Histogram {
     ranges: Vec<HistogramRange>,
     bucket_count: usize,
     saturated: AtomicU64,
-    /// A bit per [`PAGE_BYTES`] of buckets, set by the first sample there: the pages a dump reads.
-    sampled_pages: Box<[AtomicU64]>,
+    /// The pages of buckets a sample was counted in: the pages a dump reads.
+    sampled_pages: PageMarks,
 }
-
-/// Bytes of buckets per bit of [`Histogram::sampled_pages`] (a page; a larger page only makes neighbouring
-/// bits describe one page).
-const PAGE_BYTES: usize = 4096;
 
 impl Histogram {
     /// Reserves a zeroed histogram over `exec_ranges`; `None` when the address space cannot be reserved.
@@ -90,16 +87,13 @@ impl Histogram {
         } else {
             sys::map_zeroed(bytes)? as usize
         };
-        let sampled_pages = (0..bytes.div_ceil(PAGE_BYTES).div_ceil(64))
-            .map(|_| AtomicU64::new(0))
-            .collect();
         Some(Histogram {
             base,
             bucket_bits,
             ranges,
             bucket_count,
             saturated: AtomicU64::new(0),
-            sampled_pages,
+            sampled_pages: PageMarks::new(bytes),
         })
     }
 
@@ -143,13 +137,7 @@ impl Histogram {
         let Some(index) = self.bucket_of(address) else {
             return false;
         };
-        let page = index * self.bucket_bits.bytes() / PAGE_BYTES;
-        if let Some(word) = self.sampled_pages.get(page / 64) {
-            let bit = 1u64 << (page % 64);
-            if word.load(Ordering::Relaxed) & bit == 0 {
-                word.fetch_or(bit, Ordering::Relaxed);
-            }
-        }
+        self.sampled_pages.mark(index * self.bucket_bits.bytes());
         match self.bucket_bits {
             BucketBits::Sixteen => {
                 let Some(bucket) = self.buckets16().get(index) else {
@@ -181,9 +169,7 @@ impl Histogram {
         if self.base != 0 {
             sys::discard(self.base as *mut u8, self.byte_len());
         }
-        for word in &self.sampled_pages {
-            word.store(0, Ordering::Relaxed);
-        }
+        self.sampled_pages.clear();
         self.saturated.store(0, Ordering::Relaxed);
     }
 
@@ -231,14 +217,9 @@ impl Histogram {
     /// nothing (the fatal-signal dump uses it). Meant for moments when no handler writes.
     pub fn for_each_nonzero(&self, mut visit: impl FnMut(u64, u32)) {
         let width = self.bucket_bits.bytes();
-        for (word_index, word) in self.sampled_pages.iter().enumerate() {
-            let mut bits = word.load(Ordering::Relaxed);
-            while bits != 0 {
-                let page = word_index * 64 + bits.trailing_zeros() as usize;
-                bits &= bits - 1;
-                let first = page * PAGE_BYTES / width;
-                let last = ((page + 1) * PAGE_BYTES / width).min(self.bucket_count);
-                for index in first..last {
+        self.sampled_pages
+            .for_each_marked(self.byte_len(), |bytes| {
+                for index in bytes.start / width..bytes.end / width {
                     let count = match self.bucket_bits {
                         BucketBits::Sixteen => {
                             u32::from(self.buckets16()[index].load(Ordering::Relaxed))
@@ -249,8 +230,7 @@ impl Histogram {
                         visit(index as u64, count);
                     }
                 }
-            }
-        }
+            });
     }
 
     /// The non-zero buckets as (index, count); see [`Histogram::for_each_nonzero`].
@@ -397,7 +377,7 @@ mod tests {
         assert_eq!(h.buckets16()[1 << 27].load(Ordering::Relaxed), 1);
         assert_eq!(h.nonzero_buckets(), vec![(12_345_678 / 4, 2), (1 << 27, 1)]);
         // The walk read the two sampled pages of buckets, no other.
-        let mut resident = vec![0u8; h.byte_len() / PAGE_BYTES];
+        let mut resident = vec![0u8; h.byte_len() / crate::page_marks::PAGE_BYTES];
         assert!(sys::resident_pages(h.base, h.byte_len(), &mut resident));
         assert_eq!(resident.iter().filter(|&&page| page & 1 != 0).count(), 2);
         h.reset();

@@ -16,6 +16,7 @@ pub mod lifecycle;
 pub mod mcount;
 pub mod modules;
 pub mod on_demand;
+mod page_marks;
 mod perf_map;
 pub mod program_sigprof;
 mod reexec;

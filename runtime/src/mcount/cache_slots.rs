@@ -272,9 +272,9 @@ impl CacheSlot {
         }
     }
 
-    /// Visits the index ranges (below `len`, the current mapping's entries) of the chunks marked touched, or
-    /// of the pages in the first mapping, clearing the marks with `clear`.
-    fn for_each_touched_chunk(
+    /// Visits the index ranges (below `len`, the current mapping's entries) that may hold entries, clearing
+    /// the marks with `clear`.
+    fn for_each_touched_range(
         &self,
         clear: bool,
         len: usize,
@@ -288,13 +288,12 @@ impl CacheSlot {
             }
         };
         let pages = take(&self.first_pages);
-        let chunks = self.touched.iter().map(take);
-        if len == level_entries(0) {
-            chunks.for_each(drop);
-            for_each_marked_in([pages], PAGE_ENTRIES, len, visit);
-        } else {
-            for_each_marked_in(chunks, CHUNK_ENTRIES, len, visit);
+        // Taken (and cleared) before any range is visited, also when the pages say where to go.
+        let mut chunks = [0u64; TOUCHED_WORDS];
+        for (copy, word) in chunks.iter_mut().zip(&self.touched) {
+            *copy = take(word);
         }
+        for_each_range_marked(len, chunks, pages, visit);
     }
 
     /// Visits the entries that hold an arc among at most about `most` entries of the current mapping's
@@ -311,7 +310,7 @@ impl CacheSlot {
         let step = (chunks * CHUNK_ENTRIES).div_ceil(most.max(1)).max(1);
         // Entries to pass over at the start of the next chunk.
         let mut carry = 0;
-        self.for_each_touched_chunk(false, all.len(), |range| {
+        self.for_each_touched_range(false, all.len(), |range| {
             let chunk = &all[range];
             let mut index = carry;
             while let Some(entry) = chunk.get(index) {
@@ -331,7 +330,7 @@ impl CacheSlot {
         let all = self.entries();
         let lent = self.is_lent();
         let mut discard = Discard::default();
-        self.for_each_touched_chunk(true, all.len(), |range| {
+        self.for_each_touched_range(true, all.len(), |range| {
             let chunk = &all[range];
             if keep_counts {
                 chunk.iter().for_each(|entry| flush(entry, lent));
@@ -391,7 +390,7 @@ impl CacheSlot {
         }
         let old_pages = self.first_pages.swap(0, Ordering::Relaxed);
         let mut discard = Discard::default();
-        let mut move_range = |range: core::ops::Range<usize>| {
+        for_each_range_marked(old.len(), old_touched, old_pages, |range| {
             let chunk = &old[range];
             for entry in chunk {
                 if !entry.in_use() {
@@ -420,12 +419,7 @@ impl CacheSlot {
                 }
             }
             discard.add(chunk);
-        };
-        if old.len() == level_entries(0) {
-            for_each_marked_in([old_pages], PAGE_ENTRIES, old.len(), &mut move_range);
-        } else {
-            for_each_marked_in(old_touched, CHUNK_ENTRIES, old.len(), &mut move_range);
-        }
+        });
         discard.finish();
     }
 
@@ -481,7 +475,7 @@ impl CacheSlot {
             return;
         }
         let mut owner_busy = false;
-        self.for_each_touched_chunk(false, level_entries(level), |range| {
+        self.for_each_touched_range(false, level_entries(level), |range| {
             for index in range {
                 if owner_busy {
                     return;
@@ -709,6 +703,21 @@ impl Discard {
             sys::discard(self.start, self.len);
         }
         self.len = 0;
+    }
+}
+
+/// Visits the index ranges of a mapping of `len` entries that may hold entries: the pages marked in `pages`
+/// for the first mapping, else the chunks marked in `chunks`.
+fn for_each_range_marked(
+    len: usize,
+    chunks: [u64; TOUCHED_WORDS],
+    pages: u64,
+    visit: impl FnMut(core::ops::Range<usize>),
+) {
+    if len == level_entries(0) {
+        for_each_marked_in([pages], PAGE_ENTRIES, len, visit);
+    } else {
+        for_each_marked_in(chunks, CHUNK_ENTRIES, len, visit);
     }
 }
 

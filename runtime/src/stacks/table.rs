@@ -13,6 +13,7 @@
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use super::unwind::Frame;
+use crate::page_marks::PageMarks;
 use crate::sys;
 
 const EMPTY: u64 = 0;
@@ -82,15 +83,11 @@ pub struct Table {
     arena_frames: usize,
     arena_used: AtomicUsize,
     dropped: AtomicU64,
-    /// A bit per [`SLOTS_PER_PAGE`] slots: set when one of them is claimed.
-    claimed_pages: Box<[AtomicU64]>,
+    /// The pages of the slot array where a slot was claimed.
+    claimed_pages: PageMarks,
     base: *mut u8,
     len: usize,
 }
-
-/// Slots per page of the slot array, for [`Table::claimed_pages`] (4 KiB pages; a larger page only makes
-/// neighbouring bits describe one page).
-const SLOTS_PER_PAGE: usize = 4096 / std::mem::size_of::<Slot>();
 
 // SAFETY: the mapping is shared through atomics (slots) and the publish protocol (arena bytes are written by
 // the one thread that claimed their room, before the release store of the slot's tag, and read only after an
@@ -118,9 +115,6 @@ impl Table {
         let arena_frames = (bytes.saturating_sub(slots_len) / FRAME_BYTES).max(4096);
         let len = slots_len + arena_frames * FRAME_BYTES;
         let base = sys::map_zeroed(len)?;
-        let claimed_pages = (0..slot_count.div_ceil(SLOTS_PER_PAGE).div_ceil(64))
-            .map(|_| AtomicU64::new(0))
-            .collect();
         Some(Table {
             slots: base.cast::<Slot>(),
             slot_count,
@@ -129,7 +123,7 @@ impl Table {
             arena_frames,
             arena_used: AtomicUsize::new(0),
             dropped: AtomicU64::new(0),
-            claimed_pages,
+            claimed_pages: PageMarks::new(slots_len),
             base,
             len,
         })
@@ -196,12 +190,8 @@ impl Table {
 
     /// Writes a claimed slot and publishes it (or marks it dead when the arena is full).
     fn fill(&self, slot: &Slot, tag: u64, frames: &[Frame], flags: u32) {
-        let index =
-            (slot as *const Slot as usize - self.slots as usize) / std::mem::size_of::<Slot>();
-        let page = index / SLOTS_PER_PAGE;
-        if let Some(word) = self.claimed_pages.get(page / 64) {
-            word.fetch_or(1 << (page % 64), Ordering::Relaxed);
-        }
+        self.claimed_pages
+            .mark(slot as *const Slot as usize - self.slots as usize);
         let first = self.arena_used.fetch_add(frames.len(), Ordering::Relaxed);
         if first.saturating_add(frames.len()) > self.arena_frames {
             slot.tag.store(DEAD, Ordering::Release);
@@ -251,11 +241,9 @@ impl Table {
     /// is left out of this dump. Only the pages of slots that were claimed are read.
     pub fn mark(&self, marks: &mut [u8]) -> (usize, usize) {
         for (index, mark) in marks.iter_mut().enumerate().take(self.slot_count) {
-            let page = index / SLOTS_PER_PAGE;
             let claimed = self
                 .claimed_pages
-                .get(page / 64)
-                .is_some_and(|word| word.load(Ordering::Acquire) & (1 << (page % 64)) != 0);
+                .is_marked(index * std::mem::size_of::<Slot>());
             *mark = u8::from(
                 claimed && self.slot(index).tag.load(Ordering::Acquire) & PUBLISHED_BIT != 0,
             );
@@ -330,9 +318,7 @@ impl Table {
     /// signals blocked).
     pub fn clear(&self) {
         sys::discard(self.base, self.len);
-        for word in &self.claimed_pages {
-            word.store(0, Ordering::Relaxed);
-        }
+        self.claimed_pages.clear();
         self.arena_used.store(0, Ordering::Relaxed);
         self.dropped.store(0, Ordering::Relaxed);
     }
@@ -410,7 +396,8 @@ mod tests {
     #[test]
     fn marking_reads_only_the_pages_of_claimed_slots() {
         let table = Table::new(4 << 20).unwrap();
-        let pages = table.slot_count().div_ceil(SLOTS_PER_PAGE);
+        let slots_per_page = crate::page_marks::PAGE_BYTES / std::mem::size_of::<Slot>();
+        let pages = table.slot_count().div_ceil(slots_per_page);
         assert!(pages >= 64, "{pages} pages of slots");
         for leaf in 0..3 {
             table.insert(&frames(&[leaf, 100]), 0);
@@ -418,7 +405,7 @@ mod tests {
         let mut marks = vec![0u8; table.slot_count()];
         assert_eq!(table.mark(&mut marks), (3, 6));
         let mut resident = vec![0u8; pages];
-        let slot_bytes = pages * SLOTS_PER_PAGE * std::mem::size_of::<Slot>();
+        let slot_bytes = table.slot_count() * std::mem::size_of::<Slot>();
         assert!(sys::resident_pages(
             table.slots as usize,
             slot_bytes,
