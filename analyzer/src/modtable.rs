@@ -28,13 +28,12 @@ pub struct Row {
     pub overhead: bool,
 }
 
-/// Print `rows` with shares of `total` samples; `all`: no folding. `program_column`: also each row's share
-/// of the samples that are not the profiler's own (the rows marked `overhead`), when there are any.
-pub fn print(out: &mut Out, mut rows: Vec<Row>, total: f64, all: bool, program_column: bool) {
+/// Print `rows` with shares of `total` samples; `all`: no folding. When rows marked `overhead` have samples,
+/// also each other row's share of the samples that are not the profiler's own.
+pub fn print(out: &mut Out, mut rows: Vec<Row>, total: f64, all: bool) {
     let share = |r: &Row| 100.0 * r.samples as f64 / total.max(1.0);
     let overhead: u64 = rows.iter().filter(|r| r.overhead).map(|r| r.samples).sum();
-    let program_total =
-        (program_column && overhead > 0).then(|| (total - overhead as f64).max(1.0));
+    let program_total = (overhead > 0).then(|| (total - overhead as f64).max(1.0));
     let program_share = |samples: u64, is_overhead: bool| match program_total {
         Some(_) if is_overhead => format!("{:>8}  ", ""),
         Some(t) => format!("{:>7.2}%  ", 100.0 * samples as f64 / t),

@@ -102,7 +102,7 @@ pub fn unprofiled_modules(out: &mut Out, profile: &Profile, opts: &Options) -> b
         return false;
     }
     out.push_str("Modules loaded but not profiled, with their share of all samples:\n\n");
-    crate::modtable::print(out, rows, all_samples(profile), opts.all_modules, false);
+    crate::modtable::print(out, rows, all_samples(profile), opts.all_modules);
     out.push('\n');
     true
 }
@@ -155,7 +155,7 @@ pub fn module_table(
             overhead: false,
         });
     }
-    crate::modtable::print(out, rows, all_samples(profile), opts.all_modules, true);
+    crate::modtable::print(out, rows, all_samples(profile), opts.all_modules);
     let mut numbered: Vec<&str> = g
         .modules
         .iter()
