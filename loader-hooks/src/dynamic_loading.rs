@@ -292,6 +292,20 @@ pub fn open_in_progress() -> bool {
     LOADER_LOCK.is_held()
 }
 
+/// Runs `f` while no `dlopen` or `dlclose` can run (holding the loader lock), unless one is running now or
+/// this thread is inside one: then `None`, at once. For a signal handler that reads and writes modules' code
+/// (`mcount::plt_sites`): async-signal-safe (the lock is taken without waiting; releasing it may wake a
+/// waiter with one `futex` call).
+pub fn while_loader_idle<R>(f: impl FnOnce() -> R) -> Option<R> {
+    // An interrupted `lock` or `unlock` of this thread may be between its steps: never re-enter.
+    if LOADER_LOCK.held_by_this_thread() || !LOADER_LOCK.try_lock() {
+        return None;
+    }
+    let result = f();
+    LOADER_LOCK.unlock();
+    Some(result)
+}
+
 /// What the fork prepare handler did with the loader lock (kept by fork.rs until the parent's or child's handler).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct ForkLock {

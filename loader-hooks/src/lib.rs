@@ -21,7 +21,7 @@ pub mod signals;
 mod stubs;
 pub mod sys;
 
-pub use dynamic_loading::{open_in_progress, refresh, refresh_during_open};
+pub use dynamic_loading::{open_in_progress, refresh, refresh_during_open, while_loader_idle};
 pub use events::{LoadCause, LoaderEvents, ProcessEnd};
 pub use process::{is_profiled_process, on_main_thread, profiled_pid};
 pub use scan::{LinkRange, LoaderScan, ModuleInfo, scan, scan_loaded_modules};

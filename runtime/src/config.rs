@@ -42,6 +42,9 @@ pub struct Settings {
     /// `MSLPROF_SITE_STUBS`: when the profiled modules' `-pg` calls of `mcount` become jumps to per-function
     /// stubs (`mcount::sites`).
     pub site_stubs: SiteStubs,
+    /// `MSLPROF_PLT_SITES` is not `0`: the hottest calls through the PLT that the audit module counts are
+    /// rewritten to call stubs of their own (`mcount::plt_sites`).
+    pub plt_sites: bool,
     /// `MSLPROF_STACK_DEPTH`: the most frames of a sample's call stack (0: no stacks).
     pub stack_depth: u32,
     /// `MSLPROF_STACK_TABLE_KB`: the memory of the table of distinct stacks.
@@ -103,6 +106,7 @@ impl Settings {
             program_name,
             near_mcount: env("MSLPROF_NEAR_MCOUNT").is_none_or(|v| v != "0"),
             site_stubs: site_stubs(env("MSLPROF_SITE_STUBS").as_deref()),
+            plt_sites: env("MSLPROF_PLT_SITES").is_none_or(|v| v != "0"),
             // A walk takes microseconds: above this rate it would take most of the sample period.
             stack_depth: if hz > crate::stacks::MAX_HZ {
                 0

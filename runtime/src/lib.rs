@@ -121,15 +121,30 @@ fn start(explicit: bool) -> u8 {
     });
     // Before the copy of `mcount` takes the main program's GOT entries: the sites are found by them.
     #[cfg(target_arch = "x86_64")]
-    let looks_for_hot_functions = match settings.site_stubs {
-        config::SiteStubs::Off => false,
-        config::SiteStubs::WhenHot => {
-            mcount::install_site_stubs(modules::all(), mcount::sites::Rewrite::WhenHot) > 0
-        }
-        config::SiteStubs::AtStartUp => {
-            mcount::install_site_stubs(modules::all(), mcount::sites::Rewrite::AtStartUp);
-            false
-        }
+    let looks_for_hot_functions = {
+        let plt_sites = settings.plt_sites && mcount::plt_counting_announced();
+        let pg_sites = match settings.site_stubs {
+            config::SiteStubs::Off => {
+                mcount::install_site_stubs(&[], mcount::sites::Rewrite::WhenHot, plt_sites);
+                false
+            }
+            config::SiteStubs::WhenHot => {
+                mcount::install_site_stubs(
+                    modules::all(),
+                    mcount::sites::Rewrite::WhenHot,
+                    plt_sites,
+                ) > 0
+            }
+            config::SiteStubs::AtStartUp => {
+                mcount::install_site_stubs(
+                    modules::all(),
+                    mcount::sites::Rewrite::AtStartUp,
+                    plt_sites,
+                );
+                false
+            }
+        };
+        pg_sites || mcount::plt_sites::wanted()
     };
     #[cfg(target_arch = "x86_64")]
     if settings.near_mcount {

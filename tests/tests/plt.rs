@@ -744,3 +744,51 @@ fn plt_calls_from_constructors_before_the_runtime_do_not_keep_ld_profile_from_re
         "{arcs:?}"
     );
 }
+
+/// plt_sites.c's output line for `calls` calls of `site_leaf` (`x & 7` summed), and the site's state.
+fn site_line(label: &str, calls: u64, state: &str) -> String {
+    format!("{label} {} site {state}", calls / 8 * 28)
+}
+
+#[test]
+fn a_hot_plt_call_site_is_rewritten_and_counts_stay_exact_alone_with_threads_and_in_a_forked_child()
+{
+    const CALLS: u64 = 40_000_000;
+    const CHILD_CALLS: u64 = 3_000_000;
+    for (threads, sites) in [(1, "1"), (4, "1"), (2, "0")] {
+        let workspace = Workspace::new();
+        workspace.shared_library("libsiteleaf.so", &[source("site_leaf.c")], &[]);
+        let program = workspace.program(
+            "plt_sites",
+            &[source("plt_sites.c")],
+            &["-L.", "-lsiteleaf", "-pthread", "-ldl"],
+        );
+        let per_thread = CALLS / threads;
+        let stdout = run_ok(
+            counted(&workspace, &program)
+                .env("MSLPROF_PLT_SITES", sites)
+                .args([threads, per_thread, CHILD_CALLS].map(|n| n.to_string())),
+        );
+        let state = if sites == "1" { "rewritten" } else { "plt" };
+        let context = format!("{threads} threads, MSLPROF_PLT_SITES={sites}: {stdout}");
+        assert!(
+            stdout.starts_with(&format!("{}\n", site_line("sum", CALLS, state))),
+            "{context}"
+        );
+        assert!(
+            stdout.contains(&site_line("child", CHILD_CALLS, state)),
+            "{context}"
+        );
+        let child_pid = stdout
+            .split(" pid ")
+            .nth(1)
+            .and_then(|rest| rest.trim().parse::<u32>().ok())
+            .unwrap_or_else(|| panic!("no child pid in {stdout:?}"));
+        let names = ["loop", "site_leaf"];
+        let arc = ("loop".to_string(), "site_leaf".to_string());
+        let parent = graph(&workspace.profile("gmon.out"), &names);
+        assert_eq!(parent.get(&arc), Some(&CALLS), "{context}: {parent:?}");
+        let child = graph(&workspace.profile(&format!("gmon.out.{child_pid}")), &names);
+        assert_eq!(child.get(&arc), Some(&CHILD_CALLS), "{context}: {child:?}");
+    }
+}

@@ -109,13 +109,19 @@ fn arena(entry: usize) -> Option<usize> {
     }
 }
 
-/// Remembers where the runtime wants to learn the arena's place (`mslprof_plt_arena`), and tells it at once
-/// if the arena exists already.
+/// Remembers where the runtime wants to learn the arena's place (`mslprof_plt_arena`), and tells it at once:
+/// the base and length if the arena exists already, else the length alone (calls through the PLT are
+/// counted in this process).
 pub fn announce_arena_to(slot: usize) {
     ANNOUNCE_TO.store(slot, Ordering::Release);
     let base = ARENA.load(Ordering::Acquire);
     if base != 0 {
         announce(base);
+    } else {
+        // The length alone says that calls through the PLT are counted, before the arena exists.
+        // SAFETY: as in `announce`.
+        let words = unsafe { &*(slot as *const [AtomicUsize; 2]) };
+        words[1].store(ARENA_BYTES, Ordering::Release);
     }
 }
 

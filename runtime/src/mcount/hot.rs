@@ -22,7 +22,7 @@
 
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
-use super::{CACHE_STATE, STATE_PAUSED, ThreadCache, sites, x86_64};
+use super::{CACHE_STATE, STATE_PAUSED, ThreadCache, plt_sites, sites, x86_64};
 use crate::sys;
 
 /// A function is rewritten when the thread's cache counted at least this fraction (1/SHARE) of its calls
@@ -64,26 +64,25 @@ pub fn give_up() {
 /// `/proc/self/stat` and `/proc/self/maps`, two `mprotect`s per page (and, while other threads run, three `membarrier`s a look);
 /// no allocation, no lock, errno kept.
 pub fn on_tick() {
-    let Some(kept) = sites::kept() else {
-        return;
-    };
-    if GIVEN_UP.load(Ordering::Relaxed) {
-        return;
-    }
     if REWRITTEN.load(Ordering::Relaxed) >= MAX_FUNCTIONS {
         GIVEN_UP.store(true, Ordering::Relaxed);
+    }
+    let kept = sites::kept().filter(|_| !GIVEN_UP.load(Ordering::Relaxed));
+    let plt = plt_sites::wanted();
+    if kept.is_none() && !plt {
         return;
     }
     if BUSY.swap(true, Ordering::Acquire) {
         return;
     }
-    look_and_rewrite(kept);
+    look_and_rewrite(kept, plt);
     BUSY.store(false, Ordering::Release);
 }
 
 /// Counts the calls of each kept site's function in this thread's cache, and rewrites the sites of the
-/// hottest functions with at least a [`SHARE`]th of the calls.
-fn look_and_rewrite(kept: &sites::KeptSites) {
+/// hottest functions with at least a [`SHARE`]th of the calls; with `plt`, then rewrites the PLT call sites of
+/// the hottest arcs (`plt_sites.rs`).
+fn look_and_rewrite(kept: Option<&sites::KeptSites>, plt: bool) {
     // SAFETY: this thread's own header (see `record_top_level`), only read here; its entries are read only
     // when the Rust side, which may move them or change their mapping, was not interrupted (`depth` 0, a
     // valid generation). A fast path interrupted between its lookup and its add (`window` non-zero) is no
@@ -101,6 +100,26 @@ fn look_and_rewrite(kept: &sites::KeptSites) {
     let Some(slot) = (unsafe { cache.slot.as_ref() }) else {
         return;
     };
+    // With one thread (this one, in its handler) no code runs elsewhere; with more, the rewrite follows the
+    // cross-modifying-code protocol, where the kernel provides it.
+    let alone = sys::thread_count() == Some(1);
+    if let Some(kept) = kept {
+        rewrite_hot_functions(kept, cache, slot, alone);
+    }
+    if plt {
+        let signals = sys::block_signals();
+        plt_sites::look(slot, alone);
+        sys::restore_signals(&signals);
+    }
+}
+
+/// The `-pg` part of a look: rewrites the sites of the hottest functions of `kept`.
+fn rewrite_hot_functions(
+    kept: &sites::KeptSites,
+    cache: &ThreadCache,
+    slot: &super::CacheSlot,
+    alone: bool,
+) {
     let total = count_calls(kept, cache, slot);
     let mut picked = [Pick::default(); PICKS_PER_LOOK];
     let room =
@@ -110,9 +129,6 @@ fn look_and_rewrite(kept: &sites::KeptSites) {
         return;
     }
     count_colliding_calls(kept, slot, picked);
-    // With one thread (this one, in its handler) no code runs elsewhere; with more, the rewrite follows the
-    // cross-modifying-code protocol, where the kernel provides it.
-    let alone = sys::thread_count() == Some(1);
     if !alone && !kept.live {
         return;
     }

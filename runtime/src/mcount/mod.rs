@@ -58,6 +58,8 @@ pub mod hot;
 #[cfg(target_arch = "x86_64")]
 pub mod near;
 #[cfg(target_arch = "x86_64")]
+pub mod plt_sites;
+#[cfg(target_arch = "x86_64")]
 pub mod sites;
 #[cfg(target_arch = "x86_64")]
 mod x86_64;
@@ -202,8 +204,13 @@ pub fn note_unload() {
 /// [`sites::Rewrite::AtStartUp`], rewrites the sites to jump to them; with [`sites::Rewrite::WhenHot`] the
 /// sites are kept for `hot.rs`. Start-up only, from the runtime's own start outside any counting call. A
 /// rewrite at start-up needs a process with one thread, and flushes the calls counted so far from this
-/// thread's cache first, so that no arc is in both. Returns the sites rewritten or kept.
-pub fn install_site_stubs(modules: &[&modules::LiveModule], rewrite: sites::Rewrite) -> usize {
+/// thread's cache first, so that no arc is in both. With `plt_sites`, the site regions also get room for the
+/// PLT call sites `plt_sites.rs` rewrites while the program runs. Returns the sites rewritten or kept.
+pub fn install_site_stubs(
+    modules: &[&modules::LiveModule],
+    rewrite: sites::Rewrite,
+    plt_sites: bool,
+) -> usize {
     // SAFETY: as in `record_call`; only this thread's own header is used.
     let cache = unsafe { &mut *x86_64::thread_cache_block().cast::<ThreadCache>() };
     let now = rewrite == sites::Rewrite::AtStartUp;
@@ -229,17 +236,39 @@ pub fn install_site_stubs(modules: &[&modules::LiveModule], rewrite: sites::Rewr
         tls,
         x86_64::site_miss as *const () as usize,
         rewrite,
+        if plt_sites { plt_sites::MAX_SITES } else { 0 },
     );
+    if plt_sites {
+        plt_sites::enable(tls, x86_64::plt_site_miss as *const () as usize);
+    }
     compiler_fence(Ordering::SeqCst);
     cache.depth = 0;
     rewritten
 }
 
-/// Where libmslprof_audit.so's PLT-counting stubs live: the base and length of its stub arena (zeros until it
-/// makes one), written by the audit module. Samples there are this library's, the cost of profiling
+/// Where libmslprof_audit.so's PLT-counting stubs live: the base and length of its stub arena, written by the
+/// audit module (the length alone once it sees this library loaded, the base when it makes the arena). Samples there are this library's, the cost of profiling
 /// ([`library_address`]).
 #[unsafe(no_mangle)]
 pub static mslprof_plt_arena: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
+
+/// Bytes of one of the audit module's stubs (`runtime/audit/src/sys.rs`, stub convention 2:
+/// `mslprof_plt_abi`), all at multiples of it from the arena's base, and where each keeps its callee.
+pub const PLT_STUB_BYTES: usize = 32;
+pub const PLT_STUB_CALLEE: usize = 24;
+
+/// Whether the audit module counts calls through the PLT in this process: it writes the arena's length as
+/// soon as it sees this library loaded, before any constructor runs, and its base once the arena is made.
+pub fn plt_counting_announced() -> bool {
+    mslprof_plt_arena[1].load(Ordering::Acquire) != 0
+}
+
+/// The audit module's stub arena, base and length, once it is made. Async-signal-safe.
+pub fn plt_arena() -> Option<(usize, usize)> {
+    let [arena, arena_bytes] = &mslprof_plt_arena;
+    let base = arena.load(Ordering::Acquire);
+    (base != 0).then(|| (base, arena_bytes.load(Ordering::Relaxed)))
+}
 
 /// `pc` as an address in this library when it is in a stub or in the copy of `mcount` (both this library's
 /// counting code, moved next to the code that calls it), or in a PLT-counting stub of the audit module.
@@ -247,7 +276,9 @@ pub static mslprof_plt_arena: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsi
 pub fn library_address(pc: usize) -> usize {
     let [arena, arena_bytes] = &mslprof_plt_arena;
     let arena = arena.load(Ordering::Acquire);
-    if arena != 0 && pc.wrapping_sub(arena) < arena_bytes.load(Ordering::Relaxed) {
+    if arena != 0 && pc.wrapping_sub(arena) < arena_bytes.load(Ordering::Relaxed)
+        || plt_sites::contains(pc)
+    {
         return x86_64::mslprof_plt_entry as *const () as usize;
     }
     sites::library_address(

@@ -323,6 +323,10 @@ const ELSEWHERE_AT: usize = 64;
 static HEADER_BYTES: AtomicUsize = AtomicUsize::new(0);
 /// Bytes of a site region (0: no site is rewritten, no thread needs one).
 static REGION_BYTES: AtomicUsize = AtomicUsize::new(0);
+/// Where the entries of rewritten PLT call sites (`plt_sites.rs`) start in a region, one table after those of
+/// the `-pg` functions, and how many there are room for (0: none).
+static PLT_ENTRIES_AT: AtomicUsize = AtomicUsize::new(0);
+static PLT_ENTRIES: AtomicUsize = AtomicUsize::new(0);
 /// Unloads seen: a region whose entries were checked under an older count may hold callers that are gone.
 static UNLOADS: AtomicUsize = AtomicUsize::new(0);
 /// The stub mappings, `[start, end)`, for the sampler (`library_address`); `STUB_MAPPINGS` of them valid.
@@ -361,6 +365,28 @@ pub fn library_address(pc: usize, count_in: usize) -> usize {
 /// The table bytes of the `table`th rewritten function, from the start of a region.
 fn table_offset(table: usize) -> Option<u32> {
     u32::try_from(HEADER_BYTES.load(Ordering::Relaxed) + table * TABLE_BYTES).ok()
+}
+
+/// The table offset that puts the entry of a call from `frompc` ([`entry_offset`]) at the `index`th entry
+/// reserved for PLT call sites: they are packed, one entry each (a site has one caller and one callee), so
+/// a table offset here may start in the table before theirs, which no function owns. `None` beyond those
+/// reserved.
+pub fn plt_entry_table(index: usize, frompc: usize) -> Option<u32> {
+    (index < PLT_ENTRIES.load(Ordering::Relaxed))
+        .then(|| {
+            let entry = PLT_ENTRIES_AT.load(Ordering::Relaxed) + index * 32;
+            u32::try_from(entry - entry_index(frompc) * 32).ok()
+        })
+        .flatten()
+}
+
+/// Tables that `entries` packed PLT site entries take, with the one before them.
+pub fn plt_tables_for(entries: usize) -> usize {
+    if entries == 0 {
+        0
+    } else {
+        1 + (entries * 32).div_ceil(TABLE_BYTES)
+    }
 }
 
 /// The entry at `offset` (from [`entry_offset`]) of the region at `base`.
@@ -441,8 +467,9 @@ pub enum Rewrite {
 /// library) and maps a stub of their own for each, whose thread's region address is at `fs:[tls]` and whose
 /// misses go to `miss`; `targets` are the addresses of `mcount` and `_mcount`. With [`Rewrite::AtStartUp`]
 /// the sites are rewritten to jump to their stubs (only at start-up, with one thread: the rewrite is not
-/// atomic for a thread running the code); with [`Rewrite::WhenHot`] they are kept for later. Returns the
-/// sites rewritten or kept.
+/// atomic for a thread running the code); with [`Rewrite::WhenHot`] they are kept for later. Every thread's
+/// region also gets room for `plt_entries` PLT call sites that `plt_sites.rs` rewrites while the program
+/// runs. Returns the sites rewritten or kept.
 pub fn install(
     modules: &[&crate::modules::LiveModule],
     own_code: usize,
@@ -450,7 +477,9 @@ pub fn install(
     tls: i32,
     miss: usize,
     rewrite: Rewrite,
+    plt_entries: usize,
 ) -> usize {
+    let plt_tables = plt_tables_for(plt_entries);
     #[cfg(feature = "test-hooks")]
     read_test_settings();
     let page = crate::sys::page_size();
@@ -496,7 +525,9 @@ pub fn install(
             Rewrite::AtStartUp => with_few_call_sites(&found_sites, &code),
             Rewrite::WhenHot => found_sites.iter().map(|site| site.at).collect(),
         };
-        if sites.is_empty() || tables + sites.len() > MAX_TABLES || found.len() == MAX_STUB_MAPPINGS
+        if sites.is_empty()
+            || tables + sites.len() + plt_tables > MAX_TABLES
+            || found.len() == MAX_STUB_MAPPINGS
         {
             continue;
         }
@@ -507,13 +538,19 @@ pub fn install(
         );
         found.push(ModuleSites { text, sites });
     }
-    if tables == 0 {
+    let all_tables = tables + plt_tables;
+    if all_tables == 0 {
         return 0;
     }
-    let header = tables.div_ceil(64).saturating_mul(8).next_multiple_of(page);
+    let header = all_tables
+        .div_ceil(64)
+        .saturating_mul(8)
+        .next_multiple_of(page);
     // The stubs may run as soon as a site is rewritten: the regions' layout is set first.
     HEADER_BYTES.store(header, Ordering::Relaxed);
-    REGION_BYTES.store(header + tables * TABLE_BYTES, Ordering::Relaxed);
+    REGION_BYTES.store(header + all_tables * TABLE_BYTES, Ordering::Relaxed);
+    PLT_ENTRIES_AT.store(header + (tables + 1) * TABLE_BYTES, Ordering::Relaxed);
+    PLT_ENTRIES.store(plt_entries, Ordering::Relaxed);
     let mut table = 0;
     let mut rewritten = 0;
     let mut kept = Vec::new();
@@ -613,6 +650,7 @@ fn map_stubs(
             site,
             original,
             jump,
+            len: SITE_BYTES,
         });
     }
     // SAFETY: no code runs in the stubs yet, and nothing writes them after this.
@@ -637,12 +675,32 @@ pub struct SiteJump {
     /// breakpoint, another patcher) is left alone.
     original: [u8; SITE_BYTES],
     jump: [u8; SITE_BYTES],
+    /// How many of the bytes the rewrite changes: [`SITE_BYTES`], or 5 for a `call rel32` (`plt_sites.rs`),
+    /// whose sixth byte is the next instruction's, left as it is.
+    len: usize,
 }
 
 impl SiteJump {
+    /// The rewrite of the `call rel32` at `site` (`e8` and four bytes) into a call of `target`; `None` when
+    /// the site is no such call or `target` is out of its reach. The sixth byte of `original` is the next
+    /// instruction's first, compared before the write but never written.
+    pub fn call(site: usize, original: [u8; SITE_BYTES], target: usize) -> Option<SiteJump> {
+        if original[0] != 0xe8 {
+            return None;
+        }
+        let rel = rel32(site + 5, target)?.to_le_bytes();
+        Some(SiteJump {
+            selfpc: site + 5,
+            site,
+            original,
+            jump: [0xe8, rel[0], rel[1], rel[2], rel[3], original[5]],
+            len: 5,
+        })
+    }
+
     /// The page(s) the site's bytes are on ([`site_pages`]).
     fn pages(&self, page: usize) -> [usize; 2] {
-        site_pages(self.site, page)
+        site_pages(self.site, self.len, page)
     }
 
     /// Whether the site still holds the bytes start-up found.
@@ -654,6 +712,24 @@ impl SiteJump {
         unsafe { core::ptr::read_volatile(self.site as *const [u8; SITE_BYTES]) == self.original }
     }
 
+    /// The jump's bytes and, in the last byte, how many of them it writes: one word of [`ROUND`].
+    fn packed(&self) -> u64 {
+        let mut packed = [0u8; 8];
+        packed[..SITE_BYTES].copy_from_slice(&self.jump);
+        packed[7] = self.len as u8;
+        u64::from_le_bytes(packed)
+    }
+
+    /// Whether the site holds the jump now (a round may have left it out).
+    ///
+    /// # Safety
+    /// The site's page(s) must be readable.
+    pub unsafe fn written(&self) -> bool {
+        // SAFETY: as the caller guarantees.
+        let now = unsafe { core::ptr::read_volatile(self.site as *const [u8; SITE_BYTES]) };
+        now[..self.len] == self.jump[..self.len]
+    }
+
     /// Writes the whole jump over the site.
     ///
     /// # Safety
@@ -662,14 +738,14 @@ impl SiteJump {
     unsafe fn write(&self) {
         // SAFETY: as the caller guarantees.
         unsafe {
-            core::ptr::copy_nonoverlapping(self.jump.as_ptr(), self.site as *mut u8, SITE_BYTES)
+            core::ptr::copy_nonoverlapping(self.jump.as_ptr(), self.site as *mut u8, self.len)
         };
     }
 }
 
-/// The page(s) the six bytes of a site at `site` are on: one, or two when they cross a page boundary.
-fn site_pages(site: usize, page: usize) -> [usize; 2] {
-    [site & !(page - 1), (site + SITE_BYTES - 1) & !(page - 1)]
+/// The page(s) the `len` bytes of a site at `site` are on: one, or two when they cross a page boundary.
+fn site_pages(site: usize, len: usize, page: usize) -> [usize; 2] {
+    [site & !(page - 1), (site + len - 1) & !(page - 1)]
 }
 
 /// Most sites one round ([`rewrite_round`]) rewrites.
@@ -803,10 +879,8 @@ pub unsafe fn rewrite_round<'a>(
     for jump in candidates.iter().flatten() {
         // SAFETY: its pages are readable (usable).
         if jump.pages(page).into_iter().all(usable_page) && unsafe { jump.unchanged() } {
-            let mut packed = [0u8; 8];
-            packed[..SITE_BYTES].copy_from_slice(&jump.jump);
             ROUND.sites[site_count].store(jump.site, Ordering::Relaxed);
-            ROUND.jumps[site_count].store(u64::from_le_bytes(packed), Ordering::Relaxed);
+            ROUND.jumps[site_count].store(jump.packed(), Ordering::Relaxed);
             taken[site_count] = Some(jump);
             site_count += 1;
         }
@@ -854,7 +928,7 @@ unsafe fn write_while_others_run(taken: &[Option<&SiteJump>], wait_here: [u8; 2]
                 core::ptr::copy_nonoverlapping(
                     jump.jump[2..].as_ptr(),
                     (jump.site + 2) as *mut u8,
-                    SITE_BYTES - 2,
+                    jump.len - 2,
                 )
             }
         }
@@ -901,7 +975,8 @@ fn finish_open_round() {
     for i in 0..site_count {
         let site = ROUND.sites[i].load(Ordering::Relaxed);
         let jump = ROUND.jumps[i].load(Ordering::Relaxed).to_le_bytes();
-        let pages = site_pages(site, page);
+        let len = usize::from(jump[7]).clamp(2, SITE_BYTES);
+        let pages = site_pages(site, len, page);
         let writable = pages.iter().all(|&at| {
             // SAFETY: adds write permission to a page the parent made writable for this site (private
             // code, readable), keeping the rest of the protection it read.
@@ -912,7 +987,7 @@ fn finish_open_round() {
         if writable {
             // SAFETY: the child runs one thread, here; the site's page(s) are writable; the parent checked
             // the site's bytes, which are now the call, a `jmp $`, a half-written jump or the jump.
-            unsafe { core::ptr::copy_nonoverlapping(jump.as_ptr(), site as *mut u8, SITE_BYTES) };
+            unsafe { core::ptr::copy_nonoverlapping(jump.as_ptr(), site as *mut u8, len) };
         } else {
             unfinished += 1;
         }
@@ -1145,6 +1220,7 @@ mod tests {
                     site,
                     original,
                     jump: [0xe9, 1, 2, 3, 4, 0x90],
+                    len: SITE_BYTES,
                 }
             })
             .collect();
@@ -1195,13 +1271,11 @@ mod tests {
             crate::sys::protect_exactly(base, crate::sys::page_size(), rwx);
             core::ptr::write_volatile(jumps[0].site as *mut [u8; 2], [0xeb, 0xfe]);
         }
-        let mut packed = [0u8; 8];
-        packed[..SITE_BYTES].copy_from_slice(&jumps[0].jump);
         ROUND.pages[0].store(base, Ordering::Relaxed);
         ROUND.protections[0].store(rx, Ordering::Relaxed);
         ROUND.page_count.store(1, Ordering::Relaxed);
         ROUND.sites[0].store(jumps[0].site, Ordering::Relaxed);
-        ROUND.jumps[0].store(u64::from_le_bytes(packed), Ordering::Relaxed);
+        ROUND.jumps[0].store(jumps[0].packed(), Ordering::Relaxed);
         ROUND.site_count.store(1, Ordering::Relaxed);
         ROUND.open.store(true, Ordering::Release);
         finish_round_after_fork();

@@ -422,6 +422,22 @@ pub unsafe extern "C" fn site_miss() {
     )
 }
 
+/// The slow path of the rewritten PLT call sites' stubs (`plt_sites.rs`), reached from a stub's `call`
+/// through its page's trampoline: above the return address into the stub is the PLT call's own return
+/// address (frompc), and [`super::record_site_call`] finds the site's table and callee through the former.
+///
+/// # Safety
+/// Only a PLT site stub's `call` may reach this.
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
+pub unsafe extern "C" fn plt_site_miss() {
+    // After our `push rbp`: [rbp + 8] = the stub's return address, [rbp + 16] = frompc.
+    mcount_stub!(
+        "mov rsi, [rbp + 8]\nmov rdi, [rbp + 16]",
+        super::record_site_call
+    )
+}
+
 /// Slow path of the stubs' copy of [`near_site_mcount_template`], their way to the thread cache when their
 /// table entry holds another caller: a stub runs `lea r11, [rip + back]; push r11; call copy; lea rsp,
 /// [rsp + 8]; jmp back`, so the copy finds selfpc (the site's return address) one word above its return
