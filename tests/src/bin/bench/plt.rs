@@ -2,7 +2,8 @@
 //! uninstrumented library function N times through the PLT, plain, counted (`LD_AUDIT=libmslprof_audit.so`
 //! with the runtime) and with `MSLPROF_PLT=0`, as per-call slopes; and rustc `-O` on a generated crate of 300
 //! small functions under `LD_PROFILE=ALL` with PLT counting on and off, against the plain run's CPU time; and
-//! two call-heavy programs nobody here wrote, Python with SQLite and `openssl speed`, the same three ways.
+//! two call-heavy programs nobody here wrote, Python with SQLite and `openssl speed`, the same three ways
+//! and with PLT counting but no call site rewritten (`MSLPROF_PLT_SITES=0`).
 
 use std::path::{Path, PathBuf};
 
@@ -20,9 +21,13 @@ enum Mode {
     Counted,
     /// Runtime and audit module with `MSLPROF_PLT=0`.
     Off,
+    /// Runtime and audit module, PLT counting on, no call site rewritten (`MSLPROF_PLT_SITES=0`).
+    SitesKept,
 }
 
 const MODES: [Mode; 3] = [Mode::Plain, Mode::Counted, Mode::Off];
+/// The modes of the programs nobody here wrote: also PLT counting without rewritten call sites.
+const PROGRAM_MODES: [Mode; 4] = [Mode::Plain, Mode::Counted, Mode::Off, Mode::SitesKept];
 
 impl Mode {
     fn label(self) -> &'static str {
@@ -30,6 +35,7 @@ impl Mode {
             Mode::Plain => "plain",
             Mode::Counted => "PLT counted",
             Mode::Off => "MSLPROF_PLT=0",
+            Mode::SitesKept => "PLT counted, no site rewritten",
         }
     }
 
@@ -44,6 +50,7 @@ impl Mode {
             Mode::Plain => inv,
             Mode::Counted => with_runtime(),
             Mode::Off => with_runtime().env("MSLPROF_PLT", "0"),
+            Mode::SitesKept => with_runtime().env("MSLPROF_PLT_SITES", "0"),
         }
     }
 }
@@ -309,7 +316,7 @@ fn skipped(title: &str, why: String) -> Section {
     }
 }
 
-/// The rows of a program run plain, PLT-counted and with `MSLPROF_PLT=0`: per mode, the median of `cost`
+/// The rows of a program run in each of [`PROGRAM_MODES`] (`invs` in that order): per mode, the median of `cost`
 /// (what one run cost, from its figures and standard output; lower is better) and its ratio to the plain run
 /// of the same round, median (min–max) over `rounds` interleaved rounds.
 fn ratio_rows(
@@ -326,7 +333,7 @@ fn ratio_rows(
         }
     }
     let plain = &costs[Mode::Plain as usize];
-    Ok(MODES
+    Ok(PROGRAM_MODES
         .iter()
         .zip(invs)
         .zip(&costs)
@@ -373,7 +380,7 @@ fn python_sqlite_section(env: &Env) -> Result<Section, String> {
         Scale::Quick => 3,
         _ => 9,
     };
-    let invs: Vec<Invocation> = MODES
+    let invs: Vec<Invocation> = PROGRAM_MODES
         .iter()
         .map(|mode| mode.invocation(env, &python, &dir).arg("sqlite_inserts.py"))
         .collect();
@@ -409,7 +416,7 @@ fn openssl_section(env: &Env) -> Result<Section, String> {
         Scale::Quick => 3,
         _ => 7,
     };
-    let invs: Vec<Invocation> = MODES
+    let invs: Vec<Invocation> = PROGRAM_MODES
         .iter()
         .map(|mode| {
             mode.invocation(env, Path::new("openssl"), &dir)
