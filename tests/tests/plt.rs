@@ -745,32 +745,59 @@ fn plt_calls_from_constructors_before_the_runtime_do_not_keep_ld_profile_from_re
     );
 }
 
-/// plt_sites.c's output line for `calls` calls of `site_leaf` (`x & 7` summed), and the site's state.
+/// plt_sites.c's output line for `calls` calls of `site_leaf` (`x & 7` summed over `x` in `0..calls` or, through
+/// the tail call, `1..=calls`: the same for a multiple of 8), and the state it reports.
 fn site_line(label: &str, calls: u64, state: &str) -> String {
     format!("{label} {} site {state}", calls / 8 * 28)
 }
 
 #[test]
-fn a_hot_plt_call_site_is_rewritten_and_counts_stay_exact_alone_with_threads_and_in_a_forked_child()
-{
+fn hot_plt_calls_are_redirected_to_stubs_and_counts_stay_exact_alone_with_threads_and_in_a_forked_child()
+ {
     const CALLS: u64 = 40_000_000;
     const CHILD_CALLS: u64 = 3_000_000;
-    for (threads, sites) in [(1, "1"), (4, "1"), (2, "0")] {
-        let workspace = Workspace::new();
-        workspace.shared_library("libsiteleaf.so", &[source("site_leaf.c")], &[]);
-        let program = workspace.program(
-            "plt_sites",
-            &[source("plt_sites.c")],
-            &["-L.", "-lsiteleaf", "-pthread", "-ldl"],
-        );
+    let workspace = Workspace::new();
+    workspace.shared_library("libsiteleaf.so", &[source("site_leaf.c")], &[]);
+    let program = workspace.program(
+        "plt_sites",
+        &[source("plt_sites.c")],
+        &[
+            "-L.",
+            "-lsiteleaf",
+            "-pthread",
+            "-ldl",
+            "-foptimize-sibling-calls",
+        ],
+    );
+    let cases = [
+        ("call", 1, "1", "rewritten"),
+        ("call", 4, "1", "rewritten"),
+        ("call", 2, "0", "plt"),
+        ("tail", 1, "1", "redirected"),
+        ("tail", 4, "1", "redirected"),
+        ("tail", 2, "0", "audit"),
+    ];
+    for (how, threads, sites, state) in cases {
+        for profile in std::fs::read_dir(workspace.path())
+            .expect("the workspace")
+            .flatten()
+        {
+            if profile
+                .file_name()
+                .to_string_lossy()
+                .starts_with("gmon.out")
+            {
+                std::fs::remove_file(profile.path()).expect("an old profile removed");
+            }
+        }
         let per_thread = CALLS / threads;
         let stdout = run_ok(
             counted(&workspace, &program)
                 .env("MSLPROF_PLT_SITES", sites)
-                .args([threads, per_thread, CHILD_CALLS].map(|n| n.to_string())),
+                .args([threads, per_thread, CHILD_CALLS].map(|n| n.to_string()))
+                .arg(how),
         );
-        let state = if sites == "1" { "rewritten" } else { "plt" };
-        let context = format!("{threads} threads, MSLPROF_PLT_SITES={sites}: {stdout}");
+        let context = format!("{how}, {threads} threads, MSLPROF_PLT_SITES={sites}: {stdout}");
         assert!(
             stdout.starts_with(&format!("{}\n", site_line("sum", CALLS, state))),
             "{context}"

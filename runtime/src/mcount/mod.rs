@@ -236,7 +236,11 @@ pub fn install_site_stubs(
         tls,
         x86_64::site_miss as *const () as usize,
         rewrite,
-        if plt_sites { plt_sites::MAX_SITES } else { 0 },
+        if plt_sites {
+            plt_sites::ROOM
+        } else {
+            sites::PltRoom::default()
+        },
     );
     if plt_sites {
         plt_sites::enable(tls, x86_64::plt_site_miss as *const () as usize);

@@ -1,6 +1,8 @@
-//! Rewritten PLT call sites: a hot `call foo@plt` whose PLT slot holds the audit module's counting stub for
-//! `foo` becomes a `call` to a stub of its own, which counts the call in the thread's site region and jumps
-//! straight to `foo`.
+//! Rewritten PLT call sites and redirected audit stubs: a hot `call foo@plt` whose PLT slot holds the audit
+//! module's counting stub for `foo` becomes a `call` to a stub of its own, which counts the call in the
+//! thread's site region and jumps straight to `foo`; and the audit stub of a hot callee reached otherwise (a
+//! tail call `jmp foo@plt`, a call through a pointer to the PLT entry) jumps to a stub that counts by the
+//! caller's return address in a table of the callee's, as a `-pg` function's stub does.
 //!
 //! Through the audit module, a counted call takes three jumps (the PLT's, the audit stub's `call` of
 //! `mslprof_plt_entry` and its jump to the function) and a two-key lookup in the thread cache; runtime/README.md
@@ -33,6 +35,14 @@
 //! forks are those of `-pg` sites' entries. The site's five bytes change in `sites::rewrite_round`, by
 //! the cross-modifying-code protocol while other threads run.
 //!
+//! A hot arc whose return address follows no such call has its callee's audit stubs (one per module that
+//! bound it) redirected: the first six bytes of each (`push qword [rip + 18]`) become `jmp stub; nop`, in
+//! the same round, and the stub ([`encode_binding_stub`]) counts a call in the entry of the callee's table
+//! (`sites::binding_table`) picked by the caller's return address, misses into the same slow path, and runs
+//! the audit stub's own instructions when another caller holds the entry. An arc is counted in one entry of
+//! a region at most (running totals of two would not add up), so a call site whose audit stub is
+//! redirected is not rewritten, and a look that redirects an audit stub rewrites no site calling through it.
+//!
 //! A look takes the loader lock without waiting (none when a `dlopen` or `dlclose` runs): the modules it
 //! reads and writes stay mapped until it is done. The stubs are mapped within 130 MiB of their module's
 //! code, a fresh page each look, written, then made read-only and executable: a page other threads may run
@@ -48,13 +58,23 @@ use crate::modules::{self, LiveModule};
 
 /// Most sites rewritten in all (an entry each reserved in every thread's region: 16 KiB).
 pub const MAX_SITES: usize = 512;
+/// Most audit stubs redirected in all (a table each reserved in every thread's region: 1 MiB of address
+/// space, a page or two of it used per stub and thread).
+pub const MAX_BINDINGS: usize = 128;
+/// What every thread's site region keeps for them.
+pub const ROOM: sites::PltRoom = sites::PltRoom {
+    site_entries: MAX_SITES,
+    stub_tables: MAX_BINDINGS,
+};
 /// Most sites rewritten in one look.
 const PICKS_PER_LOOK: usize = 64;
 const _: () = assert!(PICKS_PER_LOOK <= sites::MOST_AT_ONCE);
 /// Bytes of one stub: two cache lines; the hit path is the first.
 const STUB_BYTES: usize = 128;
-/// The return address of a stub's `call trampoline`; its metadata follows the `jmp` after it.
+/// The return address of a site stub's `call trampoline`, and of a redirected audit stub's; the metadata
+/// follows the `jmp` after it.
 const MISS_RETURN: usize = 63;
+const BINDING_MISS_RETURN: usize = 74;
 /// Bytes of a module's stub mapping (a page of it per look that rewrites some of its sites).
 const REGION_BYTES: usize = 64 << 10;
 /// Most modules with stubs.
@@ -78,8 +98,9 @@ static LIVE: AtomicBool = AtomicBool::new(false);
 /// The `fs`-relative offset of `ThreadCache::site_region`, and the slow path's trampoline target.
 static TLS: AtomicI32 = AtomicI32::new(0);
 static MISS: AtomicUsize = AtomicUsize::new(0);
-/// Entries handed out to stubs so far.
+/// Entries handed out to site stubs, and tables to redirected audit stubs, so far.
 static ENTRIES_USED: AtomicUsize = AtomicUsize::new(0);
+static BINDINGS_USED: AtomicUsize = AtomicUsize::new(0);
 /// The count each arc had at the last look that read it (a slot per hash of its return address: arcs that
 /// share one take turns), so that a look judges calls made since: the arcs of a past phase of the program
 /// (Python's imports) are not rewritten in place of those of the current one.
@@ -108,7 +129,9 @@ pub fn enable(tls: i32, miss: usize) {
 
 /// Whether a look should search for PLT sites to rewrite. Async-signal-safe.
 pub fn wanted() -> bool {
-    ENABLED.load(Ordering::Acquire) && ENTRIES_USED.load(Ordering::Relaxed) < MAX_SITES
+    ENABLED.load(Ordering::Acquire)
+        && (ENTRIES_USED.load(Ordering::Relaxed) < MAX_SITES
+            || BINDINGS_USED.load(Ordering::Relaxed) < MAX_BINDINGS)
 }
 
 /// Whether `pc` is in a PLT site's stub (profiling overhead). Async-signal-safe.
@@ -136,8 +159,7 @@ pub fn look(slot: &CacheSlot, alone: bool) {
         return;
     };
     let mut picks = [Pick::default(); PICKS_PER_LOOK];
-    let room = MAX_SITES.saturating_sub(ENTRIES_USED.load(Ordering::Relaxed));
-    let picks = hottest_arcs(slot, &mut picks[..room.min(PICKS_PER_LOOK)]);
+    let picks = hottest_arcs(slot, &mut picks);
     if picks.is_empty() {
         return;
     }
@@ -220,6 +242,7 @@ fn refuse(frompc: usize) {
 }
 
 /// A PLT call site found behind an arc, and its module.
+#[derive(Clone, Copy)]
 struct PltCall {
     module: &'static LiveModule,
     target: StubTarget,
@@ -300,9 +323,14 @@ fn plt_call(frompc: usize, selfpc: usize, arena: (usize, usize)) -> Option<PltCa
     }
     // SAFETY: a stub of the arena, written before ld.so stored its address in the slot; the arena is never
     // unmapped.
-    let callee =
-        unsafe { ((bound + super::PLT_STUB_CALLEE) as *const u64).read_unaligned() } as usize;
-    (callee == selfpc).then_some(PltCall {
+    let (head, callee) = unsafe {
+        (
+            core::ptr::read_volatile(bound as *const [u8; SITE_BYTES]),
+            ((bound + super::PLT_STUB_CALLEE) as *const u64).read_unaligned() as usize,
+        )
+    };
+    // A redirected audit stub counts its calls in its own table: the site's calls stay with it.
+    (callee == selfpc && head == AUDIT_STUB_HEAD).then_some(PltCall {
         module,
         target: StubTarget {
             site,
@@ -314,7 +342,8 @@ fn plt_call(frompc: usize, selfpc: usize, arena: (usize, usize)) -> Option<PltCa
     })
 }
 
-/// The page this look writes a module's stubs into, and how many it holds so far.
+/// The page this look writes stubs near a module's code into (or near the arena's: [`ARENA_KEY`]), and the
+/// bytes it holds so far.
 #[derive(Clone, Copy, Default)]
 struct OpenPage {
     key: u32,
@@ -322,95 +351,239 @@ struct OpenPage {
     used: usize,
 }
 
-/// Makes the stubs of `picks` found to be PLT calls and rewrites their sites in one round. The loader lock
-/// is held: no module is unloaded meanwhile.
-fn rewrite(picks: &[Pick], arena: (usize, usize), writing: Writing) {
-    let page_bytes = crate::sys::page_size();
-    let mut pages = [OpenPage::default(); PICKS_PER_LOOK];
-    let mut open = 0;
-    let mut jumps: [Option<SiteJump>; PICKS_PER_LOOK] = [None; PICKS_PER_LOOK];
-    let mut page_of_jump = [0usize; PICKS_PER_LOOK];
-    for (index, pick) in picks.iter().enumerate() {
-        let Some(call) = plt_call(pick.frompc, pick.selfpc, arena) else {
-            refuse(pick.frompc);
-            continue;
-        };
-        let with_room = pages[..open]
+/// The key of the stub mapping near the audit module's arena (module keys are smaller).
+const ARENA_KEY: u32 = u32::MAX - 1;
+
+/// The stubs one look makes and the jumps to them, written in one round.
+struct NewStubs {
+    pages: [OpenPage; sites::MOST_AT_ONCE],
+    open: usize,
+    jumps: [Option<SiteJump>; sites::MOST_AT_ONCE],
+    /// For each jump: the page of its stub, and the return address of the arc that asked for it.
+    page_of_jump: [usize; sites::MOST_AT_ONCE],
+    frompc_of_jump: [usize; sites::MOST_AT_ONCE],
+    count: usize,
+    page_bytes: usize,
+}
+
+impl NewStubs {
+    fn new() -> NewStubs {
+        NewStubs {
+            pages: [OpenPage::default(); sites::MOST_AT_ONCE],
+            open: 0,
+            jumps: [None; sites::MOST_AT_ONCE],
+            page_of_jump: [0; sites::MOST_AT_ONCE],
+            frompc_of_jump: [0; sites::MOST_AT_ONCE],
+            count: 0,
+            page_bytes: crate::sys::page_size(),
+        }
+    }
+
+    fn full(&self) -> bool {
+        self.count == sites::MOST_AT_ONCE
+    }
+
+    /// Room for a stub within reach of `[low, high)` (the code of the mapping keyed `key`): the page it goes
+    /// on (in `pages`) and its address.
+    fn room(&mut self, key: u32, low: usize, high: usize) -> Option<(usize, usize)> {
+        let page_bytes = self.page_bytes;
+        let with_room = self.pages[..self.open]
             .iter()
-            .position(|p| p.key == call.module.key && p.used + STUB_BYTES <= page_bytes);
+            .position(|p| p.key == key && p.used + STUB_BYTES <= page_bytes);
         let at = match with_room {
             Some(at) => at,
-            None => {
-                let Some(page) = fresh_page(call.module, page_bytes) else {
-                    refuse(pick.frompc);
-                    continue;
-                };
-                pages[open] = OpenPage {
-                    key: call.module.key,
+            None if self.open < self.pages.len() => {
+                let page = fresh_page(key, low, high, page_bytes)?;
+                self.pages[self.open] = OpenPage {
+                    key,
                     page,
                     used: STUB_BYTES,
                 };
-                open += 1;
-                open - 1
+                self.open += 1;
+                self.open - 1
             }
+            None => return None,
         };
-        let stub = pages[at].page + pages[at].used;
-        let entry = ENTRIES_USED.load(Ordering::Relaxed);
-        let made = sites::plt_entry_table(entry, pick.frompc).and_then(|table| {
-            let code = encode_stub(stub, &call.target, pick.selfpc, table, pages[at].page)?;
-            let jump = SiteJump::call(call.target.site, call.target.original, stub)?;
-            Some((code, jump))
-        });
-        let Some((code, jump)) = made else {
-            refuse(pick.frompc);
-            continue;
-        };
-        ENTRIES_USED.store(entry + 1, Ordering::Relaxed);
+        Some((at, self.pages[at].page + self.pages[at].used))
+    }
+
+    /// Writes `code` at the stub's room `at` took and keeps `jump` to it, for the arc returning to `frompc`.
+    fn add(&mut self, at: usize, code: &[u8; STUB_BYTES], jump: SiteJump, frompc: usize) {
+        let stub = self.pages[at].page + self.pages[at].used;
         // SAFETY: a stub's room in a fresh page of our own mapping, still read-write, that no code runs yet.
         unsafe { core::ptr::copy_nonoverlapping(code.as_ptr(), stub as *mut u8, STUB_BYTES) };
-        pages[at].used += STUB_BYTES;
-        jumps[index] = Some(jump);
-        page_of_jump[index] = at;
+        self.pages[at].used += STUB_BYTES;
+        self.jumps[self.count] = Some(jump);
+        self.page_of_jump[self.count] = at;
+        self.frompc_of_jump[self.count] = frompc;
+        self.count += 1;
     }
-    for (at, page) in pages[..open].iter().enumerate() {
-        // SAFETY: our own page, which no code runs in yet and nothing writes after this.
-        if !unsafe { crate::sys::protect(page.page, page_bytes, false, true) } {
-            for (jump, _) in jumps
-                .iter_mut()
-                .zip(page_of_jump)
-                .filter(|(_, of)| *of == at)
-            {
-                *jump = None;
+
+    /// Makes the pages read-only and executable and writes the jumps in one round; the arcs of jumps not
+    /// written are refused.
+    fn write(mut self, writing: Writing) {
+        for (at, page) in self.pages[..self.open].iter().enumerate() {
+            // SAFETY: our own page, which no code runs in yet and nothing writes after this.
+            if !unsafe { crate::sys::protect(page.page, self.page_bytes, false, true) } {
+                for (jump, _) in self
+                    .jumps
+                    .iter_mut()
+                    .zip(self.page_of_jump)
+                    .filter(|(_, of)| *of == at)
+                {
+                    *jump = None;
+                }
             }
         }
-    }
-    // SAFETY: the caller (hot.rs) blocked this thread's signals; `writing` says how others may run.
-    unsafe { sites::rewrite_round(jumps.iter().flatten(), writing) };
-    for (jump, pick) in jumps.iter().zip(picks) {
-        // SAFETY: a site of a loaded module's code, readable (checked by `plt_call`).
-        if jump.is_some_and(|jump| !unsafe { jump.written() }) {
-            refuse(pick.frompc);
+        let jumps = &self.jumps[..self.count];
+        // SAFETY: the caller (hot.rs) blocked this thread's signals; `writing` says how others may run.
+        unsafe { sites::rewrite_round(jumps.iter().flatten(), writing) };
+        for (jump, &frompc) in jumps.iter().zip(&self.frompc_of_jump) {
+            // SAFETY: a site of a loaded module's code or a stub of the arena, readable (checked when found).
+            if jump.is_none_or(|jump| !unsafe { jump.written() }) {
+                refuse(frompc);
+            }
         }
     }
 }
 
-/// A fresh page of `module`'s stub mapping (mapped near its code on first use), read-write, starting with
-/// the trampoline to the slow path: `jmp [rip]` and the slow path's address.
-fn fresh_page(module: &LiveModule, page_bytes: usize) -> Option<usize> {
+/// Makes the stubs for `picks` and rewrites in one round: the call sites found to be PLT calls, and the
+/// audit stubs of the other arcs' callees. The loader lock is held: no module is unloaded meanwhile.
+///
+/// An arc is never counted in two entries of a region (their running totals would not add up): a site is
+/// not rewritten when its slot's audit stub is redirected, before (`plt_call` refuses it) or in the same
+/// round (a call made through the PLT during the round could make an entry in the audit stub's table).
+fn rewrite(picks: &[Pick], arena: (usize, usize), writing: Writing) {
+    let mut stubs = NewStubs::new();
+    let mut direct: [Option<PltCall>; PICKS_PER_LOOK] = [const { None }; PICKS_PER_LOOK];
+    let mut redirected = [0usize; sites::MOST_AT_ONCE];
+    let mut redirected_count = 0;
+    for (pick, direct) in picks.iter().zip(direct.iter_mut()) {
+        *direct = plt_call(pick.frompc, pick.selfpc, arena);
+        if direct.is_some() || stubs.full() {
+            continue;
+        }
+        let before = redirected_count;
+        for_each_audit_stub(arena, pick.selfpc, |audit_stub| {
+            if redirected_count < redirected.len()
+                && redirect_audit_stub(&mut stubs, arena, audit_stub, pick)
+            {
+                redirected[redirected_count] = audit_stub;
+                redirected_count += 1;
+            }
+        });
+        if redirected_count == before {
+            refuse(pick.frompc);
+        }
+    }
+    for (pick, call) in picks.iter().zip(&direct) {
+        let Some(call) = call else {
+            continue;
+        };
+        if stubs.full() || redirected[..redirected_count].contains(&call.target.bound) {
+            continue;
+        }
+        if !rewrite_site(&mut stubs, call, pick) {
+            refuse(pick.frompc);
+        }
+    }
+    stubs.write(writing);
+}
+
+/// Adds the stub and the jump that rewrite the PLT call site `call` of `pick`; false when it cannot be made.
+fn rewrite_site(stubs: &mut NewStubs, call: &PltCall, pick: &Pick) -> bool {
+    let (low, high) = module_code(call.module);
+    let Some((at, stub)) = stubs.room(call.module.key, low, high) else {
+        return false;
+    };
+    let entry = ENTRIES_USED.load(Ordering::Relaxed);
+    let page = stubs.pages[at].page;
+    let made = sites::plt_entry_table(entry, pick.frompc).and_then(|table| {
+        let code = encode_stub(stub, &call.target, pick.selfpc, table, page)?;
+        let jump = SiteJump::call(call.target.site, call.target.original, stub)?;
+        Some((code, jump))
+    });
+    let Some((code, jump)) = made else {
+        return false;
+    };
+    ENTRIES_USED.store(entry + 1, Ordering::Relaxed);
+    stubs.add(at, &code, jump, pick.frompc);
+    true
+}
+
+/// The first six bytes of an audit stub as the audit module writes them: `push qword [rip + 18]`.
+const AUDIT_STUB_HEAD: [u8; SITE_BYTES] = [0xff, 0x35, 0x12, 0, 0, 0];
+
+/// Visits each audit stub of the arena whose callee is `callee` and whose head is still
+/// [`AUDIT_STUB_HEAD`], up to the first slot not yet written.
+fn for_each_audit_stub(arena: (usize, usize), callee: usize, mut visit: impl FnMut(usize)) {
+    let (base, bytes) = arena;
+    let stub_bytes = super::PLT_STUB_BYTES;
+    for stub in (base + stub_bytes..base + bytes - stub_bytes + 1).step_by(stub_bytes) {
+        // SAFETY: a slot of the arena, mapped readable and never unmapped (a slot never written reads as
+        // zeros); the audit module may be writing it, so a head may read half-written: it is then skipped.
+        let (head, stub_callee) = unsafe {
+            (
+                core::ptr::read_volatile(stub as *const [u8; SITE_BYTES]),
+                core::ptr::read_volatile((stub + super::PLT_STUB_CALLEE) as *const u64),
+            )
+        };
+        if head == [0; SITE_BYTES] && stub_callee == 0 {
+            break;
+        }
+        if head == AUDIT_STUB_HEAD && stub_callee as usize == callee {
+            visit(stub);
+        }
+    }
+}
+
+/// Adds the stub and the jump that redirect the audit stub at `audit_stub` (its head becomes `jmp stub`)
+/// for `pick`'s callee; false when it cannot be made.
+fn redirect_audit_stub(
+    stubs: &mut NewStubs,
+    arena: (usize, usize),
+    audit_stub: usize,
+    pick: &Pick,
+) -> bool {
+    let binding = BINDINGS_USED.load(Ordering::Relaxed);
+    let Some(table) = sites::binding_table(binding) else {
+        return false;
+    };
+    let Some((at, stub)) = stubs.room(ARENA_KEY, arena.0, arena.0 + arena.1) else {
+        return false;
+    };
+    let page = stubs.pages[at].page;
+    let made = encode_binding_stub(stub, audit_stub, pick.selfpc, table, page)
+        .zip(SiteJump::to_stub(audit_stub, AUDIT_STUB_HEAD, stub));
+    let Some((code, jump)) = made else {
+        return false;
+    };
+    BINDINGS_USED.store(binding + 1, Ordering::Relaxed);
+    stubs.add(at, &code, jump, pick.frompc);
+    true
+}
+
+/// The lowest and highest address of `module`'s code.
+fn module_code(module: &LiveModule) -> (usize, usize) {
+    module
+        .info
+        .runtime_ranges()
+        .fold((usize::MAX, 0), |(low, high), (start, end)| {
+            (low.min(start.as_usize()), high.max(end.as_usize()))
+        })
+}
+
+/// A fresh page of the stub mapping keyed `key` (mapped within reach of `[low, high)` on first use),
+/// read-write, starting with the trampoline to the slow path: `jmp [rip]` and the slow path's address.
+fn fresh_page(key: u32, low: usize, high: usize, page_bytes: usize) -> Option<usize> {
     let regions = REGIONS.load(Ordering::Relaxed);
-    let found = (0..regions.min(MAX_REGIONS))
-        .find(|&i| REGION_KEYS[i].load(Ordering::Relaxed) == module.key);
+    let found =
+        (0..regions.min(MAX_REGIONS)).find(|&i| REGION_KEYS[i].load(Ordering::Relaxed) == key);
     let region = match found {
         Some(region) => region,
         None if regions < MAX_REGIONS => {
-            let (low, high) = module
-                .info
-                .runtime_ranges()
-                .fold((usize::MAX, 0), |(low, high), (start, end)| {
-                    (low.min(start.as_usize()), high.max(end.as_usize()))
-                });
             let base = super::near::map_near(low, high, REGION_BYTES)? as usize;
-            REGION_KEYS[regions].store(module.key, Ordering::Relaxed);
+            REGION_KEYS[regions].store(key, Ordering::Relaxed);
             REGION_STARTS[regions].store(base, Ordering::Relaxed);
             REGION_PAGES[regions].store(0, Ordering::Relaxed);
             REGIONS.store(regions + 1, Ordering::Release);
@@ -514,6 +687,88 @@ fn encode_stub(
     (code.len == CALLEE_AT + 8).then_some(code.bytes)
 }
 
+/// The stub at `stub` that the audit stub at `audit_stub` (callee `callee`) is redirected to: it counts
+/// the call in the callee's table at `table` bytes into the thread's region, the entry picked by the caller's
+/// return address as in a `-pg` function's stub (`sites.rs`), and jumps to the callee. A call whose entry is
+/// free, or with no region, calls the trampoline at the start of `page` (the slow path makes the entry); one
+/// whose entry another caller holds runs the audit stub as it was (its head, then the rest of it). At entry
+/// `[rsp]` is the caller's return address: the audit stub was reached by a jump.
+/// ```text
+///  0  push rax
+///  1  mov rax, fs:[tls]           the thread's site region
+/// 10  test rax, rax               none: a miss
+/// 13  jz 68
+/// 15  mov r11, [rsp + 8]          the caller's return address
+/// 20  shl r11d, 3                 ((frompc >> 2) mod TABLE_ENTRIES) * 32
+/// 24  and r11d, INDEX_MASK
+/// 31  add rax, r11
+/// 34  mov r11, [rax + table]      the entry's caller
+/// 41  cmp r11, [rsp + 8]
+/// 46  jne 63
+/// 48  add qword [rax + table + 24], 1
+/// 56  pop rax
+/// 57  jmp [rip + callee]
+/// 63  test r11, r11               another caller holds the entry: the audit stub counts
+/// 66  jnz 91
+/// 68  pop rax
+/// 69  call trampoline             the slow path makes the entry (x86_64::plt_site_miss)
+/// 74  jmp 57
+/// 79  table (u32), callee (u64)   read by the slow path through its return address
+/// 91  pop rax
+/// 92  push qword [rip + callee]   the audit stub's head, then its second instruction
+/// 98  jmp audit_stub + 6
+/// 104 callee (u64)
+/// ```
+fn encode_binding_stub(
+    stub: usize,
+    audit_stub: usize,
+    callee: usize,
+    table: u32,
+    page: usize,
+) -> Option<[u8; STUB_BYTES]> {
+    const CALLEE_AT: usize = 104;
+    let table_disp = i32::try_from(table).ok()?;
+    let count_disp = table_disp.checked_add(24)?;
+    let tls = TLS.load(Ordering::Relaxed);
+    let mut code = Code {
+        bytes: [0xcc; STUB_BYTES],
+        len: 0,
+        at: stub,
+    };
+    code.put(&[0x50, 0x64, 0x48, 0x8b, 0x04, 0x25]);
+    code.put(&tls.to_le_bytes());
+    code.put(&[0x48, 0x85, 0xc0, 0x74, 53]);
+    code.put(&[0x4c, 0x8b, 0x5c, 0x24, 0x08]);
+    code.put(&[0x41, 0xc1, 0xe3, 0x03, 0x41, 0x81, 0xe3]);
+    code.put(&sites::INDEX_MASK.to_le_bytes());
+    code.put(&[0x4c, 0x01, 0xd8, 0x4c, 0x8b, 0x98]);
+    code.put(&table_disp.to_le_bytes());
+    code.put(&[0x4c, 0x3b, 0x5c, 0x24, 0x08, 0x75, 15]);
+    code.put(&[0x48, 0x83, 0x80]);
+    code.put(&count_disp.to_le_bytes());
+    code.put(&[0x01, 0x58, 0xff, 0x25]);
+    code.put(&code.disp_to(stub + CALLEE_AT, 0)?);
+    code.put(&[0x4d, 0x85, 0xdb, 0x75, 23, 0x58, 0xe8]);
+    code.put(&code.disp_to(page, 0)?);
+    if code.len != BINDING_MISS_RETURN {
+        return None;
+    }
+    code.put(&[0xe9]);
+    code.put(&(57i32 - 79).to_le_bytes());
+    code.put(&table.to_le_bytes());
+    code.put(&(callee as u64).to_le_bytes());
+    code.put(&[0x58, 0xff, 0x35]);
+    code.put(&code.disp_to(stub + CALLEE_AT, 0)?);
+    code.put(&[0xe9]);
+    code.put(&code.disp_to(audit_stub + SITE_BYTES, 0)?);
+    code.put(&[0xcc]);
+    if code.len != CALLEE_AT {
+        return None;
+    }
+    code.put(&(callee as u64).to_le_bytes());
+    Some(code.bytes)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -553,5 +808,38 @@ mod tests {
         );
         let plt_disp = i32::from_le_bytes(code[16..20].try_into().unwrap());
         assert_eq!((stub + 20).wrapping_add_signed(plt_disp as isize), call.plt);
+    }
+
+    #[test]
+    fn the_redirected_audit_stub_lays_out_as_documented() {
+        let stub = 0x7000_0000_2080;
+        let audit_stub = 0x7000_1000_0040;
+        let callee = 0x7200_0000_0000u64;
+        let code = encode_binding_stub(stub, audit_stub, callee as usize, 8192, stub & !0xfff)
+            .expect("a stub");
+        // The miss call's metadata is where `sites::stub_metadata` reads it.
+        let metadata = BINDING_MISS_RETURN + sites::METADATA_AFTER_MISS_CALL;
+        assert_eq!(&code[metadata..metadata + 4], &8192u32.to_le_bytes());
+        assert_eq!(&code[metadata + 4..metadata + 12], &callee.to_le_bytes());
+        // Each branch lands where the layout says.
+        let rel8 = |at: usize| at + 2 + code[at + 1] as usize;
+        assert_eq!((code[13], rel8(13)), (0x74, 68));
+        assert_eq!((code[46], rel8(46)), (0x75, 63));
+        assert_eq!((code[66], rel8(66)), (0x75, 91));
+        let rel32 = |at: usize| {
+            let rel = i32::from_le_bytes(code[at + 1..at + 5].try_into().unwrap());
+            (stub + at + 5).wrapping_add_signed(rel as isize)
+        };
+        assert_eq!((code[69], rel32(69)), (0xe8, stub & !0xfff));
+        assert_eq!((code[74], rel32(74)), (0xe9, stub + 57));
+        assert_eq!((code[98], rel32(98)), (0xe9, audit_stub + SITE_BYTES));
+        // Both rip-relative reads of the callee read the literal.
+        let literal = |at: usize, next: usize| {
+            let disp = i32::from_le_bytes(code[at..at + 4].try_into().unwrap());
+            (stub + next).wrapping_add_signed(disp as isize) - stub
+        };
+        assert_eq!(literal(59, 63), 104);
+        assert_eq!(literal(94, 98), 104);
+        assert_eq!(&code[104..112], &callee.to_le_bytes());
     }
 }

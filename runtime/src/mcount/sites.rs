@@ -82,7 +82,7 @@ const CALL_THROUGH_GOT: [u8; 2] = [0xff, 0x15];
 /// Bytes of a site (`call *[rip + disp32]`).
 pub const SITE_BYTES: usize = 6;
 /// Mask of the table index, already multiplied by the entry size.
-const INDEX_MASK: u32 = ((TABLE_ENTRIES - 1) * 32) as u32;
+pub const INDEX_MASK: u32 = ((TABLE_ENTRIES - 1) * 32) as u32;
 
 /// A site found in a module's code: its address, and its function's entry (where direct calls to the
 /// function go: the prologue's start, or the `endbr64` before it).
@@ -327,6 +327,10 @@ static REGION_BYTES: AtomicUsize = AtomicUsize::new(0);
 /// the `-pg` functions, and how many there are room for (0: none).
 static PLT_ENTRIES_AT: AtomicUsize = AtomicUsize::new(0);
 static PLT_ENTRIES: AtomicUsize = AtomicUsize::new(0);
+/// The first table of the audit stubs redirected to stubs of their own (`plt_sites.rs`), after those of
+/// the `-pg` functions, and how many there are (0: none).
+static BINDING_FIRST_TABLE: AtomicUsize = AtomicUsize::new(0);
+static BINDING_TABLES: AtomicUsize = AtomicUsize::new(0);
 /// Unloads seen: a region whose entries were checked under an older count may hold callers that are gone.
 static UNLOADS: AtomicUsize = AtomicUsize::new(0);
 /// The stub mappings, `[start, end)`, for the sampler (`library_address`); `STUB_MAPPINGS` of them valid.
@@ -381,12 +385,20 @@ pub fn plt_entry_table(index: usize, frompc: usize) -> Option<u32> {
 }
 
 /// Tables that `entries` packed PLT site entries take, with the one before them.
-pub fn plt_tables_for(entries: usize) -> usize {
+fn plt_tables_for(entries: usize) -> usize {
     if entries == 0 {
         0
     } else {
         1 + (entries * 32).div_ceil(TABLE_BYTES)
     }
+}
+
+/// The offset of the `index`th table reserved for redirected audit stubs (one table each, a caller an
+/// entry, as a `-pg` function's); `None` beyond those reserved.
+pub fn binding_table(index: usize) -> Option<u32> {
+    (index < BINDING_TABLES.load(Ordering::Relaxed))
+        .then(|| table_offset(BINDING_FIRST_TABLE.load(Ordering::Relaxed) + index))
+        .flatten()
 }
 
 /// The entry at `offset` (from [`entry_offset`]) of the region at `base`.
@@ -453,6 +465,15 @@ struct ModuleSites {
     sites: Vec<usize>,
 }
 
+/// The room every thread's site region keeps for `plt_sites.rs`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PltRoom {
+    /// Entries for rewritten PLT call sites, one each.
+    pub site_entries: usize,
+    /// Tables for redirected audit stubs, one each.
+    pub stub_tables: usize,
+}
+
 /// When [`install`] rewrites the sites it finds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Rewrite {
@@ -468,8 +489,8 @@ pub enum Rewrite {
 /// misses go to `miss`; `targets` are the addresses of `mcount` and `_mcount`. With [`Rewrite::AtStartUp`]
 /// the sites are rewritten to jump to their stubs (only at start-up, with one thread: the rewrite is not
 /// atomic for a thread running the code); with [`Rewrite::WhenHot`] they are kept for later. Every thread's
-/// region also gets room for `plt_entries` PLT call sites that `plt_sites.rs` rewrites while the program
-/// runs. Returns the sites rewritten or kept.
+/// region also gets room for the PLT call sites and audit stubs that `plt_sites.rs` redirects while the
+/// program runs (`plt`). Returns the sites rewritten or kept.
 pub fn install(
     modules: &[&crate::modules::LiveModule],
     own_code: usize,
@@ -477,9 +498,13 @@ pub fn install(
     tls: i32,
     miss: usize,
     rewrite: Rewrite,
-    plt_entries: usize,
+    plt: PltRoom,
 ) -> usize {
-    let plt_tables = plt_tables_for(plt_entries);
+    let PltRoom {
+        site_entries: plt_entries,
+        stub_tables: binding_tables,
+    } = plt;
+    let plt_tables = binding_tables + plt_tables_for(plt_entries);
     #[cfg(feature = "test-hooks")]
     read_test_settings();
     let page = crate::sys::page_size();
@@ -549,7 +574,12 @@ pub fn install(
     // The stubs may run as soon as a site is rewritten: the regions' layout is set first.
     HEADER_BYTES.store(header, Ordering::Relaxed);
     REGION_BYTES.store(header + all_tables * TABLE_BYTES, Ordering::Relaxed);
-    PLT_ENTRIES_AT.store(header + (tables + 1) * TABLE_BYTES, Ordering::Relaxed);
+    BINDING_FIRST_TABLE.store(tables, Ordering::Relaxed);
+    BINDING_TABLES.store(binding_tables, Ordering::Relaxed);
+    PLT_ENTRIES_AT.store(
+        header + (tables + binding_tables + 1) * TABLE_BYTES,
+        Ordering::Relaxed,
+    );
     PLT_ENTRIES.store(plt_entries, Ordering::Relaxed);
     let mut table = 0;
     let mut rewritten = 0;
@@ -695,6 +725,18 @@ impl SiteJump {
             original,
             jump: [0xe8, rel[0], rel[1], rel[2], rel[3], original[5]],
             len: 5,
+        })
+    }
+
+    /// The rewrite of the six bytes at `site`, which hold `original`, into `jmp stub; nop`; `None` when `stub`
+    /// is out of reach.
+    pub fn to_stub(site: usize, original: [u8; SITE_BYTES], stub: usize) -> Option<SiteJump> {
+        Some(SiteJump {
+            selfpc: site + SITE_BYTES,
+            site,
+            original,
+            jump: site_jump(site, stub)?,
+            len: SITE_BYTES,
         })
     }
 
