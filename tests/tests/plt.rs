@@ -752,32 +752,41 @@ fn site_line(label: &str, calls: u64, state: &str) -> String {
 }
 
 #[test]
-fn hot_plt_calls_are_redirected_to_stubs_and_counts_stay_exact_alone_with_threads_and_in_a_forked_child()
- {
+fn hot_plt_calls_are_counted_in_stubs_of_their_own_exactly_with_threads_and_after_fork() {
     const CALLS: u64 = 40_000_000;
     const CHILD_CALLS: u64 = 3_000_000;
     let workspace = Workspace::new();
     workspace.shared_library("libsiteleaf.so", &[source("site_leaf.c")], &[]);
-    let program = workspace.program(
-        "plt_sites",
+    workspace.shared_library(
+        "libsiteearly.so",
+        &[source("site_early.c")],
+        &["-L.", "-lsiteleaf"],
+    );
+    let flags = [
+        "-L.",
+        "-lsiteleaf",
+        "-pthread",
+        "-ldl",
+        "-foptimize-sibling-calls",
+    ];
+    let program = workspace.program("plt_sites", &[source("plt_sites.c")], &flags);
+    // A library constructor's call through the PLT starts the runtime inside a counting call.
+    let early = workspace.program(
+        "plt_sites_early",
         &[source("plt_sites.c")],
-        &[
-            "-L.",
-            "-lsiteleaf",
-            "-pthread",
-            "-ldl",
-            "-foptimize-sibling-calls",
-        ],
+        &[&flags[..], &["-Wl,--no-as-needed", "-lsiteearly"]].concat(),
     );
     let cases = [
-        ("call", 1, "1", "rewritten"),
-        ("call", 4, "1", "rewritten"),
-        ("call", 2, "0", "plt"),
-        ("tail", 1, "1", "redirected"),
-        ("tail", 4, "1", "redirected"),
-        ("tail", 2, "0", "audit"),
+        (&program, "call", 1, "1", "rewritten"),
+        (&program, "call", 4, "1", "rewritten"),
+        (&program, "call", 2, "0", "plt"),
+        (&program, "tail", 1, "1", "redirected"),
+        (&program, "tail", 4, "1", "redirected"),
+        (&program, "tail", 2, "0", "audit"),
+        (&early, "call", 2, "1", "rewritten"),
+        (&early, "tail", 2, "1", "redirected"),
     ];
-    for (how, threads, sites, state) in cases {
+    for (program, how, threads, sites, state) in cases {
         for profile in std::fs::read_dir(workspace.path())
             .expect("the workspace")
             .flatten()
@@ -792,12 +801,15 @@ fn hot_plt_calls_are_redirected_to_stubs_and_counts_stay_exact_alone_with_thread
         }
         let per_thread = CALLS / threads;
         let stdout = run_ok(
-            counted(&workspace, &program)
+            counted(&workspace, program)
                 .env("MSLPROF_PLT_SITES", sites)
                 .args([threads, per_thread, CHILD_CALLS].map(|n| n.to_string()))
                 .arg(how),
         );
-        let context = format!("{how}, {threads} threads, MSLPROF_PLT_SITES={sites}: {stdout}");
+        let context = format!(
+            "{}, {how}, {threads} threads, MSLPROF_PLT_SITES={sites}: {stdout}",
+            program.display()
+        );
         assert!(
             stdout.starts_with(&format!("{}\n", site_line("sum", CALLS, state))),
             "{context}"

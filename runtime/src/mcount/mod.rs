@@ -205,7 +205,9 @@ pub fn note_unload() {
 /// sites are kept for `hot.rs`. Start-up only, from the runtime's own start outside any counting call. A
 /// rewrite at start-up needs a process with one thread, and flushes the calls counted so far from this
 /// thread's cache first, so that no arc is in both. With `plt_sites`, the site regions also get room for the
-/// PLT call sites `plt_sites.rs` rewrites while the program runs. Returns the sites rewritten or kept.
+/// PLT call sites and audit stubs `plt_sites.rs` redirects while the program runs, also when the runtime
+/// starts inside a counting call (a library's constructor calling through the PLT before the runtime's own
+/// constructor), where the `-pg` sites are left as they are. Returns the sites rewritten or kept.
 pub fn install_site_stubs(
     modules: &[&modules::LiveModule],
     rewrite: sites::Rewrite,
@@ -214,13 +216,21 @@ pub fn install_site_stubs(
     // SAFETY: as in `record_call`; only this thread's own header is used.
     let cache = unsafe { &mut *x86_64::thread_cache_block().cast::<ThreadCache>() };
     let now = rewrite == sites::Rewrite::AtStartUp;
-    if cache.depth != 0 || cache.window != 0 || (now && sys::thread_count() != Some(1)) {
+    let outside_counting = cache.depth == 0 && cache.window == 0;
+    let pg_sites = outside_counting && (!now || sys::thread_count() == Some(1));
+    if !pg_sites && !plt_sites {
         return 0;
     }
     let Some(tls) = x86_64::site_region_tls_offset() else {
         return 0;
     };
-    cache.depth = 1;
+    let (modules, rewrite) = if pg_sites {
+        (modules, rewrite)
+    } else {
+        (&[][..], sites::Rewrite::WhenHot)
+    };
+    let now = pg_sites && now;
+    let depth = core::mem::replace(&mut cache.depth, 1);
     if now {
         cache.generation = 0;
         compiler_fence(Ordering::SeqCst);
@@ -246,13 +256,13 @@ pub fn install_site_stubs(
         plt_sites::enable(tls, x86_64::plt_site_miss as *const () as usize);
     }
     compiler_fence(Ordering::SeqCst);
-    cache.depth = 0;
+    cache.depth = depth;
     rewritten
 }
 
 /// Where libmslprof_audit.so's PLT-counting stubs live: the base and length of its stub arena, written by the
-/// audit module (the length alone once it sees this library loaded, the base when it makes the arena). Samples there are this library's, the cost of profiling
-/// ([`library_address`]).
+/// audit module (the length alone once it sees this library loaded, the base when it makes the arena).
+/// Samples there are this library's, the cost of profiling ([`library_address`]).
 #[unsafe(no_mangle)]
 pub static mslprof_plt_arena: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
 

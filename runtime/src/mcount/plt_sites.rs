@@ -465,7 +465,10 @@ fn rewrite(picks: &[Pick], arena: (usize, usize), writing: Writing) {
         }
         let before = redirected_count;
         for_each_audit_stub(arena, pick.selfpc, |audit_stub| {
-            if redirected_count < redirected.len()
+            // An earlier pick of this look with the same callee took it already.
+            let taken = redirected[..redirected_count].contains(&audit_stub);
+            if !taken
+                && redirected_count < redirected.len()
                 && redirect_audit_stub(&mut stubs, arena, audit_stub, pick)
             {
                 redirected[redirected_count] = audit_stub;
