@@ -98,6 +98,11 @@ static LIVE: AtomicBool = AtomicBool::new(false);
 /// The `fs`-relative offset of `ThreadCache::site_region`, and the slow path's trampoline target.
 static TLS: AtomicI32 = AtomicI32::new(0);
 static MISS: AtomicUsize = AtomicUsize::new(0);
+/// Looks so far, and how many of them to pass over since the last that wrote anything: one in
+/// 2^IDLE_SHIFT is made.
+static TICKS: AtomicU32 = AtomicU32::new(0);
+static IDLE_SHIFT: AtomicU32 = AtomicU32::new(0);
+const MOST_IDLE_SHIFT: u32 = 5;
 /// Entries handed out to site stubs, and tables to redirected audit stubs, so far.
 static ENTRIES_USED: AtomicUsize = AtomicUsize::new(0);
 static BINDINGS_USED: AtomicUsize = AtomicUsize::new(0);
@@ -158,31 +163,63 @@ pub fn look(slot: &CacheSlot, alone: bool) {
     let Some(arena) = super::plt_arena() else {
         return;
     };
-    let mut picks = [Pick::default(); PICKS_PER_LOOK];
-    let picks = hottest_arcs(slot, &mut picks);
-    if picks.is_empty() {
+    // Looks that find nothing to do space out, up to one tick in 2^MOST_IDLE_SHIFT: a program whose calls
+    // through the PLT are spread over thousands of sites (rustc's into its allocator) pays for the reads of
+    // its cache and gains nothing.
+    let shift = IDLE_SHIFT.load(Ordering::Relaxed);
+    if TICKS.fetch_add(1, Ordering::Relaxed) & ((1 << shift) - 1) != 0 {
         return;
     }
-    mslprof_loader_hooks::while_loader_idle(|| rewrite(picks, arena, writing));
+    let mut picks = [Pick::default(); PICKS_PER_LOOK];
+    let picks = hottest_arcs(slot, &mut picks);
+    let written = if picks.is_empty() {
+        0
+    } else {
+        mslprof_loader_hooks::while_loader_idle(|| rewrite(picks, arena, writing)).unwrap_or(0)
+    };
+    let shift = if written > 0 {
+        0
+    } else {
+        (shift + 1).min(MOST_IDLE_SHIFT)
+    };
+    IDLE_SHIFT.store(shift, Ordering::Relaxed);
 }
 
-/// An arc of the thread's cache.
+/// An arc of the thread's cache, or (no return address) a callee of many of them.
 #[derive(Clone, Copy, Default)]
 struct Pick {
     calls: u64,
     frompc: usize,
     selfpc: usize,
+    /// The callee's arcs in the cache (`u32::MAX`: not known).
+    callers: u32,
+}
+
+impl Pick {
+    /// What [`refuse`] remembers when nothing can be done for it: the call site, or the callee.
+    fn key(&self) -> usize {
+        if self.frompc == 0 {
+            self.selfpc
+        } else {
+            self.frompc
+        }
+    }
 }
 
 /// The arcs of `slot` with the most calls since the last look, at least [`MIN_CALLS`] and a [`SHARE`]th of
-/// all, not refused before, most first; the part of `picks` filled.
+/// all, not refused before, most first; then, in the room left, the callees with as many calls from arcs
+/// none of which has that many (a function called from all over: its audit stubs are redirected, since no
+/// one site is worth a stub). The part of `picks` filled; a callee's pick has no return address (0).
 fn hottest_arcs<'a>(slot: &CacheSlot, picks: &'a mut [Pick]) -> &'a mut [Pick] {
     let mut total = 0u64;
     let mut filled = 0;
+    let mut callees = [CalleeCalls::default(); CALLEE_SLOTS];
     slot.for_each_sampled_entry_in_use(LOOK_ENTRIES, |entry| {
         let count = entry.count.load(Ordering::Relaxed);
         let frompc = entry.frompc.load(Ordering::Relaxed);
+        let selfpc = entry.selfpc.load(Ordering::Relaxed);
         let calls = calls_since_last_look(frompc, count);
+        add_callee_calls(&mut callees, selfpc, calls);
         total = total.saturating_add(calls);
         if calls < MIN_CALLS || picks.is_empty() || refused(frompc) {
             return;
@@ -190,7 +227,8 @@ fn hottest_arcs<'a>(slot: &CacheSlot, picks: &'a mut [Pick]) -> &'a mut [Pick] {
         let pick = Pick {
             calls,
             frompc,
-            selfpc: entry.selfpc.load(Ordering::Relaxed),
+            selfpc,
+            callers: u32::MAX,
         };
         if filled < picks.len() {
             picks[filled] = pick;
@@ -201,26 +239,81 @@ fn hottest_arcs<'a>(slot: &CacheSlot, picks: &'a mut [Pick]) -> &'a mut [Pick] {
             *least = pick;
         }
     });
-    let picks = &mut picks[..filled];
-    picks.sort_unstable_by_key(|pick| core::cmp::Reverse(pick.calls));
-    let kept = picks
+    picks[..filled].sort_unstable_by_key(|pick| core::cmp::Reverse(pick.calls));
+    let hot = |calls: u64| calls >= MIN_CALLS && calls.saturating_mul(SHARE) >= total;
+    let mut kept = picks[..filled]
         .iter()
-        .take_while(|pick| pick.calls.saturating_mul(SHARE) >= total)
+        .take_while(|pick| hot(pick.calls))
         .count();
+    for pick in &mut picks[..kept] {
+        if let Some(callee) = callees.iter().find(|callee| callee.selfpc == pick.selfpc) {
+            pick.callers = callee.arcs;
+        }
+    }
+    for callee in callees {
+        if kept == picks.len() {
+            break;
+        }
+        if hot(callee.calls) && callee.most < MIN_CALLS && !refused(callee.selfpc) {
+            picks[kept] = Pick {
+                calls: callee.calls,
+                frompc: 0,
+                selfpc: callee.selfpc,
+                callers: callee.arcs,
+            };
+            kept += 1;
+        }
+    }
     &mut picks[..kept]
 }
 
+/// The calls since the last look to one callee, summed over its arcs, the most of one arc, and its arcs.
+#[derive(Clone, Copy, Default)]
+struct CalleeCalls {
+    selfpc: usize,
+    calls: u64,
+    most: u64,
+    arcs: u32,
+}
+
+/// Most arcs to a callee (in the cache's entries a look reads) for its audit stubs to be redirected: a
+/// quarter of a table's entries.
+const MOST_CALLERS: u32 = (sites::TABLE_ENTRIES / 4) as u32;
+/// Slots of a look's sums per callee (on the signal handler's stack: 8 KiB).
+const CALLEE_SLOTS: usize = 256;
+
+/// Adds an arc's `calls` to its callee's sums (a callee that finds no slot in a few probes is not summed).
+fn add_callee_calls(callees: &mut [CalleeCalls; CALLEE_SLOTS], selfpc: usize, calls: u64) {
+    let start = ((selfpc as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56) as usize;
+    for probe in 0..8 {
+        let slot = &mut callees[(start + probe) % CALLEE_SLOTS];
+        if slot.selfpc == 0 {
+            slot.selfpc = selfpc;
+        }
+        if slot.selfpc == selfpc {
+            slot.calls = slot.calls.saturating_add(calls);
+            slot.most = slot.most.max(calls);
+            slot.arcs = slot.arcs.saturating_add(1);
+            return;
+        }
+    }
+}
+
 /// The calls of the arc returning to `frompc` since the last look that read it, from its count now (0 the
-/// first time).
+/// first time). Looks take turns (`hot.rs`), so the slots are read and written without atomic exchanges.
 fn calls_since_last_look(frompc: usize, count: u64) -> u64 {
     let hash = (frompc as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 53;
     let (seen_frompc, seen_count) = &SEEN[hash as usize % SEEN_SLOTS];
-    let before = seen_count.swap(count, Ordering::Relaxed);
-    if seen_frompc.swap(frompc, Ordering::Relaxed) == frompc {
-        count.saturating_sub(before)
-    } else {
-        0
+    let before = seen_count.load(Ordering::Relaxed);
+    let same = seen_frompc.load(Ordering::Relaxed) == frompc;
+    if before != count {
+        seen_count.store(count, Ordering::Relaxed);
     }
+    if !same {
+        seen_frompc.store(frompc, Ordering::Relaxed);
+        return 0;
+    }
+    count.saturating_sub(before)
 }
 
 /// The word and bit of [`REFUSED`] for the call site returning to `frompc`.
@@ -235,7 +328,8 @@ fn refused(frompc: usize) -> bool {
     word.load(Ordering::Relaxed) & bit != 0
 }
 
-/// Remembers that the call site returning to `frompc` is not to be rewritten.
+/// Remembers that the call site returning to `frompc` (or the callee at `frompc`: [`Pick::key`]) is not to
+/// be rewritten.
 fn refuse(frompc: usize) {
     let (word, bit) = refused_bit(frompc);
     word.fetch_or(bit, Ordering::Relaxed);
@@ -420,8 +514,8 @@ impl NewStubs {
     }
 
     /// Makes the pages read-only and executable and writes the jumps in one round; the arcs of jumps not
-    /// written are refused.
-    fn write(mut self, writing: Writing) {
+    /// written are refused. How many were written.
+    fn write(mut self, writing: Writing) -> usize {
         for (at, page) in self.pages[..self.open].iter().enumerate() {
             // SAFETY: our own page, which no code runs in yet and nothing writes after this.
             if !unsafe { crate::sys::protect(page.page, self.page_bytes, false, true) } {
@@ -437,13 +531,14 @@ impl NewStubs {
         }
         let jumps = &self.jumps[..self.count];
         // SAFETY: the caller (hot.rs) blocked this thread's signals; `writing` says how others may run.
-        unsafe { sites::rewrite_round(jumps.iter().flatten(), writing) };
+        let written = unsafe { sites::rewrite_round(jumps.iter().flatten(), writing) };
         for (jump, &frompc) in jumps.iter().zip(&self.frompc_of_jump) {
             // SAFETY: a site of a loaded module's code or a stub of the arena, readable (checked when found).
             if jump.is_none_or(|jump| !unsafe { jump.written() }) {
                 refuse(frompc);
             }
         }
+        written
     }
 }
 
@@ -453,14 +548,22 @@ impl NewStubs {
 /// An arc is never counted in two entries of a region (their running totals would not add up): a site is
 /// not rewritten when its slot's audit stub is redirected, before (`plt_call` refuses it) or in the same
 /// round (a call made through the PLT during the round could make an entry in the audit stub's table).
-fn rewrite(picks: &[Pick], arena: (usize, usize), writing: Writing) {
+fn rewrite(picks: &[Pick], arena: (usize, usize), writing: Writing) -> usize {
     let mut stubs = NewStubs::new();
     let mut direct: [Option<PltCall>; PICKS_PER_LOOK] = [const { None }; PICKS_PER_LOOK];
     let mut redirected = [0usize; sites::MOST_AT_ONCE];
     let mut redirected_count = 0;
     for (pick, direct) in picks.iter().zip(direct.iter_mut()) {
-        *direct = plt_call(pick.frompc, pick.selfpc, arena);
+        if pick.frompc != 0 {
+            *direct = plt_call(pick.frompc, pick.selfpc, arena);
+        }
         if direct.is_some() || stubs.full() {
+            continue;
+        }
+        // A table of the callee's keeps one caller an entry: with many callers, most would collide and pay
+        // for the redirected stub on top of the audit stub's own path.
+        if pick.callers > MOST_CALLERS {
+            refuse(pick.key());
             continue;
         }
         let before = redirected_count;
@@ -476,7 +579,7 @@ fn rewrite(picks: &[Pick], arena: (usize, usize), writing: Writing) {
             }
         });
         if redirected_count == before {
-            refuse(pick.frompc);
+            refuse(pick.key());
         }
     }
     for (pick, call) in picks.iter().zip(&direct) {
@@ -490,7 +593,7 @@ fn rewrite(picks: &[Pick], arena: (usize, usize), writing: Writing) {
             refuse(pick.frompc);
         }
     }
-    stubs.write(writing);
+    stubs.write(writing)
 }
 
 /// Adds the stub and the jump that rewrite the PLT call site `call` of `pick`; false when it cannot be made.
@@ -562,7 +665,7 @@ fn redirect_audit_stub(
         return false;
     };
     BINDINGS_USED.store(binding + 1, Ordering::Relaxed);
-    stubs.add(at, &code, jump, pick.frompc);
+    stubs.add(at, &code, jump, pick.key());
     true
 }
 
