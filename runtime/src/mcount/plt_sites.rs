@@ -41,7 +41,8 @@
 //! (`sites::binding_table`) picked by the caller's return address, misses into the same slow path, and runs
 //! the audit stub's own instructions when another caller holds the entry. An arc is counted in one entry of
 //! a region at most (running totals of two would not add up), so a call site whose audit stub is
-//! redirected is not rewritten, and a look that redirects an audit stub rewrites no site calling through it.
+//! redirected is not rewritten, an audit stub that a site stub was made for is not redirected, and a look
+//! that redirects an audit stub rewrites no site calling through it.
 //!
 //! A look takes the loader lock without waiting (none when a `dlopen` or `dlclose` runs): the modules it
 //! reads and writes stay mapped until it is done. The stubs are mapped within 130 MiB of their module's
@@ -86,7 +87,7 @@ const REFUSED_BITS: usize = 4096;
 const MIN_CALLS: u64 = 1 << 9;
 const SHARE: u64 = 1024;
 /// Slots of [`SEEN`].
-const SEEN_SLOTS: usize = 2048;
+const SEEN_SLOTS: usize = 1 << 14;
 /// Most cache entries a look reads (as `hot.rs`).
 const LOOK_ENTRIES: usize = 1 << 13;
 
@@ -106,9 +107,14 @@ const MOST_IDLE_SHIFT: u32 = 5;
 /// Entries handed out to site stubs, and tables to redirected audit stubs, so far.
 static ENTRIES_USED: AtomicUsize = AtomicUsize::new(0);
 static BINDINGS_USED: AtomicUsize = AtomicUsize::new(0);
-/// The count each arc had at the last look that read it (a slot per hash of its return address: arcs that
-/// share one take turns), so that a look judges calls made since: the arcs of a past phase of the program
-/// (Python's imports) are not rewritten in place of those of the current one.
+/// The audit stub each site stub was made for (`ENTRIES_USED` of them): never redirected, so that a thread
+/// that entered a site's PLT entry just before the site was rewritten cannot count the site's arc in a
+/// second entry, the redirected stub's, after it.
+static SITE_BOUND: [AtomicUsize; MAX_SITES] = [const { AtomicUsize::new(0) }; MAX_SITES];
+/// The count each arc had at the last look that read it (a slot per hash of the arc, twice as many slots as
+/// the cache entries a look reads: arcs that share one take turns), so that a look judges the calls made
+/// since: the arcs of a past phase of the program (Python's imports) are not rewritten in place of those of
+/// the current one.
 static SEEN: [(AtomicUsize, AtomicU64); SEEN_SLOTS] =
     [const { (AtomicUsize::new(0), AtomicU64::new(0)) }; SEEN_SLOTS];
 /// The stub mappings: module key, start, pages used; `REGIONS` of them valid.
@@ -171,14 +177,19 @@ pub fn look(slot: &CacheSlot, alone: bool) {
         return;
     }
     let mut picks = [Pick::default(); PICKS_PER_LOOK];
-    let picks = hottest_arcs(slot, &mut picks);
+    let (picks, first_seen, total) = hottest_arcs(slot, &mut picks);
     let written = if picks.is_empty() {
         0
     } else {
         mslprof_loader_hooks::while_loader_idle(|| rewrite(picks, arena, writing)).unwrap_or(0)
     };
-    let shift = if written > 0 {
+    // A look that first saw an arc with many calls is not idle: the next one may pick it. Nor is one on a
+    // thread that counted next to nothing since its last look (the timer's signal may go to a thread that
+    // waits, such as a `main` in `pthread_join`): it says nothing of the others.
+    let shift = if written > 0 || first_seen {
         0
+    } else if total < MIN_CALLS {
+        shift
     } else {
         (shift + 1).min(MOST_IDLE_SHIFT)
     };
@@ -209,16 +220,22 @@ impl Pick {
 /// The arcs of `slot` with the most calls since the last look, at least [`MIN_CALLS`] and a [`SHARE`]th of
 /// all, not refused before, most first; then, in the room left, the callees with as many calls from arcs
 /// none of which has that many (a function called from all over: its audit stubs are redirected, since no
-/// one site is worth a stub). The part of `picks` filled; a callee's pick has no return address (0).
-fn hottest_arcs<'a>(slot: &CacheSlot, picks: &'a mut [Pick]) -> &'a mut [Pick] {
+/// one site is worth a stub). The part of `picks` filled (a callee's pick has no return address: 0), whether
+/// an arc with at least [`MIN_CALLS`] calls in all was seen for the first time, and the calls since the last
+/// look in all.
+fn hottest_arcs<'a>(slot: &CacheSlot, picks: &'a mut [Pick]) -> (&'a mut [Pick], bool, u64) {
+    let thread = slot as *const CacheSlot as usize;
     let mut total = 0u64;
+    let mut first_seen = false;
     let mut filled = 0;
     let mut callees = [CalleeCalls::default(); CALLEE_SLOTS];
     slot.for_each_sampled_entry_in_use(LOOK_ENTRIES, |entry| {
         let count = entry.count.load(Ordering::Relaxed);
         let frompc = entry.frompc.load(Ordering::Relaxed);
         let selfpc = entry.selfpc.load(Ordering::Relaxed);
-        let calls = calls_since_last_look(frompc, count);
+        let seen = calls_since_last_look(thread, frompc, selfpc, count);
+        first_seen |= seen.is_none() && count >= MIN_CALLS;
+        let calls = seen.unwrap_or(0);
         add_callee_calls(&mut callees, selfpc, calls);
         total = total.saturating_add(calls);
         if calls < MIN_CALLS || picks.is_empty() || refused(frompc) {
@@ -264,7 +281,7 @@ fn hottest_arcs<'a>(slot: &CacheSlot, picks: &'a mut [Pick]) -> &'a mut [Pick] {
             kept += 1;
         }
     }
-    &mut picks[..kept]
+    (&mut picks[..kept], first_seen, total)
 }
 
 /// The calls since the last look to one callee, summed over its arcs, the most of one arc, and its arcs.
@@ -299,21 +316,25 @@ fn add_callee_calls(callees: &mut [CalleeCalls; CALLEE_SLOTS], selfpc: usize, ca
     }
 }
 
-/// The calls of the arc returning to `frompc` since the last look that read it, from its count now (0 the
-/// first time). Looks take turns (`hot.rs`), so the slots are read and written without atomic exchanges.
-fn calls_since_last_look(frompc: usize, count: u64) -> u64 {
-    let hash = (frompc as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 53;
-    let (seen_frompc, seen_count) = &SEEN[hash as usize % SEEN_SLOTS];
+/// The calls of the arc `frompc` → `selfpc` in the cache of `thread` (its slot's address: each thread's
+/// cache keeps its own running totals) since the last look that read it there, from its count now (`None`
+/// the first time). Looks take turns (`hot.rs`), so the slots are read and written without atomic exchanges.
+fn calls_since_last_look(thread: usize, frompc: usize, selfpc: usize, count: u64) -> Option<u64> {
+    let key = (frompc.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ selfpc)
+        .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        ^ thread;
+    let hash = (key as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 50;
+    let (seen_key, seen_count) = &SEEN[hash as usize % SEEN_SLOTS];
     let before = seen_count.load(Ordering::Relaxed);
-    let same = seen_frompc.load(Ordering::Relaxed) == frompc;
+    let same = seen_key.load(Ordering::Relaxed) == key;
     if before != count {
         seen_count.store(count, Ordering::Relaxed);
     }
     if !same {
-        seen_frompc.store(frompc, Ordering::Relaxed);
-        return 0;
+        seen_key.store(key, Ordering::Relaxed);
+        return None;
     }
-    count.saturating_sub(before)
+    Some(count.saturating_sub(before))
 }
 
 /// The word and bit of [`REFUSED`] for the call site returning to `frompc`.
@@ -359,25 +380,9 @@ struct StubTarget {
 /// jumps through a slot of the module's file-backed data holding the audit module's stub for `selfpc`.
 /// Reads only the module's mapped segments and the arena (the caller holds the loader lock).
 fn plt_call(frompc: usize, selfpc: usize, arena: (usize, usize)) -> Option<PltCall> {
-    let module = modules::find_address(RuntimeAddress::from_usize(frompc))?;
-    let site = frompc.checked_sub(5)?;
-    let in_segment = |start: usize, len: usize| {
-        module.info.runtime_ranges().any(|(low, high)| {
-            low.as_usize() <= start && start.saturating_add(len) <= high.as_usize()
-        })
-    };
-    if !in_segment(site, SITE_BYTES) {
-        return None;
-    }
-    // SAFETY: six bytes inside one executable segment of a loaded module, which stays mapped (loader lock).
-    let original = unsafe { core::ptr::read(site as *const [u8; SITE_BYTES]) };
-    if original[0] != 0xe8 {
-        return None;
-    }
-    let rel = i32::from_le_bytes([original[1], original[2], original[3], original[4]]);
-    let plt = frompc.wrapping_add_signed(rel as isize);
+    let (module, site, original, plt) = call_before(frompc)?;
     const ENTRY_BYTES: usize = 11;
-    if !in_segment(plt, ENTRY_BYTES) {
+    if !in_code_segment(module, plt, ENTRY_BYTES) {
         return None;
     }
     // SAFETY: as above, inside one executable segment.
@@ -434,6 +439,37 @@ fn plt_call(frompc: usize, selfpc: usize, arena: (usize, usize)) -> Option<PltCa
             bound,
         },
     })
+}
+
+/// The module, address, six bytes (the last is the next instruction's) and target of the `call rel32` whose
+/// return address is `frompc`, if the five bytes before it, in one executable segment of a loaded module, are
+/// one (the caller holds the loader lock: the module stays mapped).
+fn call_before(frompc: usize) -> Option<(&'static LiveModule, usize, [u8; SITE_BYTES], usize)> {
+    let module = modules::find_address(RuntimeAddress::from_usize(frompc))?;
+    let site = frompc.checked_sub(5)?;
+    if !in_code_segment(module, site, SITE_BYTES) {
+        return None;
+    }
+    // SAFETY: six bytes inside one executable segment of a loaded module, which stays mapped (loader lock).
+    let original = unsafe { core::ptr::read(site as *const [u8; SITE_BYTES]) };
+    if original[0] != 0xe8 {
+        return None;
+    }
+    let rel = i32::from_le_bytes([original[1], original[2], original[3], original[4]]);
+    Some((
+        module,
+        site,
+        original,
+        frompc.wrapping_add_signed(rel as isize),
+    ))
+}
+
+/// Whether `[start, start + len)` lies in one executable segment of `module`.
+fn in_code_segment(module: &LiveModule, start: usize, len: usize) -> bool {
+    module
+        .info
+        .runtime_ranges()
+        .any(|(low, high)| low.as_usize() <= start && start.saturating_add(len) <= high.as_usize())
 }
 
 /// The page this look writes stubs near a module's code into (or near the arena's: [`ARENA_KEY`]), and the
@@ -560,6 +596,12 @@ fn rewrite(picks: &[Pick], arena: (usize, usize), writing: Writing) -> usize {
         if direct.is_some() || stubs.full() {
             continue;
         }
+        // A site rewritten already: its arc, still in some thread's cache with an older count, is counted in
+        // the site's entry from now on, and must not get a second one in a redirected audit stub's table.
+        if call_before(pick.frompc).is_some_and(|(_, _, _, target)| contains(target)) {
+            refuse(pick.key());
+            continue;
+        }
         // A table of the callee's keeps one caller an entry: with many callers, most would collide and pay
         // for the redirected stub on top of the audit stub's own path.
         if pick.callers > MOST_CALLERS {
@@ -612,6 +654,7 @@ fn rewrite_site(stubs: &mut NewStubs, call: &PltCall, pick: &Pick) -> bool {
     let Some((code, jump)) = made else {
         return false;
     };
+    SITE_BOUND[entry].store(call.target.bound, Ordering::Relaxed);
     ENTRIES_USED.store(entry + 1, Ordering::Relaxed);
     stubs.add(at, &code, jump, pick.frompc);
     true
@@ -620,8 +663,8 @@ fn rewrite_site(stubs: &mut NewStubs, call: &PltCall, pick: &Pick) -> bool {
 /// The first six bytes of an audit stub as the audit module writes them: `push qword [rip + 18]`.
 const AUDIT_STUB_HEAD: [u8; SITE_BYTES] = [0xff, 0x35, 0x12, 0, 0, 0];
 
-/// Visits each audit stub of the arena whose callee is `callee` and whose head is still
-/// [`AUDIT_STUB_HEAD`], up to the first slot not yet written.
+/// Visits each audit stub of the arena whose callee is `callee`, whose head is still [`AUDIT_STUB_HEAD`] and
+/// for which no site stub was made ([`SITE_BOUND`]), up to the first slot not yet written.
 fn for_each_audit_stub(arena: (usize, usize), callee: usize, mut visit: impl FnMut(usize)) {
     let (base, bytes) = arena;
     let stub_bytes = super::PLT_STUB_BYTES;
@@ -637,7 +680,13 @@ fn for_each_audit_stub(arena: (usize, usize), callee: usize, mut visit: impl FnM
         if head == [0; SITE_BYTES] && stub_callee == 0 {
             break;
         }
-        if head == AUDIT_STUB_HEAD && stub_callee as usize == callee {
+        let sites = ENTRIES_USED.load(Ordering::Relaxed).min(MAX_SITES);
+        if head == AUDIT_STUB_HEAD
+            && stub_callee as usize == callee
+            && !SITE_BOUND[..sites]
+                .iter()
+                .any(|bound| bound.load(Ordering::Relaxed) == stub)
+        {
             visit(stub);
         }
     }
