@@ -122,29 +122,16 @@ fn start(explicit: bool) -> u8 {
     // Before the copy of `mcount` takes the main program's GOT entries: the sites are found by them.
     #[cfg(target_arch = "x86_64")]
     let looks_for_hot_functions = {
-        let plt_sites = settings.plt_sites && mcount::plt_counting_announced();
-        let pg_sites = match settings.site_stubs {
-            config::SiteStubs::Off => {
-                mcount::install_site_stubs(&[], mcount::sites::Rewrite::WhenHot, plt_sites);
-                false
-            }
-            config::SiteStubs::WhenHot => {
-                mcount::install_site_stubs(
-                    modules::all(),
-                    mcount::sites::Rewrite::WhenHot,
-                    plt_sites,
-                ) > 0
-            }
-            config::SiteStubs::AtStartUp => {
-                mcount::install_site_stubs(
-                    modules::all(),
-                    mcount::sites::Rewrite::AtStartUp,
-                    plt_sites,
-                );
-                false
-            }
+        use mcount::sites::Rewrite;
+        let (pg_modules, rewrite) = match settings.site_stubs {
+            config::SiteStubs::Off => (&[][..], Rewrite::WhenHot),
+            config::SiteStubs::WhenHot => (modules::all(), Rewrite::WhenHot),
+            config::SiteStubs::AtStartUp => (modules::all(), Rewrite::AtStartUp),
         };
-        pg_sites || mcount::plt_sites::wanted()
+        let plt_sites = settings.plt_sites && mcount::plt_counting_announced();
+        let sites = mcount::install_site_stubs(pg_modules, rewrite, plt_sites);
+        // Sites kept for the looks, or PLT sites to look for.
+        (rewrite == Rewrite::WhenHot && sites > 0) || mcount::plt_sites::wanted()
     };
     #[cfg(target_arch = "x86_64")]
     if settings.near_mcount {

@@ -114,19 +114,12 @@ fn arena(entry: usize) -> Option<usize> {
 /// counted in this process).
 pub fn announce_arena_to(slot: usize) {
     ANNOUNCE_TO.store(slot, Ordering::Release);
-    let base = ARENA.load(Ordering::Acquire);
-    if base != 0 {
-        announce(base);
-    } else {
-        // The length alone says that calls through the PLT are counted, before the arena exists.
-        // SAFETY: as in `announce`.
-        let words = unsafe { &*(slot as *const [AtomicUsize; 2]) };
-        words[1].store(ARENA_BYTES, Ordering::Release);
-    }
+    announce(ARENA.load(Ordering::Acquire));
 }
 
-/// Writes the arena's base and length into the runtime's `mslprof_plt_arena`, length first: a reader that
-/// sees the base sees the length.
+/// Writes the arena's length and, once it exists (`base` not 0), its base into the runtime's
+/// `mslprof_plt_arena`, length first: a reader that sees the base sees the length, and the length alone
+/// says that calls through the PLT are counted.
 fn announce(base: usize) {
     let slot = ANNOUNCE_TO.load(Ordering::Acquire);
     if slot == 0 {
@@ -136,7 +129,9 @@ fn announce(base: usize) {
     // `AtomicUsize` that live as long as the process (the runtime is never unloaded).
     let words = unsafe { &*(slot as *const [AtomicUsize; 2]) };
     words[1].store(ARENA_BYTES, Ordering::Release);
-    words[0].store(base, Ordering::Release);
+    if base != 0 {
+        words[0].store(base, Ordering::Release);
+    }
 }
 
 /// A new stub that counts a call through `entry` and continues at `target`; `None` when the arena cannot be

@@ -100,26 +100,16 @@ fn look_and_rewrite(kept: Option<&sites::KeptSites>, plt: bool) {
     let Some(slot) = (unsafe { cache.slot.as_ref() }) else {
         return;
     };
-    // With one thread (this one, in its handler) no code runs elsewhere; with more, the rewrite follows the
-    // cross-modifying-code protocol, where the kernel provides it.
-    let alone = sys::thread_count() == Some(1);
     if let Some(kept) = kept {
-        rewrite_hot_functions(kept, cache, slot, alone);
+        rewrite_hot_functions(kept, cache, slot);
     }
     if plt {
-        let signals = sys::block_signals();
-        plt_sites::look(slot, alone);
-        sys::restore_signals(&signals);
+        plt_sites::look(slot);
     }
 }
 
 /// The `-pg` part of a look: rewrites the sites of the hottest functions of `kept`.
-fn rewrite_hot_functions(
-    kept: &sites::KeptSites,
-    cache: &ThreadCache,
-    slot: &super::CacheSlot,
-    alone: bool,
-) {
+fn rewrite_hot_functions(kept: &sites::KeptSites, cache: &ThreadCache, slot: &super::CacheSlot) {
     let total = count_calls(kept, cache, slot);
     let mut picked = [Pick::default(); PICKS_PER_LOOK];
     let room =
@@ -129,6 +119,9 @@ fn rewrite_hot_functions(
         return;
     }
     count_colliding_calls(kept, slot, picked);
+    // With one thread (this one, in its handler) no code runs elsewhere; with more, the rewrite follows the
+    // cross-modifying-code protocol, where the kernel provides it.
+    let alone = sys::thread_count() == Some(1);
     if !alone && !kept.live {
         return;
     }

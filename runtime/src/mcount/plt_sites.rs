@@ -153,19 +153,12 @@ pub fn contains(pc: usize) -> bool {
         .any(|start| pc.wrapping_sub(start.load(Ordering::Relaxed)) < REGION_BYTES)
 }
 
-/// One look's search (`hot.rs`, SIGPROF handler, signals blocked): rewrites the sites of the arcs of `slot`
-/// (the running thread's cache) with the most calls that are PLT calls, while no `dlopen` or `dlclose` runs.
-/// `alone`: no other thread exists. Async-signal-safe: no allocation, no lock but the loader lock taken
-/// without waiting, system calls (`mmap`, `mprotect`, `membarrier`, a read of `/proc/self/maps`) with errno
-/// kept.
-pub fn look(slot: &CacheSlot, alone: bool) {
-    let writing = if alone {
-        Writing::Alone
-    } else if LIVE.load(Ordering::Relaxed) {
-        Writing::WhileOthersRun
-    } else {
-        return;
-    };
+/// One look's search (`hot.rs`, SIGPROF handler): rewrites the sites of the arcs of `slot` (the running
+/// thread's cache) with the most calls that are PLT calls, while no `dlopen` or `dlclose` runs, with every
+/// signal of this thread blocked. Async-signal-safe: no allocation, no lock but the loader lock taken
+/// without waiting, system calls (`mmap`, `mprotect`, `membarrier`, reads of `/proc/self/stat` and
+/// `/proc/self/maps`, only when there is something to rewrite) with errno kept.
+pub fn look(slot: &CacheSlot) {
     let Some(arena) = super::plt_arena() else {
         return;
     };
@@ -181,7 +174,20 @@ pub fn look(slot: &CacheSlot, alone: bool) {
     let written = if picks.is_empty() {
         0
     } else {
-        mslprof_loader_hooks::while_loader_idle(|| rewrite(picks, arena, writing)).unwrap_or(0)
+        // With one thread (this one, in its handler) no code runs elsewhere; with more, the rewrite follows
+        // the cross-modifying-code protocol, where the kernel provides it.
+        let writing = match crate::sys::thread_count() {
+            Some(1) => Some(Writing::Alone),
+            _ if LIVE.load(Ordering::Relaxed) => Some(Writing::WhileOthersRun),
+            _ => None,
+        };
+        writing.map_or(0, |writing| {
+            let signals = crate::sys::block_signals();
+            let written =
+                mslprof_loader_hooks::while_loader_idle(|| rewrite(picks, arena, writing));
+            crate::sys::restore_signals(&signals);
+            written.unwrap_or(0)
+        })
     };
     // A look that first saw an arc with many calls is not idle: the next one may pick it. Nor is one on a
     // thread that counted next to nothing since its last look (the timer's signal may go to a thread that
@@ -301,7 +307,7 @@ const CALLEE_SLOTS: usize = 256;
 
 /// Adds an arc's `calls` to its callee's sums (a callee that finds no slot in a few probes is not summed).
 fn add_callee_calls(callees: &mut [CalleeCalls; CALLEE_SLOTS], selfpc: usize, calls: u64) {
-    let start = ((selfpc as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56) as usize;
+    let start = top_bits(selfpc, CALLEE_SLOTS.trailing_zeros());
     for probe in 0..8 {
         let slot = &mut callees[(start + probe) % CALLEE_SLOTS];
         if slot.selfpc == 0 {
@@ -320,11 +326,8 @@ fn add_callee_calls(callees: &mut [CalleeCalls; CALLEE_SLOTS], selfpc: usize, ca
 /// cache keeps its own running totals) since the last look that read it there, from its count now (`None`
 /// the first time). Looks take turns (`hot.rs`), so the slots are read and written without atomic exchanges.
 fn calls_since_last_look(thread: usize, frompc: usize, selfpc: usize, count: u64) -> Option<u64> {
-    let key = (frompc.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ selfpc)
-        .wrapping_mul(0x9e37_79b9_7f4a_7c15)
-        ^ thread;
-    let hash = (key as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 50;
-    let (seen_key, seen_count) = &SEEN[hash as usize % SEEN_SLOTS];
+    let key = (frompc.wrapping_mul(FIBONACCI) ^ selfpc).wrapping_mul(FIBONACCI) ^ thread;
+    let (seen_key, seen_count) = &SEEN[top_bits(key, SEEN_SLOTS.trailing_zeros())];
     let before = seen_count.load(Ordering::Relaxed);
     let same = seen_key.load(Ordering::Relaxed) == key;
     if before != count {
@@ -339,8 +342,16 @@ fn calls_since_last_look(thread: usize, frompc: usize, selfpc: usize, count: u64
 
 /// The word and bit of [`REFUSED`] for the call site returning to `frompc`.
 fn refused_bit(frompc: usize) -> (&'static AtomicU64, u64) {
-    let hash = (frompc as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 52;
-    (&REFUSED[hash as usize / 64], 1 << (hash % 64))
+    let bit = top_bits(frompc, REFUSED_BITS.trailing_zeros());
+    (&REFUSED[bit / 64], 1 << (bit % 64))
+}
+
+/// Fibonacci hashing's multiplier (2^64 / golden ratio).
+const FIBONACCI: usize = 0x9e37_79b9_7f4a_7c15;
+
+/// The top `bits` bits of `value`'s Fibonacci hash: an index into a table of 2^bits slots.
+fn top_bits(value: usize, bits: u32) -> usize {
+    value.wrapping_mul(FIBONACCI) >> (usize::BITS - bits)
 }
 
 /// Whether the call site returning to `frompc` was refused before.
@@ -375,12 +386,17 @@ struct StubTarget {
     bound: usize,
 }
 
-/// The PLT call whose return address is `frompc`, if the arc `frompc` → `selfpc` is one: the five bytes
-/// before `frompc` are a `call rel32` in the same executable segment, into a PLT entry of that module that
-/// jumps through a slot of the module's file-backed data holding the audit module's stub for `selfpc`.
+/// The PLT call `before` (a `call rel32`, [`call_before`]), if the arc to `selfpc` is one: it calls a PLT
+/// entry of its module that jumps through a slot of the module's file-backed data holding the audit
+/// module's stub for `selfpc`.
 /// Reads only the module's mapped segments and the arena (the caller holds the loader lock).
-fn plt_call(frompc: usize, selfpc: usize, arena: (usize, usize)) -> Option<PltCall> {
-    let (module, site, original, plt) = call_before(frompc)?;
+fn plt_call(before: CallBefore, selfpc: usize, arena: (usize, usize)) -> Option<PltCall> {
+    let CallBefore {
+        module,
+        site,
+        original,
+        target: plt,
+    } = before;
     const ENTRY_BYTES: usize = 11;
     if !in_code_segment(module, plt, ENTRY_BYTES) {
         return None;
@@ -441,10 +457,19 @@ fn plt_call(frompc: usize, selfpc: usize, arena: (usize, usize)) -> Option<PltCa
     })
 }
 
-/// The module, address, six bytes (the last is the next instruction's) and target of the `call rel32` whose
-/// return address is `frompc`, if the five bytes before it, in one executable segment of a loaded module, are
-/// one (the caller holds the loader lock: the module stays mapped).
-fn call_before(frompc: usize) -> Option<(&'static LiveModule, usize, [u8; SITE_BYTES], usize)> {
+/// A `call rel32` found before a return address.
+#[derive(Clone, Copy)]
+struct CallBefore {
+    module: &'static LiveModule,
+    /// The call's address, its six bytes (the last is the next instruction's), and where it calls.
+    site: usize,
+    original: [u8; SITE_BYTES],
+    target: usize,
+}
+
+/// The `call rel32` whose return address is `frompc`, if the five bytes before it, in one executable
+/// segment of a loaded module, are one (the caller holds the loader lock: the module stays mapped).
+fn call_before(frompc: usize) -> Option<CallBefore> {
     let module = modules::find_address(RuntimeAddress::from_usize(frompc))?;
     let site = frompc.checked_sub(5)?;
     if !in_code_segment(module, site, SITE_BYTES) {
@@ -456,12 +481,12 @@ fn call_before(frompc: usize) -> Option<(&'static LiveModule, usize, [u8; SITE_B
         return None;
     }
     let rel = i32::from_le_bytes([original[1], original[2], original[3], original[4]]);
-    Some((
+    Some(CallBefore {
         module,
         site,
         original,
-        frompc.wrapping_add_signed(rel as isize),
-    ))
+        target: frompc.wrapping_add_signed(rel as isize),
+    })
 }
 
 /// Whether `[start, start + len)` lies in one executable segment of `module`.
@@ -590,15 +615,14 @@ fn rewrite(picks: &[Pick], arena: (usize, usize), writing: Writing) -> usize {
     let mut redirected = [0usize; sites::MOST_AT_ONCE];
     let mut redirected_count = 0;
     for (pick, direct) in picks.iter().zip(direct.iter_mut()) {
-        if pick.frompc != 0 {
-            *direct = plt_call(pick.frompc, pick.selfpc, arena);
-        }
+        let before = call_before(pick.frompc);
+        *direct = before.and_then(|before| plt_call(before, pick.selfpc, arena));
         if direct.is_some() || stubs.full() {
             continue;
         }
         // A site rewritten already: its arc, still in some thread's cache with an older count, is counted in
         // the site's entry from now on, and must not get a second one in a redirected audit stub's table.
-        if call_before(pick.frompc).is_some_and(|(_, _, _, target)| contains(target)) {
+        if before.is_some_and(|before| contains(before.target)) {
             refuse(pick.key());
             continue;
         }
@@ -608,7 +632,7 @@ fn rewrite(picks: &[Pick], arena: (usize, usize), writing: Writing) -> usize {
             refuse(pick.key());
             continue;
         }
-        let before = redirected_count;
+        let redirected_before = redirected_count;
         for_each_audit_stub(arena, pick.selfpc, |audit_stub| {
             // An earlier pick of this look with the same callee took it already.
             let taken = redirected[..redirected_count].contains(&audit_stub);
@@ -620,7 +644,7 @@ fn rewrite(picks: &[Pick], arena: (usize, usize), writing: Writing) -> usize {
                 redirected_count += 1;
             }
         });
-        if redirected_count == before {
+        if redirected_count == redirected_before {
             refuse(pick.key());
         }
     }
@@ -668,6 +692,7 @@ const AUDIT_STUB_HEAD: [u8; SITE_BYTES] = [0xff, 0x35, 0x12, 0, 0, 0];
 fn for_each_audit_stub(arena: (usize, usize), callee: usize, mut visit: impl FnMut(usize)) {
     let (base, bytes) = arena;
     let stub_bytes = super::PLT_STUB_BYTES;
+    let site_bound = &SITE_BOUND[..ENTRIES_USED.load(Ordering::Relaxed).min(MAX_SITES)];
     for stub in (base + stub_bytes..base + bytes - stub_bytes + 1).step_by(stub_bytes) {
         // SAFETY: a slot of the arena, mapped readable and never unmapped (a slot never written reads as
         // zeros); the audit module may be writing it, so a head may read half-written: it is then skipped.
@@ -680,10 +705,9 @@ fn for_each_audit_stub(arena: (usize, usize), callee: usize, mut visit: impl FnM
         if head == [0; SITE_BYTES] && stub_callee == 0 {
             break;
         }
-        let sites = ENTRIES_USED.load(Ordering::Relaxed).min(MAX_SITES);
         if head == AUDIT_STUB_HEAD
             && stub_callee as usize == callee
-            && !SITE_BOUND[..sites]
+            && !site_bound
                 .iter()
                 .any(|bound| bound.load(Ordering::Relaxed) == stub)
         {
@@ -752,9 +776,7 @@ fn fresh_page(key: u32, low: usize, high: usize, page_bytes: usize) -> Option<us
     }
     REGION_PAGES[region].store(used + 1, Ordering::Relaxed);
     let page = REGION_STARTS[region].load(Ordering::Relaxed) + used * page_bytes;
-    let mut trampoline = [0u8; 14];
-    trampoline[..6].copy_from_slice(&[0xff, 0x25, 0, 0, 0, 0]);
-    trampoline[6..].copy_from_slice(&(MISS.load(Ordering::Relaxed) as u64).to_le_bytes());
+    let trampoline = sites::trampoline(MISS.load(Ordering::Relaxed));
     // SAFETY: the start of a page of our own read-write mapping that nothing has used yet.
     unsafe {
         core::ptr::copy_nonoverlapping(trampoline.as_ptr(), page as *mut u8, trampoline.len())

@@ -634,6 +634,18 @@ pub fn for_each_generated_code(visit: &mut dyn FnMut(usize, usize, Option<usize>
     }
 }
 
+/// Bytes of [`trampoline`].
+pub const TRAMPOLINE_BYTES: usize = 14;
+
+/// A jump to `to` from anywhere: `jmp [rip]` and the address. Stubs reach the slow path through one near
+/// them with a `rel32` call.
+pub fn trampoline(to: usize) -> [u8; TRAMPOLINE_BYTES] {
+    let mut code = [0u8; TRAMPOLINE_BYTES];
+    code[..6].copy_from_slice(&[0xff, 0x25, 0, 0, 0, 0]);
+    code[6..].copy_from_slice(&(to as u64).to_le_bytes());
+    code
+}
+
 /// Maps `module`'s stubs (its tables numbered from `first_table`); the jump that rewrites each of its sites,
 /// `None` when the stubs could not be placed within reach. The mapping holds the trampoline to `miss`, then
 /// the copy of the hit path for calls held by another caller (`x86_64::near_site_mcount_template`), then the
@@ -655,8 +667,7 @@ fn map_stubs(
     };
     // SAFETY: `base` is our own fresh read-write mapping of `bytes` bytes.
     let code = unsafe { core::slice::from_raw_parts_mut(base as *mut u8, bytes) };
-    code[..6].copy_from_slice(&[0xff, 0x25, 0, 0, 0, 0]);
-    code[6..14].copy_from_slice(&(miss as u64).to_le_bytes());
+    code[..TRAMPOLINE_BYTES].copy_from_slice(&trampoline(miss));
     if !super::near::fill_copy(&mut code[ELSEWHERE_AT..], elsewhere_code, elsewhere_values) {
         give_back();
         return None;
@@ -711,13 +722,10 @@ pub struct SiteJump {
 }
 
 impl SiteJump {
-    /// The rewrite of the `call rel32` at `site` (`e8` and four bytes) into a call of `target`; `None` when
-    /// the site is no such call or `target` is out of its reach. The sixth byte of `original` is the next
+    /// The rewrite of the `call rel32` at `site` (`e8` and four bytes: `original`) into a call of `target`;
+    /// `None` when `target` is out of its reach. The sixth byte of `original` is the next
     /// instruction's first, compared before the write but never written.
     pub fn call(site: usize, original: [u8; SITE_BYTES], target: usize) -> Option<SiteJump> {
-        if original[0] != 0xe8 {
-            return None;
-        }
         let rel = rel32(site + 5, target)?.to_le_bytes();
         Some(SiteJump {
             selfpc: site + 5,
