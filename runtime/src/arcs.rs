@@ -266,11 +266,13 @@ impl<'table> Level<'table> {
         caller_addr: u64,
     ) -> impl Iterator<Item = usize> + use<'table> {
         let mask = self.slots - 1;
-        // The stretch's run: the top bits of a Fibonacci product, which spread consecutive stretches
-        // evenly over the level's runs (middle bits of the product bunch them into a few clusters).
-        let run_bits = (self.slots / NEAR_PROBE).trailing_zeros();
-        let stretch = (caller_addr / SITE_STRETCH_BYTES) ^ tag.wrapping_mul(0xD6E8_FEB8_6659_FD93);
-        let run = (stretch.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - run_bits)) as usize;
+        // The stretch's run: consecutive stretches of a module's code, consecutive runs (from an
+        // offset the caller's module picks), so that new arcs made in address order walk the level's
+        // keys as one stream the hardware prefetches.
+        let run_mask = (self.slots / NEAR_PROBE - 1) as u64;
+        let stretch = (caller_addr / SITE_STRETCH_BYTES)
+            .wrapping_add(tag.wrapping_mul(0xD6E8_FEB8_6659_FD93));
+        let run = (stretch & run_mask) as usize;
         let near = run * NEAR_PROBE + (caller_addr % SITE_STRETCH_BYTES / 2) as usize;
         let far = hash as usize;
         // The far run may overlap the near one: a slot is visited once (`merged_count` sums what it
@@ -750,9 +752,17 @@ impl ArcTable {
     }
 }
 
-/// Looks the key up in one level.
+/// Looks the key up in one level. In the first level a slot on a page no claim has written is EMPTY without
+/// being read: reading it would fault in a page of zeros that the claim then faults again to write. A claim
+/// on another thread that this misses only sends the lookup to [`claim`], which reads the slots themselves.
 fn probe(level: &Level, hash: u64, tag: u64, caller_addr: u64, callee_addr: u64) -> Probe {
+    let claimed = level
+        .claimed_pages
+        .map(|pages| pages.load(Ordering::Relaxed));
     for slot in level.probe_sequence(hash, tag, caller_addr) {
+        if claimed.is_some_and(|pages| pages & (1 << (slot / KEYS_PER_PAGE)) == 0) {
+            return Probe::Vacant(slot);
+        }
         let key = level.key(slot);
         let probe_tag = key.tag.load(Ordering::Acquire);
         if probe_tag == TAG_EMPTY {
