@@ -13,8 +13,9 @@ use crate::sys;
 pub const PATH_BYTES: usize = 4096;
 
 /// Bytes a dump buffers before each `write`: a profile of 200 000 arcs is 6 MB, which 1 KiB writes (the
-/// stream encoder's own buffer, kept small for alternate signal stacks) would make 6 000 system calls.
-const SINK_BUFFER_BYTES: usize = 256 << 10;
+/// stream encoder's own buffer, kept small for alternate signal stacks) would make 6 000 system calls. More
+/// than 64 KiB saves few calls, and each further page of the fresh mapping costs a page fault.
+const SINK_BUFFER_BYTES: usize = 64 << 10;
 
 /// A sink writing to a file descriptor through a buffer in a mapping of its own (not the stack: dumps run
 /// on alternate signal stacks), or straight through when that mapping cannot be made. [`FdSink::flush`]
