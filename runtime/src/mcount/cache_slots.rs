@@ -33,7 +33,7 @@ pub const MAX_SLOTS: usize = 1024;
 pub const CHUNK_ENTRIES: usize = 2048;
 
 /// Mapping sizes a slot can have: the first and each growth.
-pub const LEVELS: usize = super::CACHE_GROWTHS + 1;
+pub const LEVELS: usize = super::CACHE_SETS.len();
 
 /// Entries of the largest mapping.
 const MAX_ENTRIES: usize = super::MAX_CACHE_SETS * 2;
@@ -117,7 +117,7 @@ pub const fn set_mask(entries: usize) -> u32 {
 
 /// Entries of a mapping at growth level `level`.
 pub const fn level_entries(level: usize) -> usize {
-    super::FIRST_CACHE_SETS * 2 * super::CACHE_GROWTH.pow(level as u32)
+    super::CACHE_SETS[level] * 2
 }
 
 const fn level_bytes(level: usize) -> usize {

@@ -72,21 +72,21 @@ pub const UNKNOWN_KEY: u32 = 0xFFFF_FFFF;
 pub const MAX_DEPTH: u32 = 3;
 
 /// Sets of a thread's call cache when it is first mapped (two ways each: 8192 entries, 256 KiB).
-pub const FIRST_CACHE_SETS: usize = 1 << 12;
-/// Each growth of a thread's cache multiplies its sets by this.
-const CACHE_GROWTH: usize = 4;
-/// Times a thread's cache can grow: at most `FIRST_CACHE_SETS * 1024` sets (8 388 608 entries,
-/// 256 MiB of address space, of which only the pages used become resident; a slot keeps every size it
-/// had, 341 MiB of address space at most). Sets follow call-site
-/// addresses (4 bytes of code per set), so that covers 16 MiB of densely calling code. A cache
-/// grows only after displacing one entry per [`SETS_PER_GROWTH_EVICTION`] of its sets, so only a thread
-/// whose hot call sites do not fit gets there.
-const CACHE_GROWTHS: usize = 5;
+pub const FIRST_CACHE_SETS: usize = CACHE_SETS[0];
+/// The sizes a thread's cache has, in sets: the first mapping, then one per growth. The first growth goes
+/// to 2 MiB, the smallest mapping transparent huge pages back (one page fault and 2 MiB cleared, where
+/// 1 MiB of 4 KiB pages took 256 faults); the later ones multiply by 4, the last by 2. At most 4 194 304
+/// sets (8 388 608 entries, 256 MiB of address space, of which only the pages used become resident; a
+/// slot keeps every size it had, 426 MiB of address space at most). Sets follow call-site addresses
+/// (4 bytes of code per set), so that covers 16 MiB of densely calling code. A cache grows only after
+/// displacing one entry per [`SETS_PER_GROWTH_EVICTION`] of its sets, so only a thread whose hot call
+/// sites do not fit gets there.
+const CACHE_SETS: [usize; 6] = [1 << 12, 1 << 15, 1 << 17, 1 << 19, 1 << 21, 1 << 22];
 /// A cache grows once it has displaced one entry per this many of its sets since it was claimed or last
 /// grew (growing moves the entries, so it may come early: see runtime/CALLCOUNTS.md).
 const SETS_PER_GROWTH_EVICTION: usize = 32;
 /// Most sets a thread's cache can have.
-pub const MAX_CACHE_SETS: usize = FIRST_CACHE_SETS * CACHE_GROWTH.pow(CACHE_GROWTHS as u32);
+pub const MAX_CACHE_SETS: usize = CACHE_SETS[CACHE_SETS.len() - 1];
 
 /// Counting state that every call checks, in one word so the fast path reads it with one load:
 /// bit 0 is set by `moncontrol(0)` (paused), bit 1 is always set (so a cache generation is never
@@ -390,7 +390,7 @@ impl ThreadCache {
     }
 
     /// Counts a displaced entry; once a cache has displaced one entry per [`SETS_PER_GROWTH_EVICTION`] sets,
-    /// the thread's working set does not fit: the slot moves to a mapping [`CACHE_GROWTH`] times larger, the
+    /// the thread's working set does not fit: the slot moves to its next, larger mapping ([`CACHE_SETS`]), the
     /// old entries moved into it with their counts (`CacheSlot::grow`).
     fn count_eviction(&mut self, slot: &CacheSlot) {
         self.evictions = self.evictions.saturating_add(1);
