@@ -1119,6 +1119,30 @@ mod tests {
         }
     }
 
+    /// New arcs whose call sites lie on distinct pages of the first level's keys cost one page fault per page:
+    /// a lookup does not read a page no claim has written (a read fault of a page of zeros, which the claim
+    /// would fault again to write).
+    #[test]
+    fn new_arcs_in_the_first_level_fault_each_page_of_keys_once() {
+        let table = ArcTable::new();
+        table.record(1, LinkAddress(0x10), LinkAddress(0x20));
+        // Consecutive 64-byte stretches of code have consecutive runs of 32 slots (1 KiB of keys): a call site
+        // every 4 stretches lands on the next page.
+        let pages = (FIRST_LEVEL_SLOTS / KEYS_PER_PAGE) as u64;
+        let stride = SITE_STRETCH_BYTES * (KEYS_PER_PAGE / NEAR_PROBE) as u64;
+        let before = sys::thread_minor_faults();
+        for page in 1..pages {
+            table.record(1, LinkAddress(0x10 + page * stride), LinkAddress(0x20));
+        }
+        let faults = sys::thread_minor_faults() - before;
+        assert_eq!(table.len(), pages as usize);
+        assert!(
+            faults <= pages + 4,
+            "{faults} page faults for {} new arcs on as many pages of keys",
+            pages - 1
+        );
+    }
+
     /// A walk of a table of a few arcs reads the pages of the first level's keys that hold them, not the
     /// rest: reading those would fault in pages of zeros at every dump, in every table.
     #[test]

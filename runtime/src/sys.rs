@@ -373,6 +373,16 @@ pub fn resident_pages(address: usize, len: usize, pages: &mut [u8]) -> bool {
     unsafe { libc::mincore(address as *mut c_void, len, pages.as_mut_ptr()) == 0 }
 }
 
+/// Page faults the calling thread has taken that needed no I/O (`getrusage(RUSAGE_THREAD)`: `ru_minflt`).
+#[cfg(test)]
+pub fn thread_minor_faults() -> u64 {
+    // SAFETY: rusage is plain old data; all-zero is a valid value.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `usage` is a valid out-pointer for the call.
+    unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) };
+    u64::try_from(usage.ru_minflt).unwrap_or(0)
+}
+
 pub fn page_size() -> usize {
     // SAFETY: sysconf has no preconditions.
     let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
