@@ -7,6 +7,7 @@
 //! costs a few dozen bytes per module, and a module's counters must survive its unload anyway (they are dumped
 //! at exit as that load instance's data).
 
+use std::cell::Cell;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
@@ -143,7 +144,7 @@ fn reached_only_through_plt(info: &ModuleInfo) -> bool {
 #[derive(Debug, Default)]
 pub(crate) struct Table {
     /// Executable ranges of loaded modules, sorted by start, non-overlapping.
-    by_address: Vec<(RuntimeAddress, RuntimeAddress, &'static LiveModule)>,
+    by_address: Vec<Range>,
     /// Every load instance ever created, loaded or not, in load order.
     all: Vec<&'static LiveModule>,
 }
@@ -160,13 +161,38 @@ fn current() -> Option<&'static Table> {
     unsafe { table.as_ref() }
 }
 
+type Range = (RuntimeAddress, RuntimeAddress, &'static LiveModule);
+
+thread_local! {
+    /// The range of the current table that this thread's last [`find_address`] found, as the address of its
+    /// entry (one word: a signal handler on this thread sees it whole), or 0. An `mcount` slow path meets the
+    /// callees of one module again and again.
+    static LAST_FOUND: Cell<usize> = const { Cell::new(0) };
+}
+
 /// The loaded module whose executable segments contain `pc`. Lock-free and async-signal-safe.
 pub fn find_address(pc: RuntimeAddress) -> Option<&'static LiveModule> {
     let table = current()?;
     let slots = &table.by_address;
+    let last = LAST_FOUND.with(Cell::get);
+    let offset = last.wrapping_sub(slots.as_ptr() as usize);
+    if offset < core::mem::size_of_val(slots.as_slice()) {
+        // SAFETY: `last` is the address of an entry of the current table's `by_address` (checked: inside the
+        // slice, and only entry addresses are stored); tables are never freed.
+        let &(start, end, module) = unsafe { &*(last as *const Range) };
+        if start <= pc && pc < end {
+            return Some(module);
+        }
+    }
     let after = slots.partition_point(|&(start, _, _)| start <= pc);
-    let &(_, end, module) = slots.get(after.checked_sub(1)?)?;
-    (pc < end).then_some(module)
+    let found = slots.get(after.checked_sub(1)?)?;
+    let &(_, end, module) = found;
+    if pc < end {
+        LAST_FOUND.with(|cell| cell.set(found as *const Range as usize));
+        Some(module)
+    } else {
+        None
+    }
 }
 
 /// mcount slow path: `selfpc` is in no known module. If the calling thread is inside `dlopen`, this is code of
