@@ -23,9 +23,11 @@
 //!   accepts new arcs until it is half full; then the next one is mapped (the thread that wins the
 //!   compare-and-swap of the level pointer installs it, a loser unmaps its own). A slot costs 544
 //!   bytes of address space (32 of key, 8 per stripe), of which only the keys and the counters of
-//!   the stripes in use, handed out densely, become resident. New arcs land on keys all over a
+//!   the stripes in use, handed out densely, become resident (with the rest of their 2 MiB where huge
+//!   pages back the level). New arcs land on keys all over a
 //!   level, so the keys of every level but the first are made resident when it is mapped (one
-//!   system call, huge pages from 2 MiB on) instead of a read fault and a write fault per page. Nothing is
+//!   system call; from the third level on, whose keys take 512 KiB, the whole mapping is a multiple of 2 MiB
+//!   backed by transparent huge pages, counters included) instead of a read fault and a write fault per page. Nothing is
 //!   mapped before a module's first arc, the first level is 2.2 MiB of address space, and each level
 //!   is mapped only when the previous ones hold about as many arcs as it has slots, whatever the
 //!   size of the module's text. The bound is [`MAX_ARCS`] = 8 386 560 distinct arcs per module load
@@ -116,6 +118,11 @@ const SITE_STRETCH_BYTES: u64 = 64;
 
 const TAG_EMPTY: u64 = 0;
 const TAG_BUSY: u64 = 1;
+
+/// Keys of a level from which its mapping is a multiple of 2 MiB (the kernel then aligns it) backed by
+/// transparent huge pages: one fault and 2 MiB cleared instead of a fault per 4 KiB page.
+const HUGE_KEYS_FROM: usize = 512 << 10;
+const HUGE_PAGE_BYTES: usize = 2 << 20;
 
 /// One slot's key. `tag` is EMPTY, BUSY or `caller_key + 2` once the key words are published.
 /// `counter` is the index of the arc's counters in the level's stripe arrays: counters are handed
@@ -217,7 +224,12 @@ impl<'table> Level<'table> {
 
     /// Bytes of the mapping of a level with `slots` slots: keys, then one counter array per stripe.
     const fn mapping_bytes(slots: usize) -> usize {
-        slots * KEY_SLOT_BYTES + STRIPES * slots * 8
+        let bytes = slots * KEY_SLOT_BYTES + STRIPES * slots * 8;
+        if slots * KEY_SLOT_BYTES >= HUGE_KEYS_FROM {
+            bytes.next_multiple_of(HUGE_PAGE_BYTES)
+        } else {
+            bytes
+        }
     }
 
     fn key(&self, index: usize) -> &'table KeySlot {
@@ -617,8 +629,8 @@ impl ArcTable {
         // reach all its key pages long before it is half full. The first level may hold a handful
         // of arcs and is left to fault in.
         let key_bytes = slots * KEY_SLOT_BYTES;
-        if key_bytes >= (2 << 20) {
-            sys::prefer_huge_pages(fresh, key_bytes);
+        if key_bytes >= HUGE_KEYS_FROM {
+            sys::prefer_huge_pages(fresh, bytes);
         }
         if index > 0 {
             sys::populate(fresh, key_bytes);
