@@ -77,8 +77,6 @@ const ENDBR64: [u8; 4] = [0xf3, 0x0f, 0x1e, 0xfa];
 const PROLOGUE: [u8; 4] = [0x55, 0x48, 0x89, 0xe5];
 /// Most bytes between the prologue's start and the site: `mov rbp, rsp`, six pushes, a `sub rsp, imm32`.
 const PROLOGUE_REACH: usize = PROLOGUE.len() + 6 * 2 + 7;
-/// The first two bytes of a site: `call *[rip + disp32]`.
-const CALL_THROUGH_GOT: [u8; 2] = [0xff, 0x15];
 /// Bytes of a site (`call *[rip + disp32]`).
 pub const SITE_BYTES: usize = 6;
 /// Mask of the table index, already multiplied by the entry size.
@@ -93,45 +91,60 @@ pub struct Site {
 }
 
 /// The sites in `text` (mapped at `text_start`) whose operand is one of `got_entries` (runtime addresses of
-/// GOT entries holding `mcount`), in order.
+/// GOT entries holding `mcount`), in order. The scan looks for the prologue's four bytes (`memmem`), rarer
+/// than the call's two, and decodes forward from each.
 pub fn find_sites(text: &[u8], text_start: usize, got_entries: &[usize]) -> Vec<Site> {
     let mut sites = Vec::new();
     if got_entries.is_empty() {
         return sites;
     }
-    let mut i = PROLOGUE.len();
-    while i + SITE_BYTES <= text.len() {
-        if text[i..i + 2] == CALL_THROUGH_GOT
-            && let Some(start) = prologue_start(text, i)
-        {
-            let operand = rel32_target(text_start + i + SITE_BYTES, &text[i + 2..i + 6]);
-            if got_entries.contains(&operand) {
-                let entry = match start.checked_sub(ENDBR64.len()) {
-                    Some(before) if text[before..start] == ENDBR64 => before,
-                    _ => start,
-                };
-                sites.push(Site {
-                    at: text_start + i,
-                    entry: text_start + entry,
-                });
-                i += SITE_BYTES;
-                continue;
-            }
+    let mut free_from = 0;
+    for start in memchr::memmem::find_iter(text, &PROLOGUE) {
+        let Some(at) = site_after_prologue(text, start).filter(|_| start >= free_from) else {
+            continue;
+        };
+        let operand = rel32_target(text_start + at + SITE_BYTES, &text[at + 2..at + SITE_BYTES]);
+        if !got_entries.contains(&operand) {
+            continue;
         }
-        i += 1;
+        let entry = match start.checked_sub(ENDBR64.len()) {
+            Some(before) if text[before..start] == ENDBR64 => before,
+            _ => start,
+        };
+        sites.push(Site {
+            at: text_start + at,
+            entry: text_start + entry,
+        });
+        free_from = at + SITE_BYTES;
     }
     sites
 }
 
-/// Where the `-pg` prologue before `site` starts: `push rbp; mov rbp, rsp`, then pushes and at most one
-/// `sub rsp, imm` (each start tried, the rest must decode exactly up to the site).
-fn prologue_start(text: &[u8], site: usize) -> Option<usize> {
-    (PROLOGUE.len()..=PROLOGUE_REACH.min(site))
-        .map(|back| site - back)
-        .find(|&start| {
-            text[start..start + PROLOGUE.len()] == PROLOGUE
-                && frame_setup_ends_at(&text[start + PROLOGUE.len()..site])
-        })
+/// Where the `-pg` prologue at `start` (`push rbp; mov rbp, rsp`) ends in a `call *[rip + disp32]`: after
+/// pushes of registers and at most one `sub rsp, imm8/imm32`, the last of the frame setup, within
+/// [`PROLOGUE_REACH`] bytes.
+fn site_after_prologue(text: &[u8], start: usize) -> Option<usize> {
+    let mut at = start + PROLOGUE.len();
+    loop {
+        at += match text.get(at..)? {
+            [0xff, 0x15, _, _, _, _, ..] => break,
+            [0x50..=0x57, ..] => 1,
+            [0x41, 0x50..=0x57, ..] => 2,
+            [0x48, 0x83, 0xec, _, 0xff, 0x15, _, _, _, _, ..] => {
+                at += 4;
+                break;
+            }
+            [0x48, 0x81, 0xec, _, _, _, _, 0xff, 0x15, _, _, _, _, ..] => {
+                at += 7;
+                break;
+            }
+            _ => return None,
+        };
+        if at - start > PROLOGUE_REACH {
+            return None;
+        }
+    }
+    (at - start <= PROLOGUE_REACH).then_some(at)
 }
 
 /// The sites of `sites` whose function is the target of at most [`MAX_CALL_SITES`] direct calls (`call
@@ -163,18 +176,6 @@ pub fn with_few_call_sites(sites: &[Site], code: &[(usize, &[u8])]) -> Vec<usize
         })
         .map(|site| site.at)
         .collect()
-}
-
-/// Whether `code` is only pushes of registers followed by at most one `sub rsp, imm8/imm32`.
-fn frame_setup_ends_at(mut code: &[u8]) -> bool {
-    loop {
-        code = match code {
-            [] => return true,
-            [0x50..=0x57, rest @ ..] | [0x41, 0x50..=0x57, rest @ ..] => rest,
-            [0x48, 0x83, 0xec, _] | [0x48, 0x81, 0xec, _, _, _, _] => return true,
-            _ => return false,
-        };
-    }
 }
 
 /// Where a `rel32` (or rip-relative `disp32`) operand whose 4 bytes are `rel` points, from `next`, the address
