@@ -222,14 +222,30 @@ impl<'table> Level<'table> {
         FIRST_LEVEL_SLOTS << index
     }
 
+    /// Whether a level with `slots` slots is backed by transparent huge pages ([`HUGE_KEYS_FROM`]).
+    const fn huge(slots: usize) -> bool {
+        slots * KEY_SLOT_BYTES >= HUGE_KEYS_FROM
+    }
+
     /// Bytes of the mapping of a level with `slots` slots: keys, then one counter array per stripe.
     const fn mapping_bytes(slots: usize) -> usize {
         let bytes = slots * KEY_SLOT_BYTES + STRIPES * slots * 8;
-        if slots * KEY_SLOT_BYTES >= HUGE_KEYS_FROM {
+        if Self::huge(slots) {
             bytes.next_multiple_of(HUGE_PAGE_BYTES)
         } else {
             bytes
         }
+    }
+
+    /// The first level's marks of the pages of keys a claim wrote (`None` for the other levels), as they are
+    /// now, for [`Level::unclaimed`].
+    fn claimed_now(&self, order: Ordering) -> Option<u64> {
+        self.claimed_pages.map(|pages| pages.load(order))
+    }
+
+    /// Whether `slot` lies on a page of keys that no claim had written when `claimed` was read.
+    fn unclaimed(claimed: Option<u64>, slot: usize) -> bool {
+        claimed.is_some_and(|pages| pages & (1 << (slot / KEYS_PER_PAGE)) == 0)
     }
 
     fn key(&self, index: usize) -> &'table KeySlot {
@@ -243,11 +259,9 @@ impl<'table> Level<'table> {
     /// The slots whose keys are published, in slot order: `(slot, tag, caller_addr, callee_addr)`.
     /// BUSY and EMPTY slots are skipped.
     fn published(self) -> impl Iterator<Item = (usize, u64, u64, u64)> + 'table {
-        let claimed = self
-            .claimed_pages
-            .map(|pages| pages.load(Ordering::Acquire));
+        let claimed = self.claimed_now(Ordering::Acquire);
         (0..self.slots).filter_map(move |slot| {
-            if claimed.is_some_and(|pages| pages & (1 << (slot / KEYS_PER_PAGE)) == 0) {
+            if Self::unclaimed(claimed, slot) {
                 return None;
             }
             let key = self.key(slot);
@@ -629,7 +643,7 @@ impl ArcTable {
         // reach all its key pages long before it is half full. The first level may hold a handful
         // of arcs and is left to fault in.
         let key_bytes = slots * KEY_SLOT_BYTES;
-        if key_bytes >= HUGE_KEYS_FROM {
+        if Level::huge(slots) {
             sys::prefer_huge_pages(fresh, bytes);
         }
         if index > 0 {
@@ -768,11 +782,9 @@ impl ArcTable {
 /// being read: reading it would fault in a page of zeros that the claim then faults again to write. A claim
 /// on another thread that this misses only sends the lookup to [`claim`], which reads the slots themselves.
 fn probe(level: &Level, hash: u64, tag: u64, caller_addr: u64, callee_addr: u64) -> Probe {
-    let claimed = level
-        .claimed_pages
-        .map(|pages| pages.load(Ordering::Relaxed));
+    let claimed = level.claimed_now(Ordering::Relaxed);
     for slot in level.probe_sequence(hash, tag, caller_addr) {
-        if claimed.is_some_and(|pages| pages & (1 << (slot / KEYS_PER_PAGE)) == 0) {
+        if Level::unclaimed(claimed, slot) {
             return Probe::Vacant(slot);
         }
         let key = level.key(slot);
