@@ -95,9 +95,15 @@ impl LiveModule {
 
     /// Whether `pc` is in one of this module's executable segments.
     pub fn contains_address(&self, pc: RuntimeAddress) -> bool {
-        self.runtime_ranges
-            .iter()
-            .any(|&(start, end)| start <= pc && pc < end)
+        self.contains_bytes(pc, 1)
+    }
+
+    /// Whether the `len` bytes from `start` lie in one of this module's executable segments.
+    pub fn contains_bytes(&self, start: RuntimeAddress, len: usize) -> bool {
+        let (start, len) = (start.as_usize(), len.max(1));
+        self.runtime_ranges.iter().any(|&(low, high)| {
+            low.as_usize() <= start && start.saturating_add(len) <= high.as_usize()
+        })
     }
 
     /// The one conversion from the process's addresses to the module's: what histograms, arcs and files hold.

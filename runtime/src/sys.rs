@@ -376,11 +376,7 @@ pub fn resident_pages(address: usize, len: usize, pages: &mut [u8]) -> bool {
 /// Page faults the calling thread has taken that needed no I/O (`getrusage(RUSAGE_THREAD)`: `ru_minflt`).
 #[cfg(test)]
 pub fn thread_minor_faults() -> u64 {
-    // SAFETY: rusage is plain old data; all-zero is a valid value.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: `usage` is a valid out-pointer for the call.
-    unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) };
-    u64::try_from(usage.ru_minflt).unwrap_or(0)
+    rusage(libc::RUSAGE_THREAD).map_or(0, |usage| u64::try_from(usage.ru_minflt).unwrap_or(0))
 }
 
 pub fn page_size() -> usize {
@@ -662,19 +658,24 @@ pub use libc::{CLOCK_PROCESS_CPUTIME_ID, CLOCK_REALTIME};
 /// `getrusage(RUSAGE_SELF)`; `None` on failure. A plain syscall: no allocation, errno preserved, safe in a
 /// signal handler.
 pub fn process_cpu_ns() -> Option<(u64, u64)> {
-    let saved = SavedErrno::save();
-    // SAFETY: rusage is plain old data; all-zero is a valid value.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: `usage` is a valid out-pointer for the call.
-    let ok = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) } == 0;
-    drop(saved);
+    let usage = rusage(libc::RUSAGE_SELF)?;
     let ns = |t: libc::timeval| {
         u64::try_from(t.tv_sec)
             .unwrap_or(0)
             .saturating_mul(1_000_000_000)
             .saturating_add(u64::try_from(t.tv_usec).unwrap_or(0).saturating_mul(1000))
     };
-    ok.then(|| (ns(usage.ru_utime), ns(usage.ru_stime)))
+    Some((ns(usage.ru_utime), ns(usage.ru_stime)))
+}
+
+/// `getrusage(who)`; `None` on failure. A plain syscall: no allocation, errno preserved, safe in a signal
+/// handler.
+fn rusage(who: libc::c_int) -> Option<libc::rusage> {
+    let _errno = SavedErrno::save();
+    // SAFETY: rusage is plain old data; all-zero is a valid value.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `usage` is a valid out-pointer for the call.
+    (unsafe { libc::getrusage(who, &mut usage) } == 0).then_some(usage)
 }
 
 /// When this process started, in ns since the epoch, rounded down to the kernel's clock tick

@@ -398,7 +398,7 @@ fn plt_call(before: CallBefore, selfpc: usize, arena: (usize, usize)) -> Option<
         target: plt,
     } = before;
     const ENTRY_BYTES: usize = 11;
-    if !in_code_segment(module, plt, ENTRY_BYTES) {
+    if !module.contains_bytes(RuntimeAddress::from_usize(plt), ENTRY_BYTES) {
         return None;
     }
     // SAFETY: as above, inside one executable segment.
@@ -472,7 +472,7 @@ struct CallBefore {
 fn call_before(frompc: usize) -> Option<CallBefore> {
     let module = modules::find_address(RuntimeAddress::from_usize(frompc))?;
     let site = frompc.checked_sub(5)?;
-    if !in_code_segment(module, site, SITE_BYTES) {
+    if !module.contains_bytes(RuntimeAddress::from_usize(site), SITE_BYTES) {
         return None;
     }
     // SAFETY: six bytes inside one executable segment of a loaded module, which stays mapped (loader lock).
@@ -487,14 +487,6 @@ fn call_before(frompc: usize) -> Option<CallBefore> {
         original,
         target: frompc.wrapping_add_signed(rel as isize),
     })
-}
-
-/// Whether `[start, start + len)` lies in one executable segment of `module`.
-fn in_code_segment(module: &LiveModule, start: usize, len: usize) -> bool {
-    module
-        .info
-        .runtime_ranges()
-        .any(|(low, high)| low.as_usize() <= start && start.saturating_add(len) <= high.as_usize())
 }
 
 /// The page this look writes stubs near a module's code into (or near the arena's: [`ARENA_KEY`]), and the
