@@ -112,9 +112,9 @@ static BINDINGS_USED: AtomicUsize = AtomicUsize::new(0);
 /// second entry, the redirected stub's, after it.
 static SITE_BOUND: [AtomicUsize; MAX_SITES] = [const { AtomicUsize::new(0) }; MAX_SITES];
 /// The count each arc had at the last look that read it (a slot per hash of the arc, twice as many slots as
-/// the cache entries a look reads: arcs that share one take turns), so that a look judges the calls made
-/// since: the arcs of a past phase of the program (Python's imports) are not rewritten in place of those of
-/// the current one.
+/// the cache entries a look reads: arcs that share one take turns, but one with fewer than [`MIN_CALLS`] calls
+/// never takes the slot of one with more), so that a look judges the calls made since: the arcs of a past
+/// phase of the program (Python's imports) are not rewritten in place of those of the current one.
 static SEEN: [(AtomicUsize, AtomicU64); SEEN_SLOTS] =
     [const { (AtomicUsize::new(0), AtomicU64::new(0)) }; SEEN_SLOTS];
 /// The stub mappings: module key, start, pages used; `REGIONS` of them valid.
@@ -329,13 +329,17 @@ fn calls_since_last_look(thread: usize, frompc: usize, selfpc: usize, count: u64
     let key = (frompc.wrapping_mul(FIBONACCI) ^ selfpc).wrapping_mul(FIBONACCI) ^ thread;
     let (seen_key, seen_count) = &SEEN[top_bits(key, SEEN_SLOTS.trailing_zeros())];
     let before = seen_count.load(Ordering::Relaxed);
-    let same = seen_key.load(Ordering::Relaxed) == key;
+    if seen_key.load(Ordering::Relaxed) != key {
+        // An arc with few calls does not take the slot of one with many: they would take it from each other
+        // at every look, and the one with many would be new at every look (and never picked).
+        if before < MIN_CALLS || count >= MIN_CALLS {
+            seen_key.store(key, Ordering::Relaxed);
+            seen_count.store(count, Ordering::Relaxed);
+        }
+        return None;
+    }
     if before != count {
         seen_count.store(count, Ordering::Relaxed);
-    }
-    if !same {
-        seen_key.store(key, Ordering::Relaxed);
-        return None;
     }
     Some(count.saturating_sub(before))
 }
@@ -941,6 +945,38 @@ fn encode_binding_stub(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_arc_with_few_calls_leaves_the_seen_slot_of_one_with_many() {
+        // A made-up thread (slot address) of this test's own, and two arcs whose keys share a slot of SEEN.
+        let thread = 0x5eed_0000_0040;
+        let slot_of = |frompc: usize, selfpc: usize| {
+            let key = (frompc.wrapping_mul(FIBONACCI) ^ selfpc).wrapping_mul(FIBONACCI) ^ thread;
+            top_bits(key, SEEN_SLOTS.trailing_zeros())
+        };
+        let hot = (0x1000, 0x9000);
+        let cold = (0x1001..)
+            .map(|frompc| (frompc, 0x9000))
+            .find(|&(frompc, selfpc)| slot_of(frompc, selfpc) == slot_of(hot.0, hot.1))
+            .expect("a colliding arc");
+        assert_eq!(calls_since_last_look(thread, hot.0, hot.1, MIN_CALLS), None);
+        assert_eq!(calls_since_last_look(thread, cold.0, cold.1, 3), None);
+        assert_eq!(calls_since_last_look(thread, cold.0, cold.1, 5), None);
+        // The arc with many calls kept its slot: its calls since the last look are known.
+        assert_eq!(
+            calls_since_last_look(thread, hot.0, hot.1, MIN_CALLS + 700),
+            Some(700)
+        );
+        // One with as many calls takes the slot.
+        assert_eq!(
+            calls_since_last_look(thread, cold.0, cold.1, MIN_CALLS),
+            None
+        );
+        assert_eq!(
+            calls_since_last_look(thread, cold.0, cold.1, MIN_CALLS + 1),
+            Some(1)
+        );
+    }
 
     #[test]
     fn the_stub_lays_out_as_documented() {
