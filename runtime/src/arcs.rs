@@ -21,18 +21,19 @@
 //! - **Bounded growth without locks.** Storage is a chain of up to [`MAX_LEVELS`] open-addressing
 //!   levels, level *i* having `FIRST_LEVEL_SLOTS << i` slots, each level one anonymous `mmap`. A level
 //!   accepts new arcs until it is half full; then the next one is mapped (the thread that wins the
-//!   compare-and-swap of the level pointer installs it, a loser unmaps its own). A slot costs 544
-//!   bytes of address space (32 of key, 8 per stripe), of which only the keys and the counters of
+//!   compare-and-swap of the level pointer installs it, a loser unmaps its own). A slot costs 528
+//!   bytes of address space (16 of key, 8 per stripe), of which only the keys and the counters of
 //!   the stripes in use, handed out densely, become resident (with the rest of their 2 MiB where huge
-//!   pages back the level). New arcs land on keys all over a
-//!   level, so the keys of every level but the first are made resident when it is mapped (one
-//!   system call; from the third level on, whose keys take 512 KiB, the whole mapping is a multiple of 2 MiB
-//!   backed by transparent huge pages, counters included) instead of a read fault and a write fault per page. Nothing is
-//!   mapped before a module's first arc, the first level is 2.2 MiB of address space, and each level
-//!   is mapped only when the previous ones hold about as many arcs as it has slots, whatever the
-//!   size of the module's text. The bound is [`MAX_ARCS`] = 8 386 560 distinct arcs per module load
-//!   instance; every call of an arc that does not fit is counted in [`ArcTable::dropped`] and ends
-//!   up in the dump, never lost silently.
+//!   pages back the level). New arcs land on keys all over a level, so the keys of every level but
+//!   the first are made resident when it is mapped (one system call; from the fourth level on, whose
+//!   keys take 512 KiB, the whole mapping is a multiple of 2 MiB backed by transparent huge pages,
+//!   counters included) instead of a read fault and a write fault per page. Nothing is mapped before
+//!   a module's first arc, the first level is 2.2 MiB of address space, and each level is mapped
+//!   only when the previous ones hold about as many arcs as it has slots, whatever the size of the
+//!   module's text. The bound is [`MAX_ARCS`] = 8 386 560 distinct arcs per module load instance;
+//!   every call of an arc that does not fit, or whose caller or callee address does not fit in 32
+//!   bits (a key keeps 32 of each; a module's link-time addresses do fit), is counted in
+//!   [`ArcTable::dropped`] and ends up in the dump, never lost silently.
 //! - **New arcs cost one level's probe.** From the third level on, a Bloom filter of the table's
 //!   keys lets the lookup of an arc that is not there skip the older levels.
 //! - **New arcs of neighbouring call sites are neighbours.** A key's probe sequence starts at slots
@@ -124,28 +125,65 @@ const TAG_BUSY: u64 = 1;
 const HUGE_KEYS_FROM: usize = 512 << 10;
 const HUGE_PAGE_BYTES: usize = 2 << 20;
 
-/// One slot's key. `tag` is EMPTY, BUSY or `caller_key + 2` once the key words are published.
-/// `counter` is the index of the arc's counters in the level's stripe arrays: counters are handed
-/// out densely in order of insertion, so arcs first used together (a loop's, a phase's) have their
-/// counters side by side instead of spread over the whole array like the slots.
-#[repr(C, align(32))]
+/// One slot's key, in two words. `word` is EMPTY, BUSY, or, once the key is published, its tag
+/// (`caller_key + 2`) in the low [`TAG_BITS`] bits and above them the index of the arc's counters in
+/// the level's stripe arrays: counters are handed out densely in order of insertion, so arcs first
+/// used together (a loop's, a phase's) have their counters side by side instead of spread over the
+/// whole array like the slots. `addresses` is the caller's link-time address in its low 32 bits and
+/// the callee's in its high 32 (a module's link-time addresses fit; [`ArcTable::counter`] drops an
+/// arc with a larger one). 16 bytes a slot: a level's keys take half the memory, and the page
+/// faults, that four words took.
+#[repr(C, align(16))]
 struct KeySlot {
-    tag: AtomicU64,
-    caller_addr: AtomicU64,
-    callee_addr: AtomicU64,
-    counter: AtomicU64,
+    word: AtomicU64,
+    addresses: AtomicU64,
 }
 
 const KEY_SLOT_BYTES: usize = core::mem::size_of::<KeySlot>();
 
+/// Bits of a published key's word that hold its tag (a caller key is 32 bits, plus 2).
+const TAG_BITS: u32 = 33;
+const TAG_MASK: u64 = (1 << TAG_BITS) - 1;
+// A counter index is below the slots of the largest level.
+const _: () = assert!(((FIRST_LEVEL_SLOTS << (MAX_LEVELS - 1)) as u64) <= u64::MAX >> TAG_BITS);
+
+/// The key word's tag: EMPTY, BUSY or `caller_key + 2`.
+fn tag_of(word: u64) -> u64 {
+    word & TAG_MASK
+}
+
+/// Whether an arc's addresses fit a key's addresses word.
+fn addresses_fit(caller_addr: u64, callee_addr: u64) -> bool {
+    (caller_addr | callee_addr) >> 32 == 0
+}
+
+/// The addresses word of an arc whose addresses fit ([`addresses_fit`]).
+fn packed_addresses(caller_addr: u64, callee_addr: u64) -> u64 {
+    caller_addr | callee_addr << 32
+}
+
 impl KeySlot {
-    /// Whether this slot, whose tag was read as `found`, holds the key (`tag`, `caller_addr`,
-    /// `callee_addr`). The address words are published before the tag (release), so a tag read with
-    /// acquire that is neither EMPTY nor BUSY makes them readable.
+    /// Whether this slot, whose word was read as `found`, holds the key (`tag`, `caller_addr`,
+    /// `callee_addr`: addresses that fit). The addresses are published before the word (release), so
+    /// a word read with acquire that is neither EMPTY nor BUSY makes them readable.
     fn holds(&self, found: u64, tag: u64, caller_addr: u64, callee_addr: u64) -> bool {
-        found == tag
-            && self.caller_addr.load(Ordering::Relaxed) == caller_addr
-            && self.callee_addr.load(Ordering::Relaxed) == callee_addr
+        tag_of(found) == tag
+            && self.addresses.load(Ordering::Relaxed) == packed_addresses(caller_addr, callee_addr)
+    }
+
+    /// Publishes a claimed (BUSY) slot's key (addresses that fit) with its counter index.
+    fn publish(&self, tag: u64, caller_addr: u64, callee_addr: u64, counter: usize) {
+        self.addresses.store(
+            packed_addresses(caller_addr, callee_addr),
+            Ordering::Relaxed,
+        );
+        self.word
+            .store(tag | (counter as u64) << TAG_BITS, Ordering::Release);
+    }
+
+    /// The index of the arc's counters (a published slot).
+    fn counter_index(&self) -> usize {
+        (self.word.load(Ordering::Relaxed) >> TAG_BITS) as usize
     }
 }
 
@@ -265,14 +303,10 @@ impl<'table> Level<'table> {
                 return None;
             }
             let key = self.key(slot);
-            let tag = key.tag.load(Ordering::Acquire);
+            let tag = tag_of(key.word.load(Ordering::Acquire));
             (tag >= 2).then(|| {
-                (
-                    slot,
-                    tag,
-                    key.caller_addr.load(Ordering::Relaxed),
-                    key.callee_addr.load(Ordering::Relaxed),
-                )
+                let addresses = key.addresses.load(Ordering::Relaxed);
+                (slot, tag, addresses & u64::from(u32::MAX), addresses >> 32)
             })
         })
     }
@@ -324,15 +358,12 @@ impl<'table> Level<'table> {
 
     /// The counter of the arc in published slot `slot`, stripe `stripe`.
     fn count(&self, stripe: usize, slot: usize) -> &'table AtomicU64 {
-        self.counter(
-            stripe,
-            self.key(slot).counter.load(Ordering::Relaxed) as usize,
-        )
+        self.counter(stripe, self.key(slot).counter_index())
     }
 
     /// The sum of the arc's counters in the stripes of `stripes` (a bit mask).
     fn total(&self, slot: usize, mut stripes: u64) -> u64 {
-        let index = self.key(slot).counter.load(Ordering::Relaxed) as usize;
+        let index = self.key(slot).counter_index();
         let mut total = 0u64;
         while stripes != 0 {
             let stripe = stripes.trailing_zeros() as usize;
@@ -444,6 +475,10 @@ impl ArcTable {
         callee_addr: LinkAddress,
     ) -> Option<&AtomicU64> {
         let (LinkAddress(caller_addr), LinkAddress(callee_addr)) = (caller_addr, callee_addr);
+        if !addresses_fit(caller_addr, callee_addr) {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
         let stripe = stripe % STRIPES;
         let bit = 1u64 << stripe;
         if self.stripes_used.load(Ordering::Relaxed) & bit == 0 {
@@ -743,7 +778,7 @@ impl ArcTable {
             };
             for probe_slot in level.probe_sequence(hash, tag, caller_addr) {
                 let key = level.key(probe_slot);
-                let probe_tag = key.tag.load(Ordering::Acquire);
+                let probe_tag = key.word.load(Ordering::Acquire);
                 if probe_tag == TAG_EMPTY {
                     break;
                 }
@@ -788,7 +823,7 @@ fn probe(level: &Level, hash: u64, tag: u64, caller_addr: u64, callee_addr: u64)
             return Probe::Vacant(slot);
         }
         let key = level.key(slot);
-        let probe_tag = key.tag.load(Ordering::Acquire);
+        let probe_tag = key.word.load(Ordering::Acquire);
         if probe_tag == TAG_EMPTY {
             return Probe::Vacant(slot);
         }
@@ -813,7 +848,7 @@ fn claim(
     for slot in level.probe_sequence(hash, tag, caller_addr) {
         let key = level.key(slot);
         match key
-            .tag
+            .word
             .compare_exchange(TAG_EMPTY, TAG_BUSY, Ordering::Acquire, Ordering::Acquire)
         {
             Ok(_) => {
@@ -821,10 +856,7 @@ fn claim(
                     pages.fetch_or(1 << (slot / KEYS_PER_PAGE), Ordering::Relaxed);
                 }
                 let counter = used.fetch_add(1, Ordering::Relaxed);
-                key.caller_addr.store(caller_addr, Ordering::Relaxed);
-                key.callee_addr.store(callee_addr, Ordering::Relaxed);
-                key.counter.store(counter as u64, Ordering::Relaxed);
-                key.tag.store(tag, Ordering::Release);
+                key.publish(tag, caller_addr, callee_addr, counter);
                 return Some((slot, true));
             }
             Err(found) => {
@@ -981,6 +1013,18 @@ mod tests {
     }
 
     #[test]
+    fn an_arc_with_an_address_beyond_32_bits_is_counted_as_dropped() {
+        let table = ArcTable::new();
+        table.record(1, LinkAddress(0xffff_fff0), LinkAddress(0xffff_ff00));
+        table.record(1, LinkAddress(1 << 32), LinkAddress(0x20));
+        table.record(1, LinkAddress(0x10), LinkAddress(1 << 32));
+        assert_eq!(table.dropped(), 2);
+        let arcs = snapshot(&table);
+        assert_eq!(arcs.len(), 1);
+        assert_eq!(arcs.get(&(1, 0xffff_fff0, 0xffff_ff00)), Some(&1));
+    }
+
+    #[test]
     fn duplicate_slots_are_merged() {
         let table = ArcTable::new();
         table.record(9, LinkAddress(0x90), LinkAddress(0x20));
@@ -993,16 +1037,12 @@ mod tests {
         let mut sequence = level.probe_sequence(hash(1, 0x10, 0x20), tag, 0x10);
         let (home, duplicate) = (sequence.next().unwrap(), sequence.next().unwrap());
         table.lookups_in_flight.fetch_add(1, Ordering::SeqCst);
-        level.key(home).tag.store(TAG_BUSY, Ordering::Relaxed);
+        level.key(home).word.store(TAG_BUSY, Ordering::Relaxed);
         table.record(1, LinkAddress(0x10), LinkAddress(0x20));
         assert_eq!(level.total(duplicate, u64::MAX), 1);
         // A finishes as `claim` and `insert` do, and counts 5 calls.
-        let key = level.key(home);
-        key.caller_addr.store(0x10, Ordering::Relaxed);
-        key.callee_addr.store(0x20, Ordering::Relaxed);
         let counter = table.used[0].fetch_add(1, Ordering::Relaxed);
-        key.counter.store(counter as u64, Ordering::Relaxed);
-        key.tag.store(tag, Ordering::Release);
+        level.key(home).publish(tag, 0x10, 0x20, counter);
         table.note_if_raced();
         table.lookups_in_flight.fetch_sub(1, Ordering::SeqCst);
         level
@@ -1057,7 +1097,7 @@ mod tests {
                 LinkAddress(0x1000 + site * 5),
                 LinkAddress(0x40 + site % 2000 * 16),
             );
-            let spread = hash(1, site, 0) >> 20;
+            let spread = hash(1, site, 0) >> 32;
             scattered.record(1, LinkAddress(spread), LinkAddress(0x40 + site % 2000 * 16));
         }
         assert_eq!((dense.len(), dense.dropped()), (100_000, 0));
