@@ -3,7 +3,8 @@
 //! with the runtime) and with `MSLPROF_PLT=0`, as per-call slopes; and rustc `-O` on a generated crate of 300
 //! small functions under `LD_PROFILE=ALL` with PLT counting on and off, against the plain run's CPU time; and
 //! two call-heavy programs nobody here wrote, Python with SQLite and `openssl speed`, the same three ways
-//! and with PLT counting but no call site rewritten (`MSLPROF_PLT_SITES=0`).
+//! and with PLT counting but no call site rewritten (`MSLPROF_PLT_SITES=0`), and what their modules weigh in
+//! the report with PLT counting on and off.
 
 use std::path::{Path, PathBuf};
 
@@ -468,5 +469,171 @@ pub fn run(env: &Env) -> Result<Vec<Section>, String> {
         rustc_section(env)?,
         python_sqlite_section(env)?,
         openssl_section(env)?,
+        shares_section(env)?,
     ])
+}
+
+/// Sampling rate of the share runs: about 800 samples in the Python run, 3 000 in openssl's.
+const SHARES_HZ: &str = "1000";
+
+/// Each module's share of the program's own samples (the module table's `program` column: all samples but
+/// the profiling overhead's; its `samples` column when the run had no overhead row) in the report of the
+/// profile `file`.
+fn module_shares(env: &Env, file: &Path) -> Result<Vec<(String, f64)>, String> {
+    let output = std::process::Command::new(&env.analyzer)
+        .args(["-b", "-p"])
+        .arg(file)
+        .output()
+        .map_err(|e| format!("{}: {e}", env.analyzer.display()))?;
+    if !output.status.success() {
+        return Err(format!(
+            "mslprof -b -p {}: {}",
+            file.display(),
+            String::from_utf8_lossy(&output.stderr)
+        ));
+    }
+    let report = String::from_utf8_lossy(&output.stdout);
+    let percent = |field: &str| field.strip_suffix('%').and_then(|f| f.parse::<f64>().ok());
+    let shares = report
+        .lines()
+        .skip_while(|line| line.trim() != "Modules")
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            fields.first()?.parse::<u32>().ok()?;
+            let samples = percent(fields.get(1)?)?;
+            match fields.get(2).and_then(|f| percent(f)) {
+                Some(program) => Some((fields.get(3)?.to_string(), program)),
+                // The overhead's own row has no program share; nor has any row without an overhead row.
+                None if fields.get(3) == Some(&"(profiling") => None,
+                None => Some((fields.get(2)?.to_string(), samples)),
+            }
+        })
+        .collect::<Vec<_>>();
+    if shares.is_empty() {
+        return Err(format!(
+            "no module table in the report of {}",
+            file.display()
+        ));
+    }
+    Ok(shares)
+}
+
+/// What the program's modules weigh with PLT counting on, against `MSLPROF_PLT=0`: the module table's shares of
+/// the program's own samples, for Python with SQLite and for openssl, in interleaved rounds.
+fn shares_section(env: &Env) -> Result<Section, String> {
+    let title = "Call counting: module shares with PLT counting";
+    let rounds = match env.scale {
+        Scale::Quick => 3,
+        _ => 7,
+    };
+    let mut programs: Vec<(&str, Vec<Invocation>)> = Vec::new();
+    if let Some(python) = real_python() {
+        let dir = env.scratch.join("plt-python");
+        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        let script = dir.join("sqlite_inserts.py");
+        std::fs::write(&script, SQLITE_SCRIPT).map_err(|e| format!("{}: {e}", script.display()))?;
+        programs.push((
+            "Python + SQLite",
+            [Mode::Counted, Mode::Off]
+                .iter()
+                .map(|mode| mode.invocation(env, &python, &dir).arg("sqlite_inserts.py"))
+                .collect(),
+        ));
+    }
+    let openssl_dir = env.scratch.join("plt-openssl");
+    std::fs::create_dir_all(&openssl_dir).map_err(|e| e.to_string())?;
+    let openssl = |mode: Mode| {
+        mode.invocation(env, Path::new("openssl"), &openssl_dir)
+            .args(["speed", "-seconds", "3", "-bytes", "16", "sha256"])
+    };
+    if run_once(&openssl(Mode::Plain)).is_ok() {
+        programs.push((
+            "openssl speed sha256",
+            vec![openssl(Mode::Counted), openssl(Mode::Off)],
+        ));
+    }
+    let mut rows = Vec::new();
+    let mut widest = 0.0f64;
+    for (name, invs) in &programs {
+        // Per mode, per module: its share in each round.
+        let mut shares: Vec<std::collections::BTreeMap<String, Vec<f64>>> =
+            vec![Default::default(); 2];
+        for round in 0..rounds {
+            for i in round_order(round, invs.len()) {
+                let out = env.scratch.join(format!("plt-shares-{round}-{i}"));
+                let _ = std::fs::remove_dir_all(&out);
+                std::fs::create_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
+                let inv = invs[i]
+                    .clone()
+                    .env("MSLPROF_HZ", SHARES_HZ)
+                    .env("GPROFDIR", out.to_string_lossy());
+                run_once(&inv)?;
+                let file = std::fs::read_dir(&out)
+                    .map_err(|e| format!("{}: {e}", out.display()))?
+                    .filter_map(|entry| entry.ok().map(|entry| entry.path()))
+                    .min()
+                    .ok_or_else(|| format!("`{}` wrote no profile", inv.shell_line()))?;
+                for (module, share) in module_shares(env, &file)? {
+                    shares[i].entry(module).or_default().push(share);
+                }
+                let _ = std::fs::remove_dir_all(&out);
+            }
+        }
+        // The modules with at least 1 % of the program's samples in either mode, largest first.
+        let median = |mode: usize, module: &str| {
+            shares[mode]
+                .get(module)
+                .map(|values| {
+                    let mut all = values.clone();
+                    all.resize(rounds, 0.0);
+                    Spread::of(&all)
+                })
+                .unwrap_or(Spread::of(&[0.0]))
+        };
+        let mut modules: Vec<&String> = shares[0]
+            .keys()
+            .chain(shares[1].keys())
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .filter(|module| median(0, module).median >= 1.0 || median(1, module).median >= 1.0)
+            .collect();
+        modules.sort_by(|a, b| median(1, b).median.total_cmp(&median(1, a).median));
+        for module in modules {
+            let (counted, off) = (median(0, module), median(1, module));
+            let difference = counted.median - off.median;
+            widest = widest.max(difference.abs());
+            rows.push(vec![
+                name.to_string(),
+                module.clone(),
+                show_share(&off),
+                show_share(&counted),
+                format!("{difference:+.1}"),
+            ]);
+        }
+    }
+    Ok(Section {
+        title: title.into(),
+        intro: format!(
+            "The programs of the two sections above, profiled at `MSLPROF_HZ={SHARES_HZ}` with PLT counting on and with              `MSLPROF_PLT=0`, in {rounds} interleaved rounds: each module's share of the program's own samples (the              report's module table, `program` column: every sample but the profiling overhead's, which holds the              time in the runtime and its stubs), median (min–max) over the rounds, for the modules with at least              1 % in either mode."
+        ),
+        header: [
+            "program",
+            "module",
+            "MSLPROF_PLT=0",
+            "PLT counted",
+            "difference (points)",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect(),
+        rows,
+        notes: vec![format!(
+            "Target (issue 35): every module within 2 points. Widest difference in this run: {widest:.1} points."
+        )],
+    })
+}
+
+/// A share in percent, "12.3 (11.0–13.1)".
+fn show_share(spread: &Spread) -> String {
+    format!("{:.1} ({:.1}–{:.1})", spread.median, spread.min, spread.max)
 }
