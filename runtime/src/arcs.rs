@@ -387,7 +387,7 @@ fn hash(caller_key: u32, caller_addr: u64, callee_addr: u64) -> u64 {
     let mixed = callee_addr
         ^ caller_addr.rotate_left(29)
         ^ (u64::from(caller_key)).wrapping_mul(0xD6E8_FEB8_6659_FD93);
-    let mixed = mixed.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let mixed = mixed.wrapping_mul(crate::FIBONACCI);
     mixed ^ (mixed >> 31)
 }
 
@@ -533,7 +533,7 @@ impl ArcTable {
     /// a line at a time instead of missing the cache on every new arc; the callees of one call site
     /// spread over its line's eight words.
     fn filter_position(tag: u64, caller_addr: u64, hash: u64) -> (usize, u64) {
-        let line = (caller_addr >> 4) ^ tag.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let line = (caller_addr >> 4) ^ tag.wrapping_mul(crate::FIBONACCI);
         let word = ((line << 3) | ((hash >> 40) & 7)) as usize & (FILTER_WORDS - 1);
         let bits = (1u64 << ((hash >> 28) & 63)) | (1u64 << ((hash >> 34) & 63));
         (word, bits)

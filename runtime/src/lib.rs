@@ -37,6 +37,10 @@ use modules::ModulePolicy;
 use status::{ACTIVE, EMBEDDED, INERT, NOT_STARTED, STARTING, STATE};
 pub use status::{is_active, settings};
 
+/// Fibonacci hashing's multiplier (2^64 / the golden ratio): the runtime's hash tables multiply by it to spread
+/// addresses and keys over their slots.
+const FIBONACCI: u64 = 0x9E37_79B9_7F4A_7C15;
+
 /// The policy for modules that join the table (start-up scan, and later loads).
 pub fn module_policy() -> Option<ModulePolicy<'static>> {
     settings().map(|s| ModulePolicy {

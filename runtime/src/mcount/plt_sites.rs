@@ -350,8 +350,8 @@ fn refused_bit(frompc: usize) -> (&'static AtomicU64, u64) {
     (&REFUSED[bit / 64], 1 << (bit % 64))
 }
 
-/// Fibonacci hashing's multiplier (2^64 / golden ratio).
-const FIBONACCI: usize = 0x9e37_79b9_7f4a_7c15;
+/// [`crate::FIBONACCI`] for `usize` arithmetic.
+const FIBONACCI: usize = crate::FIBONACCI as usize;
 
 /// The top `bits` bits of `value`'s Fibonacci hash: an index into a table of 2^bits slots.
 fn top_bits(value: usize, bits: u32) -> usize {

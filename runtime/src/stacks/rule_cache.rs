@@ -118,7 +118,7 @@ pub struct RuleCache {
 /// The entry a (key, address) may occupy: Fibonacci hashing of both, so that addresses a few bytes apart and
 /// the same address in two load instances spread over the cache.
 fn index(key: u32, address: u64) -> usize {
-    let mixed = (address ^ u64::from(key).rotate_right(16)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let mixed = (address ^ u64::from(key).rotate_right(16)).wrapping_mul(crate::FIBONACCI);
     (mixed >> (u64::BITS - INDEX_BITS)) as usize
 }
 

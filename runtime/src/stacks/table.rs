@@ -100,7 +100,7 @@ fn hash(frames: &[Frame], flags: u32) -> u64 {
     let mut h = 0xcbf2_9ce4_8422_2325u64 ^ u64::from(flags) ^ ((frames.len() as u64) << 32);
     for frame in frames {
         h = (h ^ frame.address).wrapping_mul(0x0000_0100_0000_01B3);
-        h = (h ^ u64::from(frame.key)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        h = (h ^ u64::from(frame.key)).wrapping_mul(crate::FIBONACCI);
         h ^= h >> 29;
     }
     h | PUBLISHED_BIT
