@@ -106,6 +106,17 @@ impl LiveModule {
         })
     }
 
+    /// The span of this module's executable segments, `[lowest start, highest end)` as runtime addresses
+    /// (`(usize::MAX, 0)` when it has none): where its stubs must be within a `rel32` of.
+    pub fn code_span(&self) -> (usize, usize) {
+        self.runtime_ranges
+            .iter()
+            .filter(|(start, end)| start < end)
+            .fold((usize::MAX, 0), |(low, high), &(start, end)| {
+                (low.min(start.as_usize()), high.max(end.as_usize()))
+            })
+    }
+
     /// The one conversion from the process's addresses to the module's: what histograms, arcs and files hold.
     pub fn link_address(&self, pc: RuntimeAddress) -> LinkAddress {
         self.load_bias.link_address(pc)

@@ -660,7 +660,7 @@ fn rewrite(picks: &[Pick], arena: (usize, usize), writing: Writing) -> usize {
 
 /// Adds the stub and the jump that rewrite the PLT call site `call` of `pick`; false when it cannot be made.
 fn rewrite_site(stubs: &mut NewStubs, call: &PltCall, pick: &Pick) -> bool {
-    let (low, high) = module_code(call.module);
+    let (low, high) = call.module.code_span();
     let Some((at, stub)) = stubs.room(call.module.key, low, high) else {
         return false;
     };
@@ -736,16 +736,6 @@ fn redirect_audit_stub(
     BINDINGS_USED.store(binding + 1, Ordering::Relaxed);
     stubs.add(at, &code, jump, pick.key());
     true
-}
-
-/// The lowest and highest address of `module`'s code.
-fn module_code(module: &LiveModule) -> (usize, usize) {
-    module
-        .info
-        .runtime_ranges()
-        .fold((usize::MAX, 0), |(low, high), (start, end)| {
-            (low.min(start.as_usize()), high.max(end.as_usize()))
-        })
 }
 
 /// A fresh page of the stub mapping keyed `key` (mapped within reach of `[low, high)` on first use),

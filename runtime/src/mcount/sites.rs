@@ -558,11 +558,10 @@ pub fn install(
             continue;
         }
         tables += sites.len();
-        let text = (
-            ranges.iter().map(|r| r.0).min().unwrap_or(0),
-            ranges.iter().map(|r| r.1).max().unwrap_or(0),
-        );
-        found.push(ModuleSites { text, sites });
+        found.push(ModuleSites {
+            text: module.code_span(),
+            sites,
+        });
     }
     let all_tables = tables + plt_tables;
     if all_tables == 0 {
