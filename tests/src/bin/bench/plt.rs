@@ -373,18 +373,11 @@ fn python_sqlite_section(env: &Env) -> Result<Section, String> {
             "No `python3` with the sqlite3 module on this machine: not measured.".into(),
         ));
     };
-    let dir = env.scratch.join("plt-python");
-    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-    let script = dir.join("sqlite_inserts.py");
-    std::fs::write(&script, SQLITE_SCRIPT).map_err(|e| format!("{}: {e}", script.display()))?;
     let rounds = match env.scale {
         Scale::Quick => 3,
         _ => 9,
     };
-    let invs: Vec<Invocation> = PROGRAM_MODES
-        .iter()
-        .map(|mode| mode.invocation(env, &python, &dir).arg("sqlite_inserts.py"))
-        .collect();
+    let invs = python_sqlite_invocations(env, &python, &PROGRAM_MODES)?;
     let rows = ratio_rows(&invs, rounds, cpu_seconds, show_ms)?;
     Ok(Section {
         title: title.into(),
@@ -404,11 +397,42 @@ fn python_sqlite_section(env: &Env) -> Result<Section, String> {
     })
 }
 
+/// The runs of Python with SQLite, one per mode of `modes`: the script written into the suite's scratch folder.
+fn python_sqlite_invocations(
+    env: &Env,
+    python: &Path,
+    modes: &[Mode],
+) -> Result<Vec<Invocation>, String> {
+    let dir = env.scratch.join("plt-python");
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let script = dir.join("sqlite_inserts.py");
+    std::fs::write(&script, SQLITE_SCRIPT).map_err(|e| format!("{}: {e}", script.display()))?;
+    Ok(modes
+        .iter()
+        .map(|mode| mode.invocation(env, python, &dir).arg("sqlite_inserts.py"))
+        .collect())
+}
+
+/// The runs of `openssl speed` on SHA-256 of 16-byte blocks for `seconds`, one per mode of `modes`.
+fn openssl_invocations(
+    env: &Env,
+    seconds: &str,
+    modes: &[Mode],
+) -> Result<Vec<Invocation>, String> {
+    let dir = env.scratch.join("plt-openssl");
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    Ok(modes
+        .iter()
+        .map(|mode| {
+            mode.invocation(env, Path::new("openssl"), &dir)
+                .args(["speed", "-seconds", seconds, "-bytes", "16", "sha256"])
+        })
+        .collect())
+}
+
 /// `openssl speed` on SHA-256 of 16-byte blocks: throughput lost, as the plain run's throughput over each mode's.
 fn openssl_section(env: &Env) -> Result<Section, String> {
     let title = "Call counting: openssl speed sha256, 16-byte blocks, PLT counting";
-    let dir = env.scratch.join("plt-openssl");
-    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let seconds = match env.scale {
         Scale::Quick => "1",
         _ => "3",
@@ -417,13 +441,7 @@ fn openssl_section(env: &Env) -> Result<Section, String> {
         Scale::Quick => 3,
         _ => 7,
     };
-    let invs: Vec<Invocation> = PROGRAM_MODES
-        .iter()
-        .map(|mode| {
-            mode.invocation(env, Path::new("openssl"), &dir)
-                .args(["speed", "-seconds", seconds, "-bytes", "16", "sha256"])
-        })
-        .collect();
+    let invs = openssl_invocations(env, seconds, &PROGRAM_MODES)?;
     if run_once(&invs[Mode::Plain as usize]).is_err() {
         return Ok(skipped(
             title,
@@ -528,29 +546,14 @@ fn shares_section(env: &Env) -> Result<Section, String> {
     };
     let mut programs: Vec<(&str, Vec<Invocation>)> = Vec::new();
     if let Some(python) = real_python() {
-        let dir = env.scratch.join("plt-python");
-        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-        let script = dir.join("sqlite_inserts.py");
-        std::fs::write(&script, SQLITE_SCRIPT).map_err(|e| format!("{}: {e}", script.display()))?;
         programs.push((
             "Python + SQLite",
-            [Mode::Counted, Mode::Off]
-                .iter()
-                .map(|mode| mode.invocation(env, &python, &dir).arg("sqlite_inserts.py"))
-                .collect(),
+            python_sqlite_invocations(env, &python, &[Mode::Counted, Mode::Off])?,
         ));
     }
-    let openssl_dir = env.scratch.join("plt-openssl");
-    std::fs::create_dir_all(&openssl_dir).map_err(|e| e.to_string())?;
-    let openssl = |mode: Mode| {
-        mode.invocation(env, Path::new("openssl"), &openssl_dir)
-            .args(["speed", "-seconds", "3", "-bytes", "16", "sha256"])
-    };
-    if run_once(&openssl(Mode::Plain)).is_ok() {
-        programs.push((
-            "openssl speed sha256",
-            vec![openssl(Mode::Counted), openssl(Mode::Off)],
-        ));
+    let openssl = openssl_invocations(env, "3", &[Mode::Plain, Mode::Counted, Mode::Off])?;
+    if run_once(&openssl[0]).is_ok() {
+        programs.push(("openssl speed sha256", openssl[1..].to_vec()));
     }
     let mut rows = Vec::new();
     let mut widest = 0.0f64;
