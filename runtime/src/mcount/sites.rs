@@ -100,7 +100,10 @@ pub fn find_sites(text: &[u8], text_start: usize, got_entries: &[usize]) -> Vec<
     }
     let mut free_from = 0;
     for start in memchr::memmem::find_iter(text, &PROLOGUE) {
-        let Some(at) = site_after_prologue(text, start).filter(|_| start >= free_from) else {
+        if start < free_from {
+            continue;
+        }
+        let Some(at) = site_after_prologue(text, start) else {
             continue;
         };
         let operand = rel32_target(text_start + at + SITE_BYTES, &text[at + 2..at + SITE_BYTES]);
