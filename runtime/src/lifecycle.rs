@@ -111,6 +111,10 @@ impl LoaderEvents for Lifecycle {
         let Some(settings) = self.settings.get() else {
             return;
         };
+        // Samples still in task-clock rings go to the modules they were taken in, before any is unloaded.
+        if sampler::is_sampling() {
+            sampler::drain_rings();
+        }
         let policy = ModulePolicy {
             selection: &settings.selection,
             bucket_bits: settings.bucket_bits,

@@ -32,7 +32,7 @@ use mslprof_format::RuntimeAddress;
 use crate::modules;
 use crate::program_sigprof;
 use crate::sys;
-use crate::task_clock::{self, NoEvent, Tick};
+use crate::task_clock::{self, NoEvent, RingPlan, RingRecord, Tick};
 
 /// Marks our timers' signals: its address is the `si_value` of every sampling SIGPROF.
 static COOKIE: u8 = 0;
@@ -172,6 +172,7 @@ pub fn start(hz: u32) -> bool {
     if !program_sigprof::install_sampling_handler(on_sigprof) {
         return false;
     }
+    task_clock::plan_rings(ring_plan(period_for(hz)));
     SAMPLER
         .cpu_time_pid
         .store(u64::from(sys::getpid()), Ordering::Relaxed);
@@ -181,8 +182,40 @@ pub fn start(hz: u32) -> bool {
     }
     SAMPLER.started.store(true, Ordering::Release);
     SAMPLER.sampling.store(true, Ordering::Release);
-    arm_current_thread();
+    arm_current_thread(false);
     true
+}
+
+/// The rings task-clock events get at `period`: none when samples have stacks (a walk needs the live stack),
+/// and none in `test-hooks` builds run with `MSLPROF_TEST_NO_RING=1`.
+fn ring_plan(period: u64) -> RingPlan {
+    #[cfg(feature = "test-hooks")]
+    if std::env::var_os("MSLPROF_TEST_NO_RING").is_some_and(|value| value == "1") {
+        return RingPlan::NONE;
+    }
+    if crate::stacks::enabled() {
+        return RingPlan::NONE;
+    }
+    RingPlan::for_period(period)
+}
+
+/// Counts one record of a task-clock ring, unless sampling is paused. Async-signal-safe, as the handler.
+fn count_ring_record(record: RingRecord) {
+    if !SAMPLER.sampling.load(Ordering::SeqCst) {
+        return;
+    }
+    match record {
+        RingRecord::Sample(pc) => record_pc(pc),
+        RingRecord::Lost(records) => {
+            SAMPLER.overruns.fetch_add(records, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Counts the samples every thread's ring holds now (before the module table changes, so that they are
+/// attributed to the modules they were taken in).
+pub fn drain_rings() {
+    task_clock::drain_all(&mut count_ring_record);
 }
 
 /// Marks a thread key value that holds a CPU-time timer's id (else it is a task-clock slot's index + 1).
@@ -218,7 +251,7 @@ static CHILD_SOURCE: AtomicU32 = AtomicU32::new(0);
 #[unsafe(link_section = "mslprof_fork_text")]
 pub fn arm_child_after_fork() {
     task_clock::forget_after_fork();
-    CHILD_SOURCE.store(arm_thread(), Ordering::Relaxed);
+    CHILD_SOURCE.store(arm_thread(false), Ordering::Relaxed);
 }
 
 /// The shortest period CPU-time timers sample (200 Hz): the kernel's tick (250 Hz here) gives them in full,
@@ -228,25 +261,29 @@ pub fn arm_child_after_fork() {
 const TIMER_PERIODS_FROM_NS: u64 = 5_000_000;
 
 /// Starts the calling thread's task-clock event (above 200 Hz), or its CPU-time timer (up to 200 Hz, and where
-/// the kernel refuses task clocks).
-pub fn arm_current_thread() {
+/// the kernel refuses task clocks). `started_thread`: a thread the program started (not its first thread).
+pub fn arm_current_thread(started_thread: bool) {
     if is_started() {
         follow_fork();
     }
-    note_source(arm_thread());
+    note_source(arm_thread(started_thread));
 }
 
 /// [`arm_current_thread`] but for the accounts: starts the thread's source and returns which it is (0: none, as
 /// before [`start`]).
 #[unsafe(link_section = "mslprof_fork_text")]
-fn arm_thread() -> u32 {
+fn arm_thread(started_thread: bool) -> u32 {
     let period = SAMPLER.period_ns.load(Ordering::Relaxed);
     if period == 0 || !is_started() {
         return 0;
     }
     let first = first_expiry(period);
     let event = if period < TIMER_PERIODS_FROM_NS {
-        task_clock::open_for_thread(first)
+        task_clock::open_for_thread(task_clock::FirstPeriod {
+            first_ns: first,
+            period_ns: period,
+            started_thread,
+        })
     } else {
         Err(NoEvent::Unavailable)
     };
@@ -396,13 +433,16 @@ unsafe extern "C" fn release_thread_source(value: *mut c_void) {
     if value & KEY_TIMER_TAG != 0 {
         sys::delete_timer(sys::CpuTimer::from_id(value & !KEY_TIMER_TAG));
     } else if value != 0 {
-        task_clock::release(value - 1);
+        task_clock::release(value - 1, &mut count_ring_record);
     }
 }
 
 /// Stops counting and waits (briefly) until no handler is inside the counters, so the histograms can be read
 /// as plain memory. The timers keep firing into a handler that now returns at once.
 pub fn stop_and_quiesce() {
+    if SAMPLER.sampling.load(Ordering::SeqCst) {
+        drain_rings();
+    }
     if SAMPLER.sampling.swap(false, Ordering::SeqCst) {
         end_stretch();
     }
@@ -418,6 +458,8 @@ pub fn stop_and_quiesce() {
 /// Resumes counting after [`stop_and_quiesce`].
 pub fn resume() {
     if SAMPLER.period_ns.load(Ordering::Relaxed) != 0 && !SAMPLER.sampling.load(Ordering::SeqCst) {
+        // The samples the rings took during the pause are not counted.
+        drain_rings();
         follow_fork();
         begin_stretch();
         SAMPLER.sampling.store(true, Ordering::SeqCst);
@@ -594,6 +636,29 @@ extern "C" fn on_sigprof(signal: i32, info: *mut libc::siginfo_t, context: *mut 
     match classify(&origin) {
         Tick::Sample => {}
         Tick::Quiet => return,
+        tick @ (Tick::Drain(_) | Tick::Watch(_)) => {
+            SAMPLER.handlers_running.fetch_add(1, Ordering::SeqCst);
+            let drained = std::panic::catch_unwind(|| match tick {
+                Tick::Watch(slot) => {
+                    task_clock::on_watch_tick(slot);
+                    // Every ring: a thread's own ticks can come late (see `on_watch_tick`), the ticks of
+                    // all the threads together much less.
+                    task_clock::drain_all(&mut count_ring_record);
+                }
+                _ => {
+                    if let Tick::Drain(slot) = tick {
+                        task_clock::drain(slot, &mut count_ring_record);
+                    }
+                }
+            });
+            SAMPLER.handlers_running.fetch_sub(1, Ordering::SeqCst);
+            if drained.is_err() && SAMPLER.sampling.swap(false, Ordering::SeqCst) {
+                sys::stderr_line(&[
+                    b"mslprof: internal error in the SIGPROF handler; profiling is off\n",
+                ]);
+            }
+            return;
+        }
         Tick::NotOurs => {
             // SAFETY: the kernel's arguments to this handler.
             unsafe { program_sigprof::forward(signal, info, context) };
@@ -636,7 +701,7 @@ extern "C" fn start_sampled_thread(start: *mut c_void) -> *mut c_void {
     // SAFETY: `start` is the Box leaked by `create_thread` for exactly this thread.
     let ThreadStart { routine, argument } = *unsafe { Box::from_raw(start as *mut ThreadStart) };
     crate::stacks::note_thread_stack();
-    if std::panic::catch_unwind(arm_current_thread).is_err() {
+    if std::panic::catch_unwind(|| arm_current_thread(true)).is_err() {
         stop_and_quiesce();
         crate::status::turn_off(b"thread start");
     }

@@ -4,6 +4,7 @@
 
 use std::ffi::CStr;
 use std::os::raw::c_void;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Restores errno when dropped: loader-hooks' guard, the one both crates use.
 pub use mslprof_loader_hooks::SavedErrno;
@@ -326,6 +327,18 @@ pub fn block_signals() -> libc::sigset_t {
         libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old);
     }
     old
+}
+
+/// Whether the calling thread blocks `signal`. Async-signal-safe.
+pub fn signal_blocked(signal: i32) -> bool {
+    let _errno = SavedErrno::save();
+    // SAFETY: sigset_t is plain data, filled by pthread_sigmask before use.
+    let mut mask: libc::sigset_t = unsafe { core::mem::zeroed() };
+    // SAFETY: a query (no new mask) into a valid sigset_t on this stack.
+    unsafe {
+        libc::pthread_sigmask(libc::SIG_BLOCK, core::ptr::null(), &mut mask) == 0
+            && libc::sigismember(&mask, signal) == 1
+    }
 }
 
 /// Restores the signal mask [`block_signals`] returned. Async-signal-safe.
@@ -981,7 +994,7 @@ pub fn set_timer_period(timer: CpuTimer, first_ns: u64, period_ns: u64) -> Resul
 }
 
 /// `struct perf_event_attr` up to its first published size (`PERF_ATTR_SIZE_VER0`, 64 bytes): all a
-/// software counting event with a sample period needs.
+/// software sampling event with a sample period needs.
 #[repr(C)]
 struct PerfEventAttr {
     kind: u32,
@@ -991,7 +1004,8 @@ struct PerfEventAttr {
     sample_type: u64,
     read_format: u64,
     flags: u64,
-    wakeup_events: u32,
+    /// `wakeup_events`, or `wakeup_watermark` (bytes) with [`PERF_ATTR_FLAG_WATERMARK`].
+    wakeup: u32,
     bp_type: u32,
     config1: u64,
 }
@@ -1001,6 +1015,8 @@ const PERF_COUNT_SW_TASK_CLOCK: u64 = 1;
 const PERF_ATTR_FLAG_DISABLED: u64 = 1 << 0;
 const PERF_ATTR_FLAG_EXCLUDE_KERNEL: u64 = 1 << 5;
 const PERF_ATTR_FLAG_EXCLUDE_HV: u64 = 1 << 6;
+const PERF_ATTR_FLAG_WATERMARK: u64 = 1 << 14;
+const PERF_SAMPLE_IP: u64 = 1 << 0;
 const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 1 << 3;
 /// `_IO('$', 0)`.
 const PERF_EVENT_IOC_ENABLE: libc::c_ulong = 0x2400;
@@ -1034,20 +1050,30 @@ pub struct TaskClock {
 /// ([`enable_task_clock`]), sends `signal` to this very thread
 /// (`F_SETOWN_EX`/`F_OWNER_TID`, `F_SETSIG`, `O_ASYNC`) each time `period_ns` of its CPU time in user mode
 /// elapses (`exclude_kernel`, which `perf_event_paranoid` 2 requires): the signal's `si_code` is [`POLL_IN`]
-/// and its `si_fd` the descriptor. The descriptor is `O_CLOEXEC` and never 0, 1 or 2. Errno when the kernel
-/// refuses (EACCES/EPERM: paranoid or seccomp; ENOSYS; EMFILE). Async-signal-safe (system calls only); errno
-/// preserved.
-pub fn open_task_clock(signal: i32, period_ns: u64) -> Result<TaskClock, i32> {
+/// and its `si_fd` the descriptor. With `records`, each sample is also a record of its pc
+/// (`PERF_SAMPLE_IP`) in the event's ring once one is mapped ([`map_event_ring`], `ring_bytes` of records),
+/// and the ring never wakes anyone (its watermark is its size). The descriptor is `O_CLOEXEC` and never 0, 1
+/// or 2. Errno when the kernel refuses (EACCES/EPERM: paranoid or seccomp; ENOSYS; EMFILE). Async-signal-safe
+/// (system calls only); errno preserved.
+pub fn open_task_clock(
+    signal: i32,
+    period_ns: u64,
+    records: bool,
+    ring_bytes: u32,
+) -> Result<TaskClock, i32> {
     let _errno = SavedErrno::save();
     let attr = PerfEventAttr {
         kind: PERF_TYPE_SOFTWARE,
         size: std::mem::size_of::<PerfEventAttr>() as u32,
         config: PERF_COUNT_SW_TASK_CLOCK,
         sample_period: period_ns.max(1),
-        sample_type: 0,
+        sample_type: if records { PERF_SAMPLE_IP } else { 0 },
         read_format: 0,
-        flags: PERF_ATTR_FLAG_DISABLED | PERF_ATTR_FLAG_EXCLUDE_KERNEL | PERF_ATTR_FLAG_EXCLUDE_HV,
-        wakeup_events: 0,
+        flags: PERF_ATTR_FLAG_DISABLED
+            | PERF_ATTR_FLAG_EXCLUDE_KERNEL
+            | PERF_ATTR_FLAG_EXCLUDE_HV
+            | if records { PERF_ATTR_FLAG_WATERMARK } else { 0 },
+        wakeup: if records { ring_bytes } else { 0 },
         bp_type: 0,
         config1: 0,
     };
@@ -1134,6 +1160,84 @@ pub fn close_task_clock(event: TaskClock) {
     if task_clock_is_open(event) {
         close_file(event.fd);
     }
+}
+
+/// Stops the event's signals (`O_ASYNC` off): its samples go only to its ring. Async-signal-safe; errno
+/// preserved.
+pub fn stop_task_clock_signals(event: TaskClock) -> bool {
+    let _errno = SavedErrno::save();
+    // SAFETY: fcntl F_SETFL on our own perf event: clears O_ASYNC (perf events take no other status flag).
+    unsafe { libc::fcntl(event.fd, libc::F_SETFL, 0) == 0 }
+}
+
+/// Restarts the event's signals (`O_ASYNC` on), from any thread: they still go to the event's own thread.
+/// Async-signal-safe; errno preserved.
+pub fn start_task_clock_signals(event: TaskClock) -> bool {
+    let _errno = SavedErrno::save();
+    // SAFETY: fcntl F_SETFL on our own perf event: sets O_ASYNC.
+    unsafe { libc::fcntl(event.fd, libc::F_SETFL, libc::O_ASYNC) == 0 }
+}
+
+/// Offsets of `data_head` and `data_tail` in `struct perf_event_mmap_page`.
+const RING_DATA_HEAD: usize = 1024;
+const RING_DATA_TAIL: usize = 1032;
+
+/// Maps the ring of `event`: its header page (`struct perf_event_mmap_page`) and `data_bytes` of records (a
+/// power of two number of pages), which start one page in. The
+/// mapping holds the event: it samples on after its descriptor is closed, until [`unmap_event_ring`]. The
+/// kernel does not copy it into a forked child. `None` when refused (EPERM beyond `perf_event_mlock_kb` and
+/// `RLIMIT_MEMLOCK`, ENOMEM). Async-signal-safe; errno preserved.
+pub fn map_event_ring(event: TaskClock, data_bytes: usize) -> Option<*mut u8> {
+    let _errno = SavedErrno::save();
+    // SAFETY: a new shared mapping of our own perf event's ring; it replaces nothing.
+    let base = unsafe {
+        libc::mmap(
+            core::ptr::null_mut(),
+            page_size() + data_bytes,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            event.fd,
+            0,
+        )
+    };
+    (base != libc::MAP_FAILED).then_some(base.cast::<u8>())
+}
+
+/// Unmaps a ring from [`map_event_ring`].
+///
+/// # Safety
+/// `base` and `data_bytes` must be a ring [`map_event_ring`] returned, unused afterwards.
+pub unsafe fn unmap_event_ring(base: *mut u8, data_bytes: usize) {
+    // SAFETY: as the caller guarantees.
+    unsafe { unmap(base, page_size() + data_bytes) };
+}
+
+/// The ring's `data_head`: the kernel has written every record before it (acquire: their bytes are visible).
+///
+/// # Safety
+/// `base` is a ring from [`map_event_ring`], still mapped.
+pub unsafe fn ring_head(base: *const u8) -> u64 {
+    // SAFETY: `data_head` is an aligned u64 in the ring's header page, which the kernel updates; read as an
+    // atomic.
+    unsafe { (*base.add(RING_DATA_HEAD).cast::<AtomicU64>()).load(Ordering::Acquire) }
+}
+
+/// The ring's `data_tail`, which only its reader (us) writes.
+///
+/// # Safety
+/// As [`ring_head`].
+pub unsafe fn ring_tail(base: *const u8) -> u64 {
+    // SAFETY: `data_tail`, an aligned u64 in the header page, written only through [`set_ring_tail`].
+    unsafe { (*base.add(RING_DATA_TAIL).cast::<AtomicU64>()).load(Ordering::Relaxed) }
+}
+
+/// Gives the records before `tail` back to the kernel (release: they were read before).
+///
+/// # Safety
+/// As [`ring_head`].
+pub unsafe fn set_ring_tail(base: *const u8, tail: u64) {
+    // SAFETY: as in `ring_tail`.
+    unsafe { (*base.add(RING_DATA_TAIL).cast::<AtomicU64>()).store(tail, Ordering::Release) }
 }
 
 type SetitimerFn = unsafe extern "C" fn(i32, *const libc::itimerval, *mut libc::itimerval) -> i32;

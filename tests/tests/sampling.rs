@@ -246,7 +246,7 @@ fn module_shares_agree_with_perf_cpu_clock_on_the_same_run() {
         return;
     }
     let fixture = SpinApp::build();
-    let (shares, profile) = shares_next_to_perf(&fixture, None, "1000", &["100", "200", "100"]);
+    let (shares, profile) = shares_next_to_perf(&fixture, &[], "1000", &["100", "200", "100"]);
     // perf's cpu-clock samples on a high-resolution timer, exact under load; ours may leave a fraction of the
     // CPU time unaccounted (see `unaccounted`).
     let tolerance = share_tolerance(&profile);
@@ -258,12 +258,12 @@ fn module_shares_agree_with_perf_cpu_clock_on_the_same_run() {
     }
 }
 
-/// The app's module shares (at `MSLPROF_HZ=hz`, else the default rate) next to perf's `cpu-clock` at
+/// The app's module shares (with the runtime's `settings`, `NAME=value`) next to perf's `cpu-clock` at
 /// `perf_hz`, on one run of `args` (ms in app, libspina, libspinb) under `perf record`: for each module, (ours,
 /// perf's), and the profile.
 fn shares_next_to_perf(
     fixture: &SpinApp,
-    hz: Option<&str>,
+    settings: &[&str],
     perf_hz: &str,
     args: &[&str],
 ) -> (Vec<(f64, f64)>, Profile) {
@@ -278,7 +278,7 @@ fn shares_next_to_perf(
             "LD_PRELOAD={}",
             test_hooks_runtime_library().display()
         ))
-        .args(hz.map(|hz| format!("MSLPROF_HZ={hz}")))
+        .args(settings)
         .arg(&fixture.app)
         .args(args);
     let output = run(&mut command);
@@ -318,8 +318,17 @@ fn module_shares_at_1_khz_are_within_2_points_of_perf_cpu_clock() {
     // points for p = 0.2 from the 500 samples of a 0.5 s run, so "within 2 points" there fails about half the
     // time by chance alone. The bound is 2 points or 4 standard deviations of the difference, whichever is
     // larger (about 4 to 5 points here): a bias of the sampler shows, chance does not.
-    let (shares, profile) =
-        shares_next_to_perf(&fixture, Some("1000"), "4000", &["400", "1000", "600"]);
+    // With stacks each sample is a signal; without, the samples go through rings.
+    for settings in [
+        &["MSLPROF_HZ=1000"][..],
+        &["MSLPROF_HZ=1000", "MSLPROF_STACK_DEPTH=0"],
+    ] {
+        shares_within_2_points_of_perf(&fixture, settings);
+    }
+}
+
+fn shares_within_2_points_of_perf(fixture: &SpinApp, settings: &[&str]) {
+    let (shares, profile) = shares_next_to_perf(fixture, settings, "4000", &["400", "1000", "600"]);
     if profile.header.sampling_sources != sampling_sources::TASK_CLOCK {
         eprintln!("SKIPPED: the kernel refuses perf events to this process");
         return;
@@ -337,7 +346,7 @@ fn module_shares_at_1_khz_are_within_2_points_of_perf_cpu_clock() {
         let bound = (4.0 * deviation).max(0.02);
         assert!(
             (ours - theirs).abs() <= bound,
-            "mslprof {ours:.3}, perf {theirs:.3}, bound {bound:.3} ({} samples)",
+            "{settings:?}: mslprof {ours:.3}, perf {theirs:.3}, bound {bound:.3} ({} samples)",
             profile.header.total_samples
         );
     }

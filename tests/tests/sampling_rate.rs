@@ -1,9 +1,10 @@
 //! Issue 33: samples at the rate asked for. Each thread samples its CPU time through its own task-clock perf
-//! event (1 and 4 kHz, on one and on four threads); where the kernel refuses perf events (a seccomp filter
-//! here) the runtime falls back to CPU-time timers and says so; a program that closes every descriptor above 2
-//! keeps being sampled, and no descriptor of ours is ever 0, 1 or 2 or survives an exec.
+//! event (1 and 4 kHz, on one and on four threads), which signals each sample when samples have stacks and
+//! writes it into a ring when they have none (`MSLPROF_STACK_DEPTH=0`); where the kernel refuses perf events
+//! (a seccomp filter here) the runtime falls back to CPU-time timers and says so; a program that closes every
+//! descriptor above 2 keeps being sampled, and no descriptor of ours is ever 0, 1 or 2 or survives an exec.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Output;
 
 use mslprof_format::model::{Profile, sampling_sources};
@@ -59,6 +60,10 @@ fn task_clocks_used(profile: &Profile) -> bool {
     false
 }
 
+/// The two ways a task-clock event delivers its samples: the `MSLPROF_STACK_DEPTH` that selects each (the
+/// default, with stacks: a signal per sample; 0: a ring).
+const DELIVERIES: [(&str, &str); 2] = [("signals", "128"), ("a ring", "0")];
+
 /// The rate fixture with `threads` libraries, each thread burning `ms` in its own.
 fn rate_fixture(ws: &Workspace, threads: usize) -> PathBuf {
     for i in 0..threads {
@@ -71,30 +76,33 @@ fn rate_fixture(ws: &Workspace, threads: usize) -> PathBuf {
 fn task_clocks_give_the_rate_asked_for_on_one_thread_and_on_each_of_four() {
     let ws = Workspace::new();
     let program = rate_fixture(&ws, 4);
-    for (hz, least) in [(1000.0, 0.90), (4000.0, 0.75)] {
-        for threads in [1, 4] {
-            let output = run(ws
-                .command_with_test_hooks_runtime(&program)
-                .env("MSLPROF_HZ", format!("{hz}"))
-                .args([&threads.to_string(), "400", ws.path().to_str().unwrap()]));
-            let stdout = assert_ran(&output);
-            assert_eq!(mslprof_lines(&output), Vec::<String>::new());
-            let profile = ws.profile("gmon.out");
-            if !task_clocks_used(&profile) {
-                return;
-            }
-            for i in 0..threads {
-                let samples = histogram_total(module(&profile, &format!("librate{i}.so")));
-                let cpu_seconds = field(&stdout, &format!("cpu_ms_{i}")) / 1e3;
-                let rate = samples as f64 / cpu_seconds;
-                assert!(
-                    rate >= least * hz,
-                    "{hz} Hz asked for, {threads} threads: thread {i} took {samples} samples in \
-                     {cpu_seconds:.3} s of CPU, {rate:.0} per CPU-second"
-                );
-            }
-            std::fs::remove_file(ws.join("gmon.out")).unwrap();
+    let runs = [(1000.0, 0.90), (4000.0, 0.75)]
+        .into_iter()
+        .flat_map(|rate| [1, 4].map(|threads| (rate, threads)))
+        .flat_map(|(rate, threads)| DELIVERIES.map(|delivery| (rate, threads, delivery)));
+    for ((hz, least), threads, (delivery, depth)) in runs {
+        let output = run(ws
+            .command_with_test_hooks_runtime(&program)
+            .env("MSLPROF_HZ", format!("{hz}"))
+            .env("MSLPROF_STACK_DEPTH", depth)
+            .args([&threads.to_string(), "400", ws.path().to_str().unwrap()]));
+        let stdout = assert_ran(&output);
+        assert_eq!(mslprof_lines(&output), Vec::<String>::new());
+        let profile = ws.profile("gmon.out");
+        if !task_clocks_used(&profile) {
+            return;
         }
+        for i in 0..threads {
+            let samples = histogram_total(module(&profile, &format!("librate{i}.so")));
+            let cpu_seconds = field(&stdout, &format!("cpu_ms_{i}")) / 1e3;
+            let rate = samples as f64 / cpu_seconds;
+            assert!(
+                rate >= least * hz,
+                "{hz} Hz asked for, {threads} threads, samples by {delivery}: thread {i} took \
+                 {samples} samples in {cpu_seconds:.3} s of CPU, {rate:.0} per CPU-second"
+            );
+        }
+        std::fs::remove_file(ws.join("gmon.out")).unwrap();
     }
 }
 
@@ -153,9 +161,16 @@ fn where_perf_events_are_refused_cpu_timers_sample_and_a_rate_above_the_tick_say
 fn a_program_that_closes_every_descriptor_above_2_keeps_being_sampled() {
     let ws = Workspace::new();
     let program = ws.program("closes_fds", &[source("closes_fds.c")], &["-pthread"]);
+    for (delivery, depth) in DELIVERIES {
+        closes_every_descriptor_above_2(&ws, &program, delivery, depth);
+    }
+}
+
+fn closes_every_descriptor_above_2(ws: &Workspace, program: &Path, delivery: &str, depth: &str) {
     let output = run(ws
-        .command_with_test_hooks_runtime(&program)
-        .env("MSLPROF_HZ", "1000"));
+        .command_with_test_hooks_runtime(program)
+        .env("MSLPROF_HZ", "1000")
+        .env("MSLPROF_STACK_DEPTH", depth));
     let stdout = assert_ran(&output);
     assert_eq!(mslprof_lines(&output), Vec::<String>::new());
     let profile = ws.profile("gmon.out");
@@ -171,7 +186,7 @@ fn a_program_that_closes_every_descriptor_above_2_keeps_being_sampled() {
     // After the close, the main thread's event is found closed (within a 50 ms watch period of its CPU
     // time) and opened again: at least 75 % of 1 kHz over its 600 ms in `after_close`.
     // 4 bytes of text per bucket.
-    let symbols = mslprof_tests::callcounts::Symbols::of(&program);
+    let symbols = mslprof_tests::callcounts::Symbols::of(program);
     let main_program = module(&profile, "closes_fds");
     let samples_in = |function: &str| -> u64 {
         let histogram = main_program.histogram.as_ref().expect("a histogram");
@@ -191,13 +206,14 @@ fn a_program_that_closes_every_descriptor_above_2_keeps_being_sampled() {
     let after = samples_in("after_close") as f64 / (field(&stdout, "cpu_ms_after_close") / 1e3);
     assert!(
         after >= 750.0,
-        "{after:.0} samples per CPU-second after the close"
+        "samples by {delivery}: {after:.0} samples per CPU-second after the close"
     );
     assert!(
         samples_in("in_new_thread") >= 150,
-        "{} samples in the thread started after the close (300 ms at 1 kHz)",
+        "samples by {delivery}: {} samples in the thread started after the close (300 ms at 1 kHz)",
         samples_in("in_new_thread")
     );
+    std::fs::remove_file(ws.join("gmon.out")).unwrap();
 }
 
 #[test]
@@ -207,11 +223,91 @@ fn threads_whose_first_period_ends_at_once_are_not_killed_by_their_own_signal() 
     // action, the default one, which ends the process (12 runs of 30 died so before the fix).
     let ws = Workspace::new();
     let program = rate_fixture(&ws, 16);
-    for _ in 0..20 {
+    for (_, depth) in DELIVERIES {
+        for _ in 0..20 {
+            let output = run(ws
+                .command_with_test_hooks_runtime(&program)
+                .env("MSLPROF_HZ", "4000")
+                .env("MSLPROF_STACK_DEPTH", depth)
+                .args(["16", "2", ws.path().to_str().unwrap()]));
+            assert_ran(&output);
+        }
+    }
+}
+
+#[test]
+fn samples_without_stacks_are_taken_while_the_program_blocks_sigprof() {
+    // The fixture burns 400 ms with SIGPROF blocked, then 300 ms with it unblocked. A ring takes samples
+    // whatever the thread's signal mask, and holds 500 ms of them. While SIGPROF is blocked no watch tick
+    // drains the ring, so the first tick after is late: the event then signals each sample until ticks come
+    // on time again, and every sample is counted once. Samples that are signals wait for the program to
+    // unblock SIGPROF: the same run without rings (test hook) samples only the last 300 ms, so the ring is
+    // what samples the rest.
+    let ws = Workspace::new();
+    let program = ws.program("blocks_sigprof", &[source("blocks_sigprof.c")], &[]);
+    for (rings, least, most) in [(true, 0.90, 1.05), (false, 0.35, 0.50)] {
         let output = run(ws
             .command_with_test_hooks_runtime(&program)
-            .env("MSLPROF_HZ", "4000")
-            .args(["16", "2", ws.path().to_str().unwrap()]));
-        assert_ran(&output);
+            .env("MSLPROF_HZ", "1000")
+            .env("MSLPROF_STACK_DEPTH", "0")
+            .env("MSLPROF_TEST_NO_RING", if rings { "0" } else { "1" })
+            .args(["400", "300"]));
+        let stdout = assert_ran(&output);
+        assert_eq!(mslprof_lines(&output), Vec::<String>::new());
+        let profile = ws.profile("gmon.out");
+        if !task_clocks_used(&profile) {
+            return;
+        }
+        let samples = histogram_total(module(&profile, "blocks_sigprof"));
+        let rate = samples as f64 / (field(&stdout, "cpu_ms") / 1e3);
+        assert!(
+            (least * 1000.0..=most * 1000.0).contains(&rate),
+            "rings {rings}: {samples} samples, {rate:.0} per CPU-second at 1 kHz"
+        );
+        std::fs::remove_file(ws.join("gmon.out")).unwrap();
+    }
+}
+
+#[test]
+fn samples_a_ring_holds_when_their_library_is_closed_go_to_that_library() {
+    // The fixture spins 400 ms in a library it then closes, and 100 ms in main. Rings are drained before the
+    // module table changes: without that, the samples taken since the last watch tick (up to 50 ms of them)
+    // would find no module at the drain and count as unknown.
+    let ws = Workspace::new();
+    let stacks = mslprof_tests::fixtures_dir("stacks");
+    let include = format!("-I{}", stacks.display());
+    let library = ws.shared_library(
+        "libdl_spin.so",
+        &[stacks.join("libdl_spin.c")],
+        &[include.as_str()],
+    );
+    let program = ws.program(
+        "dlopen_close",
+        &[stacks.join("dlopen_close.c")],
+        &[include.as_str(), "-ldl"],
+    );
+    for _ in 0..3 {
+        let output = run(ws
+            .command_with_test_hooks_runtime(&program)
+            .env("MSLPROF_HZ", "1000")
+            .env("MSLPROF_STACK_DEPTH", "0")
+            .arg(&library));
+        assert_eq!(output.status.code(), Some(9), "{output:?}");
+        let profile = ws.profile("gmon.out");
+        if !task_clocks_used(&profile) {
+            return;
+        }
+        let closed = module(&profile, "libdl_spin.so");
+        assert!(
+            histogram_total(closed) >= 360,
+            "{} samples in the closed library for its 400 ms at 1 kHz",
+            histogram_total(closed)
+        );
+        assert!(
+            profile.header.unknown_samples <= 2,
+            "{} samples in no module",
+            profile.header.unknown_samples
+        );
+        std::fs::remove_file(ws.join("gmon.out")).unwrap();
     }
 }
