@@ -1,6 +1,7 @@
 //! Sampling rate and its cost: samples per CPU-second achieved and CPU overhead at 100, 1000 and 4000 Hz on
 //! the spin fixture, a spin loop on 1 and on 16 threads (with the kernel's floor for each: the same loops
-//! with an empty handler on the same events) and a rustc compile, interleaved trials, medians with min–max.
+//! with an empty handler on the same events; and without stacks, whose samples go through rings) and a rustc
+//! compile, interleaved trials, medians with min–max.
 
 use std::path::{Path, PathBuf};
 
@@ -201,6 +202,20 @@ pub fn run(env: &Env) -> Result<Section, String> {
                 ]),
             );
         }
+        // Without stacks, samples go into a ring per thread instead of a signal each.
+        for hz in ["1000", "4000"] {
+            floor_runs.push(
+                under_runtime(
+                    &format!("{label}, MSLPROF_HZ={hz}, no stacks (rings)"),
+                    &floor,
+                    &[iterations.into(), "0".into(), threads.into()],
+                    hz,
+                    &dir,
+                    env,
+                )
+                .env("MSLPROF_STACK_DEPTH", "0"),
+            );
+        }
         measure(&floor_runs, runs, &mut rows)?;
     }
 
@@ -209,7 +224,7 @@ pub fn run(env: &Env) -> Result<Section, String> {
          of the plain runs, as median (min to max) over the trials. The rate is samples / CPU-seconds of that \
          run, median (min–max)."
             .to_string(),
-        "Targets (issue 33): at least 900 samples per CPU-second at 1 kHz and 3 000 at 4 kHz; at most 3 % CPU at 1 kHz, and a 1 kHz default only at ≤ 1 %. The cost is the kernel's (a perf-event signal per sample: an hrtimer interrupt, an irq_work and a signal delivery): compare the runtime's rows of the spin loop and of the 16 threads with their empty-handler rows; the default rate stays 100 Hz while 1 kHz costs more than 1 % (runtime/README.md, \"Sampling\"). rustc's short run is mostly start-up, and its time in the kernel (page faults) takes no task-clock sample.".to_string(),
+        "Targets (issue 33): at least 900 samples per CPU-second at 1 kHz and 3 000 at 4 kHz; at most 3 % CPU at 1 kHz, and a 1 kHz default only at ≤ 1 %. The cost is the kernel's (a perf-event signal per sample: an hrtimer interrupt, an irq_work and a signal delivery): compare the runtime's rows of the spin loop and of the 16 threads with their empty-handler rows; the default rate stays 100 Hz while 1 kHz costs more than 1 % (runtime/README.md, \"Sampling\"). Rows \"no stacks (rings)\" run with `MSLPROF_STACK_DEPTH=0`: the kernel writes each sample into the thread's ring and sends no signal, and the watch ticks drain the rings (runtime/README.md, \"Sampling\"). rustc's short run is mostly start-up, and its time in the kernel (page faults) takes no task-clock sample.".to_string(),
     ];
     if let Some(rustc) = real_rustc() {
         let args = small_crate(&dir)?;
