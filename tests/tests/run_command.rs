@@ -404,3 +404,41 @@ fn deaths_by_signal_and_stale_profiles_are_named() {
          left from an earlier run, not this one\n"
     );
 }
+
+/// `--stack-depth` sets `MSLPROF_STACK_DEPTH` for the program: 0 records no stacks (and, above 200 Hz,
+/// samples through rings), the default records them; a depth above 4096 is refused before anything runs.
+#[test]
+fn stack_depth_sets_the_frames_recorded_per_sample() {
+    let dir = scratch("run-stack-depth");
+    std::fs::write(
+        dir.join("spin.c"),
+        "#include <time.h>\n\
+         static double cpu(void) { struct timespec t; clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t); \
+         return t.tv_sec + t.tv_nsec / 1e9; }\n\
+         volatile double sink;\n\
+         int main(void) { double end = cpu() + 0.1; while (cpu() < end) \
+         for (int i = 0; i < 10000; i++) sink += i; return 0; }\n",
+    )
+    .unwrap();
+    mslprof_tests::cc(&dir, ["-O1", "-o", "spin", "spin.c"]);
+    for (depth, stacks) in [(None, true), (Some("0"), false)] {
+        let mut args = vec!["--no-report", "--hz", "1000"];
+        if let Some(depth) = depth {
+            args.extend(["--stack-depth", depth]);
+        }
+        args.push("./spin");
+        let output = run(&mut mslprof_run(&dir, &args));
+        assert_success(&output, "mslprof run ./spin");
+        let bytes = std::fs::read(dir.join("gmon.out")).unwrap();
+        let profile = mslprof_format::read(&bytes, Default::default()).unwrap();
+        assert!(profile.header.total_samples >= 50, "{depth:?}");
+        assert_eq!(profile.stacks.is_some(), stacks, "--stack-depth {depth:?}");
+    }
+    let bad = run(&mut mslprof_run(&dir, &["--stack-depth", "5000", "./spin"]));
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("--stack-depth 5000: must be a whole number"),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
+}

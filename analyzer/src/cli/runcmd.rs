@@ -13,8 +13,8 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 
-const USAGE: &str = "usage: mslprof run [--profile LIST] [--bucket-size 16|32] [--hz N] [-o FILE] \
-[--plt|--no-plt] [--report FILE] [--no-report] [report options] [--] PROGRAM [ARGS...]";
+const USAGE: &str = "usage: mslprof run [--profile LIST] [--bucket-size 16|32] [--hz N] [--stack-depth N] \
+[-o FILE] [--plt|--no-plt] [--report FILE] [--no-report] [report options] [--] PROGRAM [ARGS...]";
 
 /// What `mslprof run` was asked to do.
 #[derive(Default)]
@@ -22,6 +22,7 @@ struct RunArgs {
     profile: Option<String>,
     bucket_size: Option<String>,
     hz: Option<String>,
+    stack_depth: Option<String>,
     output: Option<PathBuf>,
     report: Option<PathBuf>,
     no_report: bool,
@@ -75,6 +76,15 @@ fn parse(args: &[String]) -> Result<RunArgs, String> {
                     return Err(format!("--hz {v}: must be a positive whole number"));
                 }
                 r.hz = Some(v);
+            }
+            "--stack-depth" => {
+                let v = value("--stack-depth")?;
+                if v.parse::<u32>().map_or(true, |n| n > 4096) {
+                    return Err(format!(
+                        "--stack-depth {v}: must be a whole number from 0 to 4096"
+                    ));
+                }
+                r.stack_depth = Some(v);
             }
             "-o" | "--output" => r.output = Some(PathBuf::from(value("-o")?)),
             "--report" => r.report = Some(PathBuf::from(value("--report")?)),
@@ -252,8 +262,8 @@ fn self_run(args: &[OsString], stdout: Stdio, cwd: &Path, quiet: bool) -> Result
 
 /// `mslprof run ...`.
 const RUN_USAGE: &str = "\
-Usage: mslprof run [--profile LIST] [--bucket-size 16|32] [--hz N] [-o FILE] [--plt|--no-plt]
-                   [--report FILE] [--no-report] [REPORT OPTIONS] [--] PROGRAM [ARGS...]
+Usage: mslprof run [--profile LIST] [--bucket-size 16|32] [--hz N] [--stack-depth N] [-o FILE]
+                   [--plt|--no-plt] [--report FILE] [--no-report] [REPORT OPTIONS] [--] PROGRAM [ARGS...]
 
 Runs PROGRAM under libmslprof.so (and PLT call counting unless --no-plt or MSLPROF_PLT=0), sums the profiles of every
 process of the run into FILE (default gmon.out; the parts are kept in FILE.parts/ when there are several),
@@ -263,6 +273,8 @@ and stderr are its own, and the exit status is the program's.
   --profile LIST       modules to profile (MSLPROF_PROFILE; LD_PROFILE's syntax)
   --bucket-size 16|32  histogram bucket width (LD_PROFILEBUCKET_SIZE)
   --hz N               samples per CPU-second (MSLPROF_HZ, default 100; the kernel's tick caps it where perf events are refused)
+  --stack-depth N      call-stack frames recorded per sample (MSLPROF_STACK_DEPTH, default 128); 0: no stacks,
+                       and samples above 200 per second cost about half as much
   -o FILE              where the (summed) profile goes
   --plt, --no-plt      count calls through the PLT into code built without -pg, or not (default: MSLPROF_PLT)
   --report FILE        write the report to FILE instead of stderr
@@ -355,6 +367,9 @@ fn run_inner(r: RunArgs) -> Result<u8, (String, u8)> {
     }
     if let Some(h) = &r.hz {
         cmd.env("MSLPROF_HZ", h);
+    }
+    if let Some(d) = &r.stack_depth {
+        cmd.env("MSLPROF_STACK_DEPTH", d);
     }
     let status = match cmd.status() {
         Ok(s) => s,
