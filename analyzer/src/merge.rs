@@ -100,7 +100,7 @@ pub fn merge(inputs: &[Input], separate_instances: bool) -> Result<Merged, Error
                 header.sample_period_ns = shortest;
             }
         } else {
-            header.flags |= h.flags & header_flags::INCOMPLETE;
+            header.flags |= h.flags & (header_flags::INCOMPLETE | header_flags::SIGPROF_BLOCKED);
             header.total_samples += scaled(h.total_samples);
             header.unknown_samples += scaled(h.unknown_samples);
             header.dropped_arcs += h.dropped_arcs;

@@ -305,7 +305,10 @@ fn report_over_three_modules() {
 fn runs_merge_across_aslr_and_keys_and_sum_round_trips() {
     let Some(b) = build("merge") else { return };
     let one = write(&b.dir, "run1", &profile(&b, 0x5555_0000_0000, 1));
-    write(&b.dir, "run2", &profile(&b, 0x7f00_1234_0000, 10));
+    // The second run's threads blocked SIGPROF: so did some of the sum's.
+    let mut blocked = profile(&b, 0x7f00_1234_0000, 10);
+    blocked.header.flags |= header_flags::SIGPROF_BLOCKED;
+    write(&b.dir, "run2", &blocked);
     let (out, err, code) = mslprof(
         &b.dir,
         &["-b", "-p", b.app.to_str().unwrap(), "run1", "run2"],
@@ -320,6 +323,7 @@ fn runs_merge_across_aslr_and_keys_and_sum_round_trips() {
     assert_eq!(sum.modules.len(), 4, "one module per file, not per run");
     assert_eq!(sum.header.total_samples, 150);
     assert_ne!(sum.header.flags & header_flags::MERGED, 0);
+    assert_ne!(sum.header.flags & header_flags::SIGPROF_BLOCKED, 0);
     let libfoo = sum.modules.iter().find(|m| m.name == b"libfoo.so").unwrap();
     assert_eq!(
         libfoo.histogram.as_ref().unwrap().ranges[0].buckets.total(),

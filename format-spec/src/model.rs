@@ -27,6 +27,8 @@ pub mod header_flags {
     pub const PRE_EXEC: u32 = 1 << 2;
     pub const FORKED_CHILD: u32 = 1 << 3;
     pub const SAMPLING_SHARED_TIMER: u32 = 1 << 4;
+    /// A thread whose samples are signals blocked SIGPROF: it was not sampled while it did.
+    pub const SIGPROF_BLOCKED: u32 = 1 << 5;
 }
 
 /// Bits of [`Header::sampling_sources`] (SPEC.md §4, since 1.3): what sent the runtime its sample signals.

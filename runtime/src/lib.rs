@@ -165,6 +165,7 @@ extern "C" fn dump_at_exit() {
     let result = std::panic::catch_unwind(|| {
         if let Some(settings) = settings() {
             lifecycle::note_normal_exit();
+            sampler::note_if_sigprof_blocked();
             dump::write_at_exit(settings);
         }
     });

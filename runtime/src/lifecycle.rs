@@ -209,6 +209,10 @@ impl Lifecycle {
         let Some(settings) = self.settings.get() else {
             return;
         };
+        if !matches!(end, ProcessEnd::Signal { .. }) {
+            // Not from a signal handler, whose mask may block SIGPROF whatever the program's.
+            sampler::note_if_sigprof_blocked();
+        }
         let pre_exec = matches!(end, ProcessEnd::Exec);
         // A child that only forked and execs (shells, make) recorded nothing: it leaves no file.
         if pre_exec && !recorded_anything() {

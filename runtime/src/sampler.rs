@@ -218,6 +218,29 @@ pub fn drain_rings() {
     task_clock::drain_all(&mut count_ring_record);
 }
 
+/// Some thread whose samples are signals blocked SIGPROF (the header's `SIGPROF_BLOCKED`): it started with
+/// SIGPROF blocked, or it blocked it when it ended the process ([`note_if_sigprof_blocked`]).
+static SIGPROF_BLOCKED: AtomicBool = AtomicBool::new(false);
+
+/// Whether some thread whose samples are signals was seen blocking SIGPROF.
+pub fn sigprof_blocked() -> bool {
+    SIGPROF_BLOCKED.load(Ordering::Relaxed)
+}
+
+/// Notes whether the calling thread, if its samples are signals (a CPU-time timer, or a task clock without
+/// a ring), blocks SIGPROF now. For the thread that ends the process, before the runtime blocks anything.
+pub fn note_if_sigprof_blocked() {
+    let key = SAMPLER.thread_key.load(Ordering::Relaxed);
+    if key == usize::MAX || !is_started() {
+        return;
+    }
+    let value = sys::thread_value(key as libc::pthread_key_t);
+    let signalled = value & KEY_TIMER_TAG != 0 || (value != 0 && !task_clock::has_ring(value - 1));
+    if signalled && sys::signal_blocked(libc::SIGPROF) {
+        SIGPROF_BLOCKED.store(true, Ordering::Relaxed);
+    }
+}
+
 /// Marks a thread key value that holds a CPU-time timer's id (else it is a task-clock slot's index + 1).
 const KEY_TIMER_TAG: usize = 1 << (usize::BITS - 1);
 
@@ -319,6 +342,9 @@ fn arm_thread(started_thread: bool) -> u32 {
         && key != usize::MAX
     {
         sys::set_thread_value(key as libc::pthread_key_t, value);
+    }
+    if key_value.is_some() {
+        note_if_sigprof_blocked();
     }
     source
 }

@@ -886,6 +886,12 @@ pub fn set_thread_value(key: libc::pthread_key_t, value: usize) {
     unsafe { libc::pthread_setspecific(key, value as *const c_void) };
 }
 
+/// The calling thread's value for `key` (0: none set).
+pub fn thread_value(key: libc::pthread_key_t) -> usize {
+    // SAFETY: the key was created by create_thread_key and is never deleted.
+    unsafe { libc::pthread_getspecific(key) as usize }
+}
+
 /// A CPU-time timer (the kernel's timer id).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CpuTimer(usize);

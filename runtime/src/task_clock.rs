@@ -291,6 +291,13 @@ fn close_with_ring(event: sys::TaskClock, ring: usize) {
     }
 }
 
+/// Whether the slot's event has a ring (its samples are not signals).
+pub fn has_ring(index: usize) -> bool {
+    SLOT_TABLE
+        .get(index)
+        .is_some_and(|slot| slot.ring.load(Ordering::Relaxed) != 0)
+}
+
 /// Records the thread's watch timer (its signals carry [`slot_value`]).
 pub fn set_watch_timer(index: usize, timer: sys::CpuTimer) {
     SLOT_TABLE[index]

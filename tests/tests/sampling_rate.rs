@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use mslprof_format::model::{Profile, sampling_sources};
+use mslprof_format::model::{Profile, header_flags, sampling_sources};
 use mslprof_tests::{Workspace, analyzer_binary, fixtures_dir, histogram_total, module, run};
 
 fn source(name: &str) -> PathBuf {
@@ -251,7 +251,7 @@ fn samples_without_stacks_are_taken_while_the_program_blocks_sigprof() {
             .env("MSLPROF_HZ", "1000")
             .env("MSLPROF_STACK_DEPTH", "0")
             .env("MSLPROF_TEST_NO_RING", if rings { "0" } else { "1" })
-            .args(["400", "300"]));
+            .args(["400", "300", "1"]));
         let stdout = assert_ran(&output);
         assert_eq!(mslprof_lines(&output), Vec::<String>::new());
         let profile = ws.profile("gmon.out");
@@ -264,8 +264,58 @@ fn samples_without_stacks_are_taken_while_the_program_blocks_sigprof() {
             (least * 1000.0..=most * 1000.0).contains(&rate),
             "rings {rings}: {samples} samples, {rate:.0} per CPU-second at 1 kHz"
         );
+        // The thread ends the process with SIGPROF blocked again: the header says so when its samples are
+        // signals.
+        assert_eq!(
+            profile.header.flags & header_flags::SIGPROF_BLOCKED != 0,
+            !rings,
+            "rings {rings}"
+        );
         std::fs::remove_file(ws.join("gmon.out")).unwrap();
     }
+}
+
+#[test]
+fn a_report_says_when_threads_sampled_by_signals_blocked_sigprof() {
+    // At the default rate CPU-time timers sample, by signals: a thread that blocks SIGPROF (here from the
+    // start of main to its end) goes unsampled meanwhile, and the report says so under its rate line. The same
+    // program blocking it for no time and not at the end gets no such line.
+    let ws = Workspace::new();
+    let program = ws.program("blocks_sigprof", &[source("blocks_sigprof.c")], &[]);
+    for (args, flagged) in [(["200", "0", "1"], true), (["0", "200", "0"], false)] {
+        let output = run(ws.command_with_test_hooks_runtime(&program).args(args));
+        assert_ran(&output);
+        let profile = ws.profile("gmon.out");
+        assert_eq!(
+            profile.header.flags & header_flags::SIGPROF_BLOCKED != 0,
+            flagged,
+            "{args:?}"
+        );
+        let report = run(std::process::Command::new(analyzer_binary())
+            .current_dir(ws.path())
+            .args(["-b", "-p", "blocks_sigprof", "gmon.out"]));
+        let report = String::from_utf8_lossy(&report.stdout);
+        assert_eq!(
+            report.contains(
+                "The program blocked SIGPROF in threads sampled by signals: they were not sampled while \
+                 they did"
+            ),
+            flagged,
+            "{report}"
+        );
+        std::fs::remove_file(ws.join("gmon.out")).unwrap();
+    }
+    // A thread that starts with SIGPROF blocked (it inherits its creator's mask), the process ending with it
+    // unblocked.
+    let workers = ws.program(
+        "blocked_worker",
+        &[source("blocked_worker.c")],
+        &["-pthread"],
+    );
+    let output = run(ws.command_with_test_hooks_runtime(&workers).arg("100"));
+    assert_ran(&output);
+    let profile = ws.profile("gmon.out");
+    assert_ne!(profile.header.flags & header_flags::SIGPROF_BLOCKED, 0);
 }
 
 #[test]

@@ -1,7 +1,8 @@
 //! The line of an mslprof report that says how densely the run was sampled: the rate achieved against the one
-//! asked for, what sent the samples, and how far the top row of the flat profile can be off by chance.
+//! asked for, what sent the samples, how far the top row of the flat profile can be off by chance, and
+//! whether threads went unsampled because they blocked SIGPROF.
 
-use mslprof_format::model::{Header, sampling_sources};
+use mslprof_format::model::{Header, header_flags, sampling_sources};
 
 /// Whether the profile gets a rate line: its runtime recorded what sampled it, and the period.
 pub fn applies(header: &Header) -> bool {
@@ -34,6 +35,12 @@ pub fn rate_line(header: &Header, top_samples: f64) -> Option<String> {
             100.0 / error
         ));
     }
+    if header.flags & header_flags::SIGPROF_BLOCKED != 0 {
+        line.push_str(
+            "\nThe program blocked SIGPROF in threads sampled by signals: they were not sampled while they \
+             did (without stacks, MSLPROF_STACK_DEPTH=0, samples above 200 per second are taken anyway).",
+        );
+    }
     Some(line)
 }
 
@@ -65,6 +72,19 @@ mod tests {
             rate_line(&header(sampling_sources::CPU_TIMER, 1000, 4_000_000), 0.0).unwrap(),
             "Sampled at 250 samples per CPU-second (1000 asked for; per-thread CPU-time timers, checked on \
              the kernel tick)."
+        );
+    }
+
+    #[test]
+    fn threads_that_blocked_sigprof_are_said_to_be_unsampled() {
+        let mut blocked = header(sampling_sources::CPU_TIMER, 100, 300_000_000);
+        blocked.flags = header_flags::SIGPROF_BLOCKED;
+        assert_eq!(
+            rate_line(&blocked, 1.0).unwrap(),
+            "Sampled at 3 samples per CPU-second (100 asked for; per-thread CPU-time timers, checked on the \
+             kernel tick). The top row's 1 samples are good to about ±1 (±100.0 %).\n\
+             The program blocked SIGPROF in threads sampled by signals: they were not sampled while they did \
+             (without stacks, MSLPROF_STACK_DEPTH=0, samples above 200 per second are taken anyway)."
         );
     }
 

@@ -213,6 +213,9 @@ pub fn moment() -> Moment {
     if program_sigprof::shared() {
         flags |= header_flags::SAMPLING_SHARED_TIMER;
     }
+    if sampler::sigprof_blocked() {
+        flags |= header_flags::SIGPROF_BLOCKED;
+    }
     Moment {
         pid: sys::getpid(),
         ppid: sys::getppid(),
