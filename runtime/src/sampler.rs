@@ -228,7 +228,9 @@ pub fn sigprof_blocked() -> bool {
 }
 
 /// Notes whether the calling thread, if its samples are signals (a CPU-time timer, or a task clock without
-/// a ring), blocks SIGPROF now. For the thread that ends the process, before the runtime blocks anything.
+/// a ring), blocks SIGPROF now. For the thread that ends the process, before the runtime blocks anything, and
+/// for each thread as it gets its source (a forked child's too, hence the fork section).
+#[unsafe(link_section = "mslprof_fork_text")]
 pub fn note_if_sigprof_blocked() {
     let key = SAMPLER.thread_key.load(Ordering::Relaxed);
     if key == usize::MAX || !is_started() {

@@ -330,6 +330,7 @@ pub fn block_signals() -> libc::sigset_t {
 }
 
 /// Whether the calling thread blocks `signal`. Async-signal-safe.
+#[unsafe(link_section = "mslprof_fork_text")]
 pub fn signal_blocked(signal: i32) -> bool {
     let _errno = SavedErrno::save();
     // SAFETY: sigset_t is plain data, filled by pthread_sigmask before use.
@@ -887,6 +888,7 @@ pub fn set_thread_value(key: libc::pthread_key_t, value: usize) {
 }
 
 /// The calling thread's value for `key` (0: none set).
+#[unsafe(link_section = "mslprof_fork_text")]
 pub fn thread_value(key: libc::pthread_key_t) -> usize {
     // SAFETY: the key was created by create_thread_key and is never deleted.
     unsafe { libc::pthread_getspecific(key) as usize }

@@ -292,6 +292,7 @@ fn close_with_ring(event: sys::TaskClock, ring: usize) {
 }
 
 /// Whether the slot's event has a ring (its samples are not signals).
+#[unsafe(link_section = "mslprof_fork_text")]
 pub fn has_ring(index: usize) -> bool {
     SLOT_TABLE
         .get(index)
