@@ -664,27 +664,17 @@ extern "C" fn on_sigprof(signal: i32, info: *mut libc::siginfo_t, context: *mut 
     match classify(&origin) {
         Tick::Sample => {}
         Tick::Quiet => return,
-        tick @ (Tick::Drain(_) | Tick::Watch(_)) => {
-            SAMPLER.handlers_running.fetch_add(1, Ordering::SeqCst);
-            let drained = std::panic::catch_unwind(|| match tick {
-                Tick::Watch(slot) => {
-                    task_clock::on_watch_tick(slot);
-                    // Every ring: a thread's own ticks can come late (see `on_watch_tick`), the ticks of
-                    // all the threads together much less.
-                    task_clock::drain_all(&mut count_ring_record);
-                }
-                _ => {
-                    if let Tick::Drain(slot) = tick {
-                        task_clock::drain(slot, &mut count_ring_record);
-                    }
-                }
+        Tick::Drain(slot) => {
+            count_guarded(|| task_clock::drain(slot, &mut count_ring_record));
+            return;
+        }
+        Tick::Watch(slot) => {
+            count_guarded(|| {
+                task_clock::on_watch_tick(slot);
+                // Every ring: a thread's own ticks can come late (see `on_watch_tick`), the ticks of all the
+                // threads together much less.
+                task_clock::drain_all(&mut count_ring_record);
             });
-            SAMPLER.handlers_running.fetch_sub(1, Ordering::SeqCst);
-            if drained.is_err() && SAMPLER.sampling.swap(false, Ordering::SeqCst) {
-                sys::stderr_line(&[
-                    b"mslprof: internal error in the SIGPROF handler; profiling is off\n",
-                ]);
-            }
             return;
         }
         Tick::NotOurs => {
@@ -693,10 +683,7 @@ extern "C" fn on_sigprof(signal: i32, info: *mut libc::siginfo_t, context: *mut 
             return;
         }
     }
-    SAMPLER.handlers_running.fetch_add(1, Ordering::SeqCst);
-    // The counting path cannot panic (checked indexing only); should it ever, sampling stops instead of
-    // unwinding into the interrupted program.
-    let counted = std::panic::catch_unwind(|| {
+    count_guarded(|| {
         if SAMPLER.sampling.load(Ordering::SeqCst) {
             if origin.overrun > 0 {
                 SAMPLER
@@ -713,6 +700,14 @@ extern "C" fn on_sigprof(signal: i32, info: *mut libc::siginfo_t, context: *mut 
             };
         }
     });
+}
+
+/// Runs the handler's counting `work`, known to [`stop_and_quiesce`] as a running handler. The counting paths
+/// cannot panic (checked indexing only); should one ever, sampling stops instead of unwinding into the
+/// interrupted program.
+fn count_guarded(work: impl FnOnce() + std::panic::UnwindSafe) {
+    SAMPLER.handlers_running.fetch_add(1, Ordering::SeqCst);
+    let counted = std::panic::catch_unwind(work);
     SAMPLER.handlers_running.fetch_sub(1, Ordering::SeqCst);
     if counted.is_err() && SAMPLER.sampling.swap(false, Ordering::SeqCst) {
         sys::stderr_line(&[b"mslprof: internal error in the SIGPROF handler; profiling is off\n"]);

@@ -243,13 +243,16 @@ fn open_into(index: usize, periods: FirstPeriod) -> Result<(), i32> {
         sys::set_task_clock_period(event, first);
     }
     let slot = &SLOT_TABLE[index];
-    // An event with a ring signals its first sample only (see `on_event_signal`).
+    // An event with a ring signals its first sample only (see `on_event_signal`); its watch ticks are timed
+    // from now (`on_watch_tick`), which an event without a ring never reads.
     slot.signalling.store(false, Ordering::Relaxed);
-    slot.timely_ticks.store(0, Ordering::Relaxed);
-    slot.last_watch_ns.store(
-        sys::clock_ns(libc::CLOCK_THREAD_CPUTIME_ID).max(0) as u64,
-        Ordering::Relaxed,
-    );
+    if ring != 0 {
+        slot.timely_ticks.store(0, Ordering::Relaxed);
+        slot.last_watch_ns.store(
+            sys::clock_ns(libc::CLOCK_THREAD_CPUTIME_ID).max(0) as u64,
+            Ordering::Relaxed,
+        );
+    }
     slot.ring.store(ring, Ordering::Release);
     slot.first_pending.store(first_pending, Ordering::Relaxed);
     slot.event_id.store(event.id, Ordering::Relaxed);
@@ -282,13 +285,18 @@ fn open_with_ring(period_ns: u64) -> Result<(sys::TaskClock, usize), i32> {
     Ok((event, 0))
 }
 
-/// Closes an event and unmaps its ring (0: none). The caller holds the ring (nothing drains it).
-fn close_with_ring(event: sys::TaskClock, ring: usize) {
-    sys::close_task_clock(event);
+/// Unmaps a ring (0: none). The caller holds it (nothing drains it).
+fn unmap_ring(ring: usize) {
     if ring != 0 {
-        // SAFETY: `ring` is the event's ring, mapped with the planned size, which nothing uses any more.
+        // SAFETY: `ring` is an event's ring, mapped with the planned size, which nothing uses any more.
         unsafe { sys::unmap_event_ring(ring as *mut u8, RING_DATA_BYTES.load(Ordering::Relaxed)) };
     }
+}
+
+/// Closes an event and unmaps its ring (0: none), as [`unmap_ring`].
+fn close_with_ring(event: sys::TaskClock, ring: usize) {
+    sys::close_task_clock(event);
+    unmap_ring(ring);
 }
 
 /// Whether the slot's event has a ring (its samples are not signals).
@@ -443,13 +451,11 @@ pub fn release(index: usize, visit: &mut dyn FnMut(RingRecord)) {
         read_ring(ring, visit);
     }
     slot.signalling.store(false, Ordering::Relaxed);
-    match event_of(slot) {
-        Some(event) => {
-            close_with_ring(event, ring);
-            forget_descriptor(index, event.fd);
-        }
-        None => close_with_ring(sys::TaskClock { fd: -1, id: 0 }, ring),
+    if let Some(event) = event_of(slot) {
+        sys::close_task_clock(event);
+        forget_descriptor(index, event.fd);
     }
+    unmap_ring(ring);
     slot.draining.store(false, Ordering::Release);
     slot.fd.store(-1, Ordering::Relaxed);
     slot.tid.store(0, Ordering::Release);
@@ -506,13 +512,13 @@ impl Ring {
 }
 
 /// Gives every record of the slot's ring to `visit` and frees their room, unless someone else is draining it
-/// (then returns false at once). Async-signal-safe: atomics and reads of the ring only.
-pub fn drain(index: usize, visit: &mut dyn FnMut(RingRecord)) -> bool {
+/// (then returns at once). Async-signal-safe: atomics and reads of the ring only.
+pub fn drain(index: usize, visit: &mut dyn FnMut(RingRecord)) {
     let Some(slot) = SLOT_TABLE.get(index) else {
-        return false;
+        return;
     };
     if slot.draining.swap(true, Ordering::Acquire) {
-        return false;
+        return;
     }
     let ring = slot.ring.load(Ordering::Acquire);
     if ring != 0 {
@@ -534,7 +540,6 @@ pub fn drain(index: usize, visit: &mut dyn FnMut(RingRecord)) -> bool {
         }
     }
     slot.draining.store(false, Ordering::Release);
-    true
 }
 
 /// The event of the slot signals each sample from now on, if it did not (its descriptor still open).
