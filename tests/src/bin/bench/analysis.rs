@@ -194,8 +194,7 @@ fn build_many_lines(dir: &Path) -> Result<(PathBuf, usize), String> {
 }
 
 pub fn run(env: &Env) -> Result<Section, String> {
-    let dir = env.scratch.join("analysis");
-    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let dir = env.folder("analysis")?;
     let mut rows = Vec::new();
     let mut notes = Vec::new();
     let compare = |label: &str,

@@ -283,8 +283,7 @@ impl Slopes {
 
 /// fib through a function pointer on 1, 16 and 64 threads.
 fn fib_section(env: &Env, floor: &Path, trials: usize) -> Result<(Section, FibReference), String> {
-    let dir = env.scratch.join("calls-fib");
-    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let dir = env.folder("calls-fib")?;
     let builds = fixtures::build_fib(&dir)?;
     let quick = env.scale == Scale::Quick;
     // Per-thread fib arguments (small, large): 41 to 107 M extra calls (with 7 M, a run's noise was of the
@@ -378,8 +377,7 @@ fn working_set_section(
     trials: usize,
     fib: &FibReference,
 ) -> Result<(Section, Section), String> {
-    let dir = env.scratch.join("calls-ws");
-    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let dir = env.folder("calls-ws")?;
     let sizes: &[usize] = match env.scale {
         Scale::Quick => &[2_000, 20_000],
         _ => &[2_000, 20_000, 200_000, 1_000_000],
@@ -681,8 +679,7 @@ fn real_programs_section(env: &Env, floor: &Path, trials: usize) -> Result<Secti
     let mut rows = Vec::new();
     let mut notes = Vec::new();
     let mut ratios = Vec::new();
-    let lua_dir = env.scratch.join("calls-lua");
-    std::fs::create_dir_all(&lua_dir).map_err(|e| e.to_string())?;
+    let lua_dir = env.folder("calls-lua")?;
     match fixtures::build_lua(&env.workspace, &lua_dir) {
         Ok(builds) => {
             let pg_dir = builds.pg.parent().ok_or("no folder")?.to_path_buf();
@@ -701,8 +698,7 @@ fn real_programs_section(env: &Env, floor: &Path, trials: usize) -> Result<Secti
         }
         Err(e) => notes.push(format!("Lua workload skipped: {e}")),
     }
-    let cxx_dir = env.scratch.join("calls-cxx");
-    std::fs::create_dir_all(&cxx_dir).map_err(|e| e.to_string())?;
+    let cxx_dir = env.folder("calls-cxx")?;
     let builds = fixtures::build_cxx(&cxx_dir)?;
     // The C++ program takes its number of rounds: a slope between two, like fib's, with the calls of each
     // size counted by mslprof itself.
@@ -753,8 +749,7 @@ fn real_programs_section(env: &Env, floor: &Path, trials: usize) -> Result<Secti
 }
 
 pub fn run(env: &Env) -> Result<Vec<Section>, String> {
-    let dir = env.scratch.join("calls");
-    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let dir = env.folder("calls")?;
     let floor = build_floor(&dir)?;
     let trials = env.runs;
     // fib and the real programs measure a fraction of a nanosecond per call against the floor: twice as

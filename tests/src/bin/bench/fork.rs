@@ -61,8 +61,7 @@ fn trial(env: &Env, config: &Config, forks: u64, dir: &Path) -> Result<(f64, f64
 }
 
 pub fn run(env: &Env) -> Result<Section, String> {
-    let dir = env.scratch.join("fork");
-    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let dir = env.folder("fork")?;
     let src = fixtures::source_dir().join("fork_loop.c");
     let src = src.to_string_lossy();
     fixtures::cc(&dir, &["-O2", "-o", "fork_plain", &src])?;

@@ -45,6 +45,15 @@ pub struct Env {
     pub scratch: PathBuf,
 }
 
+impl Env {
+    /// The suite's own folder `name` in the scratch folder, made if need be.
+    pub fn folder(&self, name: &str) -> Result<PathBuf, String> {
+        let dir = self.scratch.join(name);
+        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        Ok(dir)
+    }
+}
+
 fn main() {
     if let Err(e) = run() {
         eprintln!("bench: {e}");

@@ -92,8 +92,7 @@ fn calls_into_leaf(dir: &Path) -> Result<u64, String> {
 
 /// `plt_main` (tests/fixtures/plt) calling libleaf.so's `plt_leaf` through the PLT: per-call slopes.
 fn leaf_section(env: &Env) -> Result<Section, String> {
-    let dir = env.scratch.join("plt-leaf");
-    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let dir = env.folder("plt-leaf")?;
     let sources = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/plt");
     let leaf = sources.join("leaf.c");
     let main = sources.join("plt_main.c");
@@ -225,8 +224,7 @@ pub fn real_rustc() -> Result<PathBuf, String> {
 
 /// rustc -O on the generated crate: CPU time under `LD_PROFILE=ALL` with PLT counting on and off.
 fn rustc_section(env: &Env) -> Result<Section, String> {
-    let dir = env.scratch.join("plt-rustc");
-    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let dir = env.folder("plt-rustc")?;
     let source = generated_crate(&dir)?;
     let rustc = real_rustc()?;
     // Per-round ratios spread over ±25 % on a shared machine: the median needs many rounds to settle.
@@ -403,8 +401,7 @@ fn python_sqlite_invocations(
     python: &Path,
     modes: &[Mode],
 ) -> Result<Vec<Invocation>, String> {
-    let dir = env.scratch.join("plt-python");
-    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let dir = env.folder("plt-python")?;
     let script = dir.join("sqlite_inserts.py");
     std::fs::write(&script, SQLITE_SCRIPT).map_err(|e| format!("{}: {e}", script.display()))?;
     Ok(modes
@@ -419,8 +416,7 @@ fn openssl_invocations(
     seconds: &str,
     modes: &[Mode],
 ) -> Result<Vec<Invocation>, String> {
-    let dir = env.scratch.join("plt-openssl");
-    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let dir = env.folder("plt-openssl")?;
     Ok(modes
         .iter()
         .map(|mode| {

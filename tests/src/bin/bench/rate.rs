@@ -146,8 +146,7 @@ fn measure(invs: &[Invocation], runs: usize, rows: &mut Vec<Vec<String>>) -> Res
 }
 
 pub fn run(env: &Env) -> Result<Section, String> {
-    let dir = env.scratch.join("rate");
-    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let dir = env.folder("rate")?;
     let quick = env.scale == Scale::Quick;
     let runs = env.runs;
     let mut rows = Vec::new();

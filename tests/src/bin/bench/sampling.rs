@@ -51,8 +51,7 @@ fn row(inv: &Invocation, m: &Medians, base: &Medians) -> Vec<String> {
 }
 
 pub fn run(env: &Env) -> Result<Section, String> {
-    let dir = env.scratch.join("sampling");
-    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let dir = env.folder("sampling")?;
     let spin = fixtures::build_spin(&dir)?;
     let iters = if env.scale == Scale::Quick {
         "50000000"

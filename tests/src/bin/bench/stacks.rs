@@ -36,8 +36,7 @@ fn profiled(
 }
 
 pub fn run(env: &Env) -> Result<Section, String> {
-    let dir = env.scratch.join("stacks");
-    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let dir = env.folder("stacks")?;
     let quick = env.scale == Scale::Quick;
     let runs = env.runs;
     let mut rows = Vec::new();
