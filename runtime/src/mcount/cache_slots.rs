@@ -154,6 +154,8 @@ pub struct CacheSlot {
     /// Other threads between reading `site_word` and clearing the word: the owner waits for 0 before its TLS
     /// goes away.
     site_users: AtomicU32,
+    /// The owner's CPU time at its last look that found nothing in its cache ([`CacheSlot::ran_since_last_look`]).
+    look_cpu_ns: AtomicU64,
 }
 
 #[allow(clippy::declare_interior_mutable_const)]
@@ -170,6 +172,7 @@ const EMPTY_SLOT: CacheSlot = CacheSlot {
     site_unloads: AtomicUsize::new(0),
     site_word: AtomicPtr::new(core::ptr::null_mut()),
     site_users: AtomicU32::new(0),
+    look_cpu_ns: AtomicU64::new(0),
 };
 
 static SLOTS: [CacheSlot; MAX_SLOTS] = [EMPTY_SLOT; MAX_SLOTS];
@@ -294,6 +297,14 @@ impl CacheSlot {
             *copy = take(word);
         }
         for_each_range_marked(len, chunks, pages, visit);
+    }
+
+    /// Whether the owner ran at least `ns` of CPU time since the last call (0 the first time: it may be a new
+    /// owner). Owner only: its looks, which take turns.
+    pub fn ran_since_last_look(&self, ns: u64) -> bool {
+        let now = sys::clock_ns(libc::CLOCK_THREAD_CPUTIME_ID).max(0) as u64;
+        let before = self.look_cpu_ns.swap(now, Ordering::Relaxed);
+        before != 0 && now.saturating_sub(before) >= ns
     }
 
     /// Visits the entries that hold an arc among at most about `most` entries of the current mapping's

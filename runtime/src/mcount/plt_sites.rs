@@ -86,8 +86,12 @@ const REFUSED_BITS: usize = 4096;
 /// 400 000 a second at a look every 10 ms of CPU time), and one SHAREth of all those counted.
 const MIN_CALLS: u64 = 1 << 9;
 const SHARE: u64 = 1024;
-/// Slots of [`SEEN`].
+/// CPU time a thread must have run since its last look for a look that found nothing on it to count as
+/// idle (the looks come every 10 ms of the process's CPU time: `sampler::LOOK_PERIOD_NS`).
+const RAN_NS: u64 = 1_000_000;
+/// Slots of [`SEEN`], and how many of them an arc may take (a bucket).
 const SEEN_SLOTS: usize = 1 << 14;
+const SEEN_WAYS: usize = 4;
 /// Most cache entries a look reads (as `hot.rs`).
 const LOOK_ENTRIES: usize = 1 << 13;
 
@@ -111,10 +115,12 @@ static BINDINGS_USED: AtomicUsize = AtomicUsize::new(0);
 /// that entered a site's PLT entry just before the site was rewritten cannot count the site's arc in a
 /// second entry, the redirected stub's, after it.
 static SITE_BOUND: [AtomicUsize; MAX_SITES] = [const { AtomicUsize::new(0) }; MAX_SITES];
-/// The count each arc had at the last look that read it (a slot per hash of the arc, twice as many slots as
-/// the cache entries a look reads: arcs that share one take turns, but one with fewer than [`MIN_CALLS`] calls
-/// never takes the slot of one with more), so that a look judges the calls made since: the arcs of a past
-/// phase of the program (Python's imports) are not rewritten in place of those of the current one.
+/// The count each arc had at the last look that read it, so that a look judges the calls made since: the
+/// arcs of a past phase of the program (Python's imports) are not rewritten in place of those of the current
+/// one. Twice as many slots as the cache entries a look reads, in buckets of [`SEEN_WAYS`]: an arc new to its
+/// bucket takes the slot with the fewest calls, unless it has fewer than [`MIN_CALLS`] calls and that slot's
+/// arc more. With a slot per arc, two hot arcs of the ~400 a look reads in Python would share one at almost
+/// every look, take it from each other and both be new at every look, and looks would never back off.
 static SEEN: [(AtomicUsize, AtomicU64); SEEN_SLOTS] =
     [const { (AtomicUsize::new(0), AtomicU64::new(0)) }; SEEN_SLOTS];
 /// The stub mappings: module key, start, pages used; `REGIONS` of them valid.
@@ -190,11 +196,13 @@ pub fn look(slot: &CacheSlot) {
         })
     };
     // A look that first saw an arc with many calls is not idle: the next one may pick it. Nor is one on a
-    // thread that counted next to nothing since its last look (the timer's signal may go to a thread that
-    // waits, such as a `main` in `pthread_join`): it says nothing of the others.
+    // thread that counted next to nothing since its last look and barely ran (the timer's signal may go to
+    // a thread that waits, such as a `main` in `pthread_join`): it says nothing of the others. A thread
+    // that ran and counted nothing in its cache is idle: its hot calls are counted in stubs already (as in
+    // `openssl speed`, one thread whose hot calls all go through stubs).
     let shift = if written > 0 || first_seen {
         0
-    } else if total < MIN_CALLS {
+    } else if total < MIN_CALLS && !slot.ran_since_last_look(RAN_NS) {
         shift
     } else {
         (shift + 1).min(MOST_IDLE_SHIFT)
@@ -326,22 +334,40 @@ fn add_callee_calls(callees: &mut [CalleeCalls; CALLEE_SLOTS], selfpc: usize, ca
 /// cache keeps its own running totals) since the last look that read it there, from its count now (`None`
 /// the first time). Looks take turns (`hot.rs`), so the slots are read and written without atomic exchanges.
 fn calls_since_last_look(thread: usize, frompc: usize, selfpc: usize, count: u64) -> Option<u64> {
-    let key = (frompc.wrapping_mul(FIBONACCI) ^ selfpc).wrapping_mul(FIBONACCI) ^ thread;
-    let (seen_key, seen_count) = &SEEN[top_bits(key, SEEN_SLOTS.trailing_zeros())];
-    let before = seen_count.load(Ordering::Relaxed);
-    if seen_key.load(Ordering::Relaxed) != key {
-        // An arc with few calls does not take the slot of one with many: they would take it from each other
-        // at every look, and the one with many would be new at every look (and never picked).
-        if before < MIN_CALLS || count >= MIN_CALLS {
-            seen_key.store(key, Ordering::Relaxed);
+    let key = seen_key(thread, frompc, selfpc);
+    let bucket = seen_bucket(key);
+    if let Some((_, seen_count)) = bucket
+        .iter()
+        .find(|(seen_key, _)| seen_key.load(Ordering::Relaxed) == key)
+    {
+        let before = seen_count.load(Ordering::Relaxed);
+        if before != count {
             seen_count.store(count, Ordering::Relaxed);
         }
-        return None;
+        return Some(count.saturating_sub(before));
     }
-    if before != count {
+    // An arc with few calls does not take the slot of one with many: they would take it from each other at
+    // every look, and the one with many would be new at every look (and never picked).
+    if let Some((seen_key, seen_count)) = bucket
+        .iter()
+        .min_by_key(|(_, seen_count)| seen_count.load(Ordering::Relaxed))
+        && (seen_count.load(Ordering::Relaxed) < MIN_CALLS || count >= MIN_CALLS)
+    {
+        seen_key.store(key, Ordering::Relaxed);
         seen_count.store(count, Ordering::Relaxed);
     }
-    Some(count.saturating_sub(before))
+    None
+}
+
+/// The key of the arc `frompc` → `selfpc` in the cache of `thread` in [`SEEN`].
+fn seen_key(thread: usize, frompc: usize, selfpc: usize) -> usize {
+    (frompc.wrapping_mul(FIBONACCI) ^ selfpc).wrapping_mul(FIBONACCI) ^ thread
+}
+
+/// The bucket of [`SEEN`] for `key`.
+fn seen_bucket(key: usize) -> &'static [(AtomicUsize, AtomicU64)] {
+    let first = top_bits(key, (SEEN_SLOTS / SEEN_WAYS).trailing_zeros()) * SEEN_WAYS;
+    &SEEN[first..first + SEEN_WAYS]
 }
 
 /// The word and bit of [`REFUSED`] for the call site returning to `frompc`.
@@ -938,34 +964,38 @@ mod tests {
 
     #[test]
     fn an_arc_with_few_calls_leaves_the_seen_slot_of_one_with_many() {
-        // A made-up thread (slot address) of this test's own, and two arcs whose keys share a slot of SEEN.
+        // A made-up thread (slot address) of this test's own, and arcs whose keys share a bucket of SEEN.
         let thread = 0x5eed_0000_0040;
-        let slot_of = |frompc: usize, selfpc: usize| {
-            let key = (frompc.wrapping_mul(FIBONACCI) ^ selfpc).wrapping_mul(FIBONACCI) ^ thread;
-            top_bits(key, SEEN_SLOTS.trailing_zeros())
+        let bucket_of = |(frompc, selfpc): (usize, usize)| {
+            seen_bucket(seen_key(thread, frompc, selfpc)).as_ptr()
         };
         let hot = (0x1000, 0x9000);
-        let cold = (0x1001..)
+        let mut sharing = (0x1001..)
             .map(|frompc| (frompc, 0x9000))
-            .find(|&(frompc, selfpc)| slot_of(frompc, selfpc) == slot_of(hot.0, hot.1))
-            .expect("a colliding arc");
-        assert_eq!(calls_since_last_look(thread, hot.0, hot.1, MIN_CALLS), None);
-        assert_eq!(calls_since_last_look(thread, cold.0, cold.1, 3), None);
-        assert_eq!(calls_since_last_look(thread, cold.0, cold.1, 5), None);
-        // The arc with many calls kept its slot: its calls since the last look are known.
-        assert_eq!(
-            calls_since_last_look(thread, hot.0, hot.1, MIN_CALLS + 700),
-            Some(700)
-        );
-        // One with as many calls takes the slot.
-        assert_eq!(
-            calls_since_last_look(thread, cold.0, cold.1, MIN_CALLS),
-            None
-        );
-        assert_eq!(
-            calls_since_last_look(thread, cold.0, cold.1, MIN_CALLS + 1),
-            Some(1)
-        );
+            .filter(|&arc| bucket_of(arc) == bucket_of(hot));
+        let others: Vec<(usize, usize)> = sharing.by_ref().take(SEEN_WAYS - 1).collect();
+        let cold = sharing.next().expect("an arc sharing the bucket");
+        let newer = sharing.next().expect("an arc sharing the bucket");
+        let since = |(frompc, selfpc): (usize, usize), count| {
+            calls_since_last_look(thread, frompc, selfpc, count)
+        };
+        // Arcs with many calls fill the bucket and each keeps its slot: none is new at the next look.
+        assert_eq!(since(hot, MIN_CALLS), None);
+        for (more, &arc) in others.iter().enumerate() {
+            assert_eq!(since(arc, MIN_CALLS + 1 + more as u64), None);
+        }
+        for (more, &arc) in others.iter().enumerate() {
+            assert_eq!(since(arc, MIN_CALLS + 11 + more as u64), Some(10));
+        }
+        // One with few calls takes none of their slots.
+        assert_eq!(since(cold, 3), None);
+        assert_eq!(since(cold, 5), None);
+        assert_eq!(since(hot, MIN_CALLS + 700), Some(700));
+        // One with many takes the slot of the arc with the fewest calls.
+        assert_eq!(since(newer, MIN_CALLS), None);
+        assert_eq!(since(newer, MIN_CALLS + 1), Some(1));
+        assert_eq!(since(others[0], MIN_CALLS + 20), None);
+        assert_eq!(since(hot, MIN_CALLS + 701), Some(1));
     }
 
     #[test]
