@@ -783,6 +783,9 @@ fn hot_plt_calls_are_counted_in_stubs_of_their_own_exactly_with_threads_and_afte
         (&program, "tail", 1, "1", "redirected"),
         (&program, "tail", 4, "1", "redirected"),
         (&program, "tail", 2, "0", "audit"),
+        // A site stub first, then the audit stub its calls went through redirected for another caller.
+        (&program, "both", 1, "1", "rewritten redirected"),
+        (&program, "both", 4, "1", "rewritten redirected"),
         (&early, "call", 2, "1", "rewritten"),
         (&early, "tail", 2, "1", "redirected"),
     ];

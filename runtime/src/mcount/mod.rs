@@ -518,7 +518,9 @@ pub extern "C" fn record_call(frompc: usize, selfpc: usize) {
 pub extern "C" fn record_site_call(frompc: usize, miss_return: usize) {
     // SAFETY: `site_miss` is reached only from a stub's `call`, whose return address this is.
     let (table, selfpc) = unsafe { sites::stub_metadata(miss_return) };
-    record_top_level(frompc, selfpc, Some(table));
+    let table =
+        (!plt_sites::binding_miss_from_rewritten_site(frompc, miss_return)).then_some(table);
+    record_top_level(frompc, selfpc, table);
 }
 
 /// [`record_call`], and [`record_site_call`] with `site_table` the stub's table.

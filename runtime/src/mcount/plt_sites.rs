@@ -41,8 +41,11 @@
 //! (`sites::binding_table`) picked by the caller's return address, misses into the same slow path, and runs
 //! the audit stub's own instructions when another caller holds the entry. An arc is counted in one entry of
 //! a region at most (running totals of two would not add up), so a call site whose audit stub is
-//! redirected is not rewritten, an audit stub that a site stub was made for is not redirected, and a look
-//! that redirects an audit stub rewrites no site calling through it.
+//! redirected is not rewritten, a look that redirects an audit stub rewrites no site calling through it, and
+//! a call from a rewritten site that reaches a redirected audit stub (it was on its way through the PLT when
+//! the site changed) is counted in the thread's cache, not in the audit stub's table
+//! ([`binding_miss_from_rewritten_site`]). An audit stub that site stubs were made for may be redirected:
+//! its other callers (tail calls, calls through pointers) are then counted in its table.
 //!
 //! A look takes the loader lock without waiting (none when a `dlopen` or `dlclose` runs): the modules it
 //! reads and writes stay mapped until it is done. The stubs are mapped within 130 MiB of their module's
@@ -76,6 +79,8 @@ const STUB_BYTES: usize = 128;
 /// follows the `jmp` after it.
 const MISS_RETURN: usize = 63;
 const BINDING_MISS_RETURN: usize = 74;
+/// The first bytes of a redirected audit stub's stub (`push rax`, then `mov rax, fs:`).
+const BINDING_STUB_HEAD: [u8; 3] = [0x50, 0x64, 0x48];
 /// Bytes of a module's stub mapping (a page of it per look that rewrites some of its sites).
 const REGION_BYTES: usize = 64 << 10;
 /// Most modules with stubs.
@@ -111,10 +116,6 @@ const MOST_IDLE_SHIFT: u32 = 5;
 /// Entries handed out to site stubs, and tables to redirected audit stubs, so far.
 static ENTRIES_USED: AtomicUsize = AtomicUsize::new(0);
 static BINDINGS_USED: AtomicUsize = AtomicUsize::new(0);
-/// The audit stub each site stub was made for (`ENTRIES_USED` of them): never redirected, so that a thread
-/// that entered a site's PLT entry just before the site was rewritten cannot count the site's arc in a
-/// second entry, the redirected stub's, after it.
-static SITE_BOUND: [AtomicUsize; MAX_SITES] = [const { AtomicUsize::new(0) }; MAX_SITES];
 /// The count each arc had at the last look that read it, so that a look judges the calls made since: the
 /// arcs of a past phase of the program (Python's imports) are not rewritten in place of those of the current
 /// one. Twice as many slots as the cache entries a look reads, in buckets of [`SEEN_WAYS`]: an arc new to its
@@ -157,6 +158,24 @@ pub fn contains(pc: usize) -> bool {
     REGION_STARTS[..regions]
         .iter()
         .any(|start| pc.wrapping_sub(start.load(Ordering::Relaxed)) < REGION_BYTES)
+}
+
+/// Whether a miss of a redirected audit stub's stub (its `call trampoline` returning to `miss_return`) comes
+/// from a call site rewritten to a stub of its own: a call that was on its way through the PLT when the site
+/// changed. The slow path counts it in the thread's cache, not in the audit stub's table: the site's arc has
+/// its entry in the site's table, and two entries of a region never hold one arc.
+pub fn binding_miss_from_rewritten_site(frompc: usize, miss_return: usize) -> bool {
+    let stub = miss_return.wrapping_sub(BINDING_MISS_RETURN);
+    let regions = REGIONS.load(Ordering::Acquire).min(MAX_REGIONS);
+    let in_region = REGION_STARTS[..regions].iter().any(|start| {
+        let into = stub.wrapping_sub(start.load(Ordering::Relaxed));
+        into < REGION_BYTES && into.is_multiple_of(STUB_BYTES)
+    });
+    // SAFETY: a stub of our mapping, written before any code ran there, never written again nor unmapped;
+    // the caller's call site, in the code it returns to (mapped while it runs).
+    in_region
+        && unsafe { core::ptr::read_volatile(stub as *const [u8; 3]) } == BINDING_STUB_HEAD
+        && call_before(frompc).is_some_and(|before| contains(before.target))
 }
 
 /// One look's search (`hot.rs`, SIGPROF handler): rewrites the sites of the arcs of `slot` (the running
@@ -307,9 +326,10 @@ struct CalleeCalls {
     arcs: u32,
 }
 
-/// Most arcs to a callee (in the cache's entries a look reads) for its audit stubs to be redirected: a
-/// quarter of a table's entries.
-const MOST_CALLERS: u32 = (sites::TABLE_ENTRIES / 4) as u32;
+/// Most arcs to a callee (in the cache's entries a look reads) for its audit stubs to be redirected: half a
+/// table's entries (88 callers of `pthread_mutex_unlock` in Python + SQLite, most of them cold: a few
+/// collide, and the rest are counted in the table).
+const MOST_CALLERS: u32 = (sites::TABLE_ENTRIES / 2) as u32;
 /// Slots of a look's sums per callee (on the signal handler's stack: 8 KiB).
 const CALLEE_SLOTS: usize = 256;
 
@@ -700,7 +720,6 @@ fn rewrite_site(stubs: &mut NewStubs, call: &PltCall, pick: &Pick) -> bool {
     let Some((code, jump)) = made else {
         return false;
     };
-    SITE_BOUND[entry].store(call.target.bound, Ordering::Relaxed);
     ENTRIES_USED.store(entry + 1, Ordering::Relaxed);
     stubs.add(at, &code, jump, pick.frompc);
     true
@@ -709,12 +728,11 @@ fn rewrite_site(stubs: &mut NewStubs, call: &PltCall, pick: &Pick) -> bool {
 /// The first six bytes of an audit stub as the audit module writes them: `push qword [rip + 18]`.
 const AUDIT_STUB_HEAD: [u8; SITE_BYTES] = [0xff, 0x35, 0x12, 0, 0, 0];
 
-/// Visits each audit stub of the arena whose callee is `callee`, whose head is still [`AUDIT_STUB_HEAD`] and
-/// for which no site stub was made ([`SITE_BOUND`]), up to the first slot not yet written.
+/// Visits each audit stub of the arena whose callee is `callee` and whose head is still [`AUDIT_STUB_HEAD`],
+/// up to the first slot not yet written.
 fn for_each_audit_stub(arena: (usize, usize), callee: usize, mut visit: impl FnMut(usize)) {
     let (base, bytes) = arena;
     let stub_bytes = super::PLT_STUB_BYTES;
-    let site_bound = &SITE_BOUND[..ENTRIES_USED.load(Ordering::Relaxed).min(MAX_SITES)];
     for stub in (base + stub_bytes..base + bytes - stub_bytes + 1).step_by(stub_bytes) {
         // SAFETY: a slot of the arena, mapped readable and never unmapped (a slot never written reads as
         // zeros); the audit module may be writing it, so a head may read half-written: it is then skipped.
@@ -727,12 +745,7 @@ fn for_each_audit_stub(arena: (usize, usize), callee: usize, mut visit: impl FnM
         if head == [0; SITE_BYTES] && stub_callee == 0 {
             break;
         }
-        if head == AUDIT_STUB_HEAD
-            && stub_callee as usize == callee
-            && !site_bound
-                .iter()
-                .any(|bound| bound.load(Ordering::Relaxed) == stub)
-        {
+        if head == AUDIT_STUB_HEAD && stub_callee as usize == callee {
             visit(stub);
         }
     }
@@ -1042,6 +1055,7 @@ mod tests {
         let callee = 0x7200_0000_0000u64;
         let code = encode_binding_stub(stub, audit_stub, callee as usize, 8192, stub & !0xfff)
             .expect("a stub");
+        assert_eq!(&code[..3], &BINDING_STUB_HEAD);
         // The miss call's metadata is where `sites::stub_metadata` reads it.
         let metadata = BINDING_MISS_RETURN + sites::METADATA_AFTER_MISS_CALL;
         assert_eq!(&code[metadata..metadata + 4], &8192u32.to_le_bytes());
