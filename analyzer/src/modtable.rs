@@ -3,7 +3,7 @@
 //! the module has functions in the report, whose index must stay findable),
 //! and a name column as wide as the longest name so that long names do not push the columns apart. When the
 //! profiler's own time is in the table, a second share column gives each other row's share of the program's
-//! own samples (all but the profiler's), which profiling overhead does not shift.
+//! own samples (all but the profiler's), which the profiler's own time does not shift.
 
 use std::fmt::Write as _;
 
@@ -107,8 +107,9 @@ pub fn print(out: &mut Out, mut rows: Vec<Row>, total: f64, all: bool) {
     }
     if program_total.is_some() {
         out.push_str(
-            "\n program: the share of the program's own samples, all but the profiling overhead's (the same\n \
-             shares a run without the profiler's cost would give).\n",
+            "\n program: the share of the program's own samples, all but the profiling overhead's. It can\n \
+             differ by a few points from a run without the profiler: the profiler's stubs also draw samples\n \
+             of the code that ran just before them.\n",
         );
     }
 }
