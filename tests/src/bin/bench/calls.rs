@@ -427,7 +427,8 @@ fn working_set_section(
                 ));
             }
             // The first sweep: every call a miss that inserts its arc (slow path), against the plain build.
-            let first = first_sweep_cost(env, floor, &program.builds, &dir, per_sweep, trials)?;
+            let (first, first_trials) =
+                first_sweep_cost(env, floor, &program.builds, &dir, per_sweep, trials)?;
             let label = format!(
                 "{sites} arcs over {} functions, {}",
                 program.functions,
@@ -446,7 +447,7 @@ fn working_set_section(
                 first_above_target.push(format!("{sites} {} ({:.0})", order.label(), first.median));
             }
             notes.push(format!(
-                "{sites} arcs, {}: first sweep (every call inserts its arc) costs mslprof {} ns per call over the plain build",
+                "{sites} arcs, {}: first sweep (every call inserts its arc) costs mslprof {} ns per call over the plain build ({first_trials} trials)",
                 order.label(),
                 first.show()
             ));
@@ -606,7 +607,13 @@ fn whole_run_section(runs: &[WholeRuns], trials: usize, fib: &FibReference) -> S
     }
 }
 
-/// CPU time per call of the first sweep under mslprof (sweeps 1 minus sweeps 0), minus the plain build's.
+/// Calls the first-sweep measurement takes over all its trials at least (up to 40 times the trials asked
+/// for): one sweep of 2 000 call sites is a quarter of a millisecond, below the noise of one process's CPU
+/// time.
+const FIRST_SWEEP_CALLS: u64 = 2_000_000;
+
+/// CPU time per call of the first sweep under mslprof (sweeps 1 minus sweeps 0), minus the plain build's,
+/// and the trials it took.
 fn first_sweep_cost(
     env: &Env,
     floor: &Path,
@@ -614,7 +621,10 @@ fn first_sweep_cost(
     dir: &Path,
     per_sweep: u64,
     trials: usize,
-) -> Result<Spread, String> {
+) -> Result<(Spread, usize), String> {
+    let trials = usize::try_from(FIRST_SWEEP_CALLS / per_sweep.max(1))
+        .unwrap_or(usize::MAX)
+        .clamp(trials, trials * 40);
     let work = Workload {
         builds,
         dir,
@@ -623,7 +633,7 @@ fn first_sweep_cost(
         extra_calls: per_sweep,
     };
     let slopes = measure(env, floor, &work, trials, &[Counter::Mslprof])?;
-    Ok(slopes.of(Counter::Mslprof))
+    Ok((slopes.of(Counter::Mslprof), trials))
 }
 
 /// A real program run whole, at one size (its fixed costs are small next to its tens of millions of calls):
