@@ -371,9 +371,11 @@ fn python_sqlite_section(env: &Env) -> Result<Section, String> {
             "No `python3` with the sqlite3 module on this machine: not measured.".into(),
         ));
     };
+    // A run that touches memory varies by ±15 % from one run to the next on a busy host: the
+    // median needs many rounds to settle.
     let rounds = match env.scale {
         Scale::Quick => 3,
-        _ => 9,
+        _ => 21,
     };
     let invs = python_sqlite_invocations(env, &python, &PROGRAM_MODES)?;
     let rows = ratio_rows(&invs, rounds, cpu_seconds, show_ms)?;
@@ -435,7 +437,7 @@ fn openssl_section(env: &Env) -> Result<Section, String> {
     };
     let rounds = match env.scale {
         Scale::Quick => 3,
-        _ => 7,
+        _ => 11,
     };
     let invs = openssl_invocations(env, seconds, &PROGRAM_MODES)?;
     if run_once(&invs[Mode::Plain as usize]).is_err() {
