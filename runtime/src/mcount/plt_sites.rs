@@ -518,14 +518,16 @@ struct CallBefore {
 }
 
 /// The `call rel32` whose return address is `frompc`, if the five bytes before it, in one executable
-/// segment of a loaded module, are one (the caller holds the loader lock: the module stays mapped).
+/// segment of a loaded module, are one. The module must stay mapped: the caller holds the loader lock, or
+/// `frompc` is where its own running call returns.
 fn call_before(frompc: usize) -> Option<CallBefore> {
     let module = modules::find_address(RuntimeAddress::from_usize(frompc))?;
     let site = frompc.checked_sub(5)?;
     if !module.contains_bytes(RuntimeAddress::from_usize(site), SITE_BYTES) {
         return None;
     }
-    // SAFETY: six bytes inside one executable segment of a loaded module, which stays mapped (loader lock).
+    // SAFETY: six bytes inside one executable segment of a loaded module, which stays mapped: a look holds the
+    // loader lock, and the slow path reads the call site its running call returns to.
     let original = unsafe { core::ptr::read(site as *const [u8; SITE_BYTES]) };
     if original[0] != 0xe8 {
         return None;
