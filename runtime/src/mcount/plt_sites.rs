@@ -154,10 +154,16 @@ pub fn wanted() -> bool {
 
 /// Whether `pc` is in a PLT site's stub (profiling overhead). Async-signal-safe.
 pub fn contains(pc: usize) -> bool {
+    offset_in_region(pc).is_some()
+}
+
+/// How far `pc` is into the stub mapping that holds it, if one does. Async-signal-safe.
+fn offset_in_region(pc: usize) -> Option<usize> {
     let regions = REGIONS.load(Ordering::Acquire).min(MAX_REGIONS);
     REGION_STARTS[..regions]
         .iter()
-        .any(|start| pc.wrapping_sub(start.load(Ordering::Relaxed)) < REGION_BYTES)
+        .map(|start| pc.wrapping_sub(start.load(Ordering::Relaxed)))
+        .find(|&offset| offset < REGION_BYTES)
 }
 
 /// Whether a miss of a redirected audit stub's stub (its `call trampoline` returning to `miss_return`) comes
@@ -166,11 +172,7 @@ pub fn contains(pc: usize) -> bool {
 /// its entry in the site's table, and two entries of a region never hold one arc.
 pub fn binding_miss_from_rewritten_site(frompc: usize, miss_return: usize) -> bool {
     let stub = miss_return.wrapping_sub(BINDING_MISS_RETURN);
-    let regions = REGIONS.load(Ordering::Acquire).min(MAX_REGIONS);
-    let in_region = REGION_STARTS[..regions].iter().any(|start| {
-        let into = stub.wrapping_sub(start.load(Ordering::Relaxed));
-        into < REGION_BYTES && into.is_multiple_of(STUB_BYTES)
-    });
+    let in_region = offset_in_region(stub).is_some_and(|offset| offset.is_multiple_of(STUB_BYTES));
     // SAFETY: a stub of our mapping, written before any code ran there, never written again nor unmapped;
     // the caller's call site, in the code it returns to (mapped while it runs).
     in_region
