@@ -20,6 +20,7 @@ mod page_marks;
 mod perf_map;
 pub mod program_sigprof;
 mod reexec;
+mod ring_drainer;
 pub mod sampler;
 pub mod selection;
 pub mod smonitor;
@@ -145,6 +146,9 @@ fn start(explicit: bool) -> u8 {
     dump::DUMP.note_start();
     if stacks::start(settings.stack_table_kb) {
         stacks::note_thread_stack();
+    }
+    if sampler::wants_stack_rings(settings.hz) {
+        ring_drainer::start();
     }
     if !sampler::start(settings.hz) {
         sys::stderr_line(&[b"mslprof: cannot install the SIGPROF handler; profiling is off\n"]);

@@ -32,7 +32,7 @@ use mslprof_format::RuntimeAddress;
 use crate::modules;
 use crate::program_sigprof;
 use crate::sys;
-use crate::task_clock::{self, NoEvent, RingPlan, RingRecord, Tick};
+use crate::task_clock::{self, NoEvent, RingPlan, RingRecord, Rings, Tick};
 
 /// Marks our timers' signals: its address is the `si_value` of every sampling SIGPROF.
 static COOKIE: u8 = 0;
@@ -186,36 +186,155 @@ pub fn start(hz: u32) -> bool {
     true
 }
 
-/// The rings task-clock events get at `period`: none when samples have stacks (a walk needs the live stack),
-/// and none in `test-hooks` builds run with `MSLPROF_TEST_NO_RING=1`.
-fn ring_plan(period: u64) -> RingPlan {
-    #[cfg(feature = "test-hooks")]
-    if std::env::var_os("MSLPROF_TEST_NO_RING").is_some_and(|value| value == "1") {
-        return RingPlan::NONE;
-    }
-    if crate::stacks::enabled() {
-        return RingPlan::NONE;
-    }
-    RingPlan::for_period(period)
+/// Bytes of stack a ring's record copies when samples have stacks: the walk reaches the frames whose return
+/// addresses lie in it (deeper frames are cut, the stack flagged as truncated).
+const RING_STACK_BYTES: u32 = 16 << 10;
+
+/// Whether sampling at `hz` wants rings whose records copy the stack, for the drain thread to walk (the crate
+/// root then starts it, before [`start`]): samples have stacks, and task clocks sample at that rate. Never in
+/// `test-hooks` builds run with `MSLPROF_TEST_NO_RING=1`.
+pub fn wants_stack_rings(hz: u32) -> bool {
+    rings_allowed()
+        && crate::stacks::enabled()
+        && cfg!(target_arch = "x86_64")
+        && period_for(hz) < TIMER_PERIODS_FROM_NS
 }
 
-/// Counts one record of a task-clock ring, unless sampling is paused. Async-signal-safe, as the handler.
-fn count_ring_record(record: RingRecord) {
+/// False in `test-hooks` builds run with `MSLPROF_TEST_NO_RING=1`: every event signals each sample.
+fn rings_allowed() -> bool {
+    #[cfg(feature = "test-hooks")]
+    if std::env::var_os("MSLPROF_TEST_NO_RING").is_some_and(|value| value == "1") {
+        return false;
+    }
+    true
+}
+
+/// The rings task-clock events get at `period`: records of the pc when samples have no stacks; with stacks,
+/// records with a copy of the stack when the drain thread runs, else none; none when not
+/// [`rings_allowed`].
+fn ring_plan(period: u64) -> RingPlan {
+    if !rings_allowed() {
+        return RingPlan::NONE;
+    }
+    if !crate::stacks::enabled() {
+        return RingPlan::for_period(period);
+    }
+    if task_clock::drainer_runs() {
+        return RingPlan::with_stacks(period, RING_STACK_BYTES);
+    }
+    RingPlan::NONE
+}
+
+/// The drain thread's CPU time (ns), all and user, as of its last round (`ring_drainer`).
+static DRAINER_CPU_NS: [AtomicU64; 2] = [const { AtomicU64::new(0) }; 2];
+
+/// Notes the drain thread's CPU time, all and user (ns): it takes no sample, so it is not in the CPU time the
+/// samples stand for ([`sampled_cpu_ns`]).
+pub fn note_drainer_cpu_ns(cpu_ns: [u64; 2]) {
+    for (account, now) in DRAINER_CPU_NS.iter().zip(cpu_ns) {
+        account.store(now, Ordering::Relaxed);
+    }
+}
+
+/// Counts one record of a task-clock ring, and the stack it copied, unless sampling is paused: whether the
+/// walk of the copy needed the live stack (`stacks::record_copied`). Async-signal-safe, as the handler.
+fn count_ring_record(record: RingRecord<'_>) -> bool {
     if !SAMPLER.sampling.load(Ordering::SeqCst) {
-        return;
+        return false;
     }
     match record {
-        RingRecord::Sample(pc) => record_pc(pc),
+        RingRecord::Sample { pc, stack } => {
+            record_pc(pc);
+            #[cfg(target_arch = "x86_64")]
+            if let Some(stack) = stack {
+                return crate::stacks::record_copied(pc, &stack);
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            let _ = stack;
+        }
         RingRecord::Lost(records) => {
             SAMPLER.overruns.fetch_add(records, Ordering::Relaxed);
         }
     }
+    false
 }
 
-/// Counts the samples every thread's ring holds now (before the module table changes, so that they are
-/// attributed to the modules they were taken in).
+/// Counts the records of a ring whose event signalled this sample ([`Tick::Drain`]): the record of the
+/// interrupted pc (the sample this signal stands for, taken at this very instruction) is walked on the live
+/// stack, the others on their copies.
+///
+/// # Safety
+/// `context` is the ucontext the kernel passed to the SA_SIGINFO handler.
+unsafe fn count_signalled_ring(slot: usize, context: *const c_void) {
+    // SAFETY: as the caller guarantees.
+    let interrupted = unsafe { sys::interrupted_pc(context) };
+    let mut live_walked = false;
+    task_clock::drain(slot, &mut |record| match record {
+        RingRecord::Sample { pc, .. }
+            if pc == interrupted && !live_walked && SAMPLER.sampling.load(Ordering::SeqCst) =>
+        {
+            live_walked = true;
+            record_pc(pc);
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: as the caller guarantees.
+            unsafe {
+                crate::stacks::record_interrupted(context)
+            };
+            false
+        }
+        record => count_ring_record(record),
+    });
+}
+
+/// Counts the samples every thread's ring holds now, waiting for a ring another thread is draining (before
+/// the module table changes, so that they are attributed to the modules they were taken in, and before a
+/// dump). Not in a signal handler.
 pub fn drain_rings() {
-    task_clock::drain_all(&mut count_ring_record);
+    task_clock::drain_all(&mut count_ring_record, Rings::Every);
+}
+
+/// The drain thread's round ([`crate::ring_drainer`]): counts what the rings hold, as a handler would (known to
+/// [`stop_and_quiesce`], sampling off after a fault).
+pub fn drain_rings_now() {
+    count_guarded(|| task_clock::drain_all(&mut count_ring_record, Rings::Quiet));
+}
+
+/// Starts a thread of the runtime's own on `routine`: through libc's `pthread_create` (not ours: it gets no
+/// sampling source), detached, with every signal blocked (glibc keeps its own internal ones unblocked).
+/// Whether it started.
+pub fn start_runtime_thread(routine: sys::ThreadStartRoutine) -> bool {
+    let real = real_pthread_create();
+    if real == 0 {
+        return false;
+    }
+    let mask = sys::block_signals();
+    // SAFETY: pthread_t is plain data, written by pthread_create.
+    let mut thread: libc::pthread_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `real` is libc's pthread_create; default attributes; `routine` takes a null argument.
+    let started = unsafe {
+        sys::call_pthread_create(
+            real,
+            &mut thread,
+            std::ptr::null(),
+            routine,
+            std::ptr::null_mut(),
+        )
+    } == 0;
+    sys::restore_signals(&mask);
+    if started {
+        sys::detach_thread(thread);
+    }
+    started
+}
+
+/// libc's `pthread_create` (0: not found).
+fn real_pthread_create() -> usize {
+    let mut real = SAMPLER.real_pthread_create.load(Ordering::Relaxed);
+    if real == 0 {
+        real = sys::next_symbol(c"pthread_create").unwrap_or(0);
+        SAMPLER.real_pthread_create.store(real, Ordering::Relaxed);
+    }
+    real
 }
 
 /// Some thread whose samples are signals blocked SIGPROF (the header's `SIGPROF_BLOCKED`): it started with
@@ -276,6 +395,11 @@ static CHILD_SOURCE: AtomicU32 = AtomicU32::new(0);
 #[unsafe(link_section = "mslprof_fork_text")]
 pub fn arm_child_after_fork() {
     task_clock::forget_after_fork();
+    // A handler or the drain thread counting in another thread of the parent at the fork goes on in the parent
+    // only (written only when needed: a write copies the page).
+    if SAMPLER.handlers_running.load(Ordering::Relaxed) != 0 {
+        SAMPLER.handlers_running.store(0, Ordering::Relaxed);
+    }
     CHILD_SOURCE.store(arm_thread(false), Ordering::Relaxed);
 }
 
@@ -499,12 +623,22 @@ const ALL_CPU: usize = 0;
 /// Index of the process's user CPU time in the stretch accounts.
 const USER_CPU: usize = 1;
 
-/// CPU time of the whole process (all its threads, living and ended) in nanoseconds, all of it and its user
-/// part. Async-signal-safe.
+/// CPU time of the whole process (all its threads, living and ended) but the drain thread's, which takes no
+/// sample, in nanoseconds, all of it and its user part. Async-signal-safe.
 fn process_cpu_ns() -> [u64; 2] {
     let all = sys::clock_ns(sys::CLOCK_PROCESS_CPUTIME_ID).max(0) as u64;
     let user = sys::process_cpu_ns().map_or(all, |(user, _)| user);
-    [all, user]
+    let [drainer_all, drainer_user] = if task_clock::drainer_runs() {
+        DRAINER_CPU_NS
+            .each_ref()
+            .map(|account| account.load(Ordering::Relaxed))
+    } else {
+        [0, 0]
+    };
+    [
+        all.saturating_sub(drainer_all),
+        user.saturating_sub(drainer_user),
+    ]
 }
 
 fn begin_stretch() {
@@ -665,15 +799,18 @@ extern "C" fn on_sigprof(signal: i32, info: *mut libc::siginfo_t, context: *mut 
         Tick::Sample => {}
         Tick::Quiet => return,
         Tick::Drain(slot) => {
-            count_guarded(|| task_clock::drain(slot, &mut count_ring_record));
+            let context = context as usize;
+            // SAFETY: the kernel passed `context` to this SA_SIGINFO handler.
+            count_guarded(|| unsafe { count_signalled_ring(slot, context as *const c_void) });
             return;
         }
         Tick::Watch(slot) => {
             count_guarded(|| {
                 task_clock::on_watch_tick(slot);
-                // Every ring: a thread's own ticks can come late (see `on_watch_tick`), the ticks of all the
-                // threads together much less.
-                task_clock::drain_all(&mut count_ring_record);
+                // Every quiet ring: a thread's own ticks can come late (see `on_watch_tick`), the ticks of all
+                // the threads together much less; and should the drain thread be stopped (a debugger), its
+                // rings are still drained.
+                task_clock::drain_all(&mut count_ring_record, Rings::Quiet);
             });
             return;
         }
@@ -743,11 +880,7 @@ pub unsafe fn create_thread(
     argument: *mut c_void,
     profiling: bool,
 ) -> i32 {
-    let mut real = SAMPLER.real_pthread_create.load(Ordering::Relaxed);
-    if real == 0 {
-        real = sys::next_symbol(c"pthread_create").unwrap_or(0);
-        SAMPLER.real_pthread_create.store(real, Ordering::Relaxed);
-    }
+    let real = real_pthread_create();
     if real == 0 {
         return libc::EAGAIN;
     }

@@ -872,6 +872,36 @@ pub unsafe fn call_pthread_create(
     unsafe { real(thread, attributes, routine, argument) }
 }
 
+/// Detaches a thread [`call_pthread_create`] started: its resources go when it ends, and nobody joins it.
+pub fn detach_thread(thread: libc::pthread_t) {
+    // SAFETY: `thread` is a thread just created and not yet detached or joined.
+    unsafe { libc::pthread_detach(thread) };
+}
+
+/// Waits until one of `fds` has a requested event or `timeout_ms` passes (`revents` set); an interruption by a
+/// signal counts as a timeout.
+pub fn poll_descriptors(fds: &mut [libc::pollfd], timeout_ms: i32) {
+    let _errno = SavedErrno::save();
+    // SAFETY: `fds` is a valid array of pollfd of the length given.
+    unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
+}
+
+/// The calling thread's CPU time (ns): all of it, and its user part (`getrusage(RUSAGE_THREAD)`).
+pub fn thread_cpu_ns() -> [u64; 2] {
+    let _errno = SavedErrno::save();
+    // SAFETY: rusage is plain data, filled by getrusage.
+    let mut usage: libc::rusage = unsafe { core::mem::zeroed() };
+    // SAFETY: a valid out-pointer.
+    if unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) } != 0 {
+        return [0, 0];
+    }
+    let ns = |time: libc::timeval| {
+        time.tv_sec.max(0) as u64 * 1_000_000_000 + time.tv_usec.max(0) as u64 * 1000
+    };
+    let user = ns(usage.ru_utime);
+    [user + ns(usage.ru_stime), user]
+}
+
 /// A thread-specific slot whose destructor runs at thread exit (pthread keys).
 pub fn create_thread_key(
     destructor: unsafe extern "C" fn(*mut c_void),
@@ -1001,8 +1031,8 @@ pub fn set_timer_period(timer: CpuTimer, first_ns: u64, period_ns: u64) -> Resul
     .map_err(|error| error.into_raw())
 }
 
-/// `struct perf_event_attr` up to its first published size (`PERF_ATTR_SIZE_VER0`, 64 bytes): all a
-/// software sampling event with a sample period needs.
+/// `struct perf_event_attr` up to `PERF_ATTR_SIZE_VER3` (96 bytes): a software sampling event with a sample
+/// period and, for records with stacks, the user registers and stack bytes a sample copies.
 #[repr(C)]
 struct PerfEventAttr {
     kind: u32,
@@ -1016,6 +1046,11 @@ struct PerfEventAttr {
     wakeup: u32,
     bp_type: u32,
     config1: u64,
+    config2: u64,
+    branch_sample_type: u64,
+    sample_regs_user: u64,
+    sample_stack_user: u32,
+    clockid: i32,
 }
 
 const PERF_TYPE_SOFTWARE: u32 = 1;
@@ -1025,6 +1060,10 @@ const PERF_ATTR_FLAG_EXCLUDE_KERNEL: u64 = 1 << 5;
 const PERF_ATTR_FLAG_EXCLUDE_HV: u64 = 1 << 6;
 const PERF_ATTR_FLAG_WATERMARK: u64 = 1 << 14;
 const PERF_SAMPLE_IP: u64 = 1 << 0;
+const PERF_SAMPLE_REGS_USER: u64 = 1 << 12;
+const PERF_SAMPLE_STACK_USER: u64 = 1 << 13;
+/// `PERF_REG_X86_BP`, `_SP` and `_IP`: the user registers a sample with a stack records, in this order.
+const PERF_REGS_BP_SP_IP: u64 = (1 << 6) | (1 << 7) | (1 << 8);
 const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 1 << 3;
 /// `_IO('$', 0)`.
 const PERF_EVENT_IOC_ENABLE: libc::c_ulong = 0x2400;
@@ -1054,36 +1093,64 @@ pub struct TaskClock {
     pub id: u64,
 }
 
+/// What a task-clock event writes into its ring ([`map_event_ring`]) at each sample.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SampleRecord {
+    /// Nothing: the event only signals.
+    None,
+    /// A `PERF_RECORD_SAMPLE` of the user pc (`PERF_SAMPLE_IP`).
+    Pc,
+    /// A `PERF_RECORD_SAMPLE` of the user pc, the user registers rbp, rsp and rip (`PERF_SAMPLE_REGS_USER`) and
+    /// up to `stack_bytes` of the user stack from rsp up (`PERF_SAMPLE_STACK_USER`; a multiple of 8, below
+    /// 65 536).
+    PcAndStack { stack_bytes: u32 },
+}
+
 /// Opens a disabled `PERF_COUNT_SW_TASK_CLOCK` event on the calling thread that, once enabled
 /// ([`enable_task_clock`]), sends `signal` to this very thread
 /// (`F_SETOWN_EX`/`F_OWNER_TID`, `F_SETSIG`, `O_ASYNC`) each time `period_ns` of its CPU time in user mode
 /// elapses (`exclude_kernel`, which `perf_event_paranoid` 2 requires): the signal's `si_code` is [`POLL_IN`]
-/// and its `si_fd` the descriptor. With `records`, each sample is also a record of its pc
-/// (`PERF_SAMPLE_IP`) in the event's ring once one is mapped ([`map_event_ring`], `ring_bytes` of records),
-/// and the ring never wakes anyone (its watermark is its size). The descriptor is `O_CLOEXEC` and never 0, 1
-/// or 2. Errno when the kernel refuses (EACCES/EPERM: paranoid or seccomp; ENOSYS; EMFILE). Async-signal-safe
-/// (system calls only); errno preserved.
+/// and its `si_fd` the descriptor. With a `record`, each sample is also a record in the event's ring once one
+/// is mapped ([`map_event_ring`]), and the descriptor polls readable once `wake_bytes` of records wait there
+/// (the ring's size: never). The descriptor is `O_CLOEXEC` and never 0, 1 or 2. Errno when the kernel refuses
+/// (EACCES/EPERM: paranoid or seccomp; ENOSYS; EMFILE). Async-signal-safe (system calls only); errno
+/// preserved.
 pub fn open_task_clock(
     signal: i32,
     period_ns: u64,
-    records: bool,
-    ring_bytes: u32,
+    record: SampleRecord,
+    wake_bytes: u32,
 ) -> Result<TaskClock, i32> {
     let _errno = SavedErrno::save();
+    let (sample_type, sample_regs_user, sample_stack_user) = match record {
+        SampleRecord::None => (0, 0, 0),
+        SampleRecord::Pc => (PERF_SAMPLE_IP, 0, 0),
+        SampleRecord::PcAndStack { stack_bytes } => (
+            PERF_SAMPLE_IP | PERF_SAMPLE_REGS_USER | PERF_SAMPLE_STACK_USER,
+            PERF_REGS_BP_SP_IP,
+            stack_bytes,
+        ),
+    };
+    let records = record != SampleRecord::None;
     let attr = PerfEventAttr {
         kind: PERF_TYPE_SOFTWARE,
         size: std::mem::size_of::<PerfEventAttr>() as u32,
         config: PERF_COUNT_SW_TASK_CLOCK,
         sample_period: period_ns.max(1),
-        sample_type: if records { PERF_SAMPLE_IP } else { 0 },
+        sample_type,
         read_format: 0,
         flags: PERF_ATTR_FLAG_DISABLED
             | PERF_ATTR_FLAG_EXCLUDE_KERNEL
             | PERF_ATTR_FLAG_EXCLUDE_HV
             | if records { PERF_ATTR_FLAG_WATERMARK } else { 0 },
-        wakeup: if records { ring_bytes } else { 0 },
+        wakeup: if records { wake_bytes } else { 0 },
         bp_type: 0,
         config1: 0,
+        config2: 0,
+        branch_sample_type: 0,
+        sample_regs_user,
+        sample_stack_user,
+        clockid: 0,
     };
     // SAFETY: `attr` is a valid perf_event_attr of the size it states; pid 0 and cpu -1 mean the calling
     // thread on any CPU; no group.

@@ -9,17 +9,19 @@
 //! descriptor above 2 (daemons do) closes the event too: the next watch tick opens a new one, or, when the
 //! kernel refuses, turns the watch timer into the thread's sampling timer.
 //!
-//! When samples have no stacks, an event also has a ring where the kernel maps one ([`RingPlan`]): each
-//! sample is a record there (the user pc), and after the first one no signal is sent. A signal per sample
-//! costs the kernel an inter-processor interrupt and a signal delivery, a record only its write
-//! (BENCHMARKS.md, "Sampling rate and its cost"); the walk of a stack needs the live stack, so samples with
-//! stacks are signals. The records are counted by whoever drains the rings: every watch tick of every thread
-//! with a ring (every [`WATCH_PERIOD_NS`] of its CPU time) drains all of them ([`drain_all`]), and so do a
-//! dump, a pause and a change of the module table; a thread's exit drains its own ([`release`]). A ring holds
-//! [`RING_SPAN_NS`] of its thread's CPU time; should one still fill past half, its event signals each sample
-//! again for a while ([`on_watch_tick`]). The mapping holds the event, so a program that closes the
-//! descriptor does not stop it. Where no ring can be mapped (the locked-memory budget: `perf_event_mlock_kb`,
-//! then `RLIMIT_MEMLOCK`), the event signals every sample.
+//! Where the kernel maps one, an event also has a ring ([`RingPlan`]): each sample is a record there and, after
+//! the first one, no signal is sent. A signal per sample costs the kernel an inter-processor interrupt and a
+//! signal delivery, a record only its write (BENCHMARKS.md, "Sampling rate and its cost"). When samples have no
+//! stacks, a record is the user pc, and whoever drains the rings counts them: every watch tick of every thread
+//! with a ring (every [`WATCH_PERIOD_NS`] of its CPU time) drains all of them ([`drain_all`]); such a ring holds
+//! [`RING_SPAN_NS`] of its thread's CPU time, and should one still fill past half, its event signals each
+//! sample again for a while ([`on_watch_tick`]). When samples have stacks, a record also holds the registers
+//! and a copy of the top of the stack ([`CopiedStack`]), and the drain thread (`ring_drainer`) walks them as
+//! the ring fills ([`poll_set`]); should a walk need more than the copy, the event signals each sample for a
+//! while, and the handler walks the live stack. A dump, a pause and a change of the module table drain every
+//! ring; a thread's exit drains its own ([`release`]). The mapping holds the event, so a program that closes
+//! the descriptor does not stop it. Where no ring can be mapped (the locked-memory budget:
+//! `perf_event_mlock_kb`, then `RLIMIT_MEMLOCK`), the event signals every sample.
 //!
 //! The SIGPROF handler reaches a slot through the signal: an event's signal carries its descriptor (`si_fd`,
 //! looked up in [`FD_OWNERS`]), the watch timer's carries the slot's address (`si_value`). Atomics only: no
@@ -59,10 +61,14 @@ struct Slot {
     draining: AtomicBool,
     /// The ring's event signals each sample, and the signal drains the ring ([`on_watch_tick`]).
     signalling: AtomicBool,
+    /// The drain thread polls the ring's descriptor ([`poll_set`]); until then, its event signals each sample.
+    adopted: AtomicBool,
     /// The thread's CPU time at its last watch tick (ns).
     last_watch_ns: AtomicU64,
     /// Watch ticks in a row that came on time.
     timely_ticks: AtomicU32,
+    /// Timely watch ticks in a row after which a signalling event goes quiet ([`start_signalling`]).
+    quiet_after_ticks: AtomicU32,
 }
 
 static SLOT_TABLE: [Slot; SLOTS] = [const {
@@ -75,8 +81,10 @@ static SLOT_TABLE: [Slot; SLOTS] = [const {
         ring: AtomicUsize::new(0),
         draining: AtomicBool::new(false),
         signalling: AtomicBool::new(false),
+        adopted: AtomicBool::new(false),
         last_watch_ns: AtomicU64::new(0),
         timely_ticks: AtomicU32::new(0),
+        quiet_after_ticks: AtomicU32::new(TIMELY_TICKS_TO_GO_QUIET),
     }
 }; SLOTS];
 
@@ -92,13 +100,30 @@ static REFUSED: AtomicI32 = AtomicI32::new(0);
 /// Bytes of records in each ring (0: events get no ring), and the records it holds ([`plan_rings`]).
 static RING_DATA_BYTES: AtomicUsize = AtomicUsize::new(0);
 static RING_RECORDS: AtomicUsize = AtomicUsize::new(0);
+/// Bytes of user stack each record copies (0: records hold the pc only).
+static RING_STACK_BYTES: AtomicU32 = AtomicU32::new(0);
+/// Bytes of records that make a ring's descriptor poll readable (the ring's size: never).
+static RING_WAKE_BYTES: AtomicUsize = AtomicUsize::new(0);
+/// The process whose drain thread polls the rings with stack copies ([`set_drainer`]; 0: none). A forked
+/// child has no drain thread: its events get no such ring.
+static DRAINER_PID: AtomicU32 = AtomicU32::new(0);
 /// Thread CPU time a ring holds the samples of: ten times the watch period. A thread that shares its CPU can
 /// see its watch ticks come tens of milliseconds of its CPU time late.
 pub const RING_SPAN_NS: u64 = 10 * WATCH_PERIOD_NS;
 /// Watch ticks in a row that must come on time before a ring's event stops signalling each sample.
 const TIMELY_TICKS_TO_GO_QUIET: u32 = 8;
+/// Watch ticks in a row (2 s of the thread's CPU time) that an event signals each sample after a sample's walk
+/// needed more than its stack copy (a stack deeper than the copy, a signal handler on an alternate stack): the
+/// handler walks the live stack meanwhile.
+const LIVE_STACK_TICKS: u32 = 40;
 /// Bytes of a sample record: its header and the pc.
 const SAMPLE_RECORD_BYTES: usize = 16;
+/// Bytes of a sample record with a stack copy besides the copy: its header, the pc, the registers' ABI and
+/// three registers, the copy's size and the bytes of it the kernel filled.
+const STACK_RECORD_FIXED_BYTES: usize = 64;
+/// Bytes of records in a ring with stack copies: 31 samples of 16 KiB stacks, 31 ms of a thread's CPU at
+/// 1 kHz. The drain thread is woken when half of it is full.
+const STACK_RING_BYTES: usize = 512 << 10;
 /// `PERF_RECORD_LOST` and `PERF_RECORD_SAMPLE`.
 const RECORD_LOST: u32 = 2;
 const RECORD_SAMPLE: u32 = 9;
@@ -108,6 +133,8 @@ const RECORD_SAMPLE: u32 = 9;
 pub struct RingPlan {
     /// Bytes of records in a ring, a power of two of at least a page (0: no rings).
     pub data_bytes: usize,
+    /// Bytes of user stack each record copies (0: the pc only).
+    pub stack_bytes: u32,
     /// The sample period.
     pub period_ns: u64,
 }
@@ -116,17 +143,38 @@ impl RingPlan {
     /// No rings: every event signals each sample.
     pub const NONE: RingPlan = RingPlan {
         data_bytes: 0,
+        stack_bytes: 0,
         period_ns: 0,
     };
 
-    /// Rings for samples every `period_ns` of CPU time: room for [`RING_SPAN_NS`] of them.
+    /// Rings of the pc for samples every `period_ns` of CPU time: room for [`RING_SPAN_NS`] of them.
     pub fn for_period(period_ns: u64) -> RingPlan {
         let records = (RING_SPAN_NS / period_ns.max(1)) as usize + 1;
         RingPlan {
             data_bytes: (records * SAMPLE_RECORD_BYTES)
                 .next_power_of_two()
                 .max(sys::page_size()),
+            stack_bytes: 0,
             period_ns,
+        }
+    }
+
+    /// Rings whose records copy `stack_bytes` of the user stack (a multiple of 8, at most 32 KiB), for the
+    /// drain thread to walk: [`STACK_RING_BYTES`] each.
+    pub fn with_stacks(period_ns: u64, stack_bytes: u32) -> RingPlan {
+        RingPlan {
+            data_bytes: STACK_RING_BYTES,
+            stack_bytes: stack_bytes.min(32 << 10) & !7,
+            period_ns,
+        }
+    }
+
+    /// Bytes of one record.
+    fn record_bytes(&self) -> usize {
+        if self.stack_bytes == 0 {
+            SAMPLE_RECORD_BYTES
+        } else {
+            STACK_RECORD_FIXED_BYTES + self.stack_bytes as usize
         }
     }
 }
@@ -137,8 +185,35 @@ static PERIOD_NS: AtomicU64 = AtomicU64::new(0);
 /// Sets the rings of the events opened from now on.
 pub fn plan_rings(plan: RingPlan) {
     PERIOD_NS.store(plan.period_ns, Ordering::Relaxed);
+    RING_STACK_BYTES.store(plan.stack_bytes, Ordering::Relaxed);
     RING_DATA_BYTES.store(plan.data_bytes, Ordering::Relaxed);
-    RING_RECORDS.store(plan.data_bytes / SAMPLE_RECORD_BYTES, Ordering::Relaxed);
+    RING_RECORDS.store(plan.data_bytes / plan.record_bytes(), Ordering::Relaxed);
+    RING_WAKE_BYTES.store(
+        if plan.stack_bytes == 0 {
+            plan.data_bytes
+        } else {
+            plan.data_bytes / 2
+        },
+        Ordering::Relaxed,
+    );
+}
+
+/// This process's drain thread is running: events opened from now on get rings with stack copies, if the
+/// plan has them. Called by the drain thread's starter, before any event is opened.
+pub fn set_drainer() {
+    DRAINER_PID.store(sys::getpid(), Ordering::Relaxed);
+}
+
+/// Whether this process's drain thread runs ([`set_drainer`]; a forked child has none).
+pub fn drainer_runs() -> bool {
+    DRAINER_PID.load(Ordering::Relaxed) == sys::getpid()
+}
+
+/// Whether the rings of this process's events copy stacks for its drain thread.
+pub fn rings_copy_stacks() -> bool {
+    RING_STACK_BYTES.load(Ordering::Relaxed) != 0
+        && RING_DATA_BYTES.load(Ordering::Relaxed) != 0
+        && drainer_runs()
 }
 
 /// Why a thread got no event.
@@ -243,9 +318,12 @@ fn open_into(index: usize, periods: FirstPeriod) -> Result<(), i32> {
         sys::set_task_clock_period(event, first);
     }
     let slot = &SLOT_TABLE[index];
-    // An event with a ring signals its first sample only (see `on_event_signal`); its watch ticks are timed
-    // from now (`on_watch_tick`), which an event without a ring never reads.
-    slot.signalling.store(false, Ordering::Relaxed);
+    // An event with a ring signals its first sample only (see `on_event_signal`), or, when its records copy
+    // stacks, each sample until the drain thread polls it (see `poll_set`); its watch ticks are timed from now
+    // (`on_watch_tick`), which an event without a ring never reads.
+    slot.adopted.store(false, Ordering::Relaxed);
+    slot.signalling
+        .store(ring != 0 && rings_copy_stacks(), Ordering::Relaxed);
     if ring != 0 {
         slot.timely_ticks.store(0, Ordering::Relaxed);
         slot.last_watch_ns.store(
@@ -273,15 +351,23 @@ fn open_into(index: usize, periods: FirstPeriod) -> Result<(), i32> {
 /// one that signals each sample: the event and its ring (0: none). Async-signal-safe.
 fn open_with_ring(period_ns: u64) -> Result<(sys::TaskClock, usize), i32> {
     let data_bytes = RING_DATA_BYTES.load(Ordering::Relaxed);
-    if data_bytes != 0 {
-        let ring_bytes = u32::try_from(data_bytes).unwrap_or(u32::MAX);
-        let event = sys::open_task_clock(libc::SIGPROF, period_ns, true, ring_bytes)?;
+    let stack_bytes = RING_STACK_BYTES.load(Ordering::Relaxed);
+    let record = match stack_bytes {
+        0 => sys::SampleRecord::Pc,
+        // Without the drain thread (a forked child), nobody would walk the copies in time.
+        _ if !rings_copy_stacks() => sys::SampleRecord::None,
+        stack_bytes => sys::SampleRecord::PcAndStack { stack_bytes },
+    };
+    if data_bytes != 0 && record != sys::SampleRecord::None {
+        let wake_bytes = RING_WAKE_BYTES.load(Ordering::Relaxed);
+        let wake_bytes = u32::try_from(wake_bytes).unwrap_or(u32::MAX);
+        let event = sys::open_task_clock(libc::SIGPROF, period_ns, record, wake_bytes)?;
         if let Some(ring) = sys::map_event_ring(event, data_bytes) {
             return Ok((event, ring as usize));
         }
         sys::close_task_clock(event);
     }
-    let event = sys::open_task_clock(libc::SIGPROF, period_ns, false, 0)?;
+    let event = sys::open_task_clock(libc::SIGPROF, period_ns, sys::SampleRecord::None, 0)?;
     Ok((event, 0))
 }
 
@@ -341,9 +427,11 @@ pub enum Tick {
     Sample,
     /// Ours, but no sample: a watch tick, or a signal a closed event had queued.
     Quiet,
-    /// A sample of a slot whose ring came late: drain that ring ([`drain`]).
+    /// A sample of a slot whose event signals each sample (its ring came late, its stack copies fell short, or
+    /// the drain thread does not poll it yet): drain that ring ([`drain`]), walking the live stack for this
+    /// sample.
     Drain(usize),
-    /// The watch tick of a slot whose event has a ring: [`on_watch_tick`], then drain every ring
+    /// The watch tick of a slot whose event has a ring: [`on_watch_tick`], then drain every quiet ring
     /// ([`drain_all`]).
     Watch(usize),
     /// Not one of ours: the program's.
@@ -433,7 +521,7 @@ fn forget_descriptor(index: usize, fd: i32) {
 
 /// At the exit of the slot's thread: deletes its watch timer, gives the records left in its ring to `visit`,
 /// closes its event (if the descriptor still is it), unmaps its ring and frees the slot.
-pub fn release(index: usize, visit: &mut dyn FnMut(RingRecord)) {
+pub fn release(index: usize, visit: &mut dyn FnMut(RingRecord<'_>) -> bool) {
     let Some(slot) = SLOT_TABLE.get(index) else {
         return;
     };
@@ -442,15 +530,23 @@ pub fn release(index: usize, visit: &mut dyn FnMut(RingRecord)) {
     if timer != 0 {
         sys::delete_timer(sys::CpuTimer::from_id(timer - 1));
     }
-    // Another thread may be draining this ring (a dump): wait for it, then drain what is left.
+    // Another thread may be draining this ring (the drain thread, a dump): wait for it, then drain what is
+    // left. Should it never let go (a debugger stopped it), the slot and its ring stay as they are.
+    let mut yields = 0;
     while slot.draining.swap(true, Ordering::Acquire) {
+        if yields == DRAIN_WAIT_YIELDS {
+            sys::restore_signals(&mask);
+            return;
+        }
         std::thread::yield_now();
+        yields += 1;
     }
     let ring = slot.ring.swap(0, Ordering::AcqRel);
     if ring != 0 {
         read_ring(ring, visit);
     }
     slot.signalling.store(false, Ordering::Relaxed);
+    slot.adopted.store(false, Ordering::Relaxed);
     if let Some(event) = event_of(slot) {
         sys::close_task_clock(event);
         forget_descriptor(index, event.fd);
@@ -480,27 +576,69 @@ pub fn forget_after_fork() {
         slot.ring.store(0, Ordering::Relaxed);
         slot.draining.store(false, Ordering::Relaxed);
         slot.signalling.store(false, Ordering::Relaxed);
+        slot.adopted.store(false, Ordering::Relaxed);
         slot.fd.store(-1, Ordering::Relaxed);
         slot.watch_timer.store(0, Ordering::Relaxed);
         slot.tid.store(0, Ordering::Release);
     }
 }
 
-/// One record of a ring, as [`drain`] gives it.
-pub enum RingRecord {
-    /// A sample: the interrupted user pc.
-    Sample(usize),
+/// One record of a ring, as [`drain`] gives it to its visitor, which returns whether the record's stack needed
+/// more than its copy.
+pub enum RingRecord<'a> {
+    /// A sample: the interrupted user pc and, when the records copy stacks, its registers and stack.
+    Sample {
+        pc: usize,
+        stack: Option<CopiedStack<'a>>,
+    },
     /// The kernel lost this many records (the ring was full).
     Lost(u64),
 }
 
-/// The data of a mapped ring.
-struct Ring {
-    data: *const u8,
-    size: usize,
+/// The registers and the copy of the stack of one sample, read in place in its ring.
+pub struct CopiedStack<'a> {
+    /// The user stack pointer and frame pointer (rsp, rbp) at the sample.
+    pub sp: usize,
+    pub fp: usize,
+    ring: Ring<'a>,
+    /// Where the copy of the stack from `sp` up starts in the ring (a position, taken modulo its size).
+    start: u64,
+    len: usize,
+    /// The kernel filled the whole copy: the stack may go on above it.
+    cut: bool,
 }
 
-impl Ring {
+impl CopiedStack<'_> {
+    /// Whether the stack went on above the copy (the kernel filled all of it).
+    pub fn is_cut(&self) -> bool {
+        self.cut
+    }
+}
+
+impl CopiedStack<'_> {
+    /// Copies the stack bytes from `address` on into `buffer`: the bytes copied (0 when `address` is outside
+    /// the copy).
+    pub fn copy(&self, address: usize, buffer: &mut [u8]) -> usize {
+        let Some(offset) = address.checked_sub(self.sp).filter(|&o| o < self.len) else {
+            return 0;
+        };
+        let len = buffer.len().min(self.len - offset);
+        if let Some(buffer) = buffer.get_mut(..len) {
+            self.ring.copy(self.start + offset as u64, buffer);
+        }
+        len
+    }
+}
+
+/// The data of a mapped ring, held by the caller while `'a` lasts.
+#[derive(Clone, Copy)]
+struct Ring<'a> {
+    data: *const u8,
+    size: usize,
+    _held: std::marker::PhantomData<&'a u8>,
+}
+
+impl Ring<'_> {
     /// The word at position `at` (modulo the size; records are 8-byte aligned, so a word never wraps).
     fn word(&self, at: u64) -> u64 {
         let offset = (at % self.size as u64) as usize & !7;
@@ -509,20 +647,40 @@ impl Ring {
         // read.
         unsafe { self.data.add(offset).cast::<u64>().read_volatile() }
     }
+
+    /// Copies `buffer.len()` bytes from position `at` (modulo the size, wrapping around its end).
+    fn copy(&self, at: u64, buffer: &mut [u8]) {
+        let mut done = 0;
+        while done < buffer.len() {
+            let offset = ((at + done as u64) % self.size as u64) as usize;
+            let len = (buffer.len() - done).min(self.size - offset);
+            // SAFETY: `offset + len <= size`: inside the ring's data, mapped while the caller holds the ring;
+            // the kernel does not write the records between tail and head, the only ones read; `buffer` has
+            // room for `len` bytes from `done`.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    self.data.add(offset),
+                    buffer.as_mut_ptr().add(done),
+                    len,
+                )
+            };
+            done += len;
+        }
+    }
 }
 
 /// Gives every record of the slot's ring to `visit` and frees their room, unless someone else is draining it
-/// (then returns at once). Async-signal-safe: atomics and reads of the ring only.
-pub fn drain(index: usize, visit: &mut dyn FnMut(RingRecord)) {
+/// (then returns false at once). Async-signal-safe: atomics and reads of the ring only.
+pub fn drain(index: usize, visit: &mut dyn FnMut(RingRecord<'_>) -> bool) -> bool {
     let Some(slot) = SLOT_TABLE.get(index) else {
-        return;
+        return true;
     };
     if slot.draining.swap(true, Ordering::Acquire) {
-        return;
+        return false;
     }
     let ring = slot.ring.load(Ordering::Acquire);
     if ring != 0 {
-        let (records, lost) = read_ring(ring, visit);
+        let (records, lost, wants_live) = read_ring(ring, visit);
         if records > 0 && slot.first_pending.swap(false, Ordering::Relaxed) {
             // The first sample's signal has not been handled (the thread blocks SIGPROF): the period is set
             // here, and the event goes quiet.
@@ -535,16 +693,36 @@ pub fn drain(index: usize, visit: &mut dyn FnMut(RingRecord)) {
                 }
             }
         }
-        if lost || records > RING_RECORDS.load(Ordering::Relaxed) / 2 {
-            start_signalling(slot);
+        // A ring of pcs is drained by ticks of CPU time and should stay below half full; one with stacks is
+        // drained by its own fill level, at half.
+        let ring_records = RING_RECORDS.load(Ordering::Relaxed);
+        let too_full = if RING_STACK_BYTES.load(Ordering::Relaxed) == 0 {
+            ring_records / 2
+        } else {
+            ring_records - ring_records / 8
+        };
+        if wants_live {
+            start_signalling(slot, LIVE_STACK_TICKS);
+        } else if lost || records > too_full {
+            start_signalling(slot, TIMELY_TICKS_TO_GO_QUIET);
         }
     }
     slot.draining.store(false, Ordering::Release);
+    true
 }
 
-/// The event of the slot signals each sample from now on, if it did not (its descriptor still open).
-fn start_signalling(slot: &Slot) {
+/// The event of the slot signals each sample from now on, if it did not (its descriptor still open), until
+/// `quiet_after_ticks` watch ticks in a row come on time ([`on_watch_tick`]).
+fn start_signalling(slot: &Slot, quiet_after_ticks: u32) {
     slot.timely_ticks.store(0, Ordering::Relaxed);
+    // A reason to signal for longer, found earlier, stands.
+    if slot.signalling.load(Ordering::Relaxed) {
+        slot.quiet_after_ticks
+            .fetch_max(quiet_after_ticks, Ordering::Relaxed);
+    } else {
+        slot.quiet_after_ticks
+            .store(quiet_after_ticks, Ordering::Relaxed);
+    }
     if !slot.signalling.swap(true, Ordering::Relaxed)
         && let Some(event) = event_of(slot)
         && sys::task_clock_is_open(event)
@@ -558,19 +736,21 @@ fn start_signalling(slot: &Slot) {
 /// thread shares its CPU (with its own process's threads or any other), its ticks can be tens of milliseconds
 /// of its CPU time apart. A tick that comes later than half of what the ring holds ([`RING_SPAN_NS`]), or a
 /// drain that finds the ring past half full, makes the event signal each sample (each signal drains the ring
-/// at once); [`TIMELY_TICKS_TO_GO_QUIET`] ticks in a row on time make it quiet again. Async-signal-safe.
+/// at once); [`TIMELY_TICKS_TO_GO_QUIET`] ticks in a row on time make it quiet again ([`LIVE_STACK_TICKS`] when
+/// a walk needed the live stack). Async-signal-safe.
 pub fn on_watch_tick(index: usize) {
     let Some(slot) = SLOT_TABLE.get(index) else {
         return;
     };
     let now = sys::clock_ns(libc::CLOCK_THREAD_CPUTIME_ID).max(0) as u64;
     let gap = now.saturating_sub(slot.last_watch_ns.swap(now, Ordering::Relaxed));
-    if gap > RING_SPAN_NS / 2 {
-        start_signalling(slot);
+    // Rings with stacks wake the drain thread: a late tick says nothing of them.
+    if gap > RING_SPAN_NS / 2 && !rings_copy_stacks() {
+        start_signalling(slot, TIMELY_TICKS_TO_GO_QUIET);
         return;
     }
     let timely = slot.timely_ticks.fetch_add(1, Ordering::Relaxed) + 1;
-    if timely >= TIMELY_TICKS_TO_GO_QUIET
+    if timely >= slot.quiet_after_ticks.load(Ordering::Relaxed)
         && slot.signalling.swap(false, Ordering::Relaxed)
         && let Some(event) = event_of(slot)
         && sys::task_clock_is_open(event)
@@ -579,30 +759,81 @@ pub fn on_watch_tick(index: usize) {
     }
 }
 
-/// [`drain`] for every slot with a ring; a ring someone else is draining is left to them.
-pub fn drain_all(visit: &mut dyn FnMut(RingRecord)) {
+/// Which rings [`drain_all`] drains.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rings {
+    /// Every ring, waiting a while (up to [`DRAIN_WAIT_YIELDS`]) for one someone else is draining: afterwards no
+    /// ring holds a sample taken before the call. Not in a signal handler.
+    Every,
+    /// The rings whose events do not signal each sample, unless someone else is draining them. A signalling
+    /// event's samples are counted by its own signals, whose handler walks the live stack.
+    Quiet,
+}
+
+/// [`drain`] for every slot with a ring, as `rings` says.
+pub fn drain_all(visit: &mut dyn FnMut(RingRecord<'_>) -> bool, rings: Rings) {
     let used = SLOTS_USED.load(Ordering::Relaxed);
     for (index, slot) in SLOT_TABLE.iter().enumerate().take(used) {
-        if slot.ring.load(Ordering::Relaxed) != 0 {
-            drain(index, visit);
+        if slot.ring.load(Ordering::Relaxed) == 0
+            || (rings == Rings::Quiet && slot.signalling.load(Ordering::Relaxed))
+        {
+            continue;
+        }
+        let mut yields = 0;
+        while !drain(index, visit) && rings == Rings::Every && yields < DRAIN_WAIT_YIELDS {
+            std::thread::yield_now();
+            yields += 1;
         }
     }
 }
 
-/// Reads the records between the ring's tail and head, then moves the tail to the head: the records read, and
-/// whether the kernel lost some. The caller holds the ring.
-fn read_ring(base: usize, visit: &mut dyn FnMut(RingRecord)) -> (usize, bool) {
+/// How long [`drain_all`] waits for a ring another thread drains: a drain thread stopped by a debugger must not
+/// stop the program's `dlclose` or exit.
+const DRAIN_WAIT_YIELDS: u32 = 10_000;
+
+/// For the drain thread: the descriptors of the rings it is to poll, into `set` (emptied first). A ring seen for
+/// the first time is adopted: its event stops signalling each sample. A ring whose descriptor the program closed
+/// is left out (the drain thread's timeout drains it).
+pub fn poll_set(set: &mut Vec<libc::pollfd>) {
+    set.clear();
+    let used = SLOTS_USED.load(Ordering::Relaxed);
+    for slot in SLOT_TABLE.iter().take(used) {
+        if slot.ring.load(Ordering::Acquire) == 0 {
+            continue;
+        }
+        let Some(event) = event_of(slot).filter(|&event| sys::task_clock_is_open(event)) else {
+            continue;
+        };
+        if !slot.adopted.swap(true, Ordering::Relaxed)
+            && slot.signalling.swap(false, Ordering::Relaxed)
+        {
+            sys::stop_task_clock_signals(event);
+        }
+        set.push(libc::pollfd {
+            fd: event.fd,
+            events: libc::POLLIN,
+            revents: 0,
+        });
+    }
+}
+
+/// Reads the records between the ring's tail and head, then moves the tail to the head: the records read,
+/// whether the kernel lost some, and whether `visit` said of a record that its walk needed the live stack. The
+/// caller holds the ring.
+fn read_ring(base: usize, visit: &mut dyn FnMut(RingRecord<'_>) -> bool) -> (usize, bool, bool) {
     let base = base as *const u8;
     let ring = Ring {
         // SAFETY: the data follows the header page in the ring's mapping.
         data: unsafe { base.add(sys::page_size()) },
         size: RING_DATA_BYTES.load(Ordering::Relaxed),
+        _held: std::marker::PhantomData,
     };
+    let with_stack = RING_STACK_BYTES.load(Ordering::Relaxed) != 0;
     // SAFETY: `base` is a mapped ring, held by the caller.
     let head = unsafe { sys::ring_head(base) };
     // SAFETY: as above.
     let mut tail = unsafe { sys::ring_tail(base) };
-    let (mut records, mut lost) = (0, false);
+    let (mut records, mut lost, mut wants_live) = (0, false, false);
     while tail < head {
         records += 1;
         let header = ring.word(tail);
@@ -612,7 +843,15 @@ fn read_ring(base: usize, visit: &mut dyn FnMut(RingRecord)) -> (usize, bool) {
             break;
         }
         match kind {
-            RECORD_SAMPLE => visit(RingRecord::Sample(ring.word(tail + 8) as usize)),
+            RECORD_SAMPLE => {
+                let pc = ring.word(tail + 8) as usize;
+                let stack = if with_stack {
+                    sample_stack(ring, tail + 16, tail + size)
+                } else {
+                    None
+                };
+                wants_live |= visit(RingRecord::Sample { pc, stack });
+            }
             RECORD_LOST => {
                 lost = true;
                 visit(RingRecord::Lost(ring.word(tail + 16)));
@@ -623,5 +862,149 @@ fn read_ring(base: usize, visit: &mut dyn FnMut(RingRecord)) -> (usize, bool) {
     }
     // SAFETY: as above.
     unsafe { sys::set_ring_tail(base, head) };
-    (records, lost)
+    (records, lost, wants_live)
+}
+
+/// The registers and stack copy of a sample record whose `PERF_SAMPLE_REGS_USER` part is at `at` and which
+/// ends at `end`; `None` when the sample has no user registers (or the record is malformed).
+fn sample_stack(ring: Ring<'_>, at: u64, end: u64) -> Option<CopiedStack<'_>> {
+    // The registers' ABI (0: none, and then no registers), rbp, rsp, rip; the copy's size, the copy, the bytes
+    // of it the kernel could fill.
+    if ring.word(at) == 0 {
+        return None;
+    }
+    let fp = ring.word(at + 8) as usize;
+    let sp = ring.word(at + 16) as usize;
+    let size = ring.word(at + 32);
+    let start = at + 40;
+    if size == 0 || start.checked_add(size)?.checked_add(8)? > end {
+        return None;
+    }
+    let filled = ring.word(start + size).min(size);
+    Some(CopiedStack {
+        sp,
+        fp,
+        ring,
+        start,
+        len: filled as usize,
+        cut: filled == size,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A ring in plain memory: its header page, then `DATA` bytes of records, written as the kernel does.
+    const DATA: usize = 4096;
+
+    fn write(ring: &mut [u8], at: u64, bytes: &[u8]) {
+        let page = sys::page_size();
+        for (i, byte) in bytes.iter().enumerate() {
+            ring[page + (at as usize + i) % DATA] = *byte;
+        }
+    }
+
+    fn word(value: u64) -> [u8; 8] {
+        value.to_ne_bytes()
+    }
+
+    #[test]
+    fn records_with_stack_copies_are_read_across_the_end_of_the_ring() {
+        let stack_bytes = 256u64;
+        plan_rings(RingPlan {
+            data_bytes: DATA,
+            stack_bytes: stack_bytes as u32,
+            period_ns: 1_000_000,
+        });
+        let page = sys::page_size();
+        let mut memory = vec![0u64; (page + DATA) / 8];
+        // SAFETY: the Vec's bytes, viewed as bytes while `memory` is not otherwise used.
+        let ring = unsafe {
+            std::slice::from_raw_parts_mut(memory.as_mut_ptr().cast::<u8>(), memory.len() * 8)
+        };
+        // A sample whose stack copy wraps around the end of the data: header, ip, ABI, rbp, rsp, rip, size,
+        // the copy (byte i of the stack is i), the bytes filled (all: the stack goes on above).
+        let tail = 3 * DATA as u64 - 80;
+        let size = 64 + stack_bytes;
+        let (pc, fp, sp) = (0x40_1000u64, 0x7ff0_0100u64, 0x7ff0_0000u64);
+        let mut at = tail;
+        for value in [
+            u64::from(RECORD_SAMPLE) | (size << 48),
+            pc,
+            2,
+            fp,
+            sp,
+            pc,
+            stack_bytes,
+        ] {
+            write(ring, at, &word(value));
+            at += 8;
+        }
+        let stack: Vec<u8> = (0..stack_bytes as usize).map(|i| i as u8).collect();
+        write(ring, at, &stack);
+        at += stack_bytes;
+        write(ring, at, &word(stack_bytes));
+        at += 8;
+        // Then a sample whose copy the kernel filled in part (the stack ends there), and a lost record.
+        let second = at;
+        for value in [
+            u64::from(RECORD_SAMPLE) | (size << 48),
+            pc + 4,
+            2,
+            fp,
+            sp,
+            pc + 4,
+            stack_bytes,
+        ] {
+            write(ring, at, &word(value));
+            at += 8;
+        }
+        at += stack_bytes;
+        write(ring, at, &word(24));
+        at += 8;
+        assert_eq!(at, second + size);
+        write(ring, at, &word(u64::from(RECORD_LOST) | (24 << 48)));
+        write(ring, at + 8, &word(7));
+        write(ring, at + 16, &word(3));
+        at += 24;
+        let base = ring.as_mut_ptr();
+        // SAFETY: the header page of our plain-memory ring.
+        unsafe {
+            (*base.add(1024).cast::<AtomicU64>()).store(at, Ordering::Relaxed);
+            sys::set_ring_tail(base, tail);
+        }
+
+        let mut seen = Vec::new();
+        let (records, lost, wants_live) = read_ring(base as usize, &mut |record| {
+            match record {
+                RingRecord::Sample { pc, stack } => {
+                    let stack = stack.expect("a stack copy");
+                    let mut bytes = [0u8; 16];
+                    let copied = stack.copy(stack.sp + 70, &mut bytes);
+                    let outside = stack.copy(stack.sp + 300, &mut bytes[..1]);
+                    seen.push(format!(
+                        "sample {pc:#x} sp {:#x} fp {:#x} cut {} copied {copied} first {} outside {outside}",
+                        stack.sp,
+                        stack.fp,
+                        stack.is_cut(),
+                        bytes[0]
+                    ));
+                }
+                RingRecord::Lost(count) => seen.push(format!("lost {count}")),
+            }
+            true
+        });
+        assert_eq!(
+            seen,
+            [
+                "sample 0x401000 sp 0x7ff00000 fp 0x7ff00100 cut true copied 16 first 70 outside 0",
+                "sample 0x401004 sp 0x7ff00000 fp 0x7ff00100 cut false copied 0 first 0 outside 0",
+                "lost 3",
+            ]
+        );
+        assert_eq!((records, lost, wants_live), (3, true, true));
+        // SAFETY: as above.
+        assert_eq!(unsafe { sys::ring_tail(base) }, at);
+    }
 }

@@ -1,6 +1,7 @@
 //! Issue 33: samples at the rate asked for. Each thread samples its CPU time through its own task-clock perf
-//! event (1 and 4 kHz, on one and on four threads), which signals each sample when samples have stacks and
-//! writes it into a ring when they have none (`MSLPROF_STACK_DEPTH=0`); where the kernel refuses perf events
+//! event (1 and 4 kHz, on one and on four threads), which writes each sample into a ring (with a copy of the
+//! stack for the drain thread to walk, or only the pc when samples have no stacks, `MSLPROF_STACK_DEPTH=0`),
+//! or signals each sample (`MSLPROF_TEST_NO_RING=1`, a test-hooks switch); where the kernel refuses perf events
 //! (a seccomp filter here) the runtime falls back to CPU-time timers and says so; a program that closes every
 //! descriptor above 2 keeps being sampled, and no descriptor of ours is ever 0, 1 or 2 or survives an exec.
 
@@ -60,9 +61,13 @@ fn task_clocks_used(profile: &Profile) -> bool {
     false
 }
 
-/// The two ways a task-clock event delivers its samples: the `MSLPROF_STACK_DEPTH` that selects each (the
-/// default, with stacks: a signal per sample; 0: a ring).
-const DELIVERIES: [(&str, &str); 2] = [("signals", "128"), ("a ring", "0")];
+/// The ways a task-clock event delivers its samples: the name, `MSLPROF_STACK_DEPTH` and
+/// `MSLPROF_TEST_NO_RING` that select each.
+const DELIVERIES: [(&str, &str, &str); 3] = [
+    ("rings with stack copies", "128", "0"),
+    ("rings of the pc", "0", "0"),
+    ("signals", "128", "1"),
+];
 
 /// The rate fixture with `threads` libraries, each thread burning `ms` in its own.
 fn rate_fixture(ws: &Workspace, threads: usize) -> PathBuf {
@@ -80,11 +85,12 @@ fn task_clocks_give_the_rate_asked_for_on_one_thread_and_on_each_of_four() {
         .into_iter()
         .flat_map(|rate| [1, 4].map(|threads| (rate, threads)))
         .flat_map(|(rate, threads)| DELIVERIES.map(|delivery| (rate, threads, delivery)));
-    for ((hz, least), threads, (delivery, depth)) in runs {
+    for ((hz, least), threads, (delivery, depth, no_ring)) in runs {
         let output = run(ws
             .command_with_test_hooks_runtime(&program)
             .env("MSLPROF_HZ", format!("{hz}"))
             .env("MSLPROF_STACK_DEPTH", depth)
+            .env("MSLPROF_TEST_NO_RING", no_ring)
             .args([&threads.to_string(), "400", ws.path().to_str().unwrap()]));
         let stdout = assert_ran(&output);
         assert_eq!(mslprof_lines(&output), Vec::<String>::new());
@@ -161,16 +167,21 @@ fn where_perf_events_are_refused_cpu_timers_sample_and_a_rate_above_the_tick_say
 fn a_program_that_closes_every_descriptor_above_2_keeps_being_sampled() {
     let ws = Workspace::new();
     let program = ws.program("closes_fds", &[source("closes_fds.c")], &["-pthread"]);
-    for (delivery, depth) in DELIVERIES {
-        closes_every_descriptor_above_2(&ws, &program, delivery, depth);
+    for delivery in DELIVERIES {
+        closes_every_descriptor_above_2(&ws, &program, delivery);
     }
 }
 
-fn closes_every_descriptor_above_2(ws: &Workspace, program: &Path, delivery: &str, depth: &str) {
+fn closes_every_descriptor_above_2(
+    ws: &Workspace,
+    program: &Path,
+    (delivery, depth, no_ring): (&str, &str, &str),
+) {
     let output = run(ws
         .command_with_test_hooks_runtime(program)
         .env("MSLPROF_HZ", "1000")
-        .env("MSLPROF_STACK_DEPTH", depth));
+        .env("MSLPROF_STACK_DEPTH", depth)
+        .env("MSLPROF_TEST_NO_RING", no_ring));
     let stdout = assert_ran(&output);
     assert_eq!(mslprof_lines(&output), Vec::<String>::new());
     let profile = ws.profile("gmon.out");
@@ -223,12 +234,13 @@ fn threads_whose_first_period_ends_at_once_are_not_killed_by_their_own_signal() 
     // action, the default one, which ends the process (12 runs of 30 died so before the fix).
     let ws = Workspace::new();
     let program = rate_fixture(&ws, 16);
-    for (_, depth) in DELIVERIES {
+    for (_, depth, no_ring) in DELIVERIES {
         for _ in 0..20 {
             let output = run(ws
                 .command_with_test_hooks_runtime(&program)
                 .env("MSLPROF_HZ", "4000")
                 .env("MSLPROF_STACK_DEPTH", depth)
+                .env("MSLPROF_TEST_NO_RING", no_ring)
                 .args(["16", "2", ws.path().to_str().unwrap()]));
             assert_ran(&output);
         }

@@ -217,28 +217,89 @@ pub unsafe fn record_interrupted(context: *const std::os::raw::c_void) {
     }
     // SAFETY: as the caller guarantees.
     let (pc, sp, fp) = unsafe { sys::interrupted_registers(context) };
-    let Some(scratch) = stacks.claim_scratch() else {
-        stacks.table.note_dropped();
-        return;
+    stacks.record_walk(Registers { pc, sp, fp }, &HandlerBounds);
+}
+
+/// Captures and counts the call stack of a sample a task-clock ring holds, from its registers and the copy of
+/// its stack: frames whose return addresses lie above the copy are cut (the stack is flagged as truncated).
+/// Returns whether the walk stopped for want of stack the copy lacks: the stack goes on above the copy, or a
+/// signal frame leads to another stack (a handler on an alternate signal stack). Async-signal-safe, as
+/// [`record_interrupted`]; also run by the drain thread.
+#[cfg(target_arch = "x86_64")]
+pub fn record_copied(pc: usize, stack: &crate::task_clock::CopiedStack<'_>) -> bool {
+    let Some(stacks) = STACKS.get() else {
+        return false;
     };
-    let Scratch {
-        frames,
-        cache,
-        window,
-        ..
-    } = &mut { scratch };
-    let (depth, flags) = unwind::walk(
-        Registers { pc, sp, fp },
-        frames,
-        &HandlerBounds,
-        window,
-        cache,
-        stacks.restorer.load(Ordering::Relaxed),
-    );
-    if let Some(stack) = frames.get(..depth)
-        && depth != 0
-    {
-        stacks.table.insert(stack, flags);
+    if stacks.max_depth == 0 {
+        return false;
+    }
+    let start = Registers {
+        pc,
+        sp: stack.sp,
+        fp: stack.fp,
+    };
+    let bounds = CopiedBounds {
+        stack,
+        asked_outside: Cell::new(false),
+    };
+    let flags = stacks.record_walk(start, &bounds);
+    flags & unwind::TRUNCATED_UNWIND != 0 && (stack.is_cut() || bounds.asked_outside.get())
+}
+
+/// The stack bounds of a walk over a sample's copy of its stack: no stack is read in place.
+#[cfg(target_arch = "x86_64")]
+struct CopiedBounds<'a> {
+    stack: &'a crate::task_clock::CopiedStack<'a>,
+    /// The walk asked for stack outside the copy.
+    asked_outside: Cell<bool>,
+}
+
+#[cfg(target_arch = "x86_64")]
+impl StackBounds for CopiedBounds<'_> {
+    fn thread_stack(&self) -> Option<(usize, usize)> {
+        None
+    }
+    fn alternate_stack(&self) -> Option<(usize, usize)> {
+        None
+    }
+    fn copy(&self, address: usize, buffer: &mut [u8]) -> usize {
+        let copied = self.stack.copy(address, buffer);
+        if copied == 0 {
+            self.asked_outside.set(true);
+        }
+        copied
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Stacks {
+    /// Walks the stack from `start` within `bounds` and counts it in the table (dropped, and counted as such,
+    /// when every scratch slot is busy): the walk's flags.
+    fn record_walk(&self, start: Registers, bounds: &impl StackBounds) -> u32 {
+        let Some(scratch) = self.claim_scratch() else {
+            self.table.note_dropped();
+            return 0;
+        };
+        let Scratch {
+            frames,
+            cache,
+            window,
+            ..
+        } = &mut { scratch };
+        let (depth, flags) = unwind::walk(
+            start,
+            frames,
+            bounds,
+            window,
+            cache,
+            self.restorer.load(Ordering::Relaxed),
+        );
+        if let Some(stack) = frames.get(..depth)
+            && depth != 0
+        {
+            self.table.insert(stack, flags);
+        }
+        flags
     }
 }
 
