@@ -37,6 +37,7 @@ pub fn start() {
 /// The drain thread: polls the rings, drains them all, notes its CPU time; for ever. Should it ever panic,
 /// sampling stops (the rings would fill) and profiling is off.
 extern "C" fn run(_: *mut c_void) -> *mut c_void {
+    sys::name_this_thread(c"mslprof-drain");
     let fault = std::panic::catch_unwind(|| {
         let mut descriptors = Vec::with_capacity(64);
         loop {

@@ -878,6 +878,13 @@ pub fn detach_thread(thread: libc::pthread_t) {
     unsafe { libc::pthread_detach(thread) };
 }
 
+/// Names the calling thread (`PR_SET_NAME`: at most 15 bytes), as `ps -L` and `/proc/PID/task/TID/comm` show it.
+pub fn name_this_thread(name: &CStr) {
+    let _errno = SavedErrno::save();
+    // SAFETY: PR_SET_NAME reads a NUL-terminated string of which it keeps 15 bytes.
+    unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr()) };
+}
+
 /// Waits until one of `fds` has a requested event or `timeout_ms` passes (`revents` set); an interruption by a
 /// signal counts as a timeout.
 pub fn poll_descriptors(fds: &mut [libc::pollfd], timeout_ms: i32) {
