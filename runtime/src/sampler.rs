@@ -276,10 +276,11 @@ unsafe fn count_signalled_ring(slot: usize, context: *const c_void) {
             live_walked = true;
             record_pc(pc);
             #[cfg(target_arch = "x86_64")]
-            // SAFETY: as the caller guarantees.
-            unsafe {
-                crate::stacks::record_interrupted(context)
-            };
+            {
+                // SAFETY: as the caller guarantees.
+                let reach = unsafe { crate::stacks::record_interrupted(context) };
+                task_clock::note_live_walk(slot, reach <= RING_STACK_BYTES as usize);
+            }
             false
         }
         record => count_ring_record(record),

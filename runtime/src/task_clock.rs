@@ -69,6 +69,9 @@ struct Slot {
     timely_ticks: AtomicU32,
     /// Timely watch ticks in a row after which a signalling event goes quiet ([`start_signalling`]).
     quiet_after_ticks: AtomicU32,
+    /// Live walks in a row, by the handler of a signalling event with stack copies, whose stacks the copy would
+    /// have held ([`note_live_walk`]).
+    fitting_walks: AtomicU32,
 }
 
 static SLOT_TABLE: [Slot; SLOTS] = [const {
@@ -85,6 +88,7 @@ static SLOT_TABLE: [Slot; SLOTS] = [const {
         last_watch_ns: AtomicU64::new(0),
         timely_ticks: AtomicU32::new(0),
         quiet_after_ticks: AtomicU32::new(TIMELY_TICKS_TO_GO_QUIET),
+        fitting_walks: AtomicU32::new(0),
     }
 }; SLOTS];
 
@@ -116,6 +120,9 @@ const TIMELY_TICKS_TO_GO_QUIET: u32 = 8;
 /// needed more than its stack copy (a stack deeper than the copy, a signal handler on an alternate stack): the
 /// handler walks the live stack meanwhile.
 const LIVE_STACK_TICKS: u32 = 40;
+/// Live walks in a row whose stacks a copy would have held before an event whose records copy stacks stops
+/// signalling each sample: a thread whose stacks are deeper than the copy keeps being walked live.
+const FITTING_WALKS_TO_GO_QUIET: u32 = 16;
 /// Bytes of a sample record: its header and the pc.
 const SAMPLE_RECORD_BYTES: usize = 16;
 /// Bytes of a sample record with a stack copy besides the copy: its header, the pc, the registers' ABI and
@@ -319,9 +326,11 @@ fn open_into(index: usize, periods: FirstPeriod) -> Result<(), i32> {
     }
     let slot = &SLOT_TABLE[index];
     // An event with a ring signals its first sample only (see `on_event_signal`), or, when its records copy
-    // stacks, each sample until the drain thread polls it (see `poll_set`); its watch ticks are timed from now
-    // (`on_watch_tick`), which an event without a ring never reads.
+    // stacks, each sample until the drain thread polls it and its stacks fit (see `go_quiet_if_due`); its watch
+    // ticks are timed from now (`on_watch_tick`), which an event without a ring never reads.
     slot.adopted.store(false, Ordering::Relaxed);
+    slot.fitting_walks.store(0, Ordering::Relaxed);
+    slot.quiet_after_ticks.store(0, Ordering::Relaxed);
     slot.signalling
         .store(ring != 0 && rings_copy_stacks(), Ordering::Relaxed);
     if ring != 0 {
@@ -715,6 +724,7 @@ pub fn drain(index: usize, visit: &mut dyn FnMut(RingRecord<'_>) -> bool) -> boo
 /// `quiet_after_ticks` watch ticks in a row come on time ([`on_watch_tick`]).
 fn start_signalling(slot: &Slot, quiet_after_ticks: u32) {
     slot.timely_ticks.store(0, Ordering::Relaxed);
+    slot.fitting_walks.store(0, Ordering::Relaxed);
     // A reason to signal for longer, found earlier, stands.
     if slot.signalling.load(Ordering::Relaxed) {
         slot.quiet_after_ticks
@@ -749,8 +759,35 @@ pub fn on_watch_tick(index: usize) {
         start_signalling(slot, TIMELY_TICKS_TO_GO_QUIET);
         return;
     }
-    let timely = slot.timely_ticks.fetch_add(1, Ordering::Relaxed) + 1;
-    if timely >= slot.quiet_after_ticks.load(Ordering::Relaxed)
+    slot.timely_ticks.fetch_add(1, Ordering::Relaxed);
+    go_quiet_if_due(slot);
+}
+
+/// The handler of a signalling event has walked the live stack of its sample: whether a copy would have held it
+/// (`fits`). For an event whose records copy stacks, [`FITTING_WALKS_TO_GO_QUIET`] such walks in a row (with
+/// the drain thread polling its ring) let it stop signalling. Async-signal-safe.
+pub fn note_live_walk(index: usize, fits: bool) {
+    let Some(slot) = SLOT_TABLE.get(index) else {
+        return;
+    };
+    if !fits {
+        slot.fitting_walks.store(0, Ordering::Relaxed);
+        return;
+    }
+    slot.fitting_walks.fetch_add(1, Ordering::Relaxed);
+    go_quiet_if_due(slot);
+}
+
+/// Stops the slot's event signalling each sample when it may: the watch ticks [`start_signalling`] asked for
+/// came on time in a row, and, when records copy stacks, the drain thread polls the ring and the last live
+/// walks would have fit in a copy.
+fn go_quiet_if_due(slot: &Slot) {
+    let due = slot.timely_ticks.load(Ordering::Relaxed)
+        >= slot.quiet_after_ticks.load(Ordering::Relaxed)
+        && (!rings_copy_stacks()
+            || (slot.adopted.load(Ordering::Relaxed)
+                && slot.fitting_walks.load(Ordering::Relaxed) >= FITTING_WALKS_TO_GO_QUIET));
+    if due
         && slot.signalling.swap(false, Ordering::Relaxed)
         && let Some(event) = event_of(slot)
         && sys::task_clock_is_open(event)
@@ -791,9 +828,9 @@ pub fn drain_all(visit: &mut dyn FnMut(RingRecord<'_>) -> bool, rings: Rings) {
 /// stop the program's `dlclose` or exit.
 const DRAIN_WAIT_YIELDS: u32 = 10_000;
 
-/// For the drain thread: the descriptors of the rings it is to poll, into `set` (emptied first). A ring seen for
-/// the first time is adopted: its event stops signalling each sample. A ring whose descriptor the program closed
-/// is left out (the drain thread's timeout drains it).
+/// For the drain thread: the descriptors of the rings it is to poll, into `set` (emptied first). A ring it polls
+/// is adopted: its event may stop signalling each sample ([`go_quiet_if_due`]). A ring whose descriptor the
+/// program closed is left out (the drain thread's timeout drains it).
 pub fn poll_set(set: &mut Vec<libc::pollfd>) {
     set.clear();
     let used = SLOTS_USED.load(Ordering::Relaxed);
@@ -804,11 +841,7 @@ pub fn poll_set(set: &mut Vec<libc::pollfd>) {
         let Some(event) = event_of(slot).filter(|&event| sys::task_clock_is_open(event)) else {
             continue;
         };
-        if !slot.adopted.swap(true, Ordering::Relaxed)
-            && slot.signalling.swap(false, Ordering::Relaxed)
-        {
-            sys::stop_task_clock_signals(event);
-        }
+        slot.adopted.store(true, Ordering::Relaxed);
         set.push(libc::pollfd {
             fd: event.fd,
             events: libc::POLLIN,

@@ -229,21 +229,25 @@ fn a_sample_in_a_signal_handler_continues_into_the_interrupted_code() {
 
 #[test]
 fn a_stack_deeper_than_a_rings_copy_is_walked_to_main() {
-    // At 1 kHz each sample is a record of the thread's ring with a copy of the top 16 KiB of its stack; this
-    // stack is 32 KiB deep. A walk of a copy that runs off its end makes the runtime walk that thread's live
-    // stack (a signal per sample) from then on: only the samples taken before (a ring's worth) are cut.
+    // At 1 kHz each sample is a record of the thread's ring with a copy of the top 16 KiB of its stack, once
+    // the thread's stacks have been seen to fit (`shallow`). Then it goes 32 KiB deep. A walk of a copy that
+    // runs off its end makes the runtime walk that thread's live stack (a signal per sample) again: only the
+    // samples taken before (at most a ring's worth) are cut.
     let ws = Workspace::new();
     let include_flag = include();
     let include = [include_flag.as_str()];
     let program = ws.program("deep_frames", &[source("deep_frames.c")], &include);
     let profile = run_profiled(&ws, &program, &[], &[("MSLPROF_HZ", "1000")], 0, "done\n");
     let stacks = resolved_stacks(&profile);
-    let in_bottom = |s: &Resolved| s.functions.first().is_some_and(|f| f == "bottom");
+    let in_bottom = |s: &Resolved| {
+        s.functions.first().is_some_and(|f| f == "spin")
+            && s.functions.get(1).is_some_and(|f| f == "bottom")
+    };
     let all = samples_where(&stacks, in_bottom);
     let to_main = samples_where(&stacks, |s| {
         in_bottom(s)
             && s.functions.iter().filter(|f| *f == "descend").count() == 64
-            && s.functions.get(65).is_some_and(|f| f == "main")
+            && s.functions.get(66).is_some_and(|f| f == "main")
     });
     assert!(all >= 500, "{all} samples in bottom");
     assert!(

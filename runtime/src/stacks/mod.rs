@@ -201,23 +201,26 @@ impl Stacks {
     }
 }
 
-/// Captures and counts the call stack of the code the SIGPROF `context` interrupted. Async-signal-safe: no
-/// allocation, no lock (the scratch slot is claimed with a CAS), errno left as it was (the handler saves it,
-/// and the calls here preserve it too).
+/// Captures and counts the call stack of the code the SIGPROF `context` interrupted: the walk's reach, the bytes
+/// of stack above the interrupted rsp it read (`usize::MAX` when it went on in another stack; 0 without a walk).
+/// Async-signal-safe: no allocation, no lock (the scratch slot is claimed with a CAS), errno left as it was
+/// (the handler saves it, and the calls here preserve it too).
 ///
 /// # Safety
 /// `context` must be the ucontext pointer the kernel passed to the SA_SIGINFO handler, or null.
 #[cfg(target_arch = "x86_64")]
-pub unsafe fn record_interrupted(context: *const std::os::raw::c_void) {
+pub unsafe fn record_interrupted(context: *const std::os::raw::c_void) -> usize {
     let Some(stacks) = STACKS.get() else {
-        return;
+        return 0;
     };
     if stacks.max_depth == 0 {
-        return;
+        return 0;
     }
     // SAFETY: as the caller guarantees.
     let (pc, sp, fp) = unsafe { sys::interrupted_registers(context) };
-    stacks.record_walk(Registers { pc, sp, fp }, &HandlerBounds);
+    stacks
+        .record_walk(Registers { pc, sp, fp }, &HandlerBounds)
+        .1
 }
 
 /// Captures and counts the call stack of a sample a task-clock ring holds, from its registers and the copy of
@@ -242,7 +245,7 @@ pub fn record_copied(pc: usize, stack: &crate::task_clock::CopiedStack<'_>) -> b
         stack,
         asked_outside: Cell::new(false),
     };
-    let flags = stacks.record_walk(start, &bounds);
+    let (flags, _) = stacks.record_walk(start, &bounds);
     flags & unwind::TRUNCATED_UNWIND != 0 && (stack.is_cut() || bounds.asked_outside.get())
 }
 
@@ -274,11 +277,11 @@ impl StackBounds for CopiedBounds<'_> {
 #[cfg(target_arch = "x86_64")]
 impl Stacks {
     /// Walks the stack from `start` within `bounds` and counts it in the table (dropped, and counted as such,
-    /// when every scratch slot is busy): the walk's flags.
-    fn record_walk(&self, start: Registers, bounds: &impl StackBounds) -> u32 {
+    /// when every scratch slot is busy): the walk's flags and reach (`unwind::walk`; 0 and 0 when dropped).
+    fn record_walk(&self, start: Registers, bounds: &impl StackBounds) -> (u32, usize) {
         let Some(scratch) = self.claim_scratch() else {
             self.table.note_dropped();
-            return 0;
+            return (0, 0);
         };
         let Scratch {
             frames,
@@ -286,7 +289,7 @@ impl Stacks {
             window,
             ..
         } = &mut { scratch };
-        let (depth, flags) = unwind::walk(
+        let (depth, flags, reach) = unwind::walk(
             start,
             frames,
             bounds,
@@ -299,7 +302,7 @@ impl Stacks {
         {
             self.table.insert(stack, flags);
         }
-        flags
+        (flags, reach)
     }
 }
 
@@ -343,7 +346,7 @@ pub fn walk_for_test(
             restorer,
         )
     };
-    let mut walked = (0, 0);
+    let mut walked = (0, 0, 0);
     let mut elapsed = 0;
     let (mut hits, mut misses) = (0, 0);
     if cold {
@@ -363,7 +366,7 @@ pub fn walk_for_test(
         elapsed = sys::clock_ns(sys::CLOCK_MONOTONIC) - began;
         (hits, misses) = cache.counts();
     }
-    let (depth, flags) = walked;
+    let (depth, flags, _) = walked;
     for (out, frame) in frames_out.iter_mut().zip(&frames[..depth]) {
         *out = crate::modules::by_key(frame.key).map_or(0, |module| {
             module

@@ -238,10 +238,16 @@ pub const TRUNCATED_DEPTH: u32 = mslprof_format::model::stack_flags::TRUNCATED_D
 /// The walk stopped before the outermost frame.
 pub const TRUNCATED_UNWIND: u32 = mslprof_format::model::stack_flags::TRUNCATED_UNWIND;
 
+/// Bytes above a signal frame's rsp that the walk reads its `ucontext` from (the saved rip, rsp and rbp lie
+/// within them).
+const UCONTEXT_READ_BYTES: usize = 256;
+
 /// Length of glibc's `__restore_rt` (`mov $15, %rax; syscall`): a sample can land on either instruction.
 const RESTORER_BYTES: usize = 9;
 
-/// Walks the stack from `start` into `frames` (leaf first); returns the frame count and the flags.
+/// Walks the stack from `start` into `frames` (leaf first); returns the frame count, the flags and the walk's
+/// reach: the bytes above `start.sp` it needed (up to the last frame's CFA; `usize::MAX` when a signal frame led
+/// below `start.sp`, to another stack).
 /// `restorer` is the signal trampoline's address (0: unknown, signal frames end the walk). The rule for each
 /// frame's address comes from `cache` when it holds it, else from the module's call-frame information (then
 /// `cache` keeps it). Async-signal-safe: no allocation, no lock, no read outside the windows, no panic (checked
@@ -253,9 +259,10 @@ pub fn walk(
     scratch: &mut [u8],
     cache: &mut RuleCache,
     restorer: usize,
-) -> (usize, u32) {
+) -> (usize, u32, usize) {
     let mut context = UnwindContext::<usize, StoreOnStack>::new_in();
     let mut registers = start;
+    let mut highest = start.sp;
     // The pc is the interrupted instruction (frame 0, or a frame a signal interrupted), not a return address.
     let mut exact = true;
     let mut depth = 0;
@@ -306,6 +313,12 @@ pub fn walk(
                 flags |= TRUNCATED_UNWIND;
                 break;
             };
+            highest = highest.max(registers.sp.saturating_add(UCONTEXT_READ_BYTES));
+            highest = if sp < start.sp {
+                usize::MAX
+            } else {
+                highest.max(sp)
+            };
             registers = Registers { pc, sp, fp };
             exact = true;
             window = window_for(sp, bounds, scratch);
@@ -329,6 +342,7 @@ pub fn walk(
         let step = rule.apply(registers, stack);
         match step {
             Step::Caller(caller) if caller.pc != 0 && caller.sp > registers.sp => {
+                highest = highest.max(caller.sp);
                 registers = caller;
                 exact = false;
             }
@@ -339,5 +353,5 @@ pub fn walk(
             }
         }
     }
-    (depth, flags)
+    (depth, flags, highest.saturating_sub(start.sp))
 }
