@@ -17,6 +17,16 @@ fn include() -> String {
     format!("-I{}", fixtures_dir("stacks").display())
 }
 
+/// The fixture program `name` built from `name.c`, which may include `spin.h`.
+fn stack_program(ws: &Workspace, name: &str) -> PathBuf {
+    let include_flag = include();
+    ws.program(
+        name,
+        &[source(&format!("{name}.c"))],
+        &[include_flag.as_str()],
+    )
+}
+
 /// One stack of the profile, its frames resolved to function names (`?` where unknown).
 #[derive(Debug)]
 struct Resolved {
@@ -147,9 +157,7 @@ fn a_library_without_frame_pointers_or_pg_shows_real_callers_up_to_main() {
 #[test]
 fn recursion_ten_thousand_deep_is_truncated_at_the_limit_and_flagged() {
     let ws = Workspace::new();
-    let include_flag = include();
-    let include = [include_flag.as_str()];
-    let program = ws.program("recursion", &[source("recursion.c")], &include);
+    let program = stack_program(&ws, "recursion");
     for (depth, env) in [
         (128, vec![("MSLPROF_HZ", "1000")]),
         // 100 Hz: a debug-built runtime takes about 2 ms to walk 4096 frames, more than a 1 kHz period, so the
@@ -206,9 +214,7 @@ fn through_signal_frame(stacks: &[Resolved]) -> (u64, u64) {
 #[test]
 fn a_sample_in_a_signal_handler_continues_into_the_interrupted_code() {
     let ws = Workspace::new();
-    let include_flag = include();
-    let include = [include_flag.as_str()];
-    let program = ws.program("handler", &[source("handler.c")], &include);
+    let program = stack_program(&ws, "handler");
     for args in [&[][..], &["altstack"][..]] {
         let profile = run_profiled(
             &ws,
@@ -234,9 +240,7 @@ fn a_stack_deeper_than_a_rings_copy_is_walked_to_main() {
     // runs off its end makes the runtime walk that thread's live stack (a signal per sample) again: only the
     // samples taken before (at most a ring's worth) are cut.
     let ws = Workspace::new();
-    let include_flag = include();
-    let include = [include_flag.as_str()];
-    let program = ws.program("deep_frames", &[source("deep_frames.c")], &include);
+    let program = stack_program(&ws, "deep_frames");
     let profile = run_profiled(&ws, &program, &[], &[("MSLPROF_HZ", "1000")], 0, "done\n");
     let stacks = resolved_stacks(&profile);
     let in_bottom = |s: &Resolved| {
@@ -259,9 +263,7 @@ fn a_stack_deeper_than_a_rings_copy_is_walked_to_main() {
 #[test]
 fn coroutines_on_their_own_stacks_are_walked_as_far_as_they_go() {
     let ws = Workspace::new();
-    let include_flag = include();
-    let include = [include_flag.as_str()];
-    let program = ws.program("coroutines", &[source("coroutines.c")], &include);
+    let program = stack_program(&ws, "coroutines");
     let profile = run_profiled(
         &ws,
         &program,
