@@ -681,6 +681,15 @@ impl Ring<'_> {
 /// Gives every record of the slot's ring to `visit` and frees their room, unless someone else is draining it
 /// (then returns false at once). Async-signal-safe: atomics and reads of the ring only.
 pub fn drain(index: usize, visit: &mut dyn FnMut(RingRecord<'_>) -> bool) -> bool {
+    drain_if_holding(index, visit, 0)
+}
+
+/// [`drain`], but only when the ring holds at least `least_bytes` of records (else it is left as it is).
+fn drain_if_holding(
+    index: usize,
+    visit: &mut dyn FnMut(RingRecord<'_>) -> bool,
+    least_bytes: u64,
+) -> bool {
     let Some(slot) = SLOT_TABLE.get(index) else {
         return true;
     };
@@ -688,7 +697,11 @@ pub fn drain(index: usize, visit: &mut dyn FnMut(RingRecord<'_>) -> bool) -> boo
         return false;
     }
     let ring = slot.ring.load(Ordering::Acquire);
-    if ring != 0 {
+    // SAFETY: a mapped ring, held (its `draining` flag).
+    let holding = |ring: usize| unsafe {
+        sys::ring_head(ring as *const u8).wrapping_sub(sys::ring_tail(ring as *const u8))
+    };
+    if ring != 0 && holding(ring) >= least_bytes {
         let (records, lost, wants_live) = read_ring(ring, visit);
         if records > 0 && slot.first_pending.swap(false, Ordering::Relaxed) {
             // The first sample's signal has not been handled (the thread blocks SIGPROF): the period is set
@@ -802,8 +815,9 @@ pub enum Rings {
     /// Every ring, waiting a while (up to [`DRAIN_WAIT_YIELDS`]) for one someone else is draining: afterwards no
     /// ring holds a sample taken before the call. Not in a signal handler.
     Every,
-    /// The rings whose events do not signal each sample, unless someone else is draining them. A signalling
-    /// event's samples are counted by its own signals, whose handler walks the live stack.
+    /// The rings whose events do not signal each sample, and those of signalling events that hold more than
+    /// half a ring (their thread blocks SIGPROF), unless someone else is draining them. A signalling event's
+    /// samples are otherwise counted by its own signals, whose handler walks the live stack.
     Quiet,
 }
 
@@ -811,13 +825,20 @@ pub enum Rings {
 pub fn drain_all(visit: &mut dyn FnMut(RingRecord<'_>) -> bool, rings: Rings) {
     let used = SLOTS_USED.load(Ordering::Relaxed);
     for (index, slot) in SLOT_TABLE.iter().enumerate().take(used) {
-        if slot.ring.load(Ordering::Relaxed) == 0
-            || (rings == Rings::Quiet && slot.signalling.load(Ordering::Relaxed))
-        {
+        if slot.ring.load(Ordering::Relaxed) == 0 {
             continue;
         }
+        // A signalling event's ring that fills anyway is not drained by its signals (its thread blocks SIGPROF).
+        let least_bytes = if rings == Rings::Quiet && slot.signalling.load(Ordering::Relaxed) {
+            RING_DATA_BYTES.load(Ordering::Relaxed) as u64 / 2
+        } else {
+            0
+        };
         let mut yields = 0;
-        while !drain(index, visit) && rings == Rings::Every && yields < DRAIN_WAIT_YIELDS {
+        while !drain_if_holding(index, visit, least_bytes)
+            && rings == Rings::Every
+            && yields < DRAIN_WAIT_YIELDS
+        {
             std::thread::yield_now();
             yields += 1;
         }
