@@ -664,9 +664,7 @@ pub fn clock_ns_by_syscall(clock: libc::clockid_t) -> i64 {
     timespec_ns(now)
 }
 
-#[cfg(feature = "test-hooks")]
-pub use libc::CLOCK_MONOTONIC;
-pub use libc::{CLOCK_PROCESS_CPUTIME_ID, CLOCK_REALTIME};
+pub use libc::{CLOCK_MONOTONIC, CLOCK_PROCESS_CPUTIME_ID, CLOCK_REALTIME};
 
 /// The whole process's (all threads', finished ones included) user and system CPU time in nanoseconds, from
 /// `getrusage(RUSAGE_SELF)`; `None` on failure. A plain syscall: no allocation, errno preserved, safe in a

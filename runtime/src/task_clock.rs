@@ -63,6 +63,11 @@ struct Slot {
     signalling: AtomicBool,
     /// The drain thread polls the ring's descriptor ([`poll_set`]); until then, its event signals each sample.
     adopted: AtomicBool,
+    /// The event's records copy stacks, and the drain thread maps its ring once the thread has lived
+    /// [`STACK_RING_DELAY_NS`] ([`poll_set`]); until then it has none.
+    ring_wanted: AtomicBool,
+    /// When the event was opened (`CLOCK_MONOTONIC`, ns).
+    opened_ns: AtomicU64,
     /// The thread's CPU time at its last watch tick (ns).
     last_watch_ns: AtomicU64,
     /// Watch ticks in a row that came on time.
@@ -85,6 +90,8 @@ static SLOT_TABLE: [Slot; SLOTS] = [const {
         draining: AtomicBool::new(false),
         signalling: AtomicBool::new(false),
         adopted: AtomicBool::new(false),
+        ring_wanted: AtomicBool::new(false),
+        opened_ns: AtomicU64::new(0),
         last_watch_ns: AtomicU64::new(0),
         timely_ticks: AtomicU32::new(0),
         quiet_after_ticks: AtomicU32::new(TIMELY_TICKS_TO_GO_QUIET),
@@ -131,6 +138,10 @@ const STACK_RECORD_FIXED_BYTES: usize = 64;
 /// Bytes of records in a ring with stack copies: 31 samples of 16 KiB stacks, 31 ms of a thread's CPU at
 /// 1 kHz. The drain thread is woken when half of it is full.
 const STACK_RING_BYTES: usize = 512 << 10;
+/// How long a thread lives before the drain thread maps its event's ring with stack copies: mapping (and at the
+/// thread's exit unmapping) 512 KiB costs about as much as 100 µs of the thread's own work, which threads that
+/// live a few milliseconds would pay for nothing; until then the event signals each sample.
+const STACK_RING_DELAY_NS: u64 = 50_000_000;
 /// `PERF_RECORD_LOST` and `PERF_RECORD_SAMPLE`.
 const RECORD_LOST: u32 = 2;
 const RECORD_SAMPLE: u32 = 9;
@@ -306,13 +317,15 @@ fn claim_slot(tid: i32) -> Option<usize> {
 /// the event always finds its descriptor known (an unknown one would go to the program, whose default action
 /// for SIGPROF ends the process). Async-signal-safe.
 fn open_into(index: usize, periods: FirstPeriod) -> Result<(), i32> {
-    let (event, ring) = open_with_ring(periods.first_ns)?;
+    let (event, ring) = open_with_ring(periods.first_ns, !periods.started_thread)?;
     let Some(owner) = FD_OWNERS.get(event.fd as usize) else {
         close_with_ring(event, ring);
         return Err(libc::EMFILE);
     };
+    // Records with stack copies: the drain thread maps the ring later (`install_ring`).
+    let ring_wanted = ring == 0 && rings_copy_stacks();
     let mut first_pending = periods.first_ns != periods.period_ns;
-    if first_pending && ring != 0 {
+    if first_pending && (ring != 0 || ring_wanted) {
         // The event is not enabled yet: its first period is the one set now.
         let first = if periods.started_thread && !sys::signal_blocked(libc::SIGPROF) {
             periods
@@ -329,6 +342,11 @@ fn open_into(index: usize, periods: FirstPeriod) -> Result<(), i32> {
     // stacks, each sample until the drain thread polls it and its stacks fit (see `go_quiet_if_due`); its watch
     // ticks are timed from now (`on_watch_tick`), which an event without a ring never reads.
     slot.adopted.store(false, Ordering::Relaxed);
+    slot.ring_wanted.store(ring_wanted, Ordering::Relaxed);
+    slot.opened_ns.store(
+        sys::clock_ns(sys::CLOCK_MONOTONIC).max(0) as u64,
+        Ordering::Relaxed,
+    );
     slot.fitting_walks.store(0, Ordering::Relaxed);
     slot.quiet_after_ticks.store(0, Ordering::Relaxed);
     slot.signalling
@@ -357,8 +375,14 @@ fn open_into(index: usize, periods: FirstPeriod) -> Result<(), i32> {
 }
 
 /// Opens an event with a ring as planned ([`plan_rings`]), or, when there is no plan or no ring can be mapped,
-/// one that signals each sample: the event and its ring (0: none). Async-signal-safe.
-fn open_with_ring(period_ns: u64) -> Result<(sys::TaskClock, usize), i32> {
+/// one that signals each sample: the event and its ring (0: none). A ring with stack copies is mapped now only
+/// with `map_stack_ring_now` (the process's first thread, a forked child's: they live long); a started
+/// thread's comes from the drain thread once it has lived a while ([`STACK_RING_DELAY_NS`]).
+/// Async-signal-safe.
+fn open_with_ring(
+    period_ns: u64,
+    map_stack_ring_now: bool,
+) -> Result<(sys::TaskClock, usize), i32> {
     let data_bytes = RING_DATA_BYTES.load(Ordering::Relaxed);
     let stack_bytes = RING_STACK_BYTES.load(Ordering::Relaxed);
     let record = match stack_bytes {
@@ -371,6 +395,10 @@ fn open_with_ring(period_ns: u64) -> Result<(sys::TaskClock, usize), i32> {
         let wake_bytes = RING_WAKE_BYTES.load(Ordering::Relaxed);
         let wake_bytes = u32::try_from(wake_bytes).unwrap_or(u32::MAX);
         let event = sys::open_task_clock(libc::SIGPROF, period_ns, record, wake_bytes)?;
+        if stack_bytes != 0 && !map_stack_ring_now {
+            // Its ring comes later, from the drain thread (`install_ring`); without one, each sample signals.
+            return Ok((event, 0));
+        }
         if let Some(ring) = sys::map_event_ring(event, data_bytes) {
             return Ok((event, ring as usize));
         }
@@ -556,6 +584,7 @@ pub fn release(index: usize, visit: &mut dyn FnMut(RingRecord<'_>) -> bool) {
     }
     slot.signalling.store(false, Ordering::Relaxed);
     slot.adopted.store(false, Ordering::Relaxed);
+    slot.ring_wanted.store(false, Ordering::Relaxed);
     if let Some(event) = event_of(slot) {
         sys::close_task_clock(event);
         forget_descriptor(index, event.fd);
@@ -586,6 +615,7 @@ pub fn forget_after_fork() {
         slot.draining.store(false, Ordering::Relaxed);
         slot.signalling.store(false, Ordering::Relaxed);
         slot.adopted.store(false, Ordering::Relaxed);
+        slot.ring_wanted.store(false, Ordering::Relaxed);
         slot.fd.store(-1, Ordering::Relaxed);
         slot.watch_timer.store(0, Ordering::Relaxed);
         slot.tid.store(0, Ordering::Release);
@@ -821,6 +851,30 @@ pub enum Rings {
     Quiet,
 }
 
+/// For the drain thread: maps the ring of a slot whose event wants one ([`Slot::ring_wanted`]), while holding
+/// it (the owning thread may be exiting: `release`). The event signals each sample until its stacks fit
+/// ([`go_quiet_if_due`]). Where the ring cannot be mapped (the locked-memory budget), the event goes on
+/// signalling.
+fn install_ring(slot: &Slot) {
+    if slot.draining.swap(true, Ordering::Acquire) {
+        return;
+    }
+    if slot.ring_wanted.swap(false, Ordering::Relaxed)
+        && slot.ring.load(Ordering::Relaxed) == 0
+        && let Some(event) = event_of(slot).filter(|&event| sys::task_clock_is_open(event))
+        && let Some(ring) = sys::map_event_ring(event, RING_DATA_BYTES.load(Ordering::Relaxed))
+    {
+        slot.adopted.store(false, Ordering::Relaxed);
+        slot.fitting_walks.store(0, Ordering::Relaxed);
+        slot.timely_ticks.store(0, Ordering::Relaxed);
+        slot.quiet_after_ticks.store(0, Ordering::Relaxed);
+        slot.last_watch_ns.store(0, Ordering::Relaxed);
+        slot.signalling.store(true, Ordering::Relaxed);
+        slot.ring.store(ring as usize, Ordering::Release);
+    }
+    slot.draining.store(false, Ordering::Release);
+}
+
 /// [`drain`] for every slot with a ring, as `rings` says.
 pub fn drain_all(visit: &mut dyn FnMut(RingRecord<'_>) -> bool, rings: Rings) {
     let used = SLOTS_USED.load(Ordering::Relaxed);
@@ -855,8 +909,14 @@ const DRAIN_WAIT_YIELDS: u32 = 10_000;
 pub fn poll_set(set: &mut Vec<libc::pollfd>) {
     set.clear();
     let used = SLOTS_USED.load(Ordering::Relaxed);
+    let now = sys::clock_ns(sys::CLOCK_MONOTONIC).max(0) as u64;
     for slot in SLOT_TABLE.iter().take(used) {
         if slot.ring.load(Ordering::Acquire) == 0 {
+            if slot.ring_wanted.load(Ordering::Relaxed)
+                && now.saturating_sub(slot.opened_ns.load(Ordering::Relaxed)) >= STACK_RING_DELAY_NS
+            {
+                install_ring(slot);
+            }
             continue;
         }
         let Some(event) = event_of(slot).filter(|&event| sys::task_clock_is_open(event)) else {
