@@ -6,10 +6,11 @@
 //! the top of the stack into the thread's ring and signals nobody. A ring holds about 31 samples (31 ms of a
 //! thread's CPU time at 1 kHz), so it is drained by its fill level, not on a clock of its thread's CPU time,
 //! whose ticks come tens of milliseconds late when threads share a CPU. This thread polls every ring's
-//! descriptor, which the kernel makes readable when the ring is half full, and walks each sample's copy. A ring
-//! it does not poll yet (a new thread's) signals each sample, and the SIGPROF handler drains it
-//! (`task_clock::poll_set`); the thread also wakes every [`POLL_TIMEOUT_MS`], for rings whose descriptor the
-//! program closed.
+//! descriptor, which the kernel makes readable when the ring is half full, and walks each sample's copy. It
+//! also maps the rings of the threads the program started, once they have lived a while
+//! (`task_clock::poll_set`). An event signals each sample, and the SIGPROF handler walks the live stack, until
+//! its ring is polled and its stacks fit in a copy; the thread also wakes every [`POLL_TIMEOUT_MS`], for rings
+//! whose descriptor the program closed.
 //!
 //! The thread starts before the sampler, with every signal blocked, unsampled and detached, and lives as long
 //! as the process. A forked child has none: its events signal each sample, as without rings. Its CPU time is
