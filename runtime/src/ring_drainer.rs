@@ -45,7 +45,9 @@ extern "C" fn run(_: *mut c_void) -> *mut c_void {
             task_clock::poll_set(&mut descriptors);
             sys::poll_descriptors(&mut descriptors, POLL_TIMEOUT_MS);
             sampler::drain_rings_now();
-            sampler::note_drainer_cpu_ns(sys::thread_cpu_ns());
+            if let Some((user, system)) = sys::thread_cpu_ns() {
+                sampler::note_drainer_cpu_ns([user + system, user]);
+            }
         }
     });
     if fault.is_err() {

@@ -670,7 +670,18 @@ pub use libc::{CLOCK_MONOTONIC, CLOCK_PROCESS_CPUTIME_ID, CLOCK_REALTIME};
 /// `getrusage(RUSAGE_SELF)`; `None` on failure. A plain syscall: no allocation, errno preserved, safe in a
 /// signal handler.
 pub fn process_cpu_ns() -> Option<(u64, u64)> {
-    let usage = rusage(libc::RUSAGE_SELF)?;
+    rusage_cpu_ns(libc::RUSAGE_SELF)
+}
+
+/// The calling thread's user and system CPU time in nanoseconds (`getrusage(RUSAGE_THREAD)`); `None` on
+/// failure.
+pub fn thread_cpu_ns() -> Option<(u64, u64)> {
+    rusage_cpu_ns(libc::RUSAGE_THREAD)
+}
+
+/// The user and system CPU time `getrusage(who)` gives, in nanoseconds; `None` on failure.
+fn rusage_cpu_ns(who: libc::c_int) -> Option<(u64, u64)> {
+    let usage = rusage(who)?;
     let ns = |t: libc::timeval| {
         u64::try_from(t.tv_sec)
             .unwrap_or(0)
@@ -889,22 +900,6 @@ pub fn poll_descriptors(fds: &mut [libc::pollfd], timeout_ms: i32) {
     let _errno = SavedErrno::save();
     // SAFETY: `fds` is a valid array of pollfd of the length given.
     unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
-}
-
-/// The calling thread's CPU time (ns): all of it, and its user part (`getrusage(RUSAGE_THREAD)`).
-pub fn thread_cpu_ns() -> [u64; 2] {
-    let _errno = SavedErrno::save();
-    // SAFETY: rusage is plain data, filled by getrusage.
-    let mut usage: libc::rusage = unsafe { core::mem::zeroed() };
-    // SAFETY: a valid out-pointer.
-    if unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) } != 0 {
-        return [0, 0];
-    }
-    let ns = |time: libc::timeval| {
-        time.tv_sec.max(0) as u64 * 1_000_000_000 + time.tv_usec.max(0) as u64 * 1000
-    };
-    let user = ns(usage.ru_utime);
-    [user + ns(usage.ru_stime), user]
 }
 
 /// A thread-specific slot whose destructor runs at thread exit (pthread keys).

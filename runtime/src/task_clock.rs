@@ -113,8 +113,6 @@ static RING_DATA_BYTES: AtomicUsize = AtomicUsize::new(0);
 static RING_RECORDS: AtomicUsize = AtomicUsize::new(0);
 /// Bytes of user stack each record copies (0: records hold the pc only).
 static RING_STACK_BYTES: AtomicU32 = AtomicU32::new(0);
-/// Bytes of records that make a ring's descriptor poll readable (the ring's size: never).
-static RING_WAKE_BYTES: AtomicUsize = AtomicUsize::new(0);
 /// The process whose drain thread polls the rings with stack copies ([`set_drainer`]; 0: none). A forked
 /// child has no drain thread: its events get no such ring.
 static DRAINER_PID: AtomicU32 = AtomicU32::new(0);
@@ -206,14 +204,6 @@ pub fn plan_rings(plan: RingPlan) {
     RING_STACK_BYTES.store(plan.stack_bytes, Ordering::Relaxed);
     RING_DATA_BYTES.store(plan.data_bytes, Ordering::Relaxed);
     RING_RECORDS.store(plan.data_bytes / plan.record_bytes(), Ordering::Relaxed);
-    RING_WAKE_BYTES.store(
-        if plan.stack_bytes == 0 {
-            plan.data_bytes
-        } else {
-            plan.data_bytes / 2
-        },
-        Ordering::Relaxed,
-    );
 }
 
 /// This process's drain thread is running: events opened from now on get rings with stack copies, if the
@@ -341,18 +331,13 @@ fn open_into(index: usize, periods: FirstPeriod) -> Result<(), i32> {
     // An event with a ring signals its first sample only (see `on_event_signal`), or, when its records copy
     // stacks, each sample until the drain thread polls it and its stacks fit (see `go_quiet_if_due`); its watch
     // ticks are timed from now (`on_watch_tick`), which an event without a ring never reads.
-    slot.adopted.store(false, Ordering::Relaxed);
     slot.ring_wanted.store(ring_wanted, Ordering::Relaxed);
     slot.opened_ns.store(
         sys::clock_ns(sys::CLOCK_MONOTONIC).max(0) as u64,
         Ordering::Relaxed,
     );
-    slot.fitting_walks.store(0, Ordering::Relaxed);
-    slot.quiet_after_ticks.store(0, Ordering::Relaxed);
-    slot.signalling
-        .store(ring != 0 && rings_copy_stacks(), Ordering::Relaxed);
+    begin_ring_states(slot, ring != 0 && rings_copy_stacks());
     if ring != 0 {
-        slot.timely_ticks.store(0, Ordering::Relaxed);
         slot.last_watch_ns.store(
             sys::clock_ns(libc::CLOCK_THREAD_CPUTIME_ID).max(0) as u64,
             Ordering::Relaxed,
@@ -374,6 +359,17 @@ fn open_into(index: usize, periods: FirstPeriod) -> Result<(), i32> {
     Ok(())
 }
 
+/// The states of a slot whose event just got its ring (or none yet): not polled by the drain thread, no fitting
+/// walk and no watch tick counted, quiet as soon as it is due ([`go_quiet_if_due`]); signalling each sample as
+/// `signalling` says.
+fn begin_ring_states(slot: &Slot, signalling: bool) {
+    slot.adopted.store(false, Ordering::Relaxed);
+    slot.fitting_walks.store(0, Ordering::Relaxed);
+    slot.timely_ticks.store(0, Ordering::Relaxed);
+    slot.quiet_after_ticks.store(0, Ordering::Relaxed);
+    slot.signalling.store(signalling, Ordering::Relaxed);
+}
+
 /// Opens an event with a ring as planned ([`plan_rings`]), or, when there is no plan or no ring can be mapped,
 /// one that signals each sample: the event and its ring (0: none). A ring with stack copies is mapped now only
 /// with `map_stack_ring_now` (the process's first thread, a forked child's: they live long); a started
@@ -392,7 +388,13 @@ fn open_with_ring(
         stack_bytes => sys::SampleRecord::PcAndStack { stack_bytes },
     };
     if data_bytes != 0 && record != sys::SampleRecord::None {
-        let wake_bytes = RING_WAKE_BYTES.load(Ordering::Relaxed);
+        // A ring of pcs never wakes anyone (its watermark is its size); one with stack copies wakes the drain
+        // thread when half full.
+        let wake_bytes = if stack_bytes == 0 {
+            data_bytes
+        } else {
+            data_bytes / 2
+        };
         let wake_bytes = u32::try_from(wake_bytes).unwrap_or(u32::MAX);
         let event = sys::open_task_clock(libc::SIGPROF, period_ns, record, wake_bytes)?;
         if stack_bytes != 0 && !map_stack_ring_now {
@@ -569,14 +571,9 @@ pub fn release(index: usize, visit: &mut dyn FnMut(RingRecord<'_>) -> bool) {
     }
     // Another thread may be draining this ring (the drain thread, a dump): wait for it, then drain what is
     // left. Should it never let go (a debugger stopped it), the slot and its ring stay as they are.
-    let mut yields = 0;
-    while slot.draining.swap(true, Ordering::Acquire) {
-        if yields == DRAIN_WAIT_YIELDS {
-            sys::restore_signals(&mask);
-            return;
-        }
-        std::thread::yield_now();
-        yields += 1;
+    if !hold(slot, true) {
+        sys::restore_signals(&mask);
+        return;
     }
     let ring = slot.ring.swap(0, Ordering::AcqRel);
     if ring != 0 {
@@ -652,9 +649,7 @@ impl CopiedStack<'_> {
     pub fn is_cut(&self) -> bool {
         self.cut
     }
-}
 
-impl CopiedStack<'_> {
     /// Copies the stack bytes from `address` on into `buffer`: the bytes copied (0 when `address` is outside
     /// the copy).
     pub fn copy(&self, address: usize, buffer: &mut [u8]) -> usize {
@@ -709,22 +704,38 @@ impl Ring<'_> {
 }
 
 /// Gives every record of the slot's ring to `visit` and frees their room, unless someone else is draining it
-/// (then returns false at once). Async-signal-safe: atomics and reads of the ring only.
-pub fn drain(index: usize, visit: &mut dyn FnMut(RingRecord<'_>) -> bool) -> bool {
-    drain_if_holding(index, visit, 0)
+/// (then returns at once). Async-signal-safe: atomics and reads of the ring only.
+pub fn drain(index: usize, visit: &mut dyn FnMut(RingRecord<'_>) -> bool) {
+    drain_if_holding(index, visit, 0, false);
 }
 
-/// [`drain`], but only when the ring holds at least `least_bytes` of records (else it is left as it is).
+/// Takes the slot's ring for the caller (its `draining` flag): at once, or, with `wait` (not in a signal
+/// handler), once whoever holds it lets go, waiting up to [`DRAIN_WAIT_YIELDS`]. False when it stays held.
+fn hold(slot: &Slot, wait: bool) -> bool {
+    let mut yields = 0;
+    while slot.draining.swap(true, Ordering::Acquire) {
+        if !wait || yields == DRAIN_WAIT_YIELDS {
+            return false;
+        }
+        std::thread::yield_now();
+        yields += 1;
+    }
+    true
+}
+
+/// [`drain`], but only when the ring holds at least `least_bytes` of records (else it is left as it is), and,
+/// with `wait`, after waiting for whoever else is draining it ([`hold`]).
 fn drain_if_holding(
     index: usize,
     visit: &mut dyn FnMut(RingRecord<'_>) -> bool,
     least_bytes: u64,
-) -> bool {
+    wait: bool,
+) {
     let Some(slot) = SLOT_TABLE.get(index) else {
-        return true;
+        return;
     };
-    if slot.draining.swap(true, Ordering::Acquire) {
-        return false;
+    if !hold(slot, wait) {
+        return;
     }
     let ring = slot.ring.load(Ordering::Acquire);
     // SAFETY: a mapped ring, held (its `draining` flag).
@@ -760,7 +771,6 @@ fn drain_if_holding(
         }
     }
     slot.draining.store(false, Ordering::Release);
-    true
 }
 
 /// The event of the slot signals each sample from now on, if it did not (its descriptor still open), until
@@ -856,7 +866,7 @@ pub enum Rings {
 /// ([`go_quiet_if_due`]). Where the ring cannot be mapped (the locked-memory budget), the event goes on
 /// signalling.
 fn install_ring(slot: &Slot) {
-    if slot.draining.swap(true, Ordering::Acquire) {
+    if !hold(slot, false) {
         return;
     }
     if slot.ring_wanted.swap(false, Ordering::Relaxed)
@@ -864,12 +874,8 @@ fn install_ring(slot: &Slot) {
         && let Some(event) = event_of(slot).filter(|&event| sys::task_clock_is_open(event))
         && let Some(ring) = sys::map_event_ring(event, RING_DATA_BYTES.load(Ordering::Relaxed))
     {
-        slot.adopted.store(false, Ordering::Relaxed);
-        slot.fitting_walks.store(0, Ordering::Relaxed);
-        slot.timely_ticks.store(0, Ordering::Relaxed);
-        slot.quiet_after_ticks.store(0, Ordering::Relaxed);
+        begin_ring_states(slot, true);
         slot.last_watch_ns.store(0, Ordering::Relaxed);
-        slot.signalling.store(true, Ordering::Relaxed);
         slot.ring.store(ring as usize, Ordering::Release);
     }
     slot.draining.store(false, Ordering::Release);
@@ -888,14 +894,7 @@ pub fn drain_all(visit: &mut dyn FnMut(RingRecord<'_>) -> bool, rings: Rings) {
         } else {
             0
         };
-        let mut yields = 0;
-        while !drain_if_holding(index, visit, least_bytes)
-            && rings == Rings::Every
-            && yields < DRAIN_WAIT_YIELDS
-        {
-            std::thread::yield_now();
-            yields += 1;
-        }
+        drain_if_holding(index, visit, least_bytes, rings == Rings::Every);
     }
 }
 
