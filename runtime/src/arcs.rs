@@ -995,6 +995,16 @@ mod tests {
     use super::*;
     use std::collections::BTreeMap;
 
+    /// Runs `work(thread)` on `threads` threads at once.
+    fn on_threads(threads: u64, work: impl Fn(u64) + Sync) {
+        std::thread::scope(|scope| {
+            for thread in 0..threads {
+                let work = &work;
+                scope.spawn(move || work(thread));
+            }
+        });
+    }
+
     fn snapshot(table: &ArcTable) -> BTreeMap<(u32, u64, u64), u64> {
         let mut arcs = BTreeMap::new();
         table.for_each(|arc| {
@@ -1082,17 +1092,12 @@ mod tests {
         const THREADS: u64 = 8;
         const CALLS: u64 = 200_000;
         let table = ArcTable::new();
-        std::thread::scope(|scope| {
-            for thread in 0..THREADS {
-                let table = &table;
-                scope.spawn(move || {
-                    for call in 0..CALLS {
-                        // Shared arcs (every thread) and private ones; new arcs keep appearing
-                        // while others are counted, so insertions race with lookups.
-                        table.record(1, LinkAddress(call % 64), LinkAddress(0x100));
-                        table.record(2, LinkAddress(thread), LinkAddress(call % 3000));
-                    }
-                });
+        on_threads(THREADS, |thread| {
+            for call in 0..CALLS {
+                // Shared arcs (every thread) and private ones; new arcs keep appearing while others
+                // are counted, so insertions race with lookups.
+                table.record(1, LinkAddress(call % 64), LinkAddress(0x100));
+                table.record(2, LinkAddress(thread), LinkAddress(call % 3000));
             }
         });
         let arcs = snapshot(&table);
@@ -1123,14 +1128,9 @@ mod tests {
         const ARCS: u64 = 60_000;
         for round in 0..4 {
             let table = ArcTable::new();
-            std::thread::scope(|scope| {
-                for _ in 0..THREADS {
-                    let table = &table;
-                    scope.spawn(move || {
-                        for arc in 0..ARCS {
-                            table.record(round, LinkAddress(arc * 5), LinkAddress(0x40 + arc % 11));
-                        }
-                    });
+            on_threads(THREADS, |_| {
+                for arc in 0..ARCS {
+                    table.record(round, LinkAddress(arc * 5), LinkAddress(0x40 + arc % 11));
                 }
             });
             let arcs = snapshot(&table);
