@@ -130,6 +130,18 @@ pub fn run_signal_fixture(
     program: &str,
     flags: &[String],
 ) -> (u64, Profile) {
+    let (handled, profile, _) = run_signal_fixture_preloading(workspace, program, flags, None);
+    (handled, profile)
+}
+
+/// [`run_signal_fixture`] with `first` (a library) preloaded before the runtime; also returns what the run wrote
+/// on stderr.
+pub fn run_signal_fixture_preloading(
+    workspace: &Workspace,
+    program: &str,
+    flags: &[String],
+    first: Option<&Path>,
+) -> (u64, Profile, String) {
     build_library(workspace, "ccs", &["ccs.c"], flags);
     let exe = build_program(
         workspace,
@@ -138,13 +150,26 @@ pub fn run_signal_fixture(
         &["ccs"],
         flags,
     );
-    let stdout = run_ok(&mut workspace.command_with_runtime(&exe));
+    let mut command = workspace.command_with_runtime(&exe);
+    if let Some(first) = first {
+        command.env(
+            "LD_PRELOAD",
+            format!("{} {}", first.display(), crate::runtime_library().display()),
+        );
+    }
+    let output = crate::run(&mut command);
+    crate::assert_success(&output, &format!("{command:?}"));
+    let stdout = String::from_utf8_lossy(&output.stdout);
     let handled: u64 = stdout
         .split_whitespace()
         .nth(1)
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("unexpected output {stdout:?}"));
-    (handled, crate::read_profile(&workspace.join("gmon.out")))
+    (
+        handled,
+        crate::read_profile(&workspace.join("gmon.out")),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
 }
 
 /// Checks a run of the hot fixture (hot.c, `alone` or `thread`): its output (the sites of hot_leaf,
