@@ -178,6 +178,11 @@ fn packed_addresses(caller_addr: u64, callee_addr: u64) -> u64 {
     caller_addr | callee_addr << 32
 }
 
+/// The caller's and the callee's address in an addresses word ([`packed_addresses`]).
+fn unpacked_addresses(addresses: u64) -> (u64, u64) {
+    (addresses & u64::from(u32::MAX), addresses >> 32)
+}
+
 impl KeySlot {
     /// Whether this slot, whose word was read as `found`, holds the key (`tag`, `caller_addr`,
     /// `callee_addr`: addresses that fit). The addresses are published before the word (release), so
@@ -328,8 +333,9 @@ impl<'table> Level<'table> {
         self.claimed().filter_map(move |(slot, word)| {
             let tag = tag_of(word);
             (tag >= 2).then(|| {
-                let addresses = self.key(slot).addresses.load(Ordering::Relaxed);
-                (slot, tag, addresses & u64::from(u32::MAX), addresses >> 32)
+                let (caller_addr, callee_addr) =
+                    unpacked_addresses(self.key(slot).addresses.load(Ordering::Relaxed));
+                (slot, tag, caller_addr, callee_addr)
             })
         })
     }
@@ -642,8 +648,8 @@ impl ArcTable {
                     self.note_race();
                     continue;
                 }
-                let addresses = level.key(slot).addresses.load(Ordering::Relaxed);
-                let (caller_addr, callee_addr) = (addresses & u64::from(u32::MAX), addresses >> 32);
+                let (caller_addr, callee_addr) =
+                    unpacked_addresses(level.key(slot).addresses.load(Ordering::Relaxed));
                 let hash = hash((tag - 2) as u32, caller_addr, callee_addr);
                 Self::filter_add(filter, tag, caller_addr, hash);
             }

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output};
 
 use mslprof_format::model::{Profile, UNKNOWN_KEY};
 
@@ -117,9 +117,14 @@ pub fn build_oracle_app(workspace: &Workspace, flags: &[String]) -> PathBuf {
 
 /// Runs `command` and panics unless it exits 0; returns its standard output.
 pub fn run_ok(command: &mut Command) -> String {
+    String::from_utf8_lossy(&run_succeeded(command).stdout).into_owned()
+}
+
+/// Runs `command` and panics unless it exits 0; returns what it wrote.
+fn run_succeeded(command: &mut Command) -> Output {
     let output = crate::run(command);
     crate::assert_success(&output, &format!("{command:?}"));
-    String::from_utf8_lossy(&output.stdout).into_owned()
+    output
 }
 
 /// Builds `program` from `<program>.c` (a SIGALRM handler calling into libccs.so while the main loop does)
@@ -157,8 +162,7 @@ pub fn run_signal_fixture_preloading(
             format!("{} {}", first.display(), crate::runtime_library().display()),
         );
     }
-    let output = crate::run(&mut command);
-    crate::assert_success(&output, &format!("{command:?}"));
+    let output = run_succeeded(&mut command);
     let stdout = String::from_utf8_lossy(&output.stdout);
     let handled: u64 = stdout
         .split_whitespace()
