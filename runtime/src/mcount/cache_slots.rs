@@ -44,6 +44,9 @@ const TOUCHED_WORDS: usize = MAX_ENTRIES / CHUNK_ENTRIES / 64;
 const PAGE_ENTRIES: usize = 4096 / core::mem::size_of::<CacheEntry>();
 const _: () = assert!(level_entries(0) / PAGE_ENTRIES <= 64);
 
+/// Pages of the first mapping that [`CacheSlot::populate_ahead`] makes resident at once.
+const POPULATE_AHEAD: usize = 4;
+
 /// Tag bit of [`CacheEntry::counter`]: the count is a delta, not a running total.
 pub const DELTA: usize = 1;
 
@@ -254,13 +257,41 @@ impl CacheSlot {
     /// Notes that entry `index` of the current mapping is in use. Owner only.
     pub fn touch(&self, index: usize) {
         if self.level.load(Ordering::Relaxed) == 0 {
-            let page = 1u64 << ((index / PAGE_ENTRIES) % 64);
+            let page = (index / PAGE_ENTRIES) % 64;
             let pages = self.first_pages.load(Ordering::Relaxed);
-            if pages & page == 0 {
-                self.first_pages.store(pages | page, Ordering::Relaxed);
+            let marked = pages | self.populate_ahead(page, pages) | 1 << page;
+            if marked != pages {
+                self.first_pages.store(marked, Ordering::Relaxed);
             }
         }
         self.touch_chunk(index);
+    }
+
+    /// When an entry is made on page `page` of the first mapping and page `page - 1` has entries too (`pages`:
+    /// the pages marked so far), the calls are walking the cache in address order (a program running through
+    /// its call sites for the first time): the next [`POPULATE_AHEAD`] pages, unless marked already, are made
+    /// resident in one system call, and returned to be marked (walks and [`CacheSlot::empty`] then cover them
+    /// too). Otherwise the stub's first look at a set on a fresh page faults in the zero page, and the entry
+    /// made there faults again to replace it: two faults per page, about 1 µs more than one on a VM.
+    fn populate_ahead(&self, page: usize, pages: u64) -> u64 {
+        let pages_in_first = level_bytes(0) / 4096;
+        let next = page + 1;
+        if page == 0
+            || next >= pages_in_first
+            || pages & (1 << (page - 1)) == 0
+            || pages & (1 << next) != 0
+        {
+            return 0;
+        }
+        let end = (next + POPULATE_AHEAD).min(pages_in_first);
+        let base = self.mappings[0].load(Ordering::Relaxed);
+        if base.is_null() {
+            return 0;
+        }
+        // SAFETY: pages `next .. end` lie inside the first mapping (`end` ≤ its pages).
+        let first = unsafe { base.cast::<u8>().add(next * 4096) };
+        sys::populate(first, (end - next) * 4096);
+        (next..end).fold(0u64, |bits, ahead| bits | 1 << ahead)
     }
 
     /// The chunk part of [`CacheSlot::touch`] (for the next level's mapping while entries move into it).
@@ -817,6 +848,46 @@ mod tests {
         ));
         let read = resident.iter().filter(|&&page| page & 1 != 0).count();
         assert_eq!(read, used.len(), "pages of the first mapping resident");
+        slot.empty_now(false);
+        slot.release();
+    }
+
+    /// Calls that walk a first-level cache in address order, looking at each set before making its entry as
+    /// the stub does, find the pages ahead resident: one fault per page, not a read fault and a write fault.
+    #[test]
+    fn a_walk_of_a_first_level_cache_in_address_order_takes_one_fault_per_page() {
+        let slot = claim().expect("a cache slot");
+        let entries = slot.entries();
+        let pages = 24;
+        let before = sys::thread_minor_faults();
+        slot.begin_write();
+        for page in 0..pages {
+            let index = page * PAGE_ENTRIES + 3;
+            assert!(!entries[index].in_use(), "a fresh page holds no entry");
+            entries[index].set(0x1000 + index, 0x2000, 0, 1);
+            slot.touch(index);
+        }
+        slot.end_write();
+        // The kernel counts a page made resident ahead as a fault too, but takes no trap for it.
+        let faults = sys::thread_minor_faults() - before;
+        assert!(
+            faults <= (pages + POPULATE_AHEAD + 2) as u64,
+            "{faults} page faults for {pages} pages walked in order"
+        );
+        let mut resident = vec![0u8; level_entries(0) / PAGE_ENTRIES];
+        assert!(sys::resident_pages(
+            entries.as_ptr() as usize,
+            level_bytes(0),
+            &mut resident
+        ));
+        let ahead = resident[pages..]
+            .iter()
+            .take_while(|&&page| page & 1 != 0)
+            .count();
+        assert!(
+            (1..=POPULATE_AHEAD).contains(&ahead),
+            "{ahead} pages past the walk resident"
+        );
         slot.empty_now(false);
         slot.release();
     }
