@@ -16,6 +16,10 @@ pub const PATH_BYTES: usize = 4096;
 /// stream encoder's own buffer, kept small for alternate signal stacks) would make 6 000 system calls. More
 /// than 64 KiB saves few calls, and each further page of the fresh mapping costs a page fault.
 const SINK_BUFFER_BYTES: usize = 64 << 10;
+/// Bytes the buffer holds before its first `write`; each `write` doubles it, up to [`SINK_BUFFER_BYTES`]. A
+/// profile of a few thousand arcs (tens of KiB) then touches half the buffer's pages or fewer, for one or
+/// two more calls, and a large one makes two more calls in all.
+const FIRST_WRITE_BYTES: usize = 16 << 10;
 
 /// A sink writing to a file descriptor through a buffer in a mapping of its own (not the stack: dumps run
 /// on alternate signal stacks), or straight through when that mapping cannot be made. [`FdSink::flush`]
@@ -24,6 +28,8 @@ pub struct FdSink {
     fd: i32,
     buffer: *mut u8,
     buffered: usize,
+    /// Bytes buffered before the next `write` (at most [`SINK_BUFFER_BYTES`]).
+    limit: usize,
 }
 
 impl FdSink {
@@ -32,6 +38,7 @@ impl FdSink {
             fd,
             buffer: sys::map_zeroed(SINK_BUFFER_BYTES).unwrap_or(core::ptr::null_mut()),
             buffered: 0,
+            limit: FIRST_WRITE_BYTES,
         }
     }
 
@@ -44,6 +51,7 @@ impl FdSink {
         // is non-zero), of which the first `buffered` were written.
         let pending = unsafe { core::slice::from_raw_parts(self.buffer, self.buffered) };
         self.buffered = 0;
+        self.limit = (self.limit * 2).min(SINK_BUFFER_BYTES);
         sys::write_all(self.fd, pending)
     }
 }
@@ -51,14 +59,14 @@ impl FdSink {
 impl Sink for FdSink {
     type Error = i32;
     fn write_all(&mut self, bytes: &[u8]) -> Result<(), i32> {
-        if self.buffer.is_null() || bytes.len() > SINK_BUFFER_BYTES {
+        if self.buffer.is_null() || bytes.len() > self.limit {
             self.flush()?;
             return sys::write_all(self.fd, bytes);
         }
-        if self.buffered + bytes.len() > SINK_BUFFER_BYTES {
+        if self.buffered + bytes.len() > self.limit {
             self.flush()?;
         }
-        // SAFETY: `buffered + bytes.len() ≤ SINK_BUFFER_BYTES`, inside our live mapping, which `bytes`
+        // SAFETY: `buffered + bytes.len() ≤ limit ≤ SINK_BUFFER_BYTES` (a flush only raises `limit`), inside our live mapping, which `bytes`
         // (borrowed from the encoder) cannot overlap.
         unsafe {
             core::ptr::copy_nonoverlapping(
@@ -178,5 +186,33 @@ mod tests {
         let mut digits = [0u8; 20];
         assert_eq!(decimal(0, &mut digits), b"0");
         assert_eq!(decimal(u64::MAX, &mut digits), b"18446744073709551615");
+    }
+
+    /// Pieces smaller and larger than the buffer, across its growth, reach the descriptor whole and in order.
+    #[test]
+    fn the_sink_writes_every_piece_in_order_while_its_buffer_grows() {
+        use std::io::Read;
+        use std::os::fd::AsRawFd;
+        let (writer, mut reader) = std::os::unix::net::UnixStream::pair().expect("a socket pair");
+        let sizes = [1, 100, 5_000, 16_384, 20_000, 70_000, 3, 65_536, 100_000, 7];
+        let pieces: Vec<Vec<u8>> = sizes
+            .iter()
+            .enumerate()
+            .map(|(index, &size)| (0..size).map(|at| (at * 7 + index) as u8).collect())
+            .collect();
+        let expected = pieces.concat();
+        let reading = std::thread::spawn(move || {
+            let mut all = Vec::new();
+            reader.read_to_end(&mut all).expect("the bytes written");
+            all
+        });
+        let mut sink = FdSink::new(writer.as_raw_fd());
+        for piece in &pieces {
+            sink.write_all(piece).expect("a write");
+        }
+        sink.flush().expect("the last write");
+        drop(sink);
+        drop(writer);
+        assert!(reading.join().expect("the reader") == expected);
     }
 }
