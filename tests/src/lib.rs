@@ -192,10 +192,12 @@ impl Workspace {
     /// As [`Workspace::command_with_runtime`], without the runtime.
     ///
     /// `LD_PROFILE_OUTPUT` points into this directory: glibc's ld.so starts its own `sprof` profiler when
-    /// `LD_PROFILE` names exactly one library, and would otherwise write `/var/tmp/NAME.profile`.
+    /// `LD_PROFILE` names exactly one library, and would otherwise write `/var/tmp/NAME.profile`. The child starts
+    /// with SIGINT and SIGQUIT at their default action, however the test suite was started.
     pub fn command(&self, program: &Path) -> Command {
         let mut command = Command::new(program);
         command.current_dir(self.path());
+        sys::default_interrupt_signals(&mut command);
         command.env("LD_PROFILE_OUTPUT", self.path());
         // cargo test points LD_LIBRARY_PATH at target/<profile>, which would win over a fixture's own
         // RUNPATH (e.g. one linked with the test-hooks copy of libmslprof.so).

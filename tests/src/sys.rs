@@ -1,8 +1,9 @@
 //! The test helpers' uses of raw libc: reaping a child with `wait4` to learn the resources it used, sending a
-//! child a signal, and finding a symbol in the running process.
+//! child a signal, starting a child with the interrupt signals at their default action, and finding a symbol in
+//! the running process.
 
-use std::os::unix::process::ExitStatusExt;
-use std::process::ExitStatus;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::{Command, ExitStatus};
 use std::time::Duration;
 
 /// What `wait4` reports about a child that ended.
@@ -64,4 +65,20 @@ pub fn global_symbol(name: &std::ffi::CStr) -> Option<usize> {
     // SAFETY: `name` is a NUL-terminated string; dlsym only reads it.
     let address = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
     (!address.is_null()).then_some(address as usize)
+}
+
+/// Makes `command`'s child start with SIGINT and SIGQUIT at their default action. A shell without job control
+/// starts its background jobs with both ignored (POSIX), every descendant inherits that, and the runtime keeps
+/// an ignored signal ignored, as `nohup` needs: a fixture that ends itself with `raise(SIGINT)` would then carry
+/// on, in a test suite started in the background.
+pub fn default_interrupt_signals(command: &mut Command) {
+    // SAFETY: the closure runs in the forked child before `exec` and only calls `signal`, which is
+    // async-signal-safe; the actions it sets are the kernel's defaults.
+    unsafe {
+        command.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            libc::signal(libc::SIGQUIT, libc::SIG_DFL);
+            Ok(())
+        });
+    }
 }
