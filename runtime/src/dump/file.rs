@@ -66,8 +66,8 @@ impl Sink for FdSink {
         if self.buffered + bytes.len() > self.limit {
             self.flush()?;
         }
-        // SAFETY: `buffered + bytes.len() ≤ limit ≤ SINK_BUFFER_BYTES` (a flush only raises `limit`), inside our live mapping, which `bytes`
-        // (borrowed from the encoder) cannot overlap.
+        // SAFETY: `buffered + bytes.len() ≤ limit ≤ SINK_BUFFER_BYTES` (a flush only raises `limit`), inside
+        // our live mapping, which `bytes` (borrowed from the encoder) cannot overlap.
         unsafe {
             core::ptr::copy_nonoverlapping(
                 bytes.as_ptr(),
