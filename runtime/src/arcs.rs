@@ -128,6 +128,8 @@ const TAG_BUSY: u64 = 1;
 /// transparent huge pages: one fault and 2 MiB cleared instead of a fault per 4 KiB page.
 const HUGE_KEYS_FROM: usize = 512 << 10;
 const HUGE_PAGE_BYTES: usize = 2 << 20;
+/// Pages of a stripe's counters that [`Level::populate_counters_ahead`] makes resident at once.
+const COUNTER_PAGES_AHEAD: usize = 4;
 
 /// One slot's key, in two words. `word` is EMPTY, BUSY, or, once the key is published, its tag
 /// (`caller_key + 2`) in the low [`TAG_BITS`] bits and above them the index of the arc's counters in
@@ -383,6 +385,28 @@ impl<'table> Level<'table> {
         // SAFETY: as in `key`; `offset` is inside the mapping (the index is masked below `slots`)
         // and 8-byte aligned, and zeroed memory is a valid AtomicU64.
         unsafe { &*(self.base.add(offset) as *const AtomicU64) }
+    }
+
+    /// Called with a new arc's counter `index` in the stripe of the thread that made it: when `index` is the first
+    /// counter of a page of the stripe (but the first level's first, which most tables never leave), that page
+    /// and the next ones, [`COUNTER_PAGES_AHEAD`] in all, are made resident in one system call. The thread reads
+    /// a new arc's counter (the start of its running total) before it writes it: on a fresh page, a fault for
+    /// the zero page and a second one for the write. Levels backed by huge pages fault once per 2 MiB and are
+    /// left alone.
+    fn populate_counters_ahead(&self, stripe: usize, index: usize) {
+        const PER_PAGE: usize = 4096 / 8;
+        if !index.is_multiple_of(PER_PAGE)
+            || (index == 0 && self.claimed_pages.is_some())
+            || index >= self.slots
+            || Self::huge(self.slots)
+        {
+            return;
+        }
+        let end = (index + COUNTER_PAGES_AHEAD * PER_PAGE).min(self.slots);
+        // Page-aligned: the keys and each stripe's array are multiples of 4 KiB (a level has at least
+        // FIRST_LEVEL_SLOTS slots), and `index` is a multiple of PER_PAGE.
+        let first = self.counter(stripe, index) as *const AtomicU64 as *mut u8;
+        sys::populate(first, (end - index) * 8);
     }
 
     /// The counter of the arc in published slot `slot`, stripe `stripe`.
@@ -711,6 +735,7 @@ impl ArcTable {
                         caller_addr,
                         callee_addr,
                     );
+                    level.populate_counters_ahead(stripe, level.key(slot).counter_index());
                 }
                 return Some(level.count(stripe, slot));
             }
@@ -1386,6 +1411,37 @@ mod tests {
             "{faults} page faults for {} new arcs on as many pages of keys",
             pages - 1
         );
+    }
+
+    /// The counters of new arcs are made resident a few pages ahead of use in the first level's stripe, once the
+    /// first page is used up; a table of fewer arcs keeps a page of counters.
+    #[test]
+    fn new_arcs_find_their_counters_resident_past_the_first_page() {
+        let table = ArcTable::new();
+        let stripe = 5;
+        let per_page = 4096 / 8;
+        let new_arcs = |range: core::ops::Range<u64>| {
+            for site in range {
+                table.record_in_stripe(
+                    stripe,
+                    1,
+                    LinkAddress(0x1000 + site * 5),
+                    LinkAddress(0x2000),
+                );
+            }
+        };
+        let resident_counter_pages = |table: &ArcTable| {
+            let level = table.level(0).unwrap();
+            let start = level.counter(stripe, 0) as *const AtomicU64 as usize;
+            let mut resident = vec![0u8; 8];
+            assert!(sys::resident_pages(start, 8 * 4096, &mut resident));
+            resident.iter().map(|&page| page & 1).collect::<Vec<u8>>()
+        };
+        new_arcs(0..per_page as u64);
+        assert_eq!(resident_counter_pages(&table), [1, 0, 0, 0, 0, 0, 0, 0]);
+        new_arcs(per_page as u64..per_page as u64 + 1);
+        assert_eq!(table.len(), per_page + 1);
+        assert_eq!(resident_counter_pages(&table), [1, 1, 1, 1, 1, 0, 0, 0]);
     }
 
     /// A walk of a table of a few arcs reads the pages of the first level's keys that hold them, not the
