@@ -157,6 +157,21 @@ fn reached_only_through_plt(info: &ModuleInfo) -> bool {
     symbols.plt_role() == dynsym::PltRole::CountedAtThePlt
 }
 
+/// Whether `info` may import one of `names` (false only when its dynamic symbols say it imports none: a
+/// module's GOT holds the address of another's function only through such an import). Reads the module's
+/// symbol table: not for handlers.
+pub(crate) fn may_import_any(info: &ModuleInfo, names: &[&[u8]]) -> bool {
+    if info.dynamic == 0 {
+        return true;
+    }
+    // SAFETY: `info` describes a loaded module with its dynamic section at `info.dynamic`, mapped while the
+    // caller holds it (at start-up, modules are never unloaded).
+    match unsafe { dynsym::DynamicSymbols::new(info.bias, info.dynamic as *const _) } {
+        Some(symbols) => symbols.imports_any(names),
+        None => true,
+    }
+}
+
 /// One published table.
 #[derive(Debug, Default)]
 pub(crate) struct Table {
@@ -333,6 +348,56 @@ pub fn update<R>(policy: &ModulePolicy<'_>, change: impl FnOnce(&mut TableUpdate
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The hash tables find every name a loaded module defines, as a scan of all its symbols does, and
+    /// names it does not define nowhere: ld.so and libc have both kinds of table.
+    #[test]
+    fn hash_lookups_of_dynamic_symbols_agree_with_a_scan() {
+        let mut tables = [0; 2];
+        let mut names = 0;
+        for info in mslprof_loader_hooks::scan_loaded_modules() {
+            if info.dynamic == 0 || info.is_vdso {
+                continue;
+            }
+            // SAFETY: a module the loader reports as loaded, with its dynamic section at `info.dynamic`;
+            // the modules a test process starts with stay loaded.
+            let Some(symbols) =
+                (unsafe { dynsym::DynamicSymbols::new(info.bias, info.dynamic as *const _) })
+            else {
+                continue;
+            };
+            let lookups = symbols.lookups();
+            let mut definitions = std::collections::HashMap::<&[u8], Vec<usize>>::new();
+            for lookup in &lookups {
+                definitions
+                    .entry(&lookup.name)
+                    .or_default()
+                    .push(lookup.address);
+            }
+            for lookup in &lookups {
+                // A name defined at two versions is found at one of them.
+                let defines = |found: &Option<usize>| {
+                    found.is_some_and(|address| {
+                        definitions[lookup.name.as_slice()].contains(&address)
+                    })
+                };
+                let shown = String::from_utf8_lossy(&lookup.name);
+                assert!(defines(&lookup.by_scan), "{shown}");
+                for (kind, found) in [lookup.by_gnu_hash, lookup.by_sysv_hash].iter().enumerate() {
+                    if let Some(found) = found {
+                        assert!(defines(found), "{shown} by table {kind}: {found:x?}");
+                        tables[kind] += 1;
+                    }
+                }
+                names += 1;
+            }
+            assert_eq!(symbols.defined(b"no such symbol, surely"), None);
+        }
+        assert!(
+            names > 1000 && tables[0] > 1000 && tables[1] > 1000,
+            "{names} {tables:?}"
+        );
+    }
 
     fn find(pc: usize) -> Option<&'static LiveModule> {
         find_address(RuntimeAddress::from_usize(pc))

@@ -63,6 +63,28 @@ pub struct DynamicSymbols {
     base: usize,
     symbols: &'static [Elf64Sym],
     strings: *const c_char,
+    /// The hash tables ld.so looks names up in (the GNU one when there are both).
+    gnu_hash: Option<GnuHash>,
+    sysv_hash: Option<SysvHash>,
+}
+
+/// A module's `DT_GNU_HASH` table, as run-time addresses of its parts.
+#[derive(Clone, Copy)]
+struct GnuHash {
+    buckets: *const u32,
+    bucket_count: usize,
+    /// `chains[i - symoffset]` is the hash of symbol `i` (low bit: the last of its bucket's chain).
+    chains: *const u32,
+    symoffset: usize,
+}
+
+/// A module's `DT_HASH` table, as run-time addresses of its parts.
+#[derive(Clone, Copy)]
+struct SysvHash {
+    buckets: *const u32,
+    bucket_count: usize,
+    /// `chains[i]` is the next symbol of symbol `i`'s bucket (0 ends it).
+    chains: *const u32,
 }
 
 impl DynamicSymbols {
@@ -112,6 +134,32 @@ impl DynamicSymbols {
         } else {
             return None;
         };
+        // SAFETY: the headers of the tables the dynamic section names, as ld.so reads them: DT_GNU_HASH is
+        // `nbuckets, symoffset, bloom_size, bloom_shift`, 64-bit bloom words, buckets, chains; DT_HASH is
+        // `nbucket, nchain`, buckets, chains.
+        let (gnu_hash, sysv_hash) = unsafe {
+            let gnu = (gnu_hash != 0).then(|| {
+                let table = gnu_hash as *const u32;
+                let bucket_count = *table as usize;
+                let buckets = table.add(4 + *table.add(2) as usize * 2);
+                GnuHash {
+                    buckets,
+                    bucket_count,
+                    chains: buckets.add(bucket_count),
+                    symoffset: *table.add(1) as usize,
+                }
+            });
+            let sysv = (hash != 0).then(|| {
+                let table = hash as *const u32;
+                let bucket_count = *table as usize;
+                SysvHash {
+                    buckets: table.add(2),
+                    bucket_count,
+                    chains: table.add(2 + bucket_count),
+                }
+            });
+            (gnu, sysv)
+        };
         // SAFETY: DT_SYMTAB holds `count` symbols, mapped for as long as the module is (the caller keeps it
         // loaded while the result is used).
         let symbols = unsafe { std::slice::from_raw_parts(symtab as *const Elf64Sym, count) };
@@ -119,6 +167,8 @@ impl DynamicSymbols {
             base,
             symbols,
             strings: strtab as *const c_char,
+            gnu_hash,
+            sysv_hash,
         })
     }
 
@@ -127,12 +177,107 @@ impl DynamicSymbols {
         unsafe { CStr::from_ptr(self.strings.add(symbol.st_name as usize)) }.to_bytes()
     }
 
-    /// Run-time address of the symbol `name` when this module defines it.
+    /// Run-time address of the symbol `name` when this module defines it (found through the module's hash
+    /// table, as ld.so finds it: a module of a hundred thousand symbols is not read whole).
     pub fn defined(&self, name: &[u8]) -> Option<usize> {
+        let found = if let Some(table) = self.gnu_hash {
+            self.find_gnu(table, name)
+        } else if let Some(table) = self.sysv_hash {
+            self.find_sysv(table, name)
+        } else {
+            self.find_by_scan(name)
+        };
+        found.map(|s| self.base + s.st_value as usize)
+    }
+
+    /// Symbol `index` when it is a definition of `name`.
+    fn defines(&self, index: usize, name: &[u8]) -> Option<&'static Elf64Sym> {
+        self.symbols
+            .get(index)
+            .filter(|s| s.st_shndx != SHN_UNDEF && s.st_value != 0 && self.symbol_name(s) == name)
+    }
+
+    fn find_gnu(&self, table: GnuHash, name: &[u8]) -> Option<&'static Elf64Sym> {
+        if table.bucket_count == 0 {
+            return None;
+        }
+        let hash = gnu_hash(name);
+        // SAFETY: the bucket index is below the table's bucket count.
+        let mut index = unsafe { *table.buckets.add(hash as usize % table.bucket_count) } as usize;
+        // A bucket of 0 is empty; a chain runs from its bucket's first symbol to the one whose hash has the
+        // low bit set, each symbol at or past symoffset with its hash in the chains (which cover every
+        // symbol up to the count `gnu_hash_symbol_count` found).
+        while index >= table.symoffset.max(1) && index < self.symbols.len() {
+            // SAFETY: as above: `index - symoffset` is within the chains.
+            let chain_hash = unsafe { *table.chains.add(index - table.symoffset) };
+            if chain_hash | 1 == hash | 1
+                && let Some(symbol) = self.defines(index, name)
+            {
+                return Some(symbol);
+            }
+            if chain_hash & 1 != 0 {
+                return None;
+            }
+            index += 1;
+        }
+        None
+    }
+
+    fn find_sysv(&self, table: SysvHash, name: &[u8]) -> Option<&'static Elf64Sym> {
+        if table.bucket_count == 0 {
+            return None;
+        }
+        // SAFETY: the bucket index is below the bucket count.
+        let mut index = unsafe {
+            *table
+                .buckets
+                .add(sysv_hash(name) as usize % table.bucket_count)
+        } as usize;
+        // A chain's links are symbol indexes, each checked against the symbol count (the chains' length)
+        // before it is followed; a loop of links ends after as many steps as there are symbols.
+        for _ in 0..self.symbols.len() {
+            if index == 0 || index >= self.symbols.len() {
+                break;
+            }
+            if let Some(symbol) = self.defines(index, name) {
+                return Some(symbol);
+            }
+            // SAFETY: `index` is below the symbol count.
+            index = unsafe { *table.chains.add(index) } as usize;
+        }
+        None
+    }
+
+    fn find_by_scan(&self, name: &[u8]) -> Option<&'static Elf64Sym> {
+        (0..self.symbols.len()).find_map(|index| self.defines(index, name))
+    }
+
+    /// For tests: each symbol this module defines, and what each way of looking its name up finds.
+    #[cfg(test)]
+    #[allow(
+        dead_code,
+        reason = "the runtime's tests use it, the audit module's do not"
+    )]
+    pub fn lookups(&self) -> Vec<Lookup> {
+        let address = |found: Option<&Elf64Sym>| found.map(|s| self.base + s.st_value as usize);
         self.symbols
             .iter()
-            .find(|s| s.st_shndx != SHN_UNDEF && s.st_value != 0 && self.symbol_name(s) == name)
-            .map(|s| self.base + s.st_value as usize)
+            .filter(|s| s.st_shndx != SHN_UNDEF && s.st_value != 0)
+            .map(|s| {
+                let name = self.symbol_name(s);
+                Lookup {
+                    name: name.to_vec(),
+                    address: self.base + s.st_value as usize,
+                    by_gnu_hash: self
+                        .gnu_hash
+                        .map(|table| address(self.find_gnu(table, name))),
+                    by_sysv_hash: self
+                        .sysv_hash
+                        .map(|table| address(self.find_sysv(table, name))),
+                    by_scan: address(self.find_by_scan(name)),
+                }
+            })
+            .collect()
     }
 
     /// True when the module imports (leaves undefined) any of `names`.
@@ -161,6 +306,36 @@ impl DynamicSymbols {
             PltRole::CountedAtThePlt
         }
     }
+}
+
+/// A defined symbol and what each way of looking its name up found (`None` outside: the module has no such
+/// table; the found address: one of a definition of the name, not necessarily this one).
+#[cfg(test)]
+#[allow(
+    dead_code,
+    reason = "the runtime's tests use it, the audit module's do not"
+)]
+pub struct Lookup {
+    pub name: Vec<u8>,
+    pub address: usize,
+    pub by_gnu_hash: Option<Option<usize>>,
+    pub by_sysv_hash: Option<Option<usize>>,
+    pub by_scan: Option<usize>,
+}
+
+/// The GNU hash of a symbol name (`dl_new_hash`).
+fn gnu_hash(name: &[u8]) -> u32 {
+    name.iter().fold(5381u32, |h, &c| {
+        h.wrapping_mul(33).wrapping_add(u32::from(c))
+    })
+}
+
+/// The System V ELF hash of a symbol name (`_dl_elf_hash`).
+fn sysv_hash(name: &[u8]) -> u32 {
+    name.iter().fold(0u32, |h, &c| {
+        let h = (h << 4).wrapping_add(u32::from(c));
+        (h ^ ((h & 0xf000_0000) >> 24)) & 0x0fff_ffff
+    })
 }
 
 /// Symbols in a module with only a GNU hash table: one past the highest index any chain reaches.

@@ -91,8 +91,9 @@ pub fn redirect_main_program(modules: &[&LiveModule]) -> usize {
     redirected
 }
 
-/// The words of a module's RELRO segment (its GOT, once relocated) that hold one of `targets`, each with
-/// whether the loader made its page read-only.
+/// The words of a module's RELRO segment (its GOT, once relocated) that hold one of `targets` (`mcount` and
+/// `_mcount`), each with whether the loader made its page read-only. A module that imports neither has none,
+/// and its RELRO (megabytes of vtables in a C++ library) is not read.
 pub fn relro_words_holding(
     info: &ModuleInfo,
     targets: &[usize],
@@ -100,6 +101,9 @@ pub fn relro_words_holding(
     let Some(relro) = info.relro else {
         return Vec::new();
     };
+    if !crate::modules::may_import_any(info, &[b"mcount", b"_mcount"]) {
+        return Vec::new();
+    }
     let start = (info.bias + relro.start as usize).next_multiple_of(8);
     let end = info.bias + relro.end as usize;
     // The loader made [start, end rounded down to a page) read-only; the rest of the last page stays
