@@ -350,11 +350,12 @@ mod tests {
     use super::*;
 
     /// The hash tables find every name a loaded module defines, as a scan of all its symbols does, and
-    /// names it does not define nowhere: ld.so and libc have both kinds of table.
+    /// names it does not define nowhere; every name it imports is an import by `imports_any`, and names it
+    /// does not import are not. ld.so and libc have both kinds of table.
     #[test]
     fn hash_lookups_of_dynamic_symbols_agree_with_a_scan() {
         let mut tables = [0; 2];
-        let mut names = 0;
+        let (mut names, mut imports) = (0, 0);
         for info in mslprof_loader_hooks::scan_loaded_modules() {
             if info.dynamic == 0 || info.is_vdso {
                 continue;
@@ -368,34 +369,40 @@ mod tests {
             };
             let lookups = symbols.lookups();
             let mut definitions = std::collections::HashMap::<&[u8], Vec<usize>>::new();
-            for lookup in &lookups {
+            for lookup in lookups.iter().filter(|lookup| !lookup.import) {
                 definitions
                     .entry(&lookup.name)
                     .or_default()
                     .push(lookup.address);
             }
             for lookup in &lookups {
-                // A name defined at two versions is found at one of them.
-                let defines = |found: &Option<usize>| {
+                let shown = String::from_utf8_lossy(&lookup.name);
+                // A name defined at two versions is found at one of them; an import is found at all.
+                let finds = |found: &Option<usize>| {
                     found.is_some_and(|address| {
-                        definitions[lookup.name.as_slice()].contains(&address)
+                        lookup.import || definitions[lookup.name.as_slice()].contains(&address)
                     })
                 };
-                let shown = String::from_utf8_lossy(&lookup.name);
-                assert!(defines(&lookup.by_scan), "{shown}");
+                assert!(finds(&lookup.by_scan), "{shown}");
                 for (kind, found) in [lookup.by_gnu_hash, lookup.by_sysv_hash].iter().enumerate() {
                     if let Some(found) = found {
-                        assert!(defines(found), "{shown} by table {kind}: {found:x?}");
+                        assert!(finds(found), "{shown} by table {kind}: {found:x?}");
                         tables[kind] += 1;
                     }
                 }
-                names += 1;
+                if lookup.import {
+                    assert_eq!(lookup.imported, Some(true), "{shown} imported");
+                    imports += 1;
+                } else {
+                    names += 1;
+                }
             }
             assert_eq!(symbols.defined(b"no such symbol, surely"), None);
+            assert!(!symbols.imports_any(&[b"no such symbol, surely", b"mcount"]));
         }
         assert!(
-            names > 1000 && tables[0] > 1000 && tables[1] > 1000,
-            "{names} {tables:?}"
+            names > 1000 && imports > 100 && tables[0] > 1000 && tables[1] > 1000,
+            "{names} {imports} {tables:?}"
         );
     }
 

@@ -181,23 +181,47 @@ impl DynamicSymbols {
     /// table, as ld.so finds it: a module of a hundred thousand symbols is not read whole).
     pub fn defined(&self, name: &[u8]) -> Option<usize> {
         let found = if let Some(table) = self.gnu_hash {
-            self.find_gnu(table, name)
+            self.find_gnu(table, name, Want::Definition)
         } else if let Some(table) = self.sysv_hash {
-            self.find_sysv(table, name)
+            self.find_sysv(table, name, Want::Definition)
         } else {
-            self.find_by_scan(name)
+            self.find_by_scan(name, Want::Definition)
         };
         found.map(|s| self.base + s.st_value as usize)
     }
 
-    /// Symbol `index` when it is a definition of `name`.
-    fn defines(&self, index: usize, name: &[u8]) -> Option<&'static Elf64Sym> {
-        self.symbols
-            .get(index)
-            .filter(|s| s.st_shndx != SHN_UNDEF && s.st_value != 0 && self.symbol_name(s) == name)
+    /// True when the module imports (leaves undefined) any of `names`. A GNU hash table hashes only the
+    /// symbols from its `symoffset` on, and linkers put the undefined ones before it: those few are read,
+    /// and each name is also looked up in the table in case one was hashed all the same. A System V table
+    /// hashes every symbol.
+    pub fn imports_any(&self, names: &[&[u8]]) -> bool {
+        if let Some(table) = self.gnu_hash {
+            let unhashed = &self.symbols[..table.symoffset.min(self.symbols.len())];
+            unhashed
+                .iter()
+                .any(|s| Want::Import.wants(s) && names.contains(&self.symbol_name(s)))
+                || names
+                    .iter()
+                    .any(|name| self.find_gnu(table, name, Want::Import).is_some())
+        } else if let Some(table) = self.sysv_hash {
+            names
+                .iter()
+                .any(|name| self.find_sysv(table, name, Want::Import).is_some())
+        } else {
+            names
+                .iter()
+                .any(|name| self.find_by_scan(name, Want::Import).is_some())
+        }
     }
 
-    fn find_gnu(&self, table: GnuHash, name: &[u8]) -> Option<&'static Elf64Sym> {
+    /// Symbol `index` when it is named `name` and is what `want` asks for.
+    fn matching(&self, index: usize, name: &[u8], want: Want) -> Option<&'static Elf64Sym> {
+        self.symbols
+            .get(index)
+            .filter(|s| want.wants(s) && self.symbol_name(s) == name)
+    }
+
+    fn find_gnu(&self, table: GnuHash, name: &[u8], want: Want) -> Option<&'static Elf64Sym> {
         if table.bucket_count == 0 {
             return None;
         }
@@ -211,7 +235,7 @@ impl DynamicSymbols {
             // SAFETY: as above: `index - symoffset` is within the chains.
             let chain_hash = unsafe { *table.chains.add(index - table.symoffset) };
             if chain_hash | 1 == hash | 1
-                && let Some(symbol) = self.defines(index, name)
+                && let Some(symbol) = self.matching(index, name, want)
             {
                 return Some(symbol);
             }
@@ -223,7 +247,7 @@ impl DynamicSymbols {
         None
     }
 
-    fn find_sysv(&self, table: SysvHash, name: &[u8]) -> Option<&'static Elf64Sym> {
+    fn find_sysv(&self, table: SysvHash, name: &[u8], want: Want) -> Option<&'static Elf64Sym> {
         if table.bucket_count == 0 {
             return None;
         }
@@ -239,7 +263,7 @@ impl DynamicSymbols {
             if index == 0 || index >= self.symbols.len() {
                 break;
             }
-            if let Some(symbol) = self.defines(index, name) {
+            if let Some(symbol) = self.matching(index, name, want) {
                 return Some(symbol);
             }
             // SAFETY: `index` is below the symbol count.
@@ -248,11 +272,12 @@ impl DynamicSymbols {
         None
     }
 
-    fn find_by_scan(&self, name: &[u8]) -> Option<&'static Elf64Sym> {
-        (0..self.symbols.len()).find_map(|index| self.defines(index, name))
+    fn find_by_scan(&self, name: &[u8], want: Want) -> Option<&'static Elf64Sym> {
+        (0..self.symbols.len()).find_map(|index| self.matching(index, name, want))
     }
 
-    /// For tests: each symbol this module defines, and what each way of looking its name up finds.
+    /// For tests: each named symbol of this module (a definition or an import), and what each way of
+    /// looking its name up finds.
     #[cfg(test)]
     #[allow(
         dead_code,
@@ -262,30 +287,34 @@ impl DynamicSymbols {
         let address = |found: Option<&Elf64Sym>| found.map(|s| self.base + s.st_value as usize);
         self.symbols
             .iter()
-            .filter(|s| s.st_shndx != SHN_UNDEF && s.st_value != 0)
-            .map(|s| {
+            .filter(|s| s.st_name != 0)
+            .filter_map(|s| {
+                let want = [Want::Definition, Want::Import]
+                    .into_iter()
+                    .find(|want| want.wants(s))?;
                 let name = self.symbol_name(s);
-                Lookup {
+                let import = want == Want::Import;
+                Some(Lookup {
                     name: name.to_vec(),
-                    address: self.base + s.st_value as usize,
+                    address: if import {
+                        0
+                    } else {
+                        self.base + s.st_value as usize
+                    },
+                    import,
+                    // A GNU table need not hash imports (`imports_any` reads those before symoffset).
                     by_gnu_hash: self
                         .gnu_hash
-                        .map(|table| address(self.find_gnu(table, name))),
+                        .filter(|_| !import)
+                        .map(|table| address(self.find_gnu(table, name, want))),
                     by_sysv_hash: self
                         .sysv_hash
-                        .map(|table| address(self.find_sysv(table, name))),
-                    by_scan: address(self.find_by_scan(name)),
-                }
+                        .map(|table| address(self.find_sysv(table, name, want))),
+                    by_scan: address(self.find_by_scan(name, want)),
+                    imported: import.then(|| self.imports_any(&[name])),
+                })
             })
             .collect()
-    }
-
-    /// True when the module imports (leaves undefined) any of `names`.
-    pub fn imports_any(&self, names: &[&[u8]]) -> bool {
-        self.symbols
-            .iter()
-            .filter(|s| s.st_shndx == SHN_UNDEF && s.st_name != 0)
-            .any(|s| names.contains(&self.symbol_name(s)))
     }
 
     /// The one rule the audit module redirects by and the runtime counts by.
@@ -308,8 +337,25 @@ impl DynamicSymbols {
     }
 }
 
-/// A defined symbol and what each way of looking its name up found (`None` outside: the module has no such
-/// table; the found address: one of a definition of the name, not necessarily this one).
+/// What a look-up of a name wants: a definition (with an address), or an import (undefined).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Want {
+    Definition,
+    Import,
+}
+
+impl Want {
+    fn wants(self, symbol: &Elf64Sym) -> bool {
+        match self {
+            Want::Definition => symbol.st_shndx != SHN_UNDEF && symbol.st_value != 0,
+            Want::Import => symbol.st_shndx == SHN_UNDEF,
+        }
+    }
+}
+
+/// A named symbol and what each way of looking its name up found (outer `None`: the module has no such
+/// table; a found address: one of a definition of the name, not necessarily this one; an import is found
+/// at address 0 plus the symbol's value, and `imported` is what `imports_any` says of its name).
 #[cfg(test)]
 #[allow(
     dead_code,
@@ -318,9 +364,11 @@ impl DynamicSymbols {
 pub struct Lookup {
     pub name: Vec<u8>,
     pub address: usize,
+    pub import: bool,
     pub by_gnu_hash: Option<Option<usize>>,
     pub by_sysv_hash: Option<Option<usize>>,
     pub by_scan: Option<usize>,
+    pub imported: Option<bool>,
 }
 
 /// The GNU hash of a symbol name (`dl_new_hash`).
