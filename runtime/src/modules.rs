@@ -140,36 +140,32 @@ impl LiveModule {
 }
 
 /// Whether the audit module (runtime/audit/) redirects the calls into `info` through its counting stubs: the
-/// same rule as its `la_objopen` (`DynamicSymbols::plt_role`), on the module's dynamic symbols in memory. Not async-signal-safe (reads the
-/// module while it is being added, never from a handler).
+/// same rule as its `la_objopen` (`DynamicSymbols::plt_role`), on the module's dynamic symbols in memory. Not
+/// async-signal-safe (reads the module while it is being added, never from a handler).
 fn reached_only_through_plt(info: &ModuleInfo) -> bool {
-    if info.is_vdso || info.is_dynamic_linker || info.dynamic == 0 {
+    if info.is_vdso || info.is_dynamic_linker {
         return false;
     }
-    // SAFETY: `info` describes a module the loader reported just now, with its dynamic section at
-    // `info.dynamic`; it stays mapped while it is being added to the table (unloads go through the same
-    // serialised table update).
-    let Some(symbols) =
-        (unsafe { dynsym::DynamicSymbols::new(info.bias, info.dynamic as *const _) })
-    else {
-        return false;
-    };
-    symbols.plt_role() == dynsym::PltRole::CountedAtThePlt
+    dynamic_symbols(info)
+        .is_some_and(|symbols| symbols.plt_role() == dynsym::PltRole::CountedAtThePlt)
 }
 
 /// Whether `info` may import one of `names` (false only when its dynamic symbols say it imports none: a
 /// module's GOT holds the address of another's function only through such an import). Reads the module's
 /// symbol table: not for handlers.
 pub(crate) fn may_import_any(info: &ModuleInfo, names: &[&[u8]]) -> bool {
+    dynamic_symbols(info).is_none_or(|symbols| symbols.imports_any(names))
+}
+
+/// The dynamic symbols of `info`, when it has a dynamic section with a symbol table ld.so can use.
+fn dynamic_symbols(info: &ModuleInfo) -> Option<dynsym::DynamicSymbols> {
     if info.dynamic == 0 {
-        return true;
+        return None;
     }
-    // SAFETY: `info` describes a loaded module with its dynamic section at `info.dynamic`, mapped while the
-    // caller holds it (at start-up, modules are never unloaded).
-    match unsafe { dynsym::DynamicSymbols::new(info.bias, info.dynamic as *const _) } {
-        Some(symbols) => symbols.imports_any(names),
-        None => true,
-    }
+    // SAFETY: `info` describes a module the loader reported, with its dynamic section at `info.dynamic`; it
+    // stays mapped while the caller holds it (a module being added to the table, whose unloads go through
+    // the same serialised update, or one present at start-up, which is never unloaded).
+    unsafe { dynsym::DynamicSymbols::new(info.bias, info.dynamic as *const _) }
 }
 
 /// One published table.
@@ -360,11 +356,8 @@ mod tests {
             if info.dynamic == 0 || info.is_vdso {
                 continue;
             }
-            // SAFETY: a module the loader reports as loaded, with its dynamic section at `info.dynamic`;
-            // the modules a test process starts with stay loaded.
-            let Some(symbols) =
-                (unsafe { dynsym::DynamicSymbols::new(info.bias, info.dynamic as *const _) })
-            else {
+            // The modules a test process starts with stay loaded.
+            let Some(symbols) = dynamic_symbols(&info) else {
                 continue;
             };
             let lookups = symbols.lookups();

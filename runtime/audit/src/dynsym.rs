@@ -180,12 +180,11 @@ impl DynamicSymbols {
     /// Run-time address of the symbol `name` when this module defines it (found through the module's hash
     /// table, as ld.so finds it: a module of a hundred thousand symbols is not read whole).
     pub fn defined(&self, name: &[u8]) -> Option<usize> {
-        let found = if let Some(table) = self.gnu_hash {
-            self.find_gnu(table, name, Want::Definition)
-        } else if let Some(table) = self.sysv_hash {
-            self.find_sysv(table, name, Want::Definition)
-        } else {
-            self.find_by_scan(name, Want::Definition)
+        let found = match (self.gnu_hash, self.sysv_hash) {
+            (Some(table), _) => self.find_gnu(table, name, Want::Definition),
+            (None, Some(table)) => self.find_sysv(table, name, Want::Definition),
+            // `new` makes none for a module without a hash table.
+            (None, None) => None,
         };
         found.map(|s| self.base + s.st_value as usize)
     }
@@ -195,22 +194,21 @@ impl DynamicSymbols {
     /// and each name is also looked up in the table in case one was hashed all the same. A System V table
     /// hashes every symbol.
     pub fn imports_any(&self, names: &[&[u8]]) -> bool {
-        if let Some(table) = self.gnu_hash {
-            let unhashed = &self.symbols[..table.symoffset.min(self.symbols.len())];
-            unhashed
-                .iter()
-                .any(|s| Want::Import.wants(s) && names.contains(&self.symbol_name(s)))
-                || names
+        match (self.gnu_hash, self.sysv_hash) {
+            (Some(table), _) => {
+                let unhashed = &self.symbols[..table.symoffset.min(self.symbols.len())];
+                unhashed
                     .iter()
-                    .any(|name| self.find_gnu(table, name, Want::Import).is_some())
-        } else if let Some(table) = self.sysv_hash {
-            names
+                    .any(|s| Want::Import.wants(s) && names.contains(&self.symbol_name(s)))
+                    || names
+                        .iter()
+                        .any(|name| self.find_gnu(table, name, Want::Import).is_some())
+            }
+            (None, Some(table)) => names
                 .iter()
-                .any(|name| self.find_sysv(table, name, Want::Import).is_some())
-        } else {
-            names
-                .iter()
-                .any(|name| self.find_by_scan(name, Want::Import).is_some())
+                .any(|name| self.find_sysv(table, name, Want::Import).is_some()),
+            // `new` makes none for a module without a hash table.
+            (None, None) => false,
         }
     }
 
@@ -272,6 +270,8 @@ impl DynamicSymbols {
         None
     }
 
+    /// What a scan of every symbol finds: the tests' reference for the hash tables.
+    #[cfg(test)]
     fn find_by_scan(&self, name: &[u8], want: Want) -> Option<&'static Elf64Sym> {
         (0..self.symbols.len()).find_map(|index| self.matching(index, name, want))
     }
