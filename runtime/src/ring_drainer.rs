@@ -7,8 +7,8 @@
 //! thread's CPU time at 1 kHz), so it is drained by its fill level, not on a clock of its thread's CPU time,
 //! whose ticks come tens of milliseconds late when threads share a CPU. This thread polls every ring's
 //! descriptor, which the kernel makes readable when the ring is half full, and walks each sample's copy. It
-//! also maps the rings of the threads the program started, once they have lived a while
-//! (`task_clock::poll_set`). An event signals each sample, and the SIGPROF handler walks the live stack, until
+//! also maps the rings of the threads the program started, once their stacks were seen to fit in a copy or
+//! they have lived a while (`task_clock::poll_set`). An event signals each sample, and the SIGPROF handler walks the live stack, until
 //! its ring is polled and its stacks fit in a copy; the thread also wakes every [`POLL_TIMEOUT_MS`], for rings
 //! whose descriptor the program closed.
 //!

@@ -796,8 +796,9 @@ extern "C" fn on_sigprof(signal: i32, info: *mut libc::siginfo_t, context: *mut 
         SAMPLER.handlers_running.fetch_sub(1, Ordering::SeqCst);
         return;
     }
-    match classify(&origin) {
-        Tick::Sample => {}
+    let before_ring = match classify(&origin) {
+        Tick::Sample => None,
+        Tick::BeforeRing(slot) => Some(slot),
         Tick::Quiet => return,
         Tick::Drain(slot) => {
             let context = context as usize;
@@ -820,7 +821,7 @@ extern "C" fn on_sigprof(signal: i32, info: *mut libc::siginfo_t, context: *mut 
             unsafe { program_sigprof::forward(signal, info, context) };
             return;
         }
-    }
+    };
     count_guarded(|| {
         if SAMPLER.sampling.load(Ordering::SeqCst) {
             if origin.overrun > 0 {
@@ -832,10 +833,15 @@ extern "C" fn on_sigprof(signal: i32, info: *mut libc::siginfo_t, context: *mut 
             let pc = unsafe { sys::interrupted_pc(context) };
             record_pc(pc);
             #[cfg(target_arch = "x86_64")]
-            // SAFETY: as above.
-            unsafe {
-                crate::stacks::record_interrupted(context)
-            };
+            {
+                // SAFETY: as above.
+                let reach = unsafe { crate::stacks::record_interrupted(context) };
+                if let Some(slot) = before_ring {
+                    task_clock::note_live_walk(slot, reach <= RING_STACK_BYTES as usize);
+                }
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            let _ = before_ring;
         }
     });
 }

@@ -63,8 +63,9 @@ struct Slot {
     signalling: AtomicBool,
     /// The drain thread polls the ring's descriptor ([`poll_set`]); until then, its event signals each sample.
     adopted: AtomicBool,
-    /// The event's records copy stacks, and the drain thread maps its ring once the thread has lived
-    /// [`STACK_RING_DELAY_NS`] ([`poll_set`]); until then it has none.
+    /// The event's records copy stacks, and the drain thread maps its ring once [`FITTING_WALKS_TO_GO_QUIET`]
+    /// live walks of its samples in a row have fitted in a copy, or the thread has lived [`STACK_RING_DELAY_NS`]
+    /// ([`poll_set`]); until then it has none.
     ring_wanted: AtomicBool,
     /// When the event was opened (`CLOCK_MONOTONIC`, ns).
     opened_ns: AtomicU64,
@@ -136,9 +137,11 @@ const STACK_RECORD_FIXED_BYTES: usize = 64;
 /// Bytes of records in a ring with stack copies: 31 samples of 16 KiB stacks, 31 ms of a thread's CPU at
 /// 1 kHz. The drain thread is woken when half of it is full.
 const STACK_RING_BYTES: usize = 512 << 10;
-/// How long a thread lives before the drain thread maps its event's ring with stack copies: mapping (and at the
-/// thread's exit unmapping) 512 KiB costs about as much as 100 µs of the thread's own work, which threads that
-/// live a few milliseconds would pay for nothing; until then the event signals each sample.
+/// How long a thread lives before the drain thread maps its event's ring with stack copies, unless its stacks
+/// were seen to fit in a copy before ([`FITTING_WALKS_TO_GO_QUIET`] live walks in a row, as many periods of its
+/// CPU time): mapping (and at the thread's exit unmapping) 512 KiB costs about as much as 100 µs of the thread's
+/// own work, which threads that live a few milliseconds would pay for nothing; until then the event signals
+/// each sample.
 const STACK_RING_DELAY_NS: u64 = 50_000_000;
 /// `PERF_RECORD_LOST` and `PERF_RECORD_SAMPLE`.
 const RECORD_LOST: u32 = 2;
@@ -373,7 +376,8 @@ fn begin_ring_states(slot: &Slot, signalling: bool) {
 /// Opens an event with a ring as planned ([`plan_rings`]), or, when there is no plan or no ring can be mapped,
 /// one that signals each sample: the event and its ring (0: none). A ring with stack copies is mapped now only
 /// with `map_stack_ring_now` (the process's first thread, a forked child's: they live long); a started
-/// thread's comes from the drain thread once it has lived a while ([`STACK_RING_DELAY_NS`]).
+/// thread's comes from the drain thread once its stacks were seen to fit or it has lived a while
+/// ([`poll_set`]).
 /// Async-signal-safe.
 fn open_with_ring(
     period_ns: u64,
@@ -464,6 +468,10 @@ fn event_of(slot: &Slot) -> Option<sys::TaskClock> {
 pub enum Tick {
     /// A sample period ended: count the interrupted PC.
     Sample,
+    /// A sample of a slot whose ring with stack copies the drain thread has yet to map: count the interrupted PC,
+    /// and note whether a copy would have held the live stack ([`note_live_walk`]): a thread whose stacks fit
+    /// gets its ring without waiting for [`STACK_RING_DELAY_NS`] ([`poll_set`]).
+    BeforeRing(usize),
     /// Ours, but no sample: a watch tick, or a signal a closed event had queued.
     Quiet,
     /// A sample of a slot whose event signals each sample (its ring came late, its stack copies fell short, or
@@ -495,6 +503,9 @@ pub fn on_event_signal(fd: i32, period_ns: u64) -> Tick {
                 sys::set_task_clock_period(event, period_ns);
             }
             if slot.ring.load(Ordering::Relaxed) == 0 {
+                if slot.ring_wanted.load(Ordering::Relaxed) {
+                    return Tick::BeforeRing(index);
+                }
                 return Tick::Sample;
             }
             // The sample is in the ring. While the event signals each sample, the signal drains the ring;
@@ -874,7 +885,11 @@ fn install_ring(slot: &Slot) {
         && let Some(event) = event_of(slot).filter(|&event| sys::task_clock_is_open(event))
         && let Some(ring) = sys::map_event_ring(event, RING_DATA_BYTES.load(Ordering::Relaxed))
     {
+        // The live walks of its samples so far count towards going quiet: they were walks of this thread's
+        // stacks as much as the ones to come.
+        let fitting_walks = slot.fitting_walks.load(Ordering::Relaxed);
         begin_ring_states(slot, true);
+        slot.fitting_walks.store(fitting_walks, Ordering::Relaxed);
         slot.last_watch_ns.store(0, Ordering::Relaxed);
         slot.ring.store(ring as usize, Ordering::Release);
     }
@@ -902,20 +917,23 @@ pub fn drain_all(visit: &mut dyn FnMut(RingRecord<'_>) -> bool, rings: Rings) {
 /// stop the program's `dlclose` or exit.
 const DRAIN_WAIT_YIELDS: u32 = 10_000;
 
-/// For the drain thread: the descriptors of the rings it is to poll, into `set` (emptied first). A ring it polls
-/// is adopted: its event may stop signalling each sample ([`go_quiet_if_due`]). A ring whose descriptor the
-/// program closed is left out (the drain thread's timeout drains it).
+/// For the drain thread: maps the rings that are due ([`Slot::ring_wanted`]), and puts the descriptors of the
+/// rings it is to poll into `set` (emptied first). A ring it polls is adopted: its event may stop signalling each
+/// sample ([`go_quiet_if_due`]). A ring whose descriptor the program closed is left out (the drain thread's
+/// timeout drains it).
 pub fn poll_set(set: &mut Vec<libc::pollfd>) {
     set.clear();
     let used = SLOTS_USED.load(Ordering::Relaxed);
     let now = sys::clock_ns(sys::CLOCK_MONOTONIC).max(0) as u64;
     for slot in SLOT_TABLE.iter().take(used) {
+        if slot.ring_wanted.load(Ordering::Relaxed)
+            && (slot.fitting_walks.load(Ordering::Relaxed) >= FITTING_WALKS_TO_GO_QUIET
+                || now.saturating_sub(slot.opened_ns.load(Ordering::Relaxed))
+                    >= STACK_RING_DELAY_NS)
+        {
+            install_ring(slot);
+        }
         if slot.ring.load(Ordering::Acquire) == 0 {
-            if slot.ring_wanted.load(Ordering::Relaxed)
-                && now.saturating_sub(slot.opened_ns.load(Ordering::Relaxed)) >= STACK_RING_DELAY_NS
-            {
-                install_ring(slot);
-            }
             continue;
         }
         let Some(event) = event_of(slot).filter(|&event| sys::task_clock_is_open(event)) else {

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use mslprof_format::model::{Profile, SourceFormat, module_flags, stack_flags};
+use mslprof_format::model::{Profile, SourceFormat, module_flags, sampling_sources, stack_flags};
 use mslprof_tests::callcounts::Symbols;
 use mslprof_tests::{Workspace, fixtures_dir, read_profile, run};
 
@@ -397,4 +397,35 @@ fn stack_depth_zero_writes_no_stacks() {
     );
     assert!(profile.stacks.is_none());
     assert!(profile.header.total_samples > 0);
+}
+
+#[test]
+fn a_started_thread_whose_stacks_fit_gets_its_ring_once_they_have_been_seen_to_fit() {
+    // A thread the program starts samples by signals, walked live, until its ring with stack copies is mapped
+    // and 16 live walks in a row have fitted in a copy. Those walks are counted from its first sample on, so
+    // its ring comes after about 16 samples (16 ms of its CPU time at 1 kHz) and the drain thread's next round
+    // (at most 20 ms later), not only once the thread has lived 50 ms.
+    let ws = Workspace::new();
+    let program = stack_program(&ws, "ring_soon");
+    let output = run(ws.command_with_runtime(&program).env("MSLPROF_HZ", "1000"));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(0), "{stdout}");
+    let profile = read_profile(&ws.join("gmon.out"));
+    if profile.header.sampling_sources != sampling_sources::TASK_CLOCK {
+        eprintln!(
+            "SKIPPED: no task clocks in this run (sources {}): no ring to wait for",
+            profile.header.sampling_sources
+        );
+        return;
+    }
+    let found_ms: f64 = stdout
+        .trim()
+        .strip_prefix("ring after ")
+        .and_then(|rest| rest.strip_suffix(" ms"))
+        .and_then(|ms| ms.parse().ok())
+        .unwrap_or_else(|| panic!("the worker found no ring of its own: {stdout}"));
+    assert!(
+        found_ms < 50.0,
+        "the started thread's ring came after {found_ms} ms of its CPU time"
+    );
 }
