@@ -63,6 +63,9 @@ struct Slot {
     signalling: AtomicBool,
     /// The drain thread polls the ring's descriptor ([`poll_set`]); until then, its event signals each sample.
     adopted: AtomicBool,
+    /// The descriptor was found to be no longer the event's (the program closed it): the drain thread no longer
+    /// polls it, and drains the ring on its timeout.
+    descriptor_gone: AtomicBool,
     /// The event's records copy stacks, and the drain thread maps its ring once [`FITTING_WALKS_TO_GO_QUIET`]
     /// live walks of its samples in a row have fitted in a copy, or the thread has lived [`STACK_RING_DELAY_NS`]
     /// ([`poll_set`]); until then it has none.
@@ -91,6 +94,7 @@ static SLOT_TABLE: [Slot; SLOTS] = [const {
         draining: AtomicBool::new(false),
         signalling: AtomicBool::new(false),
         adopted: AtomicBool::new(false),
+        descriptor_gone: AtomicBool::new(false),
         ring_wanted: AtomicBool::new(false),
         opened_ns: AtomicU64::new(0),
         last_watch_ns: AtomicU64::new(0),
@@ -367,6 +371,7 @@ fn open_into(index: usize, periods: FirstPeriod) -> Result<(), i32> {
 /// `signalling` says.
 fn begin_ring_states(slot: &Slot, signalling: bool) {
     slot.adopted.store(false, Ordering::Relaxed);
+    slot.descriptor_gone.store(false, Ordering::Relaxed);
     slot.fitting_walks.store(0, Ordering::Relaxed);
     slot.timely_ticks.store(0, Ordering::Relaxed);
     slot.quiet_after_ticks.store(0, Ordering::Relaxed);
@@ -913,16 +918,27 @@ pub fn drain_all(visit: &mut dyn FnMut(RingRecord<'_>) -> bool, rings: Rings) {
     }
 }
 
+/// Rounds of the drain thread between two checks that a polled descriptor is still its event's (an `ioctl`
+/// each; a ring is also checked when it is first polled): a descriptor the program closed polls at once
+/// (invalid, or a file of the program's that is readable) for at most so many rounds, and then its ring is
+/// drained on the timeout only.
+const DESCRIPTOR_CHECK_ROUNDS: u32 = 8;
+/// The drain thread's rounds so far ([`poll_set`]).
+static POLL_ROUNDS: AtomicU32 = AtomicU32::new(0);
+
 /// How long [`drain_all`] waits for a ring another thread drains: a drain thread stopped by a debugger must not
 /// stop the program's `dlclose` or exit.
 const DRAIN_WAIT_YIELDS: u32 = 10_000;
 
 /// For the drain thread: maps the rings that are due ([`Slot::ring_wanted`]), and puts the descriptors of the
 /// rings it is to poll into `set` (emptied first). A ring it polls is adopted: its event may stop signalling each
-/// sample ([`go_quiet_if_due`]). A ring whose descriptor the program closed is left out (the drain thread's
-/// timeout drains it).
+/// sample ([`go_quiet_if_due`]). A ring whose descriptor the program closed is left out once found so (every
+/// [`DESCRIPTOR_CHECK_ROUNDS`]; the drain thread's timeout drains it).
 pub fn poll_set(set: &mut Vec<libc::pollfd>) {
     set.clear();
+    let check = POLL_ROUNDS
+        .fetch_add(1, Ordering::Relaxed)
+        .is_multiple_of(DESCRIPTOR_CHECK_ROUNDS);
     let used = SLOTS_USED.load(Ordering::Relaxed);
     let now = sys::clock_ns(sys::CLOCK_MONOTONIC).max(0) as u64;
     for slot in SLOT_TABLE.iter().take(used) {
@@ -933,12 +949,16 @@ pub fn poll_set(set: &mut Vec<libc::pollfd>) {
         {
             install_ring(slot);
         }
-        if slot.ring.load(Ordering::Acquire) == 0 {
+        if slot.ring.load(Ordering::Acquire) == 0 || slot.descriptor_gone.load(Ordering::Relaxed) {
             continue;
         }
-        let Some(event) = event_of(slot).filter(|&event| sys::task_clock_is_open(event)) else {
+        let Some(event) = event_of(slot) else {
             continue;
         };
+        if (check || !slot.adopted.load(Ordering::Relaxed)) && !sys::task_clock_is_open(event) {
+            slot.descriptor_gone.store(true, Ordering::Relaxed);
+            continue;
+        }
         slot.adopted.store(true, Ordering::Relaxed);
         set.push(libc::pollfd {
             fd: event.fd,
