@@ -213,22 +213,29 @@ impl Histogram {
     }
 
     /// Visits the non-zero buckets as (index, count) in index order, reading only the pages of buckets that
-    /// were sampled (the others are all zero, and reading them would fault in pages of zeros). Allocates
-    /// nothing (the fatal-signal dump uses it). Meant for moments when no handler writes.
+    /// were sampled (the others are all zero, and reading them would fault in pages of zeros), and skipping
+    /// runs of zero buckets within a page a run at a time ([`visit_nonzero_in`]). Allocates nothing (the
+    /// fatal-signal dump uses it). Meant for moments when no handler writes.
     pub fn for_each_nonzero(&self, mut visit: impl FnMut(u64, u32)) {
         let width = self.bucket_bits.bytes();
+        let (sixteen, thirty_two) = (self.buckets16(), self.buckets32());
         self.sampled_pages
             .for_each_marked(self.byte_len(), |bytes| {
-                for index in bytes.start / width..bytes.end / width {
-                    let count = match self.bucket_bits {
-                        BucketBits::Sixteen => {
-                            u32::from(self.buckets16()[index].load(Ordering::Relaxed))
-                        }
-                        BucketBits::ThirtyTwo => self.buckets32()[index].load(Ordering::Relaxed),
-                    };
-                    if count != 0 {
-                        visit(index as u64, count);
-                    }
+                let indices = bytes.start / width..bytes.end / width;
+                let first = indices.start;
+                match self.bucket_bits {
+                    BucketBits::Sixteen => visit_nonzero_in(
+                        sixteen.get(indices).unwrap_or_default(),
+                        first,
+                        |bucket| u32::from(bucket.load(Ordering::Relaxed)),
+                        &mut visit,
+                    ),
+                    BucketBits::ThirtyTwo => visit_nonzero_in(
+                        thirty_two.get(indices).unwrap_or_default(),
+                        first,
+                        |bucket| bucket.load(Ordering::Relaxed),
+                        &mut visit,
+                    ),
                 }
             });
     }
@@ -251,6 +258,31 @@ impl Histogram {
             .iter()
             .map(|b| u64::from(b.load(Ordering::Relaxed)));
         sixteen.chain(thirty_two).sum()
+    }
+}
+
+/// Buckets read together by [`visit_nonzero_in`] before it looks at any one of them.
+const ZERO_RUN: usize = 16;
+
+/// Visits the non-zero ones of `buckets` (the first is bucket `first`) as (index, count), in order: a run of
+/// [`ZERO_RUN`] buckets whose counts OR to zero is passed over without a branch per bucket (most of a sampled
+/// page's buckets are zero).
+fn visit_nonzero_in<B>(
+    buckets: &[B],
+    first: usize,
+    count_of: impl Fn(&B) -> u32,
+    visit: &mut impl FnMut(u64, u32),
+) {
+    for (run_index, run) in buckets.chunks(ZERO_RUN).enumerate() {
+        if run.iter().fold(0, |any, bucket| any | count_of(bucket)) == 0 {
+            continue;
+        }
+        for (offset, bucket) in run.iter().enumerate() {
+            let count = count_of(bucket);
+            if count != 0 {
+                visit((first + run_index * ZERO_RUN + offset) as u64, count);
+            }
+        }
     }
 }
 
@@ -345,6 +377,40 @@ mod tests {
         assert_eq!(h.buckets16()[63].load(Ordering::Relaxed), 1);
         assert_eq!(h.saturated_buckets(), 1);
         assert_eq!(h.total(), 65_536);
+    }
+
+    #[test]
+    fn the_nonzero_buckets_are_those_a_read_of_every_bucket_finds() {
+        for bits in [BucketBits::Sixteen, BucketBits::ThirtyTwo] {
+            // Three pages' worth of buckets and a part page; samples at both ends of runs and pages.
+            let end = (3 * crate::page_marks::PAGE_BYTES as u64 + 200) * 4;
+            let h = Histogram::new(&[LinkRange { start: 0, end }], bits).unwrap();
+            let width = bits.bytes() as u64;
+            let per_page = crate::page_marks::PAGE_BYTES as u64 / width;
+            let mut addresses = vec![0, 4 * 15, 4 * 16, 4 * 17, 4 * (per_page - 1), end - 4];
+            addresses.extend((0..40).map(|i| 4 * (per_page + i * 37 % per_page)));
+            for (i, &address) in addresses.iter().enumerate() {
+                for _ in 0..=i {
+                    assert!(h.record(LinkAddress(address)));
+                }
+            }
+            let every: Vec<(u64, u32)> = match bits {
+                BucketBits::Sixteen => (h.buckets16().iter())
+                    .map(|b| u32::from(b.load(Ordering::Relaxed)))
+                    .enumerate()
+                    .filter(|&(_, c)| c != 0)
+                    .map(|(i, c)| (i as u64, c))
+                    .collect(),
+                BucketBits::ThirtyTwo => (h.buckets32().iter())
+                    .map(|b| b.load(Ordering::Relaxed))
+                    .enumerate()
+                    .filter(|&(_, c)| c != 0)
+                    .map(|(i, c)| (i as u64, c))
+                    .collect(),
+            };
+            assert!(every.len() > 40, "{bits:?}: {every:?}");
+            assert_eq!(h.nonzero_buckets(), every, "{bits:?}");
+        }
     }
 
     #[test]
