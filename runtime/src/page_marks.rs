@@ -34,14 +34,6 @@ impl PageMarks {
         }
     }
 
-    /// Whether the page holding byte `offset` is marked.
-    pub fn is_marked(&self, offset: usize) -> bool {
-        let page = offset / PAGE_BYTES;
-        self.words
-            .get(page / 64)
-            .is_some_and(|word| word.load(Ordering::Acquire) & (1 << (page % 64)) != 0)
-    }
-
     /// Visits the byte ranges of the marked pages (below `bytes`), in order.
     pub fn for_each_marked(&self, bytes: usize, mut visit: impl FnMut(core::ops::Range<usize>)) {
         for (word_index, word) in self.words.iter().enumerate() {
@@ -80,7 +72,6 @@ mod tests {
             marks.mark(offset);
         }
         marks.mark(PAGE_BYTES * 500);
-        assert!(marks.is_marked(PAGE_BYTES * 64 + 100) && !marks.is_marked(PAGE_BYTES));
         let mut seen = Vec::new();
         marks.for_each_marked(PAGE_BYTES * 130 - 7, |range| seen.push(range));
         assert_eq!(

@@ -757,6 +757,11 @@ fn defer_unknown_sample(pc: RuntimeAddress) -> bool {
 /// Gives each parked sample to the module that now contains it, or counts it as unknown.
 pub fn attribute_parked_samples() {
     for slot in &SAMPLER.parked {
+        // A plain load first: most slots are empty, and a swap of each is a locked instruction (this runs
+        // after every change of the module table).
+        if slot.load(Ordering::Relaxed) == 0 {
+            continue;
+        }
         let pc = slot.swap(0, Ordering::Acquire);
         if pc == 0 {
             continue;

@@ -235,19 +235,23 @@ impl Table {
         self.slot_count
     }
 
-    /// Marks in `marks` (one byte per slot) the entries to write: 1 for an entry published now and not a
-    /// duplicate of an earlier one on its probe path, 2 for a duplicate (its count goes to the first one), 0
-    /// otherwise. Returns the number of entries to write and the frames they hold. What is published later
-    /// is left out of this dump. Only the pages of slots that were claimed are read.
+    /// Marks in `marks` (one byte per slot, all zero on entry) the entries to write: 1 for an entry published
+    /// now and not a duplicate of an earlier one on its probe path, 2 for a duplicate (its count goes to the
+    /// first one), 0 otherwise. Returns the number of entries to write and the frames they hold. What is
+    /// published later is left out of this dump. Only the pages of slots that were claimed are read, and only
+    /// their marks written.
     pub fn mark(&self, marks: &mut [u8]) -> (usize, usize) {
-        for (index, mark) in marks.iter_mut().enumerate().take(self.slot_count) {
-            let claimed = self
-                .claimed_pages
-                .is_marked(index * std::mem::size_of::<Slot>());
-            *mark = u8::from(
-                claimed && self.slot(index).tag.load(Ordering::Acquire) & PUBLISHED_BIT != 0,
-            );
-        }
+        let slot_bytes = std::mem::size_of::<Slot>();
+        let slots_len = self.slot_count.min(marks.len()) * slot_bytes;
+        self.claimed_pages.for_each_marked(slots_len, |bytes| {
+            for index in bytes.start.div_ceil(slot_bytes)..bytes.end.div_ceil(slot_bytes) {
+                if let Some(mark) = marks.get_mut(index)
+                    && self.slot(index).tag.load(Ordering::Acquire) & PUBLISHED_BIT != 0
+                {
+                    *mark = 1;
+                }
+            }
+        });
         let (mut entries, mut frames) = (0, 0);
         for index in 0..self.slot_count.min(marks.len()) {
             if marks[index] == 0 {
@@ -344,6 +348,30 @@ mod tests {
         });
         seen.sort();
         seen
+    }
+
+    #[test]
+    fn every_published_stack_is_marked_on_every_page_of_slots() {
+        let table = Table::new(4 << 20).unwrap();
+        let slots_per_page = crate::page_marks::PAGE_BYTES / std::mem::size_of::<Slot>();
+        assert!(table.slot_count() / slots_per_page >= 8);
+        // Enough distinct stacks to claim slots on most pages, each inserted as often as its number.
+        let stacks: Vec<Vec<Frame>> = (0..300).map(|i| frames(&[i, 7, 9])).collect();
+        for (i, stack) in stacks.iter().enumerate() {
+            for _ in 0..=i % 3 {
+                table.insert(stack, 0);
+            }
+        }
+        let mut marks = vec![0u8; table.slot_count()];
+        let (entries, frames_marked) = table.mark(&mut marks);
+        assert_eq!((entries, frames_marked), (300, 900));
+        let published = (0..table.slot_count())
+            .filter(|&index| table.slot(index).tag.load(Ordering::Acquire) & PUBLISHED_BIT != 0)
+            .count();
+        assert_eq!(marks.iter().filter(|&&mark| mark == 1).count(), published);
+        let mut total = 0;
+        table.visit(&marks, |entry| total += entry.count);
+        assert_eq!(total, (0..300).map(|i| i % 3 + 1).sum::<u64>());
     }
 
     #[test]
