@@ -782,11 +782,24 @@ fn drain_if_holding(
         };
         if wants_live {
             start_signalling(slot, LIVE_STACK_TICKS);
-        } else if lost || records > too_full {
+        } else if (lost || records > too_full) && signals_keep_up() {
             start_signalling(slot, TIMELY_TICKS_TO_GO_QUIET);
         }
     }
     slot.draining.store(false, Ordering::Release);
+}
+
+/// Shortest sample period at which a ring of pcs that fills too far, or a late watch tick, makes its event
+/// signal each sample: a signal costs the kernel tens of microseconds on a virtual machine, and a handler
+/// whose own time (its drains included) outlasts the period takes the next sample before it returns, so at
+/// `MSLPROF_HZ=100000` a thread that was made to signal each sample did nothing else (measured: a program
+/// under the churn of plugins made no progress in 10 minutes). Above this rate a ring that fills loses
+/// samples instead, which the profile counts as overruns.
+const SIGNALLING_MIN_PERIOD_NS: u64 = 100_000;
+
+/// Whether signals per sample keep up with the rate ([`SIGNALLING_MIN_PERIOD_NS`]).
+fn signals_keep_up() -> bool {
+    PERIOD_NS.load(Ordering::Relaxed) >= SIGNALLING_MIN_PERIOD_NS
 }
 
 /// The event of the slot signals each sample from now on, if it did not (its descriptor still open), until
@@ -824,7 +837,7 @@ pub fn on_watch_tick(index: usize) {
     let now = sys::clock_ns(libc::CLOCK_THREAD_CPUTIME_ID).max(0) as u64;
     let gap = now.saturating_sub(slot.last_watch_ns.swap(now, Ordering::Relaxed));
     // Rings with stacks wake the drain thread: a late tick says nothing of them.
-    if gap > RING_SPAN_NS / 2 && !rings_copy_stacks() {
+    if gap > RING_SPAN_NS / 2 && !rings_copy_stacks() && signals_keep_up() {
         start_signalling(slot, TIMELY_TICKS_TO_GO_QUIET);
         return;
     }
