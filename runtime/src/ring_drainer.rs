@@ -8,9 +8,9 @@
 //! whose ticks come tens of milliseconds late when threads share a CPU. This thread polls every ring's
 //! descriptor, which the kernel makes readable when the ring is half full, and walks each sample's copy. It
 //! also maps the rings of the threads the program started, once their stacks were seen to fit in a copy or
-//! they have lived a while (`task_clock::poll_set`). An event signals each sample, and the SIGPROF handler walks the live stack, until
-//! its ring is polled and its stacks fit in a copy; the thread also wakes every [`POLL_TIMEOUT_MS`], for rings
-//! whose descriptor the program closed.
+//! they have lived a while (`task_clock::poll_set`). An event signals each sample, and the SIGPROF handler
+//! walks the live stack, until its ring is polled and its stacks fit in a copy; the thread also wakes every
+//! [`POLL_TIMEOUT_MS`], for rings whose descriptor the program closed.
 //!
 //! The thread starts before the sampler, with every signal blocked, unsampled and detached, and lives as long
 //! as the process. A forked child has none: its events signal each sample, as without rings. Its CPU time is

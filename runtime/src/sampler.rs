@@ -259,6 +259,13 @@ fn count_ring_record(record: RingRecord<'_>) -> bool {
     false
 }
 
+/// Notes for the slot's event whether a live walk that read `reach` bytes of stack would have fitted in a
+/// ring's copy ([`task_clock::note_live_walk`]). Async-signal-safe.
+#[cfg(target_arch = "x86_64")]
+fn note_live_reach(slot: usize, reach: usize) {
+    task_clock::note_live_walk(slot, reach <= RING_STACK_BYTES as usize);
+}
+
 /// Counts the records of a ring whose event signalled this sample ([`Tick::Drain`]): the record of the
 /// interrupted pc (the sample this signal stands for, taken at this very instruction) is walked on the live
 /// stack, the others on their copies.
@@ -279,7 +286,7 @@ unsafe fn count_signalled_ring(slot: usize, context: *const c_void) {
             {
                 // SAFETY: as the caller guarantees.
                 let reach = unsafe { crate::stacks::record_interrupted(context) };
-                task_clock::note_live_walk(slot, reach <= RING_STACK_BYTES as usize);
+                note_live_reach(slot, reach);
             }
             false
         }
@@ -842,7 +849,7 @@ extern "C" fn on_sigprof(signal: i32, info: *mut libc::siginfo_t, context: *mut 
                 // SAFETY: as above.
                 let reach = unsafe { crate::stacks::record_interrupted(context) };
                 if let Some(slot) = before_ring {
-                    task_clock::note_live_walk(slot, reach <= RING_STACK_BYTES as usize);
+                    note_live_reach(slot, reach);
                 }
             }
             #[cfg(not(target_arch = "x86_64"))]

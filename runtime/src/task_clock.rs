@@ -343,6 +343,7 @@ fn open_into(index: usize, periods: FirstPeriod) -> Result<(), i32> {
         sys::clock_ns(sys::CLOCK_MONOTONIC).max(0) as u64,
         Ordering::Relaxed,
     );
+    slot.fitting_walks.store(0, Ordering::Relaxed);
     begin_ring_states(slot, ring != 0 && rings_copy_stacks());
     if ring != 0 {
         slot.last_watch_ns.store(
@@ -366,13 +367,12 @@ fn open_into(index: usize, periods: FirstPeriod) -> Result<(), i32> {
     Ok(())
 }
 
-/// The states of a slot whose event just got its ring (or none yet): not polled by the drain thread, no fitting
-/// walk and no watch tick counted, quiet as soon as it is due ([`go_quiet_if_due`]); signalling each sample as
-/// `signalling` says.
+/// The states of a slot whose event just got its ring (or none yet): not polled by the drain thread, no watch
+/// tick counted, quiet as soon as it is due ([`go_quiet_if_due`]); signalling each sample as `signalling` says.
+/// The fitting walks are the event's: counted from its opening (`open_into`), before its ring as after.
 fn begin_ring_states(slot: &Slot, signalling: bool) {
     slot.adopted.store(false, Ordering::Relaxed);
     slot.descriptor_gone.store(false, Ordering::Relaxed);
-    slot.fitting_walks.store(0, Ordering::Relaxed);
     slot.timely_ticks.store(0, Ordering::Relaxed);
     slot.quiet_after_ticks.store(0, Ordering::Relaxed);
     slot.signalling.store(signalling, Ordering::Relaxed);
@@ -903,11 +903,9 @@ fn install_ring(slot: &Slot) {
         && let Some(event) = event_of(slot).filter(|&event| sys::task_clock_is_open(event))
         && let Some(ring) = sys::map_event_ring(event, RING_DATA_BYTES.load(Ordering::Relaxed))
     {
-        // The live walks of its samples so far count towards going quiet: they were walks of this thread's
-        // stacks as much as the ones to come.
-        let fitting_walks = slot.fitting_walks.load(Ordering::Relaxed);
+        // The live walks of its samples so far (`fitting_walks`, kept) count towards going quiet: they were
+        // walks of this thread's stacks as much as the ones to come.
         begin_ring_states(slot, true);
-        slot.fitting_walks.store(fitting_walks, Ordering::Relaxed);
         slot.last_watch_ns.store(0, Ordering::Relaxed);
         slot.ring.store(ring as usize, Ordering::Release);
     }

@@ -204,38 +204,36 @@ pub fn run(env: &Env) -> Result<Section, String> {
             &dir,
             env,
         );
-        for hz in RATES {
-            let period_ns = 1_000_000_000 / hz.parse::<u64>().map_err(|e| e.to_string())?;
-            floor_runs.push(
-                Invocation::new(
-                    &format!("{label}, empty handler at {hz} Hz (no runtime)"),
-                    &floor,
-                    &dir,
-                )
-                .args(vec![
+        // The fixture's own event at `hz`, signalling an empty handler or (`mode` "rings") writing records with
+        // stack copies into rings that a thread of the fixture empties.
+        let floor_run =
+            |name: String, hz: &str, mode: Option<&str>| -> Result<Invocation, String> {
+                let period_ns = 1_000_000_000 / hz.parse::<u64>().map_err(|e| e.to_string())?;
+                let mut args = vec![
                     iterations.to_string(),
                     period_ns.to_string(),
                     threads.to_string(),
-                ]),
-            );
+                ];
+                args.extend(mode.map(str::to_string));
+                Ok(Invocation::new(&name, &floor, &dir).args(args))
+            };
+        for hz in RATES {
+            floor_runs.push(floor_run(
+                format!("{label}, empty handler at {hz} Hz (no runtime)"),
+                hz,
+                None,
+            )?);
         }
         // The same events writing records with stack copies into rings, which a thread of the fixture polls
         // and empties without walking them: the kernel's share of the runtime's rings with stack copies.
         for hz in ["1000", "4000"] {
-            let period_ns = 1_000_000_000 / hz.parse::<u64>().map_err(|e| e.to_string())?;
-            floor_runs.push(
-                Invocation::new(
-                    &format!("{label}, rings with stack copies at {hz} Hz, read but not walked (no runtime)"),
-                    &floor,
-                    &dir,
-                )
-                .args(vec![
-                    iterations.to_string(),
-                    period_ns.to_string(),
-                    threads.to_string(),
-                    "rings".to_string(),
-                ]),
-            );
+            floor_runs.push(floor_run(
+                format!(
+                    "{label}, rings with stack copies at {hz} Hz, read but not walked (no runtime)"
+                ),
+                hz,
+                Some("rings"),
+            )?);
         }
         // Without stacks, samples go into a ring per thread instead of a signal each.
         for hz in ["1000", "4000"] {
