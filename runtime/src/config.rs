@@ -13,9 +13,14 @@ use crate::sys;
 
 /// Default sampling rate (samples per second of CPU time): "each sample counts as 0.01 seconds".
 pub const DEFAULT_HZ: u32 = 100;
-/// Highest accepted `MSLPROF_HZ`, the task clock's limit; CPU-time timers (where perf events are refused) give
-/// at most the kernel tick's rate (README).
-pub const MAX_HZ: u32 = 100_000;
+/// Highest `MSLPROF_HZ`: a sample period of 100 us. On a virtual machine a sample costs the kernel 25-40 us
+/// (timer interrupts and their re-arming exit to the host, and the guest charges that time to the thread's
+/// CPU time); nearer the period than that, the task clock expires again as soon as the thread gets back to its
+/// own code, and the program almost stops (measured here: an empty `main` at 100 kHz took 0.06 s or over 1 s
+/// from one run to the next; `perf record -c 10000` on the same loop, 10 to 50 times its time). A higher rate
+/// asked for gets one warning line and this one. CPU-time timers (where perf events are refused) give at most
+/// the kernel tick's rate (README).
+pub const MAX_HZ: u32 = 10_000;
 /// The symbol a program may define to choose its bucket width at link time (`int`, 16 or 32).
 pub const BUCKET_SIZE_SYMBOL: &std::ffi::CStr = c"mslprof_profilebucketsize";
 
@@ -107,17 +112,12 @@ impl Settings {
             near_mcount: env("MSLPROF_NEAR_MCOUNT").is_none_or(|v| v != "0"),
             site_stubs: site_stubs(env("MSLPROF_SITE_STUBS").as_deref()),
             plt_sites: env("MSLPROF_PLT_SITES").is_none_or(|v| v != "0"),
-            // A walk takes microseconds: above this rate it would take most of the sample period.
-            stack_depth: if hz > crate::stacks::MAX_HZ {
-                0
-            } else {
-                bounded_setting(
-                    "MSLPROF_STACK_DEPTH",
-                    env("MSLPROF_STACK_DEPTH").as_deref().map(|v| v.as_bytes()),
-                    0..=crate::stacks::MAX_DEPTH,
-                    crate::stacks::DEFAULT_DEPTH,
-                )
-            },
+            stack_depth: bounded_setting(
+                "MSLPROF_STACK_DEPTH",
+                env("MSLPROF_STACK_DEPTH").as_deref().map(|v| v.as_bytes()),
+                0..=crate::stacks::MAX_DEPTH,
+                crate::stacks::DEFAULT_DEPTH,
+            ),
             stack_table_kb: bounded_setting(
                 "MSLPROF_STACK_TABLE_KB",
                 env("MSLPROF_STACK_TABLE_KB")
@@ -154,18 +154,27 @@ fn parse_integer(value: &[u8]) -> Option<i64> {
     std::str::from_utf8(value).ok()?.trim().parse().ok()
 }
 
-/// `MSLPROF_HZ`: 1 ..= [`MAX_HZ`], default [`DEFAULT_HZ`].
+/// `MSLPROF_HZ`: 1 ..= [`MAX_HZ`], default [`DEFAULT_HZ`]; a higher rate gets [`MAX_HZ`], with a warning.
 pub fn sampling_rate(value: Option<&[u8]>) -> u32 {
     let Some(value) = value else {
         return DEFAULT_HZ;
     };
     match parse_integer(value) {
         Some(hz) if (1..=i64::from(MAX_HZ)).contains(&hz) => hz as u32,
+        Some(hz) if hz > i64::from(MAX_HZ) => {
+            sys::stderr_line(&[
+                b"mslprof: MSLPROF_HZ=",
+                value,
+                b" is above 10000, the highest rate (faster, a sample's cost nears its period and the program \
+                  can almost stop); using 10000\n",
+            ]);
+            MAX_HZ
+        }
         _ => {
             sys::stderr_line(&[
                 b"mslprof: MSLPROF_HZ=",
                 value,
-                b" is not a rate between 1 and 100000; using 100\n",
+                b" is not a rate between 1 and 10000; using 100\n",
             ]);
             DEFAULT_HZ
         }
@@ -254,6 +263,10 @@ mod tests {
         assert_eq!(sampling_rate(Some(b"250")), 250);
         assert_eq!(sampling_rate(Some(b"0")), 100);
         assert_eq!(sampling_rate(Some(b"fast")), 100);
+        assert_eq!(sampling_rate(Some(b"10000")), 10_000);
+        assert_eq!(sampling_rate(Some(b"10001")), 10_000);
+        assert_eq!(sampling_rate(Some(b"100000")), 10_000);
+        assert_eq!(sampling_rate(Some(b"-5")), 100);
         assert_eq!(bucket_bits(None, None), BucketBits::Sixteen);
         assert_eq!(
             bucket_bits(None, Some(BucketBits::ThirtyTwo)),

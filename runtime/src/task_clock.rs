@@ -2,7 +2,7 @@
 //!
 //! A thread's CPU-time timer is checked only on the kernel's tick (250 Hz here), whatever rate is asked for.
 //! A `PERF_COUNT_SW_TASK_CLOCK` event runs an hrtimer while its thread is on a CPU and signals the thread each
-//! sample period of its CPU time in user mode, at any rate up to the kernel's 100 kHz. Each thread that gets
+//! sample period of its CPU time in user mode, at any rate up to `config::MAX_HZ`. Each thread that gets
 //! one has a slot here: its descriptor, the kernel's id of the event (to tell our descriptor from one the
 //! program opened under the same number after closing ours) and its watch timer, a CPU-time timer every
 //! [`WATCH_PERIOD_NS`] whose signal checks that the event is still open. A program that closes every
@@ -782,24 +782,11 @@ fn drain_if_holding(
         };
         if wants_live {
             start_signalling(slot, LIVE_STACK_TICKS);
-        } else if (lost || records > too_full) && signals_keep_up() {
+        } else if lost || records > too_full {
             start_signalling(slot, TIMELY_TICKS_TO_GO_QUIET);
         }
     }
     slot.draining.store(false, Ordering::Release);
-}
-
-/// Shortest sample period at which a ring of pcs that fills too far, or a late watch tick, makes its event
-/// signal each sample: a signal costs the kernel tens of microseconds on a virtual machine, and a handler
-/// whose own time (its drains included) outlasts the period takes the next sample before it returns, so at
-/// `MSLPROF_HZ=100000` a thread that was made to signal each sample did nothing else (measured: a program
-/// under the churn of plugins made no progress in 10 minutes). Above this rate a ring that fills loses
-/// samples instead, which the profile counts as overruns.
-const SIGNALLING_MIN_PERIOD_NS: u64 = 100_000;
-
-/// Whether signals per sample keep up with the rate ([`SIGNALLING_MIN_PERIOD_NS`]).
-fn signals_keep_up() -> bool {
-    PERIOD_NS.load(Ordering::Relaxed) >= SIGNALLING_MIN_PERIOD_NS
 }
 
 /// The event of the slot signals each sample from now on, if it did not (its descriptor still open), until
@@ -837,7 +824,7 @@ pub fn on_watch_tick(index: usize) {
     let now = sys::clock_ns(libc::CLOCK_THREAD_CPUTIME_ID).max(0) as u64;
     let gap = now.saturating_sub(slot.last_watch_ns.swap(now, Ordering::Relaxed));
     // Rings with stacks wake the drain thread: a late tick says nothing of them.
-    if gap > RING_SPAN_NS / 2 && !rings_copy_stacks() && signals_keep_up() {
+    if gap > RING_SPAN_NS / 2 && !rings_copy_stacks() {
         start_signalling(slot, TIMELY_TICKS_TO_GO_QUIET);
         return;
     }

@@ -113,6 +113,37 @@ fn task_clocks_give_the_rate_asked_for_on_one_thread_and_on_each_of_four() {
 }
 
 #[test]
+fn a_rate_above_the_highest_gets_the_highest_and_one_warning_line() {
+    let ws = Workspace::new();
+    let program = rate_fixture(&ws, 1);
+    let output = run(ws
+        .command_with_runtime(&program)
+        .env("MSLPROF_HZ", "100000")
+        .args(["1", "300", ws.path().to_str().unwrap()]));
+    let stdout = assert_ran(&output);
+    assert_eq!(
+        mslprof_lines(&output),
+        [
+            "mslprof: MSLPROF_HZ=100000 is above 10000, the highest rate (faster, a sample's cost nears its \
+          period and the program can almost stop); using 10000"
+        ]
+    );
+    let profile = ws.profile("gmon.out");
+    assert_eq!(profile.header.hz, 10_000);
+    if !task_clocks_used(&profile) {
+        return;
+    }
+    // The rate taken is the highest one, not the one asked for.
+    let samples = histogram_total(module(&profile, "librate0.so"));
+    let cpu_seconds = field(&stdout, "cpu_ms_0") / 1e3;
+    let rate = samples as f64 / cpu_seconds;
+    assert!(
+        (7_500.0..=11_000.0).contains(&rate),
+        "{samples} samples in {cpu_seconds:.3} s of CPU: {rate:.0} per CPU-second"
+    );
+}
+
+#[test]
 fn where_perf_events_are_refused_cpu_timers_sample_and_a_rate_above_the_tick_says_so() {
     let ws = Workspace::new();
     let program = rate_fixture(&ws, 1);

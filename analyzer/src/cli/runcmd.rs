@@ -272,7 +272,7 @@ and stderr are its own, and the exit status is the program's.
 
   --profile LIST       modules to profile (MSLPROF_PROFILE; LD_PROFILE's syntax)
   --bucket-size 16|32  histogram bucket width (LD_PROFILEBUCKET_SIZE)
-  --hz N               samples per CPU-second (MSLPROF_HZ, default 100; the kernel's tick caps it where perf events are refused)
+  --hz N               samples per CPU-second (MSLPROF_HZ, 1 to 10000, default 100; the kernel's tick caps it where perf events are refused)
   --stack-depth N      call-stack frames recorded per sample (MSLPROF_STACK_DEPTH, default 128); 0: no stacks,
                        and samples above 200 per second cost about half as much
   -o FILE              where the (summed) profile goes

@@ -25,8 +25,6 @@ use unwind::{Frame, Registers, StackBounds};
 /// The default and largest `MSLPROF_STACK_DEPTH`.
 pub const DEFAULT_DEPTH: u32 = 128;
 pub const MAX_DEPTH: u32 = 4096;
-/// The highest `MSLPROF_HZ` at which samples have stacks.
-pub const MAX_HZ: u32 = 10_000;
 /// The default `MSLPROF_STACK_TABLE_KB`.
 pub const DEFAULT_TABLE_KB: u32 = 4096;
 /// Bytes above the stack pointer copied when the stack is none the runtime knows (a coroutine's).
