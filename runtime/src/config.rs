@@ -13,14 +13,10 @@ use crate::sys;
 
 /// Default sampling rate (samples per second of CPU time): "each sample counts as 0.01 seconds".
 pub const DEFAULT_HZ: u32 = 100;
-/// Highest `MSLPROF_HZ`: a sample period of 100 us. On a virtual machine a sample costs the kernel 25-40 us
-/// (timer interrupts and their re-arming exit to the host, and the guest charges that time to the thread's
-/// CPU time); nearer the period than that, the task clock expires again as soon as the thread gets back to its
-/// own code, and the program almost stops (measured here: an empty `main` at 100 kHz took 0.06 s or over 1 s
-/// from one run to the next; `perf record -c 10000` on the same loop, 10 to 50 times its time). A higher rate
-/// asked for gets one warning line and this one. CPU-time timers (where perf events are refused) give at most
-/// the kernel tick's rate (README).
-pub const MAX_HZ: u32 = 10_000;
+/// Highest `MSLPROF_HZ`, whose period is the shortest a task clock samples at
+/// ([`crate::task_clock::SHORTEST_PERIOD_NS`], which says why). A higher rate asked for gets one warning line and
+/// this one. CPU-time timers (where perf events are refused) give at most the kernel tick's rate (README).
+pub const MAX_HZ: u32 = (1_000_000_000 / crate::task_clock::SHORTEST_PERIOD_NS) as u32;
 /// The symbol a program may define to choose its bucket width at link time (`int`, 16 or 32).
 pub const BUCKET_SIZE_SYMBOL: &std::ffi::CStr = c"mslprof_profilebucketsize";
 

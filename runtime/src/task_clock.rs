@@ -253,15 +253,37 @@ pub struct FirstPeriod {
     pub started_thread: bool,
 }
 
-/// The smallest first period of an event with a ring, as a fraction of the period: should the first sample's
-/// signal never be handled and no ring ever be drained, the thread samples at most this many times too often.
-const RING_FIRST_PERIOD_DIVISOR: u64 = 16;
+/// The smallest random first period, as a fraction of the period: should the first sample's signal never be
+/// handled and no ring ever be drained, the thread samples at most this many times too often.
+const FIRST_PERIOD_DIVISOR: u64 = 16;
 
-/// Opens a task-clock event for the calling thread and gives it a slot: the slot's index. An event that
-/// signals each sample first ends after `first_ns`, then signals every period (the first signal sets the
-/// period). An event with a ring needs the first sample's signal handled, or a drain, to change its period:
-/// it starts with the whole period where that may never come (the thread blocks SIGPROF already, or is not a
-/// [`FirstPeriod::started_thread`]), else with a first period of at least 1/[`RING_FIRST_PERIOD_DIVISOR`].
+/// The shortest sample period, that of the highest rate (`config::MAX_HZ`, 10 kHz), and the shortest random first
+/// period. On a virtual machine a sample costs the kernel 25-40 us (timer interrupts and their re-arming exit to
+/// the host, and the guest charges that time to the thread's CPU time); nearer the period than that, the task
+/// clock expires again as soon as the thread gets back to its own code, and the program almost stops (measured
+/// here: an empty `main` at 100 kHz took 0.06 s or over 1 s from one run to the next; `perf record -c 10000` on
+/// a loop, 10 to 50 times its time). A thread that blocks SIGPROF when its event starts (a forked child's does,
+/// in the fork handler, until `fork` returns) keeps its first period until its signal is handled: a forked child
+/// that only called `_exit` took up to 2.5 s of CPU with a first period of a few microseconds.
+pub const SHORTEST_PERIOD_NS: u64 = 100_000;
+
+/// The first period an event starts with: the random one of `periods`, but no shorter than
+/// 1/[`FIRST_PERIOD_DIVISOR`] of the period nor than [`SHORTEST_PERIOD_NS`]; the whole period when the
+/// shortened one's signal may never be handled or the ring never drained (`whole`).
+fn first_period(periods: FirstPeriod, whole: bool) -> u64 {
+    if whole {
+        return periods.period_ns;
+    }
+    let shortest = (periods.period_ns / FIRST_PERIOD_DIVISOR).max(SHORTEST_PERIOD_NS);
+    periods.first_ns.max(shortest).min(periods.period_ns)
+}
+
+/// Opens a task-clock event for the calling thread and gives it a slot: the slot's index. An event first ends
+/// after its first period ([`first_period`]), then samples every period (the first signal, or a drain, sets the
+/// period). An event that signals each sample starts with the whole period when a started thread blocks SIGPROF
+/// already (its signal may never be handled). An event with a ring needs the first sample's signal handled, or a
+/// drain, to change its period: it starts with the whole period where that may never come (the thread blocks
+/// SIGPROF already, or is not a [`FirstPeriod::started_thread`]).
 pub fn open_for_thread(periods: FirstPeriod) -> Result<usize, NoEvent> {
     if REFUSED.load(Ordering::Relaxed) != 0 {
         return Err(NoEvent::Refused);
@@ -314,26 +336,25 @@ fn claim_slot(tid: i32) -> Option<usize> {
 /// the event always finds its descriptor known (an unknown one would go to the program, whose default action
 /// for SIGPROF ends the process). Async-signal-safe.
 fn open_into(index: usize, periods: FirstPeriod) -> Result<(), i32> {
-    let (event, ring) = open_with_ring(periods.first_ns, !periods.started_thread)?;
+    let blocked = sys::signal_blocked(libc::SIGPROF);
+    let signalling_first = first_period(periods, periods.started_thread && blocked);
+    let (event, ring) = open_with_ring(signalling_first, !periods.started_thread)?;
     let Some(owner) = FD_OWNERS.get(event.fd as usize) else {
         close_with_ring(event, ring);
         return Err(libc::EMFILE);
     };
     // Records with stack copies: the drain thread maps the ring later (`install_ring`).
     let ring_wanted = ring == 0 && rings_copy_stacks();
-    let mut first_pending = periods.first_ns != periods.period_ns;
-    if first_pending && (ring != 0 || ring_wanted) {
+    let first = if ring != 0 || ring_wanted {
+        first_period(periods, !periods.started_thread || blocked)
+    } else {
+        signalling_first
+    };
+    if first != signalling_first {
         // The event is not enabled yet: its first period is the one set now.
-        let first = if periods.started_thread && !sys::signal_blocked(libc::SIGPROF) {
-            periods
-                .first_ns
-                .max(periods.period_ns / RING_FIRST_PERIOD_DIVISOR)
-        } else {
-            first_pending = false;
-            periods.period_ns
-        };
         sys::set_task_clock_period(event, first);
     }
+    let first_pending = first != periods.period_ns;
     let slot = &SLOT_TABLE[index];
     // An event with a ring signals its first sample only (see `on_event_signal`), or, when its records copy
     // stacks, each sample until the drain thread polls it and its stacks fit (see `go_quiet_if_due`); its watch

@@ -3,7 +3,8 @@
 //! stack for the drain thread to walk, or only the pc when samples have no stacks, `MSLPROF_STACK_DEPTH=0`),
 //! or signals each sample (`MSLPROF_TEST_NO_RING=1`, a test-hooks switch); where the kernel refuses perf events
 //! (a seccomp filter here) the runtime falls back to CPU-time timers and says so; a program that closes every
-//! descriptor above 2 keeps being sampled, and no descriptor of ours is ever 0, 1 or 2 or survives an exec.
+//! descriptor above 2 keeps being sampled, and no descriptor of ours is ever 0, 1 or 2 or survives an exec; a
+//! rate above the highest gets the highest, and forked children are not held up by their events' first periods.
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -275,6 +276,29 @@ fn threads_whose_first_period_ends_at_once_are_not_killed_by_their_own_signal() 
                 .args(["16", "2", ws.path().to_str().unwrap()]));
             assert_ran(&output);
         }
+    }
+}
+
+/// A forked child's event signals each sample (it has no drain thread to walk stack copies), and the child opens
+/// it in the fork handler, where SIGPROF is blocked until `fork` returns. An event whose random first period was
+/// shorter than what a sample costs the kernel (25-40 us on a virtual machine) expired again and again meanwhile:
+/// children that only `_exit` took up to 2.5 s of CPU instead of a fraction of a millisecond.
+#[test]
+fn forked_children_that_exit_at_once_are_not_held_up_by_their_first_period() {
+    let ws = Workspace::new();
+    let program = ws.program("fork_at_once", &[source("fork_at_once.c")], &[]);
+    for hz in ["1000", "4000"] {
+        let output = run(ws
+            .command_with_runtime(&program)
+            .env("MSLPROF_HZ", hz)
+            .args(["200", "20000"]));
+        let stdout = assert_ran(&output);
+        assert_eq!(mslprof_lines(&output), Vec::<String>::new());
+        assert_eq!(
+            field(&stdout, "over"),
+            0.0,
+            "MSLPROF_HZ={hz}: children that took more than 20 ms of CPU to _exit: {stdout}"
+        );
     }
 }
 
