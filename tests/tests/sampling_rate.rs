@@ -286,7 +286,11 @@ fn threads_whose_first_period_ends_at_once_are_not_killed_by_their_own_signal() 
 #[test]
 fn forked_children_that_exit_at_once_are_not_held_up_by_their_first_period() {
     let ws = Workspace::new();
-    let program = ws.program("fork_at_once", &[source("fork_at_once.c")], &[]);
+    let program = ws.program(
+        "fork_loop",
+        &[fixtures_dir("bench").join("fork_loop.c")],
+        &[],
+    );
     for hz in ["1000", "4000"] {
         let output = run(ws
             .command_with_runtime(&program)
