@@ -408,7 +408,7 @@ pub fn arm_child_after_fork() {
     if SAMPLER.handlers_running.load(Ordering::Relaxed) != 0 {
         SAMPLER.handlers_running.store(0, Ordering::Relaxed);
     }
-    CHILD_SOURCE.store(arm_thread(false), Ordering::Relaxed);
+    CHILD_SOURCE.store(arm_thread(false, true), Ordering::Relaxed);
 }
 
 /// The shortest period CPU-time timers sample (200 Hz): the kernel's tick (250 Hz here) gives them in full,
@@ -423,40 +423,50 @@ pub fn arm_current_thread(started_thread: bool) {
     if is_started() {
         follow_fork();
     }
-    note_source(arm_thread(started_thread));
+    note_source(arm_thread(started_thread, false));
 }
 
 /// [`arm_current_thread`] but for the accounts: starts the thread's source and returns which it is (0: none, as
-/// before [`start`]).
+/// before [`start`]). A forked child's (`forked_child`) task-clock event waits for its first sample
+/// ([`task_clock::defer_for_thread`]).
 #[unsafe(link_section = "mslprof_fork_text")]
-fn arm_thread(started_thread: bool) -> u32 {
+fn arm_thread(started_thread: bool, forked_child: bool) -> u32 {
     let period = SAMPLER.period_ns.load(Ordering::Relaxed);
     if period == 0 || !is_started() {
         return 0;
     }
     let first = first_expiry(period);
-    let event = if period < TIMER_PERIODS_FROM_NS {
+    let event = if period >= TIMER_PERIODS_FROM_NS {
+        Err(NoEvent::Unavailable)
+    } else if forked_child {
+        task_clock::defer_for_thread()
+    } else {
         task_clock::open_for_thread(task_clock::FirstPeriod {
             first_ns: first,
             period_ns: period,
             started_thread,
         })
-    } else {
-        Err(NoEvent::Unavailable)
     };
     let (source, key_value) = match event {
         Ok(slot) => {
             let watch = task_clock::WATCH_PERIOD_NS;
-            // Without its watch timer the event still samples; only a descriptor closed by the program
-            // would go unnoticed.
-            if let Ok(timer) = sys::start_cpu_timer(
+            // A forked child's timer takes its first sample, which opens the event.
+            let (first_tick, ticks) = if forked_child {
+                (first, period)
+            } else {
+                (watch, watch)
+            };
+            match sys::start_cpu_timer(
                 sys::CpuClock::Thread,
                 libc::SIGPROF,
                 task_clock::slot_value(slot),
-                watch,
-                watch,
+                first_tick,
+                ticks,
             ) {
-                task_clock::set_watch_timer(slot, timer);
+                Ok(timer) => task_clock::set_watch_timer(slot, timer),
+                // Without its watch timer the event still samples; only a descriptor closed by the program
+                // would go unnoticed.
+                Err(_) => task_clock::open_deferred(slot, period, note_fallback),
             }
             (SOURCE_TASK_CLOCK, Some(slot + 1))
         }

@@ -81,6 +81,9 @@ struct Slot {
     /// Live walks in a row, by the handler of a signalling event with stack copies, whose stacks the copy would
     /// have held ([`note_live_walk`]).
     fitting_walks: AtomicU32,
+    /// A forked child's slot whose event is opened at the child's first sample, which its watch timer takes
+    /// ([`defer_for_thread`]).
+    deferred: AtomicBool,
 }
 
 static SLOT_TABLE: [Slot; SLOTS] = [const {
@@ -101,6 +104,7 @@ static SLOT_TABLE: [Slot; SLOTS] = [const {
         timely_ticks: AtomicU32::new(0),
         quiet_after_ticks: AtomicU32::new(TIMELY_TICKS_TO_GO_QUIET),
         fitting_walks: AtomicU32::new(0),
+        deferred: AtomicBool::new(false),
     }
 }; SLOTS];
 
@@ -262,9 +266,9 @@ const FIRST_PERIOD_DIVISOR: u64 = 16;
 /// the host, and the guest charges that time to the thread's CPU time); nearer the period than that, the task
 /// clock expires again as soon as the thread gets back to its own code, and the program almost stops (measured
 /// here: an empty `main` at 100 kHz took 0.06 s or over 1 s from one run to the next; `perf record -c 10000` on
-/// a loop, 10 to 50 times its time). A thread that blocks SIGPROF when its event starts (a forked child's does,
-/// in the fork handler, until `fork` returns) keeps its first period until its signal is handled: a forked child
-/// that only called `_exit` took up to 2.5 s of CPU with a first period of a few microseconds.
+/// a loop, 10 to 50 times its time). A thread that blocks SIGPROF when its event starts keeps its first period
+/// until its signal is handled: forked children, which opened their events in the fork handler with SIGPROF
+/// blocked until `fork` returned, took up to 2.5 s of CPU to `_exit` with a first period of a few microseconds.
 pub const SHORTEST_PERIOD_NS: u64 = 100_000;
 
 /// The first period an event starts with: the random one of `periods`, but no shorter than
@@ -309,6 +313,53 @@ pub fn open_for_thread(periods: FirstPeriod) -> Result<usize, NoEvent> {
                 );
             }
             Err(NoEvent::Unavailable)
+        }
+    }
+}
+
+/// For a forked child's thread: a slot whose event is opened at the child's first sample. The caller starts the
+/// slot's watch timer to take that sample, at a random point of the first period and every period after it; the
+/// sample's signal opens the event and makes the timer a watch timer ([`on_timer_signal`]). A child that
+/// `exec`s or `_exit`s first (most do) never opens one: an event costs a child about as much CPU time as the
+/// rest of its fork (BENCHMARKS.md, "fork"). Async-signal-safe.
+#[unsafe(link_section = "mslprof_fork_text")]
+pub fn defer_for_thread() -> Result<usize, NoEvent> {
+    if REFUSED.load(Ordering::Relaxed) != 0 {
+        return Err(NoEvent::Refused);
+    }
+    let index = claim_slot(sys::gettid()).ok_or(NoEvent::Unavailable)?;
+    SLOT_TABLE[index].deferred.store(true, Ordering::Relaxed);
+    Ok(index)
+}
+
+/// Opens the event of a slot made by [`defer_for_thread`] (its thread's first sample is being taken): the event
+/// samples from its first whole period on, and the slot's timer becomes its watch timer. When it cannot be
+/// opened, the timer goes on sampling (`on_fallback`). Async-signal-safe.
+pub fn open_deferred(index: usize, period_ns: u64, on_fallback: fn()) {
+    let Some(slot) = SLOT_TABLE.get(index) else {
+        return;
+    };
+    // Loaded first: the timer of a thread without an event calls here at each sample.
+    if !slot.deferred.load(Ordering::Relaxed) || !slot.deferred.swap(false, Ordering::Relaxed) {
+        return;
+    }
+    let periods = FirstPeriod {
+        first_ns: period_ns,
+        period_ns,
+        started_thread: false,
+    };
+    let timer = slot.watch_timer.load(Ordering::Relaxed);
+    match open_into(index, periods) {
+        Ok(()) if timer != 0 => {
+            let timer = sys::CpuTimer::from_id(timer - 1);
+            let _ = sys::set_timer_period(timer, WATCH_PERIOD_NS, WATCH_PERIOD_NS);
+        }
+        Ok(()) => {}
+        Err(error) => {
+            if is_refusal(error) {
+                let _ = REFUSED.compare_exchange(0, error, Ordering::Relaxed, Ordering::Relaxed);
+            }
+            on_fallback();
         }
     }
 }
@@ -561,6 +612,8 @@ pub fn on_timer_signal(value: usize, period_ns: u64, on_fallback: fn()) -> Tick 
         return Tick::Watch(index);
     }
     let Some(event) = event_of(slot) else {
+        // The timer samples: a forked child's first sample (its event opens now), or where no event could be had.
+        open_deferred(index, period_ns, on_fallback);
         return Tick::Sample;
     };
     if sys::task_clock_is_open(event) {
@@ -619,6 +672,7 @@ pub fn release(index: usize, visit: &mut dyn FnMut(RingRecord<'_>) -> bool) {
     slot.signalling.store(false, Ordering::Relaxed);
     slot.adopted.store(false, Ordering::Relaxed);
     slot.ring_wanted.store(false, Ordering::Relaxed);
+    slot.deferred.store(false, Ordering::Relaxed);
     if let Some(event) = event_of(slot) {
         sys::close_task_clock(event);
         forget_descriptor(index, event.fd);
@@ -650,6 +704,7 @@ pub fn forget_after_fork() {
         slot.signalling.store(false, Ordering::Relaxed);
         slot.adopted.store(false, Ordering::Relaxed);
         slot.ring_wanted.store(false, Ordering::Relaxed);
+        slot.deferred.store(false, Ordering::Relaxed);
         slot.fd.store(-1, Ordering::Relaxed);
         slot.watch_timer.store(0, Ordering::Relaxed);
         slot.tid.store(0, Ordering::Release);

@@ -306,6 +306,44 @@ fn forked_children_that_exit_at_once_are_not_held_up_by_their_first_period() {
     }
 }
 
+/// A forked child opens its task-clock event at its first sample, which its CPU-time timer takes: a child that
+/// `exec`s or `_exit`s first never pays for one. Once open, the event samples at the rate asked for.
+#[test]
+fn a_forked_child_opens_its_event_at_its_first_sample_and_then_samples_at_the_rate() {
+    let ws = Workspace::new();
+    let program = ws.program("fork_event", &[source("fork_event.c")], &[]);
+    for depth in ["128", "0"] {
+        let output = run(ws
+            .command_with_runtime(&program)
+            .env("MSLPROF_HZ", "1000")
+            .env("MSLPROF_STACK_DEPTH", depth)
+            .arg("300"));
+        let stdout = assert_ran(&output);
+        assert_eq!(mslprof_lines(&output), Vec::<String>::new());
+        let child_file = std::fs::read_dir(ws.path())
+            .unwrap()
+            .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+            .find(|name| name.starts_with("gmon.out."))
+            .unwrap_or_else(|| panic!("no child profile; {stdout}"));
+        let profile = ws.profile(&child_file);
+        std::fs::remove_file(ws.join(&child_file)).unwrap();
+        if !task_clocks_used(&profile) {
+            return;
+        }
+        assert_eq!(
+            (field(&stdout, "before"), field(&stdout, "after")),
+            (0.0, 1.0),
+            "depth {depth}: perf-event descriptors of the child: {stdout}"
+        );
+        let samples: u64 = profile.modules.iter().map(histogram_total).sum();
+        let rate = samples as f64 / (field(&stdout, "user_ms") / 1e3);
+        assert!(
+            rate >= 900.0,
+            "depth {depth}: the child took {samples} samples: {rate:.0} per CPU-second; {stdout}"
+        );
+    }
+}
+
 #[test]
 fn samples_in_rings_are_taken_while_the_program_blocks_sigprof() {
     // The fixture burns 400 ms with SIGPROF blocked, then 300 ms with it unblocked. A ring takes samples
@@ -337,7 +375,7 @@ fn samples_in_rings_are_taken_while_the_program_blocks_sigprof() {
             return;
         }
         let samples = histogram_total(module(&profile, "blocks_sigprof"));
-        let rate = samples as f64 / (field(&stdout, "cpu_ms") / 1e3);
+        let rate = samples as f64 / (field(&stdout, "user_ms") / 1e3);
         assert!(
             (least * 1000.0..=most * 1000.0).contains(&rate),
             "samples by {delivery}: {samples} samples, {rate:.0} per CPU-second at 1 kHz"

@@ -1,10 +1,10 @@
 //! The suite `fork`: what a fork costs under the runtime (issue 30). `fork_loop.c` forks children that
 //! `_exit(0)` at once and waits for each; it is run plain and under the release runtime (default settings,
-//! call-site rewriting on; and at `MSLPROF_HZ=1000`, where each child opens a task-clock event), as a plain C
-//! program and a `-pg` one, in interleaved trials. Each trial reports
-//! the mean wall-clock and CPU microseconds (the process's and its children's user + system time) of one
-//! fork + `_exit` + `waitpid`; the table gives the median and range over trials and the ratio of the medians
-//! to the plain run of the same build. The target is a runtime fork at most 1.5× a plain one.
+//! call-site rewriting on; and at `MSLPROF_HZ=1000`, where a child would open a task-clock event at its first
+//! sample), as a plain C program and a `-pg` one, in interleaved trials. Each trial reports the mean
+//! wall-clock and CPU microseconds (the process's and its children's user + system time) of one fork +
+//! `_exit` + `waitpid`; the table gives the median and range over trials and the ratio of the medians to the
+//! plain run of the same build. The target is a runtime fork at most 1.5× a plain one.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -152,9 +152,9 @@ pub fn run(env: &Env) -> Result<Section, String> {
     ));
     notes.push(
         "A child that records nothing writes no profile (a forked child's `_exit` dump is skipped when empty). At \
-         1 kHz each child opens a task-clock event in the fork handler, with SIGPROF blocked until `fork` returns; its \
-         random first period is at least 100 µs (runtime/README.md, \"Per-thread task clocks\"), so few children \
-         are sampled."
+         1 kHz a child's task-clock event waits for its first sample, which its CPU-time timer takes at a random \
+         point of its first period (runtime/README.md, \"Per-thread task clocks\"): these children exit first and \
+         never open one."
             .to_string(),
     );
     Ok(Section {
