@@ -575,10 +575,15 @@ fn decimal(mut value: u64, buffer: &mut [u8; 20]) -> &[u8] {
     }
 }
 
-/// Called when a thread's task-clock event was closed by the program and no new one could be opened: its
-/// watch timer samples from then on.
+/// Called when a thread's task-clock event was closed by the program, or a forked child's could not be opened at
+/// its first sample, and no new one could be had: its watch timer samples from then on. A forked child's first
+/// sample comes here before the child's sources are set from [`CHILD_SOURCE`], which therefore says it too.
 fn note_fallback() {
     note_source(SOURCE_CPU_TIMER);
+    let child_source = CHILD_SOURCE.load(Ordering::Relaxed);
+    if child_source != 0 && child_source & SOURCE_CPU_TIMER == 0 {
+        CHILD_SOURCE.fetch_or(SOURCE_CPU_TIMER, Ordering::Relaxed);
+    }
 }
 
 /// When a new thread's timer first fires: a pseudo-random point in `(0, period]` of its CPU time. With a fixed

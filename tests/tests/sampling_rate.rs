@@ -344,6 +344,34 @@ fn a_forked_child_opens_its_event_at_its_first_sample_and_then_samples_at_the_ra
     }
 }
 
+/// A forked child whose event cannot be opened at its first sample (it has used up its descriptors) goes on
+/// sampling on its CPU-time timer, and its profile says so.
+#[test]
+fn a_forked_child_that_cannot_open_its_event_samples_on_its_timer_and_says_so() {
+    let ws = Workspace::new();
+    let program = ws.program("fork_event", &[source("fork_event.c")], &[]);
+    let output = run(ws
+        .command_with_runtime(&program)
+        .env("MSLPROF_HZ", "1000")
+        .args(["300", "no-descriptors"]));
+    let stdout = assert_ran(&output);
+    let child_file = std::fs::read_dir(ws.path())
+        .unwrap()
+        .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+        .find(|name| name.starts_with("gmon.out."))
+        .unwrap_or_else(|| panic!("no child profile; {stdout}"));
+    let profile = ws.profile(&child_file);
+    assert_eq!(field(&stdout, "after"), 0.0, "{stdout}");
+    assert_ne!(
+        profile.header.sampling_sources & sampling_sources::CPU_TIMER,
+        0,
+        "sources {}; {stdout}",
+        profile.header.sampling_sources
+    );
+    let samples: u64 = profile.modules.iter().map(histogram_total).sum();
+    assert!(samples >= 30, "{samples} samples; {stdout}");
+}
+
 #[test]
 fn samples_in_rings_are_taken_while_the_program_blocks_sigprof() {
     // The fixture burns 400 ms with SIGPROF blocked, then 300 ms with it unblocked. A ring takes samples
