@@ -403,7 +403,7 @@ fn samples_in_rings_are_taken_while_the_program_blocks_sigprof() {
             return;
         }
         let samples = histogram_total(module(&profile, "blocks_sigprof"));
-        let rate = samples as f64 / (field(&stdout, "user_ms") / 1e3);
+        let rate = samples as f64 / (field(&stdout, "cpu_ms") / 1e3);
         assert!(
             (least * 1000.0..=most * 1000.0).contains(&rate),
             "samples by {delivery}: {samples} samples, {rate:.0} per CPU-second at 1 kHz"
