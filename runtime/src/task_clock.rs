@@ -301,16 +301,11 @@ pub fn open_for_thread(periods: FirstPeriod) -> Result<usize, NoEvent> {
         Err(error) => {
             SLOT_TABLE[index].tid.store(0, Ordering::Release);
             if is_refusal(error) {
-                return Err(
-                    if REFUSED
-                        .compare_exchange(0, error, Ordering::Relaxed, Ordering::Relaxed)
-                        .is_ok()
-                    {
-                        NoEvent::RefusedNow(error)
-                    } else {
-                        NoEvent::Refused
-                    },
-                );
+                return Err(if refuse(error) {
+                    NoEvent::RefusedNow(error)
+                } else {
+                    NoEvent::Refused
+                });
             }
             Err(NoEvent::Unavailable)
         }
@@ -357,11 +352,19 @@ pub fn open_deferred(index: usize, period_ns: u64, on_fallback: fn()) {
         Ok(()) => {}
         Err(error) => {
             if is_refusal(error) {
-                let _ = REFUSED.compare_exchange(0, error, Ordering::Relaxed, Ordering::Relaxed);
+                refuse(error);
             }
             on_fallback();
         }
     }
+}
+
+/// Turns task clocks off for this process after the refusal `error`: true for the first refusal, which the
+/// caller reports.
+fn refuse(error: i32) -> bool {
+    REFUSED
+        .compare_exchange(0, error, Ordering::Relaxed, Ordering::Relaxed)
+        .is_ok()
 }
 
 /// Errors that say the kernel will not give this process task-clock events at all (rather than a shortage).

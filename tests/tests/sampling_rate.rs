@@ -306,6 +306,16 @@ fn forked_children_that_exit_at_once_are_not_held_up_by_their_first_period() {
     }
 }
 
+/// The name of the profile a forked child wrote in the workspace (`gmon.out.<pid>`); `stdout` is the run's, for
+/// the message when there is none.
+fn child_profile(ws: &Workspace, stdout: &str) -> String {
+    std::fs::read_dir(ws.path())
+        .unwrap()
+        .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+        .find(|name| name.starts_with("gmon.out."))
+        .unwrap_or_else(|| panic!("no child profile; {stdout}"))
+}
+
 /// A forked child opens its task-clock event at its first sample, which its CPU-time timer takes: a child that
 /// `exec`s or `_exit`s first never pays for one. Once open, the event samples at the rate asked for.
 #[test]
@@ -320,11 +330,7 @@ fn a_forked_child_opens_its_event_at_its_first_sample_and_then_samples_at_the_ra
             .arg("300"));
         let stdout = assert_ran(&output);
         assert_eq!(mslprof_lines(&output), Vec::<String>::new());
-        let child_file = std::fs::read_dir(ws.path())
-            .unwrap()
-            .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
-            .find(|name| name.starts_with("gmon.out."))
-            .unwrap_or_else(|| panic!("no child profile; {stdout}"));
+        let child_file = child_profile(&ws, &stdout);
         let profile = ws.profile(&child_file);
         std::fs::remove_file(ws.join(&child_file)).unwrap();
         if !task_clocks_used(&profile) {
@@ -355,11 +361,7 @@ fn a_forked_child_that_cannot_open_its_event_samples_on_its_timer_and_says_so() 
         .env("MSLPROF_HZ", "1000")
         .args(["300", "no-descriptors"]));
     let stdout = assert_ran(&output);
-    let child_file = std::fs::read_dir(ws.path())
-        .unwrap()
-        .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
-        .find(|name| name.starts_with("gmon.out."))
-        .unwrap_or_else(|| panic!("no child profile; {stdout}"));
+    let child_file = child_profile(&ws, &stdout);
     let profile = ws.profile(&child_file);
     assert_eq!(field(&stdout, "after"), 0.0, "{stdout}");
     assert_ne!(
