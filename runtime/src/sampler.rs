@@ -576,9 +576,13 @@ fn decimal(mut value: u64, buffer: &mut [u8; 20]) -> &[u8] {
 }
 
 /// Called when a thread's task-clock event was closed by the program, or a forked child's could not be opened at
-/// its first sample, and no new one could be had: its watch timer samples from then on. A forked child's first
-/// sample comes here before the child's sources are set from [`CHILD_SOURCE`], which therefore says it too.
-fn note_fallback() {
+/// its first sample, and no new one could be had (`why`): its watch timer samples from then on. A forked child's
+/// first sample comes here before the child's sources are set from [`CHILD_SOURCE`], which therefore says it too.
+/// The process's first refusal is reported as a thread's at its start is ([`report_refusal`]).
+fn note_fallback(why: task_clock::NoEvent) {
+    if let task_clock::NoEvent::RefusedNow(error) = why {
+        report_refusal(error);
+    }
     note_source(SOURCE_CPU_TIMER);
     let child_source = CHILD_SOURCE.load(Ordering::Relaxed);
     if child_source != 0 && child_source & SOURCE_CPU_TIMER == 0 {

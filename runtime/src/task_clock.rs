@@ -300,14 +300,7 @@ pub fn open_for_thread(periods: FirstPeriod) -> Result<usize, NoEvent> {
         Ok(()) => Ok(index),
         Err(error) => {
             SLOT_TABLE[index].tid.store(0, Ordering::Release);
-            if is_refusal(error) {
-                return Err(if refuse(error) {
-                    NoEvent::RefusedNow(error)
-                } else {
-                    NoEvent::Refused
-                });
-            }
-            Err(NoEvent::Unavailable)
+            Err(no_event(error))
         }
     }
 }
@@ -329,8 +322,8 @@ pub fn defer_for_thread() -> Result<usize, NoEvent> {
 
 /// Opens the event of a slot made by [`defer_for_thread`] (its thread's first sample is being taken): the event
 /// samples from its first whole period on, and the slot's timer becomes its watch timer. When it cannot be
-/// opened, the timer goes on sampling (`on_fallback`). Async-signal-safe.
-pub fn open_deferred(index: usize, period_ns: u64, on_fallback: fn()) {
+/// opened, the timer goes on sampling (`on_fallback`, told why). Async-signal-safe.
+pub fn open_deferred(index: usize, period_ns: u64, on_fallback: fn(NoEvent)) {
     let Some(slot) = SLOT_TABLE.get(index) else {
         return;
     };
@@ -350,21 +343,24 @@ pub fn open_deferred(index: usize, period_ns: u64, on_fallback: fn()) {
             let _ = sys::set_timer_period(timer, WATCH_PERIOD_NS, WATCH_PERIOD_NS);
         }
         Ok(()) => {}
-        Err(error) => {
-            if is_refusal(error) {
-                refuse(error);
-            }
-            on_fallback();
-        }
+        Err(error) => on_fallback(no_event(error)),
     }
 }
 
-/// Turns task clocks off for this process after the refusal `error`: true for the first refusal, which the
-/// caller reports.
-fn refuse(error: i32) -> bool {
-    REFUSED
+/// What the failed open of an event (`error`) means: a shortage of this thread's, or the kernel refusing task
+/// clocks to this process, which turns them off for every later thread ([`REFUSED`]); the first refusal is
+/// [`NoEvent::RefusedNow`], which the caller reports.
+fn no_event(error: i32) -> NoEvent {
+    if !is_refusal(error) {
+        NoEvent::Unavailable
+    } else if REFUSED
         .compare_exchange(0, error, Ordering::Relaxed, Ordering::Relaxed)
         .is_ok()
+    {
+        NoEvent::RefusedNow(error)
+    } else {
+        NoEvent::Refused
+    }
 }
 
 /// Errors that say the kernel will not give this process task-clock events at all (rather than a shortage).
@@ -604,8 +600,8 @@ pub fn on_event_signal(fd: i32, period_ns: u64) -> Tick {
 /// A CPU-time timer's signal with `si_value` `value`: a watch tick when it names a slot. When the slot's event
 /// has a ring, the tick is [`Tick::Watch`]. Else, while the slot's event is open nothing happens; when the
 /// program has closed it, a new one is opened, or, if the kernel refuses, the watch timer becomes the thread's
-/// sampling timer (then its ticks are samples, and `on_fallback` is called once). Async-signal-safe.
-pub fn on_timer_signal(value: usize, period_ns: u64, on_fallback: fn()) -> Tick {
+/// sampling timer (then its ticks are samples, and `on_fallback` is called once, told why). Async-signal-safe.
+pub fn on_timer_signal(value: usize, period_ns: u64, on_fallback: fn(NoEvent)) -> Tick {
     let Some(index) = slot_of_value(value) else {
         return Tick::NotOurs;
     };
@@ -629,11 +625,12 @@ pub fn on_timer_signal(value: usize, period_ns: u64, on_fallback: fn()) -> Tick 
         period_ns,
         started_thread: false,
     };
-    if open_into(index, periods).is_err() {
+    if let Err(error) = open_into(index, periods) {
+        let why = no_event(error);
         let timer = slot.watch_timer.load(Ordering::Relaxed);
         if timer != 0 {
             let _ = sys::set_timer_period(sys::CpuTimer::from_id(timer - 1), period_ns, period_ns);
-            on_fallback();
+            on_fallback(why);
         }
     }
     Tick::Quiet

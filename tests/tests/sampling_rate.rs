@@ -144,6 +144,16 @@ fn a_rate_above_the_highest_gets_the_highest_and_one_warning_line() {
     );
 }
 
+/// Whether `line` is the runtime's report of a seccomp filter's refusal (EACCES) of task clocks, at `hz` asked for.
+fn says_eacces_refusal(line: &str, hz: &str) -> bool {
+    line.starts_with(
+        "mslprof: the kernel refuses task-clock perf events (perf_event_open: EACCES; ",
+    ) && line.contains("sampling on CPU-time timers")
+        && line.contains(&format!(
+            "fewer than the {hz} samples per CPU-second asked for"
+        ))
+}
+
 #[test]
 fn where_perf_events_are_refused_cpu_timers_sample_and_a_rate_above_the_tick_says_so() {
     let ws = Workspace::new();
@@ -159,14 +169,7 @@ fn where_perf_events_are_refused_cpu_timers_sample_and_a_rate_above_the_tick_say
         let lines = mslprof_lines(&output);
         if warned {
             assert_eq!(lines.len(), 1, "{lines:?}");
-            assert!(
-                lines[0].starts_with(
-                    "mslprof: the kernel refuses task-clock perf events (perf_event_open: EACCES; "
-                ) && lines[0].contains("sampling on CPU-time timers")
-                    && lines[0].contains("fewer than the 1000 samples per CPU-second asked for"),
-                "{}",
-                lines[0]
-            );
+            assert!(says_eacces_refusal(&lines[0], hz), "{}", lines[0]);
         } else {
             assert_eq!(lines, Vec::<String>::new());
         }
@@ -350,28 +353,42 @@ fn a_forked_child_opens_its_event_at_its_first_sample_and_then_samples_at_the_ra
     }
 }
 
-/// A forked child whose event cannot be opened at its first sample (it has used up its descriptors) goes on
-/// sampling on its CPU-time timer, and its profile says so.
+/// A forked child whose event cannot be opened at its first sample goes on sampling on its CPU-time timer, and
+/// its profile says so: quietly when it has used up its descriptors (a shortage), with the one stderr line of a
+/// refusal when a seccomp filter refuses it perf_event_open.
 #[test]
 fn a_forked_child_that_cannot_open_its_event_samples_on_its_timer_and_says_so() {
     let ws = Workspace::new();
     let program = ws.program("fork_event", &[source("fork_event.c")], &[]);
-    let output = run(ws
-        .command_with_runtime(&program)
-        .env("MSLPROF_HZ", "1000")
-        .args(["300", "no-descriptors"]));
-    let stdout = assert_ran(&output);
-    let child_file = child_profile(&ws, &stdout);
-    let profile = ws.profile(&child_file);
-    assert_eq!(field(&stdout, "after"), 0.0, "{stdout}");
-    assert_ne!(
-        profile.header.sampling_sources & sampling_sources::CPU_TIMER,
-        0,
-        "sources {}; {stdout}",
-        profile.header.sampling_sources
-    );
-    let samples: u64 = profile.modules.iter().map(histogram_total).sum();
-    assert!(samples >= 30, "{samples} samples; {stdout}");
+    for why in ["no-descriptors", "refused"] {
+        let output = run(ws
+            .command_with_runtime(&program)
+            .env("MSLPROF_HZ", "1000")
+            .args(["300", why]));
+        let stdout = assert_ran(&output);
+        let child_file = child_profile(&ws, &stdout);
+        let profile = ws.profile(&child_file);
+        std::fs::remove_file(ws.join(&child_file)).unwrap();
+        if !task_clocks_used(&ws.profile("gmon.out")) {
+            return;
+        }
+        assert_eq!(field(&stdout, "after"), 0.0, "{why}: {stdout}");
+        assert_ne!(
+            profile.header.sampling_sources & sampling_sources::CPU_TIMER,
+            0,
+            "{why}: sources {}; {stdout}",
+            profile.header.sampling_sources
+        );
+        let samples: u64 = profile.modules.iter().map(histogram_total).sum();
+        assert!(samples >= 30, "{why}: {samples} samples; {stdout}");
+        let lines = mslprof_lines(&output);
+        if why == "refused" {
+            assert_eq!(lines.len(), 1, "{lines:?}");
+            assert!(says_eacces_refusal(&lines[0], "1000"), "{}", lines[0]);
+        } else {
+            assert_eq!(lines, Vec::<String>::new());
+        }
+    }
 }
 
 #[test]
