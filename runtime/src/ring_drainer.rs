@@ -5,12 +5,14 @@
 //! the walk (BENCHMARKS.md, "Sampling rate and its cost"). With such a ring, the kernel copies the registers and
 //! the top of the stack into the thread's ring and signals nobody. A ring holds about 31 samples (31 ms of a
 //! thread's CPU time at 1 kHz), so it is drained by its fill level, not on a clock of its thread's CPU time,
-//! whose ticks come tens of milliseconds late when threads share a CPU. This thread polls every ring's
-//! descriptor, which the kernel makes readable when the ring is half full, and walks each sample's copy. It
-//! also maps the rings of the threads the program started, once their stacks were seen to fit in a copy or
-//! they have lived a while (`task_clock::poll_set`). An event signals each sample, and the SIGPROF handler
-//! walks the live stack, until its ring is polled and its stacks fit in a copy; the thread also wakes every
-//! [`POLL_TIMEOUT_MS`], for rings whose descriptor the program closed.
+//! whose ticks come tens of milliseconds late when threads share a CPU. This thread polls the descriptor of
+//! every ring whose event does not signal each sample, which the kernel makes readable when the ring is half
+//! full, and walks each sample's copy. It also maps the rings of the threads the program started, once their
+//! stacks were seen to fit in a copy or they have lived a while (`task_clock::poll_set`). An event signals
+//! each sample, and the SIGPROF handler walks the live stack, until this thread has seen its ring and its
+//! stacks fit in a copy; the thread also wakes every [`POLL_TIMEOUT_MS`], for rings whose descriptor the
+//! program closed, and every half ring's worth of CPU time while an event signals each sample, for a ring that
+//! fills while its thread blocks SIGPROF.
 //!
 //! The thread starts before the sampler, with every signal blocked, unsampled and detached, and lives as long
 //! as the process. A forked child has none: its events signal each sample, as without rings. Its CPU time is
@@ -20,7 +22,8 @@ use std::os::raw::c_void;
 
 use crate::{sampler, sys, task_clock};
 
-/// The longest the thread sleeps between two drains.
+/// The longest the thread sleeps between two drains (less while a ring's event signals each sample:
+/// `task_clock::poll_set`).
 const POLL_TIMEOUT_MS: i32 = 20;
 
 /// Starts the drain thread, unless this process has one already. Where it cannot be started, events get no
@@ -42,8 +45,13 @@ extern "C" fn run(_: *mut c_void) -> *mut c_void {
     let fault = std::panic::catch_unwind(|| {
         let mut descriptors = Vec::with_capacity(64);
         loop {
-            task_clock::poll_set(&mut descriptors);
-            sys::poll_descriptors(&mut descriptors, POLL_TIMEOUT_MS);
+            let timeout_ms = match task_clock::poll_set(&mut descriptors) {
+                Some(longest_ns) => {
+                    (longest_ns / 1_000_000).clamp(1, POLL_TIMEOUT_MS as u64) as i32
+                }
+                None => POLL_TIMEOUT_MS,
+            };
+            sys::poll_descriptors(&mut descriptors, timeout_ms);
             sampler::drain_rings_now();
             if let Some((user, system)) = sys::thread_cpu_ns() {
                 sampler::note_drainer_cpu_ns([user + system, user]);

@@ -1005,11 +1005,18 @@ static POLL_ROUNDS: AtomicU32 = AtomicU32::new(0);
 const DRAIN_WAIT_YIELDS: u32 = 10_000;
 
 /// For the drain thread: maps the rings that are due ([`Slot::ring_wanted`]), and puts the descriptors of the
-/// rings it is to poll into `set` (emptied first). A ring it polls is adopted: its event may stop signalling each
+/// rings it is to poll into `set` (emptied first). A ring it sees is adopted: its event may stop signalling each
 /// sample ([`go_quiet_if_due`]). A ring whose descriptor the program closed is left out once found so (every
 /// [`DESCRIPTOR_CHECK_ROUNDS`]; the drain thread's timeout drains it).
-pub fn poll_set(set: &mut Vec<libc::pollfd>) {
+///
+/// So is the ring of an event that signals each sample: the kernel wakes every poller of an event at each
+/// signal it sends, and the poll, finding the ring below its mark, sleeps again (a wake-up per sample, about
+/// 25 µs each here). Each signal's handler drains that ring; one that fills anyway (its thread blocks SIGPROF)
+/// is drained on the timeout, which must then come before it is full: the longest sleep, returned, is half the
+/// CPU time a ring holds (`None`: no limit).
+pub fn poll_set(set: &mut Vec<libc::pollfd>) -> Option<u64> {
     set.clear();
+    let mut longest_sleep_ns = None;
     let check = POLL_ROUNDS
         .fetch_add(1, Ordering::Relaxed)
         .is_multiple_of(DESCRIPTOR_CHECK_ROUNDS);
@@ -1034,12 +1041,19 @@ pub fn poll_set(set: &mut Vec<libc::pollfd>) {
             continue;
         }
         slot.adopted.store(true, Ordering::Relaxed);
+        if slot.signalling.load(Ordering::Relaxed) {
+            let span_ns =
+                RING_RECORDS.load(Ordering::Relaxed) as u64 * PERIOD_NS.load(Ordering::Relaxed);
+            longest_sleep_ns = Some(span_ns / 2);
+            continue;
+        }
         set.push(libc::pollfd {
             fd: event.fd,
             events: libc::POLLIN,
             revents: 0,
         });
     }
+    longest_sleep_ns
 }
 
 /// Reads the records between the ring's tail and head, then moves the tail to the head: the records read,

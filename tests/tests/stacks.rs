@@ -241,7 +241,7 @@ fn a_stack_deeper_than_a_rings_copy_is_walked_to_main() {
     // samples taken before (at most a ring's worth) are cut.
     let ws = Workspace::new();
     let program = stack_program(&ws, "deep_frames");
-    let profile = run_profiled(&ws, &program, &[], &[("MSLPROF_HZ", "1000")], 0, "done\n");
+    let (profile, _) = run_deep_frames(&ws, &program);
     let stacks = resolved_stacks(&profile);
     let in_bottom = |s: &Resolved| {
         s.functions.first().is_some_and(|f| f == "spin")
@@ -257,6 +257,45 @@ fn a_stack_deeper_than_a_rings_copy_is_walked_to_main() {
     assert!(
         to_main * 100 >= all * 95,
         "{to_main} of {all} samples in bottom reach main through 64 frames of descend"
+    );
+}
+
+/// Runs `deep_frames` at 1 kHz: its profile, and how often the drain thread woke (None: the run had none).
+fn run_deep_frames(ws: &Workspace, program: &Path) -> (Profile, Option<u64>) {
+    let output = run(ws.command_with_runtime(program).env("MSLPROF_HZ", "1000"));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(0), "{stdout}");
+    let wakeups = stdout
+        .strip_prefix("done\ndrain_wakeups=")
+        .and_then(|rest| rest.trim_end().parse::<i64>().ok())
+        .unwrap_or_else(|| panic!("{stdout}"));
+    (
+        read_profile(&ws.join("gmon.out")),
+        u64::try_from(wakeups).ok(),
+    )
+}
+
+#[test]
+fn a_thread_walked_live_does_not_wake_the_drain_thread_at_each_sample() {
+    // While an event signals each sample (here: for the second of CPU time whose stacks are deeper than a
+    // copy), the kernel wakes every poller of the event at each signal. The drain thread leaves such a ring out
+    // of its poll and drains it on a timeout of half the ring's span (15 ms at 1 kHz) instead: it wakes a few
+    // dozen times a second of the run, not once a sample.
+    let ws = Workspace::new();
+    let program = stack_program(&ws, "deep_frames");
+    let (profile, wakeups) = run_deep_frames(&ws, &program);
+    let Some(wakeups) = wakeups else {
+        eprintln!(
+            "SKIPPED: no drain thread in this run (sources {})",
+            profile.header.sampling_sources
+        );
+        return;
+    };
+    let samples = profile.header.total_samples;
+    assert!(samples >= 1000, "{samples} samples");
+    assert!(
+        wakeups * 3 <= samples,
+        "the drain thread woke {wakeups} times for {samples} samples"
     );
 }
 
