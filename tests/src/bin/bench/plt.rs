@@ -214,12 +214,8 @@ const STATIC_TLS_TUNABLE: &str = "glibc.rtld.optional_static_tls=65536";
 
 /// The rustc binary itself (not a rustup proxy, which would be what the runtime starts under).
 pub fn real_rustc() -> Result<PathBuf, String> {
-    let output = std::process::Command::new("rustc")
-        .args(["--print", "sysroot"])
-        .output()
-        .map_err(|e| format!("cannot run rustc: {e}"))?;
-    let sysroot = String::from_utf8_lossy(&output.stdout).trim().to_string();
-    Ok(Path::new(&sysroot).join("bin/rustc"))
+    mslprof_tests::real_rustc()
+        .ok_or_else(|| "rustc (through `rustc --print sysroot`) not found".into())
 }
 
 /// rustc -O on the generated crate: CPU time under `LD_PROFILE=ALL` with PLT counting on and off.

@@ -1,7 +1,7 @@
 //! Sampling rate and its cost: samples per CPU-second achieved and CPU overhead at 100, 1000 and 4000 Hz on
 //! the spin fixture, a spin loop on 1 and on 16 threads (with the kernel's floor for each: the same loops
-//! with an empty handler on the same events; and without stacks, whose samples go through rings) and a rustc
-//! compile, interleaved trials, medians with min–max.
+//! with an empty handler on the same events; and without stacks, whose samples go through rings) and two rustc
+//! compiles (a one-line crate, a generated one of 300 functions), interleaved trials, medians with min–max.
 
 use std::path::{Path, PathBuf};
 
@@ -269,8 +269,24 @@ pub fn run(env: &Env) -> Result<Section, String> {
             rounds,
             &mut rows,
         )?;
+        // A compile that runs long enough for the cost per sample to show, on its LLVM threads too.
+        let source = crate::plt::generated_crate(&dir)?;
+        let long_args: Vec<String> = ["-O", "--crate-type", "lib", "--crate-name", "gen300"]
+            .iter()
+            .map(|s| s.to_string())
+            .chain([source.to_string_lossy().into_owned()])
+            .collect();
+        let long_rounds = if quick { runs.min(3) } else { runs };
+        measure(
+            &invocations("rustc, 300 functions", &rustc, &long_args, &dir, env),
+            long_rounds,
+            &mut rows,
+        )?;
         notes.push(format!(
-            "rustc's rows: {rounds} rounds (one compile takes about 50 ms of CPU, mostly start-up)."
+            "rustc's rows: {rounds} rounds of the one-line crate (one compile takes about 50 ms of CPU, mostly \
+             start-up), {long_rounds} of the generated crate of 300 functions of the suite `plt` (about 1.3 s, \
+             most of it in LLVM's threads, whose stacks are deeper than a ring's copy: their samples are signals, \
+             walked live)."
         ));
     } else {
         notes.push("rustc not found: its rows are skipped.".into());
@@ -279,8 +295,8 @@ pub fn run(env: &Env) -> Result<Section, String> {
         title: "Sampling rate and its cost".into(),
         intro: "Per-thread task-clock events at 100, 1000 and 4000 Hz: `tests/fixtures/bench/spin_libs.c` (one \
                 thread), the spin loop of `tests/fixtures/bench/signal_floor.c` on one thread and on 16 threads \
-                spinning at once on 2 cores, and a real rustc compile of a one-line crate (`-O`), in interleaved \
-                trials. The kernel's floor: the same spin loops, each thread with its own task-clock event of the \
+                spinning at once on 2 cores, and real rustc compiles (`-O`) of a one-line crate and of a generated \
+                crate of 300 functions, in interleaved trials. The kernel's floor: the same spin loops, each thread with its own task-clock event of the \
                 runtime's kind signalling an empty SIGPROF handler, or writing records with stack copies into rings \
                 that a thread of the fixture empties (no runtime), in the same rounds as the loops under the \
                 runtime."
