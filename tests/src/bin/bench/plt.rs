@@ -209,6 +209,16 @@ pub fn generated_crate(dir: &Path) -> Result<PathBuf, String> {
     Ok(path)
 }
 
+/// rustc's arguments to compile the crate of [`generated_crate`], written into `dir`: `-O`, a library.
+pub fn generated_crate_args(dir: &Path) -> Result<Vec<String>, String> {
+    let source = generated_crate(dir)?;
+    Ok(["-O", "--crate-type", "lib", "--crate-name", "gen300"]
+        .iter()
+        .map(|a| a.to_string())
+        .chain([source.to_string_lossy().into_owned()])
+        .collect())
+}
+
 /// Static TLS surplus for rustc under `LD_AUDIT` (see [`rustc_section`]).
 const STATIC_TLS_TUNABLE: &str = "glibc.rtld.optional_static_tls=65536";
 
@@ -221,7 +231,7 @@ pub fn real_rustc() -> Result<PathBuf, String> {
 /// rustc -O on the generated crate: CPU time under `LD_PROFILE=ALL` with PLT counting on and off.
 fn rustc_section(env: &Env) -> Result<Section, String> {
     let dir = env.folder("plt-rustc")?;
-    let source = generated_crate(&dir)?;
+    let args = generated_crate_args(&dir)?;
     let rustc = real_rustc()?;
     // Per-round ratios spread over ±25 % on a shared machine: the median needs many rounds to settle.
     let runs = match env.scale {
@@ -237,14 +247,7 @@ fn rustc_section(env: &Env) -> Result<Section, String> {
             let inv = mode
                 .invocation(env, &rustc, &dir)
                 .env("GLIBC_TUNABLES", STATIC_TLS_TUNABLE)
-                .args([
-                    "-O",
-                    "--crate-type",
-                    "lib",
-                    "--crate-name",
-                    "gen300",
-                    &source.to_string_lossy(),
-                ]);
+                .args(args.clone());
             if *mode == Mode::Plain {
                 inv
             } else {

@@ -270,12 +270,7 @@ pub fn run(env: &Env) -> Result<Section, String> {
             &mut rows,
         )?;
         // A compile that runs long enough for the cost per sample to show, on its LLVM threads too.
-        let source = crate::plt::generated_crate(&dir)?;
-        let long_args: Vec<String> = ["-O", "--crate-type", "lib", "--crate-name", "gen300"]
-            .iter()
-            .map(|s| s.to_string())
-            .chain([source.to_string_lossy().into_owned()])
-            .collect();
+        let long_args = crate::plt::generated_crate_args(&dir)?;
         let long_rounds = if quick { runs.min(3) } else { runs };
         measure(
             &invocations("rustc, 300 functions", &rustc, &long_args, &dir, env),

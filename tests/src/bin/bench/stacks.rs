@@ -87,12 +87,7 @@ pub fn run(env: &Env) -> Result<Section, String> {
     let spin = fixtures::build_spin(&dir)?;
     let spin_args = vec![iterations.to_string()];
     let rustc = crate::plt::real_rustc()?;
-    let crate_source = crate::plt::generated_crate(&dir)?;
-    let rustc_args: Vec<String> = ["-O", "--crate-type", "lib", "--crate-name", "gen300"]
-        .iter()
-        .map(|a| a.to_string())
-        .chain([crate_source.to_string_lossy().into_owned()])
-        .collect();
+    let rustc_args = crate::plt::generated_crate_args(&dir)?;
     for (name, program, args) in [("spin", &spin, &spin_args), ("rustc", &rustc, &rustc_args)] {
         for hz in ["100", "1000"] {
             let invs = [
