@@ -207,6 +207,27 @@ fn a_program_that_closes_every_descriptor_above_2_keeps_being_sampled() {
     }
 }
 
+/// The samples of the `closes_fds` program's `function` (4 bytes of text per bucket).
+fn samples_in_function(profile: &Profile, program: &Path, function: &str) -> u64 {
+    let symbols = mslprof_tests::callcounts::Symbols::of(program);
+    let histogram = module(profile, "closes_fds")
+        .histogram
+        .as_ref()
+        .expect("a histogram");
+    histogram
+        .ranges
+        .iter()
+        .flat_map(|range| {
+            range
+                .buckets
+                .nonzero()
+                .map(move |(index, count)| (range.start.0 + index * 4, count))
+        })
+        .filter(|(address, _)| symbols.function_at(*address) == Some(function))
+        .map(|(_, count)| u64::from(count))
+        .sum()
+}
+
 fn closes_every_descriptor_above_2(
     ws: &Workspace,
     program: &Path,
@@ -231,24 +252,7 @@ fn closes_every_descriptor_above_2(
     assert_eq!(field(&stdout, "stdin_reused"), 0.0, "{stdout}");
     // After the close, the main thread's event is found closed (within a 50 ms watch period of its CPU
     // time) and opened again: at least 75 % of 1 kHz over its 600 ms in `after_close`.
-    // 4 bytes of text per bucket.
-    let symbols = mslprof_tests::callcounts::Symbols::of(program);
-    let main_program = module(&profile, "closes_fds");
-    let samples_in = |function: &str| -> u64 {
-        let histogram = main_program.histogram.as_ref().expect("a histogram");
-        histogram
-            .ranges
-            .iter()
-            .flat_map(|range| {
-                range
-                    .buckets
-                    .nonzero()
-                    .map(move |(index, count)| (range.start.0 + index * 4, count))
-            })
-            .filter(|(address, _)| symbols.function_at(*address) == Some(function))
-            .map(|(_, count)| u64::from(count))
-            .sum()
-    };
+    let samples_in = |function: &str| samples_in_function(&profile, program, function);
     let after = samples_in("after_close") as f64 / (field(&stdout, "cpu_ms_after_close") / 1e3);
     assert!(
         after >= 750.0,
@@ -260,6 +264,58 @@ fn closes_every_descriptor_above_2(
         samples_in("in_new_thread")
     );
     std::fs::remove_file(ws.join("gmon.out")).unwrap();
+}
+
+/// A daemon that closes every descriptor above 2 and then forbids itself perf events (a seccomp filter): when a
+/// watch tick finds the main thread's event closed, the new one it opens is refused. Where no ring holds the
+/// old event (samples are signals), the thread samples on its CPU-time timer from then on and the refusal is
+/// said, once; a ring's mapping keeps the old event sampling.
+#[test]
+fn a_program_that_forbids_perf_events_after_closing_its_descriptors_falls_back_to_timers_and_says_so()
+ {
+    let ws = Workspace::new();
+    let program = ws.program("closes_fds", &[source("closes_fds.c")], &["-pthread"]);
+    for (delivery, depth, no_ring) in DELIVERIES {
+        let output = run(ws
+            .command_with_test_hooks_runtime(&program)
+            .env("MSLPROF_HZ", "1000")
+            .env("MSLPROF_STACK_DEPTH", depth)
+            .env("MSLPROF_TEST_NO_RING", no_ring)
+            .arg("then-refused"));
+        let stdout = assert_ran(&output);
+        let profile = ws.profile("gmon.out");
+        std::fs::remove_file(ws.join("gmon.out")).unwrap();
+        if field(&stdout, "perf_fds") == 0.0 {
+            task_clocks_used(&profile);
+            return;
+        }
+        let lines = mslprof_lines(&output);
+        let timers = profile.header.sampling_sources & sampling_sources::CPU_TIMER != 0;
+        let after_close = samples_in_function(&profile, &program, "after_close") as f64
+            / (field(&stdout, "cpu_ms_after_close") / 1e3);
+        if no_ring == "1" {
+            assert_eq!(lines.len(), 1, "{delivery}: {lines:?}");
+            assert!(says_eacces_refusal(&lines[0], "1000"), "{}", lines[0]);
+            assert!(
+                timers,
+                "{delivery}: sources {}",
+                profile.header.sampling_sources
+            );
+        } else {
+            assert_eq!(lines, Vec::<String>::new(), "{delivery}");
+            assert!(
+                !timers,
+                "{delivery}: sources {}",
+                profile.header.sampling_sources
+            );
+        }
+        // The ring's event at 1 kHz, or the timer: the kernel's tick (250 Hz here) caps its rate.
+        let least = if no_ring == "1" { 150.0 } else { 750.0 };
+        assert!(
+            after_close >= least,
+            "{delivery}: {after_close:.0} samples per CPU-second after the close; {stdout}"
+        );
+    }
 }
 
 #[test]
