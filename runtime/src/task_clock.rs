@@ -948,7 +948,7 @@ pub enum Rings {
     /// ring holds a sample taken before the call. Not in a signal handler.
     Every,
     /// The rings whose events do not signal each sample, and those of signalling events that hold more than
-    /// half a ring (their thread blocks SIGPROF), unless someone else is draining them. A signalling event's
+    /// a quarter of a ring (their thread blocks SIGPROF), unless someone else is draining them. A signalling event's
     /// samples are otherwise counted by its own signals, whose handler walks the live stack.
     Quiet,
 }
@@ -983,8 +983,10 @@ pub fn drain_all(visit: &mut dyn FnMut(RingRecord<'_>) -> bool, rings: Rings) {
             continue;
         }
         // A signalling event's ring that fills anyway is not drained by its signals (its thread blocks SIGPROF).
+        // Past a quarter: the drain thread, which does not poll it, comes back within half a ring's span
+        // (`poll_set`), before it can be full.
         let least_bytes = if rings == Rings::Quiet && slot.signalling.load(Ordering::Relaxed) {
-            RING_DATA_BYTES.load(Ordering::Relaxed) as u64 / 2
+            RING_DATA_BYTES.load(Ordering::Relaxed) as u64 / 4
         } else {
             0
         };
@@ -1012,8 +1014,8 @@ const DRAIN_WAIT_YIELDS: u32 = 10_000;
 /// So is the ring of an event that signals each sample: the kernel wakes every poller of an event at each
 /// signal it sends, and the poll, finding the ring below its mark, sleeps again (a wake-up per sample, about
 /// 25 µs each here). Each signal's handler drains that ring; one that fills anyway (its thread blocks SIGPROF)
-/// is drained on the timeout, which must then come before it is full: the longest sleep, returned, is half the
-/// CPU time a ring holds (`None`: no limit).
+/// is drained on the timeout once past a quarter ([`drain_all`]), so the timeout must come before another
+/// three quarters fill: the longest sleep, returned, is half the CPU time a ring holds (`None`: no limit).
 pub fn poll_set(set: &mut Vec<libc::pollfd>) -> Option<u64> {
     set.clear();
     let mut longest_sleep_ns = None;

@@ -291,10 +291,10 @@ pub fn run(env: &Env) -> Result<Section, String> {
         intro: "Per-thread task-clock events at 100, 1000 and 4000 Hz: `tests/fixtures/bench/spin_libs.c` (one \
                 thread), the spin loop of `tests/fixtures/bench/signal_floor.c` on one thread and on 16 threads \
                 spinning at once on 2 cores, and real rustc compiles (`-O`) of a one-line crate and of a generated \
-                crate of 300 functions, in interleaved trials. The kernel's floor: the same spin loops, each thread with its own task-clock event of the \
-                runtime's kind signalling an empty SIGPROF handler, or writing records with stack copies into rings \
-                that a thread of the fixture empties (no runtime), in the same rounds as the loops under the \
-                runtime."
+                crate of 300 functions, in interleaved trials. The kernel's floor: the same spin loops, each thread \
+                with its own task-clock event of the runtime's kind signalling an empty SIGPROF handler, or writing \
+                records with stack copies into rings that a thread of the fixture empties (no runtime), in the same \
+                rounds as the loops under the runtime."
             .into(),
         header: ["run", "plain CPU ms (median)", "CPU ms (median)", "CPU overhead", "samples per CPU-second"]
             .iter()
