@@ -1,7 +1,8 @@
 //! Sampling rate and its cost: samples per CPU-second achieved and CPU overhead at 100, 1000 and 4000 Hz on
 //! the spin fixture, a spin loop on 1 and on 16 threads (with the kernel's floor for each: the same loops
 //! with an empty handler on the same events; and without stacks, whose samples go through rings) and two rustc
-//! compiles (a one-line crate, a generated one of 300 functions), interleaved trials, medians with min–max.
+//! compiles (a one-line crate, a generated one of 300 functions, with its own floor and its run without
+//! stacks), interleaved trials, medians with min–max.
 
 use std::path::{Path, PathBuf};
 
@@ -161,6 +162,25 @@ fn measure(invs: &[Invocation], runs: usize, rows: &mut Vec<Vec<String>>) -> Res
 /// Rounds of the short rustc compile (not at the quick scale).
 const RUSTC_ROUNDS: usize = 41;
 
+/// Builds `tests/fixtures/bench/floor_preload.c` into `dir`: preloaded with `FLOOR_HZ`, it gives every thread
+/// of a program a task-clock event signalling an empty handler, and does nothing else.
+fn floor_preload(dir: &Path) -> Result<PathBuf, String> {
+    let source = fixtures::source_dir().join("floor_preload.c");
+    fixtures::cc(
+        dir,
+        &[
+            "-O2",
+            "-shared",
+            "-fPIC",
+            "-o",
+            "floor_preload.so",
+            &source.to_string_lossy(),
+            "-ldl",
+        ],
+    )?;
+    Ok(dir.join("floor_preload.so"))
+}
+
 pub fn run(env: &Env) -> Result<Section, String> {
     let dir = env.folder("rate")?;
     let quick = env.scale == Scale::Quick;
@@ -272,16 +292,44 @@ pub fn run(env: &Env) -> Result<Section, String> {
         // A compile that runs long enough for the cost per sample to show, on its LLVM threads too.
         let long_args = crate::plt::generated_crate_args(&dir)?;
         let long_rounds = if quick { runs.min(3) } else { runs };
-        measure(
-            &invocations("rustc, 300 functions", &rustc, &long_args, &dir, env),
-            long_rounds,
-            &mut rows,
-        )?;
+        let label = "rustc, 300 functions";
+        let mut long_runs = invocations(label, &rustc, &long_args, &dir, env);
+        // The kernel's floor for the same compile: every thread with a task-clock event signalling an empty
+        // handler (the preloaded fixture, no runtime), as the runtime's events do for threads walked live.
+        let preload = floor_preload(&dir)?;
+        for hz in ["1000", "4000"] {
+            long_runs.push(
+                Invocation::new(
+                    &format!("{label}, empty handler at {hz} Hz (no runtime)"),
+                    &rustc,
+                    &dir,
+                )
+                .args(long_args.clone())
+                .env("LD_PRELOAD", preload.to_string_lossy().into_owned())
+                .env("FLOOR_HZ", hz),
+            );
+        }
+        // Without stacks: the pc of each sample into a ring, no signal, no walk.
+        long_runs.push(
+            under_runtime(
+                &format!("{label}, MSLPROF_HZ=1000, no stacks (rings)"),
+                &rustc,
+                &long_args,
+                "1000",
+                &dir,
+                env,
+            )
+            .env("MSLPROF_STACK_DEPTH", "0"),
+        );
+        measure(&long_runs, long_rounds, &mut rows)?;
         notes.push(format!(
             "rustc's rows: {rounds} rounds of the one-line crate (one compile takes about 50 ms of CPU, mostly \
              start-up), {long_rounds} of the generated crate of 300 functions of the suite `plt` (about 1.3 s, \
              most of it in LLVM's threads, whose stacks are deeper than a ring's copy: their samples are signals, \
-             walked live)."
+             walked live). Its kernel floor (`tests/fixtures/bench/floor_preload.c`, preloaded) gives each of \
+             rustc's threads a task-clock event of the runtime's kind signalling an empty handler: what any \
+             per-thread task-clock sampler whose samples are signals pays on this machine before doing anything. \
+             The row \"no stacks (rings)\" is the cheapest delivery the runtime has (`MSLPROF_STACK_DEPTH=0`)."
         ));
     } else {
         notes.push("rustc not found: its rows are skipped.".into());
@@ -293,8 +341,9 @@ pub fn run(env: &Env) -> Result<Section, String> {
                 spinning at once on 2 cores, and real rustc compiles (`-O`) of a one-line crate and of a generated \
                 crate of 300 functions, in interleaved trials. The kernel's floor: the same spin loops, each thread \
                 with its own task-clock event of the runtime's kind signalling an empty SIGPROF handler, or writing \
-                records with stack copies into rings that a thread of the fixture empties (no runtime), in the same \
-                rounds as the loops under the runtime."
+                records with stack copies into rings that a thread of the fixture empties (no runtime), and the \
+                300-function compile with such a signalling event on each of rustc's threads (a preloaded fixture, no \
+                runtime), in the same rounds as the runs under the runtime."
             .into(),
         header: ["run", "plain CPU ms (median)", "CPU ms (median)", "CPU overhead", "samples per CPU-second"]
             .iter()
