@@ -311,8 +311,10 @@ fn a_program_that_forbids_perf_events_after_closing_its_descriptors_falls_back_t
                 profile.header.sampling_sources
             );
         }
-        // The ring's event at 1 kHz, or the timer: the kernel's tick (250 Hz here) caps its rate.
-        let least = if no_ring == "1" { 150.0 } else { 750.0 };
+        // The ring's event at 1 kHz, or the timer: the kernel's tick (250 Hz here) caps its rate, and takes at
+        // most one sample at each tick that finds the thread running, which a busy machine makes fewer (about
+        // 90 per CPU-second with two busy loops on the two cores). Without the timer there would be none.
+        let least = if no_ring == "1" { 50.0 } else { 750.0 };
         assert!(
             after_close >= least,
             "{delivery}: {after_close:.0} samples per CPU-second after the close; {stdout}"
