@@ -173,18 +173,7 @@ fn measure(
 
 /// Builds the floor library (`noop_mcount.c`) into `dir`.
 fn build_floor(dir: &Path) -> Result<PathBuf, String> {
-    let src = fixtures::source_dir().join("noop_mcount.c");
-    fixtures::cc(
-        dir,
-        &[
-            "-shared",
-            "-fPIC",
-            "-o",
-            "libnoop_mcount.so",
-            &src.to_string_lossy(),
-        ],
-    )?;
-    Ok(dir.join("libnoop_mcount.so"))
+    fixtures::shared_library(dir, "noop_mcount.c", "libnoop_mcount.so", &[], &[])
 }
 
 /// Total of every arc count in the `gmon.out` that the mslprof run of `dir` left, with the number of distinct

@@ -12,6 +12,24 @@ pub fn cc(dir: &Path, args: &[&str]) -> Result<(), String> {
     mslprof_tests::try_compile("cc", dir, args)
 }
 
+/// Builds the benchmark source `source` (in [`source_dir`]) into the shared library `output` in `dir`:
+/// `flags`, `-shared -fPIC`, then the libraries it links against (`libs`, after the source). Returns its path.
+pub fn shared_library(
+    dir: &Path,
+    source: &str,
+    output: &str,
+    flags: &[&str],
+    libs: &[&str],
+) -> Result<PathBuf, String> {
+    let src = source_dir().join(source);
+    let src = src.to_string_lossy();
+    let mut args = flags.to_vec();
+    args.extend(["-shared", "-fPIC", "-o", output, &src]);
+    args.extend(libs);
+    cc(dir, &args)?;
+    Ok(dir.join(output))
+}
+
 /// A benchmark program built twice: plain and with `-pg`, both -O2.
 pub struct Builds {
     pub plain: PathBuf,
@@ -43,32 +61,17 @@ pub fn build_cxx(dir: &Path) -> Result<Builds, String> {
 
 /// The CPU-bound program spinning in the main program and two shared libraries (no -pg).
 pub fn build_spin(dir: &Path) -> Result<PathBuf, String> {
+    for lib in ["spin_a", "spin_b"] {
+        shared_library(
+            dir,
+            "spin_libs.c",
+            &format!("lib{lib}.so"),
+            &["-O1", &format!("-DSPIN_LIB={lib}")],
+            &[],
+        )?;
+    }
     let src = source_dir().join("spin_libs.c");
     let src = src.to_string_lossy();
-    cc(
-        dir,
-        &[
-            "-O1",
-            "-fPIC",
-            "-shared",
-            "-DSPIN_LIB=spin_a",
-            "-o",
-            "libspin_a.so",
-            &src,
-        ],
-    )?;
-    cc(
-        dir,
-        &[
-            "-O1",
-            "-fPIC",
-            "-shared",
-            "-DSPIN_LIB=spin_b",
-            "-o",
-            "libspin_b.so",
-            &src,
-        ],
-    )?;
     cc(
         dir,
         &[

@@ -165,20 +165,13 @@ const RUSTC_ROUNDS: usize = 41;
 /// Builds `tests/fixtures/bench/floor_preload.c` into `dir`: preloaded with `FLOOR_HZ`, it gives every thread
 /// of a program a task-clock event signalling an empty handler, and does nothing else.
 fn floor_preload(dir: &Path) -> Result<PathBuf, String> {
-    let source = fixtures::source_dir().join("floor_preload.c");
-    fixtures::cc(
+    fixtures::shared_library(
         dir,
-        &[
-            "-O2",
-            "-shared",
-            "-fPIC",
-            "-o",
-            "floor_preload.so",
-            &source.to_string_lossy(),
-            "-ldl",
-        ],
-    )?;
-    Ok(dir.join("floor_preload.so"))
+        "floor_preload.c",
+        "floor_preload.so",
+        &["-O2"],
+        &["-ldl"],
+    )
 }
 
 pub fn run(env: &Env) -> Result<Section, String> {
