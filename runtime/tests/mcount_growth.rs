@@ -12,13 +12,18 @@ use mslprof::modules;
 use mslprof_format::RuntimeAddress;
 
 const BIAS: usize = 0x7000_0000_0000;
-/// Distinct arcs whose call sites span more sets than the largest cache has, so every growth step
-/// is taken.
+/// Distinct arcs whose call sites, spread as [`SITE_BYTES`] says, need more of every cache but the largest
+/// than it has, so every growth step is taken.
 const SITES: usize = 300_000;
 const ROUNDS: u64 = 6;
+/// Bytes between two call sites: the cache has an entry per 4 bytes of calling code, and a call site whose
+/// own entry another took keeps its arc in one of three more (the other way of its set, two of its alternate
+/// set). 300 000 sites 256 bytes apart are 19.2 M entries of code, folded onto each entry of the
+/// second-largest cache (4 M entries) about 4.6 times: more than the four ways a site can use.
+const SITE_BYTES: usize = 256;
 
 /// End of the fake modules' code (link-time).
-const TEXT_END: u64 = 0x200_0000;
+const TEXT_END: u64 = 0x500_0000;
 
 fn arcs() -> BTreeMap<(u64, u64), u64> {
     let mut arcs = BTreeMap::new();
@@ -35,9 +40,7 @@ fn sweep() {
     for site in 0..SITES {
         // Two callees, so sites share sets with different callees too.
         let callee = BIAS + 0x8_0000 + (site % 2) * 0x100;
-        // Call sites 64 bytes apart: the cache's sets follow call-site addresses, and these span
-        // more sets than the largest cache has.
-        mcount::record_call(BIAS + 0x1000 + site * 64, callee);
+        mcount::record_call(BIAS + 0x1000 + site * SITE_BYTES, callee);
     }
 }
 

@@ -267,8 +267,8 @@ fn four_tail_called_callees_of_one_call_site_count_exactly_and_as_glibc_does() {
     let gmon = std::fs::read(oracle.join("gmon.out")).expect("glibc wrote gmon.out");
     assert_eq!(gnu_call_graph(&exe, &gmon, &tail_function), expected);
 
-    // The four arcs share a call site and a set bit: with only their own 2-way set they would displace
-    // one another on every call; the cache keeps the other two in the alternate set.
+    // The four arcs share a call site, so one own entry: the cache keeps the others in the other way of
+    // its set and in the alternate sets their callees pick, instead of cycling them through one entry.
     let workspace = Workspace::new();
     let exe = build_program(&workspace, "tail", &["tailcalls.c"], &[], &flags(&[]));
     run_ok(workspace.command_with_runtime(&exe).arg(rounds.to_string()));

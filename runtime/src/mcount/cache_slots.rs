@@ -113,9 +113,9 @@ fn tagged_counter(tagged: usize) -> Option<(&'static AtomicU64, bool)> {
     Some((counter, tagged & DELTA != 0))
 }
 
-/// The set mask (sets − 1) of a mapping of `entries` entries, two ways per set.
-pub const fn set_mask(entries: usize) -> u32 {
-    (entries / 2 - 1) as u32
+/// The entry mask (entries − 1) of a mapping of `entries` entries.
+pub const fn entry_mask(entries: usize) -> u32 {
+    (entries - 1) as u32
 }
 
 /// Entries of a mapping at growth level `level`.
@@ -339,9 +339,9 @@ impl CacheSlot {
     }
 
     /// Visits the entries that hold an arc among at most about `most` entries of the current mapping's
-    /// chunks used, evenly spaced (all of them when the chunks hold no more; the same ones on each call
-    /// while the mapping and its chunks stay the same). Owner only, or a signal handler on the owner that
-    /// interrupted no change of the entries.
+    /// chunks used: both ways of sets evenly spaced (all of them when the chunks hold no more; the same ones
+    /// on each call while the mapping and its chunks stay the same). Owner only, or a signal handler on the
+    /// owner that interrupted no change of the entries.
     pub fn for_each_sampled_entry_in_use(&self, most: usize, mut visit: impl FnMut(&CacheEntry)) {
         let all = self.entries();
         let chunks: usize = self
@@ -349,19 +349,23 @@ impl CacheSlot {
             .iter()
             .map(|word| word.load(Ordering::Relaxed).count_ones() as usize)
             .sum();
-        let step = (chunks * CHUNK_ENTRIES).div_ceil(most.max(1)).max(1);
+        // In entries, a whole number of sets: a call site's own entry is either way of its set.
+        let step = 2
+            * (chunks * CHUNK_ENTRIES / 2)
+                .div_ceil((most / 2).max(1))
+                .max(1);
         // Entries to pass over at the start of the next chunk.
         let mut carry = 0;
         self.for_each_touched_range(false, all.len(), |range| {
             let chunk = &all[range];
             let mut index = carry;
-            while let Some(entry) = chunk.get(index) {
-                if entry.in_use() {
-                    visit(entry);
-                }
+            while let Some(set) = chunk.get(index..index + 2) {
+                set.iter()
+                    .filter(|entry| entry.in_use())
+                    .for_each(&mut visit);
                 index += step;
             }
-            carry = index - chunk.len();
+            carry = index.saturating_sub(chunk.len());
         });
     }
 
@@ -419,11 +423,12 @@ impl CacheSlot {
     }
 
     /// Moves every entry of the current mapping into `larger` (the next level's mapping, empty): each to a
-    /// free way of its set there, else flushed; then gives the current mapping's touched pages back. The
-    /// touched bitmap ends up describing `larger`.
+    /// free one of the four entries where the fast path looks for it there (`mcount::pair_ways`), its own
+    /// first, else flushed; then gives the current mapping's touched pages back. The touched bitmap ends up
+    /// describing `larger`.
     fn move_entries(&self, larger: &[CacheEntry]) {
         let old = self.entries();
-        let set_mask = set_mask(larger.len());
+        let entry_mask = entry_mask(larger.len());
         let lent = self.is_lent();
         // The bitmap is rebuilt for `larger` while the old chunks are visited from this copy.
         let mut old_touched = [0u64; TOUCHED_WORDS];
@@ -439,22 +444,15 @@ impl CacheSlot {
                     continue;
                 }
                 let selfpc = entry.selfpc.load(Ordering::Relaxed);
-                let index =
-                    super::cache_index(entry.frompc.load(Ordering::Relaxed), selfpc, set_mask);
-                // A free way, unless the other way holds the same callee (an entry from an alternate set
-                // can meet one from its own set there): the two ways of a set never share a callee.
-                let free = larger.get(index..index + 2).and_then(|set| {
-                    let same_callee = set
-                        .iter()
-                        .any(|way| way.in_use() && way.selfpc.load(Ordering::Relaxed) == selfpc);
-                    (!same_callee)
-                        .then(|| set.iter().find(|way| !way.in_use()))
-                        .flatten()
-                });
+                let own = super::cache_index(entry.frompc.load(Ordering::Relaxed), entry_mask);
+                let alternate = super::alternate_index(own, selfpc);
+                let free = [own, own ^ 1, alternate, alternate + 1]
+                    .into_iter()
+                    .find(|&at| larger.get(at).is_some_and(|way| !way.in_use()));
                 match free {
-                    Some(way) => {
-                        way.copy_from(entry);
-                        self.touch_chunk(index);
+                    Some(at) => {
+                        larger[at].copy_from(entry);
+                        self.touch_chunk(at);
                         entry.set(0, 0, 0, 0);
                     }
                     None => flush(entry, lent),

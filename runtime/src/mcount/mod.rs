@@ -4,7 +4,7 @@
 //! registers and call [`record_call`]), and `__cyg_profile_func_enter` / `__cyg_profile_func_exit`
 //! (`-finstrument-functions`, ordinary C calls, defined here).
 //!
-//! **Fast path.** Each thread has a two-way set-associative cache, [`FIRST_CACHE_SETS`] sets at
+//! **Fast path.** Each thread has a cache of sets of two entries, [`FIRST_CACHE_SETS`] sets at
 //! first (header in static TLS, `x86_64::thread_cache_block`; entries in a private mapping owned by the
 //! thread's slot in `cache_slots`, whose pages are touched as used), mapping the raw pair (frompc,
 //! selfpc) to the arc's counter in the thread's own stripe of the callee module's
@@ -17,8 +17,10 @@
 //! `modules::CURRENT`) or counting is paused, and dropped when the arcs are reset (fork): all three
 //! change `CURRENT ^ CACHE_STATE`, the generation the cache was filled under. A cache that keeps
 //! displacing entries (a working set larger than itself) grows, up to [`MAX_CACHE_SETS`] sets. A pair
-//! lives in its own set or, when its call site has more callees than that set holds (a chain of tail
-//! calls), in the set two sets away ([`alternate_index`]); the stub looks in both.
+//! lives in its own entry, one per 4 bytes of calling code ([`cache_index`]: two direct call sites never
+//! share one), or, when another arc took that (another callee of the same site, a site as far away as the
+//! cache's reach), in the other way of its set or in the alternate set its callee picks
+//! ([`alternate_index`]); the stub looks in all four.
 //!
 //! **Rewritten sites** (`sites`, `hot`): the `-pg` sites of the selected modules' hottest functions, found
 //! while the program runs (or, with `MSLPROF_SITE_STUBS=1`, of every eligible function at start-up), become
@@ -77,8 +79,8 @@ pub const FIRST_CACHE_SETS: usize = CACHE_SETS[0];
 /// to 2 MiB, the smallest mapping transparent huge pages back (one page fault and 2 MiB cleared, where
 /// 1 MiB of 4 KiB pages took 256 faults); the later ones multiply by 4, the last by 2. At most 4 194 304
 /// sets (8 388 608 entries, 256 MiB of address space, of which only the pages used become resident; a
-/// slot keeps every size it had, 426 MiB of address space at most). Sets follow call-site addresses
-/// (4 bytes of code per set), so that covers 16 MiB of densely calling code. A cache grows only after
+/// slot keeps every size it had, 426 MiB of address space at most). Entries follow call-site addresses
+/// (4 bytes of code per entry), so that covers 32 MiB of code. A cache grows only after
 /// displacing one entry per [`SETS_PER_GROWTH_EVICTION`] of its sets, so only a thread whose hot call
 /// sites do not fit gets there.
 const CACHE_SETS: [usize; 6] = [1 << 12, 1 << 15, 1 << 17, 1 << 19, 1 << 21, 1 << 22];
@@ -323,7 +325,7 @@ fn start_before_own_constructor() -> bool {
 }
 
 /// The per-thread cache header, overlaid on `x86_64::thread_cache_block` (static TLS). The entries live in
-/// the thread's [`CacheSlot`] (`cache_slots`), which outlives the thread; `entries` and `set_mask` mirror
+/// the thread's [`CacheSlot`] (`cache_slots`), which outlives the thread; `entries` and `entry_mask` mirror
 /// the slot's current mapping for the assembly fast path.
 ///
 /// The fast path writes only `window` (around its lookup) and an entry's count. It must not use an entry
@@ -341,10 +343,10 @@ struct ThreadCache {
     window: u32,
     /// Nesting depth of `record_call` on this thread.
     depth: u32,
-    /// The slot's current mapping: `2 * (set_mask + 1)` entries, or null (none yet, or none to be had).
+    /// The slot's current mapping: `entry_mask + 1` entries, or null (none yet, or none to be had).
     entries: *mut CacheEntry,
-    /// Sets − 1 (a power of two − 1).
-    set_mask: u32,
+    /// Entries − 1 (a power of two − 1).
+    entry_mask: u32,
     /// True once the thread's cache was released at thread exit (or could not be had): never claim another.
     released: bool,
     _reserved: [u8; 3],
@@ -382,11 +384,11 @@ impl ThreadCache {
     fn mirror(&mut self, slot: &CacheSlot) {
         let (entries, level) = slot.mapping();
         self.entries = entries;
-        self.set_mask = cache_slots::set_mask(cache_slots::level_entries(level));
+        self.entry_mask = cache_slots::entry_mask(cache_slots::level_entries(level));
     }
 
     fn sets(&self) -> usize {
-        self.set_mask as usize + 1
+        (self.entry_mask as usize >> 1) + 1
     }
 
     /// Counts a displaced entry; once a cache has displaced one entry per [`SETS_PER_GROWTH_EVICTION`] sets,
@@ -489,20 +491,22 @@ pub fn publish_cached_counts(last_dump: bool) {
     cache_slots::publish_all(flushed, last_dump && is_paused());
 }
 
+/// Index of the pair's own entry: one per 4 bytes of the call site's code (no two direct call sites, 5 bytes
+/// each, share one), the stub's `shr rax, 2` / `and eax, mask`.
 #[inline(always)]
-/// Index of the first way of the pair's set.
-fn cache_index(frompc: usize, selfpc: usize, set_mask: u32) -> usize {
-    let callee_part = (selfpc >> 4) & 1;
-    (callee_part.wrapping_add(frompc >> 2) as u32 & set_mask) as usize * 2
+fn cache_index(frompc: usize, entry_mask: u32) -> usize {
+    ((frompc >> 2) as u32 & entry_mask) as usize
 }
 
-/// Index of the first way of the alternate set of the set whose first way is `index`: two sets away (set
-/// index XOR 2, the stub's `xor rax, 128`). It holds the arcs of a call site with more callees than its own
-/// set has room for (a chain of tail calls: `auxsort` → `sort_comp` → `lua_compare` → `luaV_lessthan`
-/// all return to one address in `auxsort`).
+/// Index of the first way of the alternate set, for an arc whose callee is `selfpc`, of the set holding entry
+/// `index`: two sets away, or four when bit 4 of `selfpc` is set (set index XOR 2 or 4, the stub's
+/// `and rax, -64` / `xor rax, 128` / `xor rax, 384` with that bit). It holds the further callees of a call
+/// site with more than its own set has room for (an indirect call; a chain of tail calls: `auxsort` →
+/// `sort_comp` → `lua_compare` → `luaV_lessthan` all return to one address in `auxsort`), spread over two
+/// sets by their callees.
 #[inline(always)]
-fn alternate_index(index: usize) -> usize {
-    index ^ 4
+fn alternate_index(index: usize, selfpc: usize) -> usize {
+    (index & !1) ^ if selfpc & 0x10 == 0 { 4 } else { 8 }
 }
 
 /// Records the arc `frompc` → `selfpc` (runtime PCs). Called by the assembly stubs with the stack
@@ -640,24 +644,26 @@ fn record_in_region(
 /// cache counted until then: each moves to the site region when its entry there is made, so that the entry's
 /// running total starts from a counter that has every earlier call, and the arc is never in both.
 fn take_from_cache(cache: &ThreadCache, slot: &CacheSlot, frompc: usize, selfpc: usize) {
-    if let Some(ways) = pair_ways(slot, cache_index(frompc, selfpc, cache.set_mask))
+    if let Some(ways) = pair_ways(slot, cache_index(frompc, cache.entry_mask), selfpc)
         && let Some(entry) = way_holding(ways, frompc, selfpc)
     {
         cache_slots::flush(entry, slot.is_lent());
     }
 }
 
-/// The four entries where the cache may hold a pair whose set starts at `index` ([`cache_index`]): the two ways
-/// of its set, then the two of its alternate set. `None` when the mapping is too short (none yet).
-fn pair_ways(slot: &CacheSlot, index: usize) -> Option<[&CacheEntry; 4]> {
-    let alternate = alternate_index(index);
+/// The four entries where the cache may hold a pair whose own entry is `index` ([`cache_index`]) and whose
+/// callee is `selfpc`: that entry, the other way of its set, then the two ways of its alternate set. `None`
+/// when the mapping is too short (none yet).
+fn pair_ways(slot: &CacheSlot, index: usize, selfpc: usize) -> Option<[&CacheEntry; 4]> {
+    let alternate = alternate_index(index, selfpc);
     let entries = slot.entries();
     match (
-        entries.get(index..index + 2),
+        entries.get(index),
+        entries.get(index ^ 1),
         entries.get(alternate..alternate + 2),
     ) {
-        (Some([first, second]), Some([alternate_first, alternate_second])) => {
-            Some([first, second, alternate_first, alternate_second])
+        (Some(own), Some(other), Some([alternate_first, alternate_second])) => {
+            Some([own, other, alternate_first, alternate_second])
         }
         _ => None,
     }
@@ -687,17 +693,15 @@ fn cached_count(counted: &Counted, stripe: usize) -> (usize, u64) {
     }
 }
 
-/// The cache part of [`record_call`]: counts the call in its entry (in the pair's set or its alternate set),
-/// making the entry on a miss. The newest arc takes the set's first way. The arc it displaces moves to the
-/// second way, unless it has the same callee, and is then flushed itself. The second way's old arc is
-/// flushed, unless it has the same call site: it then moves to the alternate set's first way.
+/// The cache part of [`record_call`]: counts the call in its entry (one of the four of [`pair_ways`]), making
+/// the entry on a miss. The newest arc takes its own entry; what that entry held moves on ([`make_room`]):
+/// another callee of the same call site, or the arc of a call site whose own entry is the same one (code as
+/// far apart as the cache's reach), so that two of them that are hot together do not miss on every call.
 fn record_cached(cache: &mut ThreadCache, slot: &CacheSlot, frompc: usize, selfpc: usize) {
-    let index = cache_index(frompc, selfpc, cache.set_mask);
-    let alternate = alternate_index(index);
-    let Some(ways) = pair_ways(slot, index) else {
+    let index = cache_index(frompc, cache.entry_mask);
+    let Some(ways) = pair_ways(slot, index, selfpc) else {
         return;
     };
-    let [first, second, alternate_first, alternate_second] = ways;
     if let Some(entry) = way_holding(ways, frompc, selfpc) {
         entry.count.fetch_add(1, Ordering::Relaxed);
         return;
@@ -708,54 +712,65 @@ fn record_cached(cache: &mut ThreadCache, slot: &CacheSlot, frompc: usize, selfp
     };
     let (counter, count) = cached_count(&counted, stripe);
     let lent = slot.is_lent();
+    let own = ways[0];
     let mut displaced = false;
-    if first.selfpc.load(Ordering::Relaxed) != selfpc
-        && second.in_use()
-        && second.frompc.load(Ordering::Relaxed) == frompc
-    {
-        // The second way, about to be displaced, holds another callee of the same call site: it moves to
-        // the alternate set rather than out of the cache, so that a site with three or four hot callees
-        // does not miss on every call.
-        let moved_selfpc = second.selfpc.load(Ordering::Relaxed);
-        displaced = insert_first(
-            alternate_first,
-            alternate_second,
-            moved_selfpc,
-            lent,
-            |way| way.copy_from(second),
-        );
-        slot.touch(alternate);
-        second.set(0, 0, 0, 0);
+    if own.in_use() {
+        displaced = make_room(cache.entry_mask, slot, index, lent);
     }
-    displaced |= insert_first(first, second, selfpc, lent, |way| {
-        way.set(frompc, selfpc, counter, count)
-    });
+    own.set(frompc, selfpc, counter, count);
     slot.touch(index);
     if displaced {
         cache.count_eviction(slot);
     }
 }
 
-/// Writes an arc whose callee is `selfpc` into the first way of the set (`first`, `second`) with `write`,
-/// keeping the two ways' callees different (a grown cache's fast path picks the way by the callee): an arc
-/// of the same callee in the first way, from another call site, is flushed and replaced; otherwise the first
-/// way's arc moves to the second, whose arc is flushed. True if a valid entry was flushed.
-fn insert_first(
-    first: &CacheEntry,
-    second: &CacheEntry,
-    selfpc: usize,
-    lent: bool,
-    write: impl FnOnce(&CacheEntry),
-) -> bool {
-    if first.in_use() && first.selfpc.load(Ordering::Relaxed) == selfpc {
-        cache_slots::flush(first, lent);
-        write(first);
-        return true;
+/// Moves the arc in the own entry `index` (about to take another arc) into the other way of its set, unless
+/// that is a neighbouring call site's own entry, else into its alternate set. Each arc moved takes a free way
+/// or one holding an arc away from its own entry, which moves on the same way in turn (from the other way to
+/// its alternate set, from there out of the cache); arcs in their own entries stay. True if a valid entry was
+/// flushed (the moved arc itself when its alternate set holds two call sites' own arcs).
+fn make_room(entry_mask: u32, slot: &CacheSlot, index: usize, lent: bool) -> bool {
+    let entries = slot.entries();
+    let (Some(own), Some(other)) = (entries.get(index), entries.get(index ^ 1)) else {
+        return false;
+    };
+    let in_own_entry = |entry: &CacheEntry, at: usize| {
+        entry.in_use() && cache_index(entry.frompc.load(Ordering::Relaxed), entry_mask) == at
+    };
+    let mut displaced = false;
+    // Into the arc's alternate set: a free way, else one whose arc is away from its own entry (flushed), else
+    // nowhere (flushed itself).
+    let mut to_alternate = |moved: &CacheEntry| {
+        let alternate = alternate_index(index, moved.selfpc.load(Ordering::Relaxed));
+        let target = (alternate..alternate + 2)
+            .filter_map(|at| Some((entries.get(at)?, at)))
+            .min_by_key(|&(way, at)| (way.in_use(), in_own_entry(way, at)))
+            .filter(|&(way, at)| !in_own_entry(way, at));
+        match target {
+            Some((way, _)) => {
+                if way.in_use() {
+                    cache_slots::flush(way, lent);
+                    displaced = true;
+                }
+                way.copy_from(moved);
+                slot.touch(alternate);
+                moved.set(0, 0, 0, 0);
+            }
+            None => {
+                cache_slots::flush(moved, lent);
+                displaced = true;
+            }
+        }
+    };
+    if in_own_entry(other, index ^ 1) {
+        to_alternate(own);
+        return displaced;
     }
-    let displaced = second.in_use();
-    cache_slots::flush(second, lent);
-    second.copy_from(first);
-    write(first);
+    if other.in_use() {
+        to_alternate(other);
+    }
+    other.copy_from(own);
+    own.set(0, 0, 0, 0);
     displaced
 }
 

@@ -97,36 +97,6 @@ macro_rules! mcount_probe_way {
     };
 }
 
-/// A grown cache's lookup in the set at rax, as one assembly template: the way is the one whose callee
-/// matches (the two ways of a set never hold the same callee), chosen by a `cmov`; a pair not there jumps to
-/// `$miss`; a match adds 1 to its count and falls through, with r11 the TLS offset again.
-macro_rules! mcount_pick_way {
-    ($frompc:literal, $selfpc:literal, $miss:literal, $tls:literal) => {
-        concat!(
-            "mov rdx, ",
-            $selfpc,
-            "\n",
-            "lea r11, [rax + 32]\n",
-            "cmp qword ptr [rax + 8], rdx\n",
-            "cmovne rax, r11\n",
-            $tls,
-            "\n",
-            "cmp qword ptr [rax + 8], rdx\n",
-            "jne ",
-            $miss,
-            "\n",
-            "mov rdx, ",
-            $frompc,
-            "\n",
-            "cmp qword ptr [rax], rdx\n",
-            "jne ",
-            $miss,
-            "\n",
-            "add qword ptr [rax + 24], 1",
-        )
-    };
-}
-
 /// The fast path shared by the exported stubs: with rax and rdx saved (pushed) and r11 used as scratch
 /// (as glibc's `_mcount` does: no compiler keeps a value in r11 across the profiling call), look the
 /// (frompc, selfpc) pair up in this thread's call cache and add 1 to the count kept in the entry. It
@@ -138,16 +108,15 @@ macro_rules! mcount_pick_way {
 /// `$frompc` and `$selfpc` are memory operands (rsp-relative ones as seen after the two pushes).
 ///
 /// Cache layout (`mcount::ThreadCache`): generation at 0 (0 while the Rust side changes the entries, or
-/// before they exist), window count (u32) at 8, pointer to the entries at 16, set mask (u32) at 24; sets
-/// of two 32-byte entries (frompc, selfpc, counter, count). The set of a pair is `(frompc >> 2) + bit 4
-/// of selfpc`, masked: the call sites of a program, executed in address order, walk the cache in address
-/// order too (the stub prefetches the set eight lines ahead), and the two sets an indirect call site's
-/// callees spread over give it four ways. A pair missing from its set may be in the set two sets away
-/// (address XOR 128), where `record_cached` keeps a call site's further callees (a chain of tail calls
-/// returns to one site); a hit in the set itself never looks there. In the first, smallest cache the way
-/// is found by branches (few hot arcs: predicted); in a grown one (set mask above the first's) by the
-/// callee and a `cmov` (a large working set's neighbouring call sites share sets, and which way holds a
-/// pair cannot be predicted).
+/// before they exist), window count (u32) at 8, pointer to the entries at 16, entry mask (u32) at 24; sets
+/// of two 32-byte entries (frompc, selfpc, counter, count) in one 64-byte line. A pair's own entry is
+/// `frompc >> 2`, masked: one entry per 4 bytes of calling code, so two direct call sites never share one
+/// (a direct call is 5 bytes) and the call sites of a program, executed in address order, walk the cache in
+/// address order too (the stub prefetches eight lines ahead). A pair not in its own entry may be in the
+/// other way of its set (a call site's second callee, when no neighbouring site has that entry as its
+/// own), then in the set two or four sets away by bit 4 of selfpc (address XOR 128 or 256), where `record_cached` keeps a call site's
+/// further callees (an indirect call, a chain of tail calls returning to one site); a hit in the own
+/// entry, every direct call's, is one compare of each address and never looks further.
 macro_rules! mcount_fast_path {
     ($frompc:literal, $selfpc:literal, $slow:path) => {
         core::arch::naked_asm!(
@@ -158,7 +127,6 @@ macro_rules! mcount_fast_path {
                 "mov rax, qword ptr [rip + {table}]\nxor rax, qword ptr [rip + {state}]",
                 "jmp {slow}"
             ),
-            first_set_mask = const super::FIRST_CACHE_SETS - 1,
             state = sym super::CACHE_STATE,
             table = sym crate::modules::CURRENT,
             slow = sym $slow,
@@ -187,16 +155,10 @@ macro_rules! mcount_hit_path {
             "\n",
             "mov rax, rdx\n",
             "shr rax, 2\n",
-            "bt ",
-            $selfpc,
-            ", 4\n",
-            "adc rax, 0\n",
             "and eax, dword ptr fs:[r11 + 24]\n",
-            "shl rax, 6\n",
+            "shl rax, 5\n",
             "add rax, qword ptr fs:[r11 + 16]\n",
             "prefetcht0 [rax + 512]\n",
-            "cmp dword ptr fs:[r11 + 24], {first_set_mask}\n",
-            "ja 7f\n",
             "cmp qword ptr [rax], rdx\n",
             "jne 5f\n",
             "mov rdx, ",
@@ -210,35 +172,27 @@ macro_rules! mcount_hit_path {
             "pop rdx\n",
             "pop rax\n",
             "ret\n",
-            // Second way of the set.
+            // The other way of the set.
             "5:\n",
-            mcount_probe_way!($frompc, $selfpc, 32, "3f"),
+            "xor rax, 32\n",
+            mcount_probe_way!($frompc, $selfpc, 0, "3f"),
             "\n",
-            // The pair's alternate set, two sets away (where `record_cached` keeps a call site's other
-            // callees): its two ways.
+            // The alternate set, two sets away or four by bit 4 of selfpc (where `record_cached` keeps a call
+            // site's further callees): its two ways.
             "3:\n",
+            "and rax, -64\n",
             "xor rax, 128\n",
+            "bt ",
+            $selfpc,
+            ", 4\n",
+            "sbb edx, edx\n",
+            "and edx, 384\n",
+            "xor rax, rdx\n",
             mcount_probe_way!($frompc, $selfpc, 0, "4f"),
             "\n",
             "4:\n",
             mcount_probe_way!($frompc, $selfpc, 32, "2f"),
             "\n",
-            // A grown cache: the way is the one whose callee matches (the two ways of a set never hold the
-            // same callee), chosen without a branch.
-            "7:\n",
-            mcount_pick_way!($frompc, $selfpc, "8f", $tls),
-            "\n",
-            "sub dword ptr fs:[r11 + 8], 1\n",
-            "pop rdx\n",
-            "pop rax\n",
-            "ret\n",
-            // The alternate set (as above), from the start of the set whichever way was picked.
-            "8:\n",
-            "and rax, -64\n",
-            "xor rax, 128\n",
-            mcount_pick_way!($frompc, $selfpc, "2f", $tls),
-            "\n",
-            "jmp 6b\n",
             // Miss: leave the cache to the Rust side.
             "2:\n",
             "sub dword ptr fs:[r11 + 8], 1\n",
@@ -316,7 +270,6 @@ macro_rules! near_template {
             concat!(".globl ", $end),
             concat!(".hidden ", $end),
             concat!($end, ":"),
-            first_set_mask = const super::FIRST_CACHE_SETS - 1,
         )
     };
 }
@@ -591,7 +544,7 @@ const _: () = {
     assert!(core::mem::offset_of!(ThreadCache, generation) == 0);
     assert!(core::mem::offset_of!(ThreadCache, window) == 8);
     assert!(core::mem::offset_of!(ThreadCache, entries) == 16);
-    assert!(core::mem::offset_of!(ThreadCache, set_mask) == 24);
+    assert!(core::mem::offset_of!(ThreadCache, entry_mask) == 24);
     assert!(core::mem::size_of::<core::sync::atomic::AtomicUsize>() == 8);
     assert!(core::mem::size_of::<CacheEntry>() == 32);
     assert!(core::mem::offset_of!(CacheEntry, frompc) == 0);
