@@ -24,6 +24,7 @@ pub fn ratio(a: f64, b: f64) -> String {
     }
 }
 
+/// The CPU and its cores, as each section names the machine it ran on.
 fn machine() -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
@@ -36,9 +37,7 @@ fn machine() -> String {
     let cores = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);
-    format!(
-        "{cpu}, {cores} cores (shared and noisy: compare medians and ratios, not absolute times)"
-    )
+    format!("{cpu}, {cores} cores")
 }
 
 /// The whole of BENCHMARKS.md: the header, then `sections`. Sections of `kept` (the previous file, when only
@@ -48,15 +47,18 @@ pub fn render(env: &Env, sections: &[Section], kept: &str) -> String {
     s.push_str("# Benchmarks\n\n");
     s.push_str("Written by `cargo run --release -p mslprof-tests --bin bench` (the one benchmark command; see README.md). ");
     s.push_str("Every figure is a median over interleaved runs or trials, with the range where a table gives one. Do not edit by hand.\n\n");
-    s.push_str(&format!("- Machine: {}\n", machine()));
+    s.push_str("- Machines are shared and noisy: compare medians and ratios, not absolute times. Each section names the machine and scale of the run that wrote it; sections that name none are from runs before sections did.\n");
     s.push_str("- Peak RSS is the child's `ru_maxrss`, which includes the harness's own few MB at spawn time (a child inherits its parent's high-water mark through fork and exec): small figures are a floor, not the program's own.\n");
-    s.push_str(&format!(
-        "- Scale of the last run: {:?}, {} runs or trials per configuration unless a table says otherwise\n\n",
-        env.scale, env.runs
-    ));
+    s.push('\n');
+    let run = format!(
+        "Run on {}; scale {:?}, {} runs or trials per configuration unless the table says otherwise.",
+        machine(),
+        env.scale,
+        env.runs
+    );
     let fresh: Vec<(String, String)> = sections
         .iter()
-        .map(|sec| (sec.title.clone(), render_section(sec)))
+        .map(|sec| (sec.title.clone(), render_section(sec, &run)))
         .collect();
     let old = old_sections(kept);
     let mut written = vec![false; fresh.len()];
@@ -86,8 +88,8 @@ pub fn render(env: &Env, sections: &[Section], kept: &str) -> String {
     s
 }
 
-fn render_section(sec: &Section) -> String {
-    let mut s = format!("## {}\n\n{}\n\n", sec.title, sec.intro);
+fn render_section(sec: &Section, run: &str) -> String {
+    let mut s = format!("## {}\n\n{run}\n\n{}\n\n", sec.title, sec.intro);
     s.push_str(&format!("| {} |\n", sec.header.join(" | ")));
     s.push_str(&format!("|{}\n", "---|".repeat(sec.header.len())));
     for r in &sec.rows {
