@@ -423,7 +423,7 @@ impl CacheSlot {
     }
 
     /// Moves every entry of the current mapping into `larger` (the next level's mapping, empty): each to a
-    /// free one of the four entries where the fast path looks for it there (`mcount::pair_ways`), its own
+    /// free one of the four entries where the fast path looks for it there (`mcount::pair_places`), its own
     /// first, else flushed; then gives the current mapping's touched pages back. The touched bitmap ends up
     /// describing `larger`.
     fn move_entries(&self, larger: &[CacheEntry]) {
@@ -445,8 +445,7 @@ impl CacheSlot {
                 }
                 let selfpc = entry.selfpc.load(Ordering::Relaxed);
                 let own = super::cache_index(entry.frompc.load(Ordering::Relaxed), entry_mask);
-                let alternate = super::alternate_index(own, selfpc);
-                let free = [own, own ^ 1, alternate, alternate + 1]
+                let free = super::pair_places(own, selfpc)
                     .into_iter()
                     .find(|&at| larger.get(at).is_some_and(|way| !way.in_use()));
                 match free {

@@ -651,22 +651,24 @@ fn take_from_cache(cache: &ThreadCache, slot: &CacheSlot, frompc: usize, selfpc:
     }
 }
 
-/// The four entries where the cache may hold a pair whose own entry is `index` ([`cache_index`]) and whose
-/// callee is `selfpc`: that entry, the other way of its set, then the two ways of its alternate set. `None`
-/// when the mapping is too short (none yet).
-fn pair_ways(slot: &CacheSlot, index: usize, selfpc: usize) -> Option<[&CacheEntry; 4]> {
+/// The indices of the four entries where the cache may hold a pair whose own entry is `index`
+/// ([`cache_index`]) and whose callee is `selfpc`, in the order the stub looks: that entry, the other way of
+/// its set, then the two ways of its alternate set.
+fn pair_places(index: usize, selfpc: usize) -> [usize; 4] {
     let alternate = alternate_index(index, selfpc);
+    [index, index ^ 1, alternate, alternate + 1]
+}
+
+/// The entries at [`pair_places`]. `None` when the mapping is too short (none yet).
+fn pair_ways(slot: &CacheSlot, index: usize, selfpc: usize) -> Option<[&CacheEntry; 4]> {
     let entries = slot.entries();
-    match (
-        entries.get(index),
-        entries.get(index ^ 1),
-        entries.get(alternate..alternate + 2),
-    ) {
-        (Some(own), Some(other), Some([alternate_first, alternate_second])) => {
-            Some([own, other, alternate_first, alternate_second])
-        }
-        _ => None,
-    }
+    let [own, other, alternate_first, alternate_second] = pair_places(index, selfpc);
+    Some([
+        entries.get(own)?,
+        entries.get(other)?,
+        entries.get(alternate_first)?,
+        entries.get(alternate_second)?,
+    ])
 }
 
 /// The one of `ways` that holds the pair (an arc is in one entry at most).

@@ -114,9 +114,10 @@ macro_rules! mcount_probe_way {
 /// (a direct call is 5 bytes) and the call sites of a program, executed in address order, walk the cache in
 /// address order too (the stub prefetches eight lines ahead). A pair not in its own entry may be in the
 /// other way of its set (a call site's second callee, when no neighbouring site has that entry as its
-/// own), then in the set two or four sets away by bit 4 of selfpc (address XOR 128 or 256), where `record_cached` keeps a call site's
-/// further callees (an indirect call, a chain of tail calls returning to one site); a hit in the own
-/// entry, every direct call's, is one compare of each address and never looks further.
+/// own), then in the set two or four sets away by bit 4 of selfpc (address XOR 128 or 256), where
+/// `record_cached` keeps a call site's further callees (an indirect call, a chain of tail calls returning
+/// to one site); a hit in the own entry, every direct call's, is one compare of each address and never
+/// looks further.
 macro_rules! mcount_fast_path {
     ($frompc:literal, $selfpc:literal, $slow:path) => {
         core::arch::naked_asm!(
