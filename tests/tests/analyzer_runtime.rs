@@ -69,6 +69,12 @@ fn demo_reports_exact_calls_in_every_module() {
         "{report}"
     );
     assert!(report.contains("<cycle 1 as a whole>"), "{report}");
+    // The demo samples at 1 kHz unless MSLPROF_HZ says otherwise.
+    let asked = std::env::var("MSLPROF_HZ").unwrap_or_else(|_| "1000".into());
+    assert!(
+        report.contains(&format!(" ({asked} asked for; ")),
+        "{report}"
+    );
     assert!(report.contains("\u{c}\nModules\n"), "{report}");
     for m in ["libshapes.so", "libtext.so", "demo"] {
         assert!(
