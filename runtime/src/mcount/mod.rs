@@ -87,6 +87,12 @@ const CACHE_SETS: [usize; 6] = [1 << 12, 1 << 15, 1 << 17, 1 << 19, 1 << 21, 1 <
 /// A cache grows once it has displaced one entry per this many of its sets since it was claimed or last
 /// grew (growing moves the entries, so it may come early: see runtime/CALLCOUNTS.md).
 const SETS_PER_GROWTH_EVICTION: usize = 32;
+/// In the first cache, a displacement made by the first call of an arc counts this much less toward growth
+/// than one made by an arc called before: the first cache grows after 2 048 of them. Every first call
+/// misses, whatever the cache's size, so they say little about the working set; and the first growth (a 2 MiB
+/// huge page cleared, the entries moved: 0.2–0.3 ms) costs more than the flushes of that many displaced
+/// entries, so a program whose few thousand call sites each run once never pays for it.
+const FIRST_CALL_DISPLACEMENT_WEIGHT: u32 = 16;
 /// Most sets a thread's cache can have.
 pub const MAX_CACHE_SETS: usize = CACHE_SETS[CACHE_SETS.len() - 1];
 
@@ -391,13 +397,21 @@ impl ThreadCache {
         (self.entry_mask as usize >> 1) + 1
     }
 
-    /// Counts a displaced entry; once a cache has displaced one entry per [`SETS_PER_GROWTH_EVICTION`] sets,
+    /// Counts a displaced entry (made by the miss of an arc `called_before` or by its first call: see
+    /// [`FIRST_CALL_DISPLACEMENT_WEIGHT`]); once a cache has displaced one entry per [`SETS_PER_GROWTH_EVICTION`] sets,
     /// the thread's working set does not fit: the slot moves to its next, larger mapping ([`CACHE_SETS`]), the
     /// old entries moved into it with their counts (`CacheSlot::grow`).
-    fn count_eviction(&mut self, slot: &CacheSlot) {
-        self.evictions = self.evictions.saturating_add(1);
+    fn count_eviction(&mut self, slot: &CacheSlot, called_before: bool) {
         let sets = self.sets();
-        if (self.evictions as usize) < sets / SETS_PER_GROWTH_EVICTION || sets >= MAX_CACHE_SETS {
+        // In units of a first call's displacement in the first cache.
+        let weight = if called_before || sets > FIRST_CACHE_SETS {
+            FIRST_CALL_DISPLACEMENT_WEIGHT
+        } else {
+            1
+        };
+        self.evictions = self.evictions.saturating_add(weight);
+        let due = sets / SETS_PER_GROWTH_EVICTION * FIRST_CALL_DISPLACEMENT_WEIGHT as usize;
+        if (self.evictions as usize) < due || sets >= MAX_CACHE_SETS {
             return;
         }
         self.evictions = 0;
@@ -712,6 +726,10 @@ fn record_cached(cache: &mut ThreadCache, slot: &CacheSlot, frompc: usize, selfp
     let Some(counted) = record_uncached(stripe, frompc, selfpc, true) else {
         return;
     };
+    // Read before this call is counted: whether the thread's stripe (or the shared counter) has counted the arc
+    // before, so that this miss is of an arc the cache lost rather than of one never called.
+    let called_before =
+        unsafe_counter(counted.counter).is_some_and(|c| c.load(Ordering::Relaxed) != 0);
     let (counter, count) = cached_count(&counted, stripe);
     let lent = slot.is_lent();
     let own = ways[0];
@@ -721,8 +739,11 @@ fn record_cached(cache: &mut ThreadCache, slot: &CacheSlot, frompc: usize, selfp
     }
     own.set(frompc, selfpc, counter, count);
     slot.touch(index);
+    // The first call of an arc misses whatever the cache's size: only a displacement made by the miss of an arc
+    // called before says that the working set does not fit. A program whose call sites mostly run once (a
+    // first sweep over a million of them) keeps its first cache.
     if displaced {
-        cache.count_eviction(slot);
+        cache.count_eviction(slot, called_before);
     }
 }
 
