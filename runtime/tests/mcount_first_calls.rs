@@ -40,7 +40,7 @@ fn arcs() -> BTreeMap<u64, u64> {
 }
 
 #[test]
-fn first_calls_grow_the_first_cache_late_and_calls_made_before_at_once() {
+fn first_calls_grow_the_first_cache_late_and_calls_made_before_early() {
     let policy = fake_modules::policy(None);
     modules::update(&policy, |table| {
         table.add(fake_module("liba.so", BIAS, 0x100_0000))

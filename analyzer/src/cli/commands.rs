@@ -1,7 +1,7 @@
 //! The subcommands `run` (a program under libmslprof.so, then its report) and `demo` (build and profile
 //! the bundled three-module demo); `export` is in `export_cli`.
 
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
@@ -111,7 +111,7 @@ fn run_profiled(
     program: &Path,
     args: &[String],
     quiet: bool,
-    env: &[(&str, &OsStr)],
+    defaults: &[(&str, &str)],
 ) -> Result<(PathBuf, i32), String> {
     let lib = runtime_library()?;
     let mut cmd = Command::new(program);
@@ -119,8 +119,13 @@ fn run_profiled(
         .current_dir(cwd)
         .env_remove("GPROFDIR")
         .env_remove("GMON_OUT_PREFIX")
-        .env_remove("MSLPROF_ROOT_PID")
-        .envs(env.iter().copied());
+        .env_remove("MSLPROF_ROOT_PID");
+    // Variables the program gets unless the environment sets them.
+    for &(name, value) in defaults {
+        if std::env::var_os(name).is_none() {
+            cmd.env(name, value);
+        }
+    }
     profiling_environment(&mut cmd, &lib, plt_by_default());
     if quiet {
         cmd.stdout(std::process::Stdio::null());
@@ -233,8 +238,7 @@ fn demo_inner(args: &[String]) -> Result<ExitCode, String> {
     )?;
     // A 0.4 s run at the default 100 Hz has about 40 samples: too few to show every module's share (the
     // runtime's own, a few percent, is sometimes missed). The demo samples at DEMO_HZ unless told otherwise.
-    let hz = std::env::var_os("MSLPROF_HZ").unwrap_or_else(|| DEMO_HZ.into());
-    let (profile, code) = run_profiled(d, &d.join("demo"), &[], true, &[("MSLPROF_HZ", &hz)])?;
+    let (profile, code) = run_profiled(d, &d.join("demo"), &[], true, &[("MSLPROF_HZ", DEMO_HZ)])?;
     if code != 0 {
         return Err(format!("the demo program exited with status {code}"));
     }

@@ -397,10 +397,11 @@ impl ThreadCache {
         (self.entry_mask as usize >> 1) + 1
     }
 
-    /// Counts a displaced entry (made by the miss of an arc `called_before` or by its first call: see
-    /// [`FIRST_CALL_DISPLACEMENT_WEIGHT`]); once a cache has displaced one entry per [`SETS_PER_GROWTH_EVICTION`] sets,
-    /// the thread's working set does not fit: the slot moves to its next, larger mapping ([`CACHE_SETS`]), the
-    /// old entries moved into it with their counts (`CacheSlot::grow`).
+    /// Counts a displaced entry, made by the miss of an arc `called_before` or by an arc's first call (which in
+    /// the first cache counts less: [`FIRST_CALL_DISPLACEMENT_WEIGHT`]); once a cache has displaced one entry
+    /// per [`SETS_PER_GROWTH_EVICTION`] sets, the thread's working set does not fit: the slot moves to its
+    /// next, larger mapping ([`CACHE_SETS`]), the old entries moved into it with their counts
+    /// (`CacheSlot::grow`).
     fn count_eviction(&mut self, slot: &CacheSlot, called_before: bool) {
         let sets = self.sets();
         // In units of a first call's displacement in the first cache.
@@ -739,9 +740,6 @@ fn record_cached(cache: &mut ThreadCache, slot: &CacheSlot, frompc: usize, selfp
     }
     own.set(frompc, selfpc, counter, count);
     slot.touch(index);
-    // The first call of an arc misses whatever the cache's size: only a displacement made by the miss of an arc
-    // called before says that the working set does not fit. A program whose call sites mostly run once (a
-    // first sweep over a million of them) keeps its first cache.
     if displaced {
         cache.count_eviction(slot, called_before);
     }
