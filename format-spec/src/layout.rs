@@ -5,7 +5,7 @@
 /// `\x89MSLPROF` (SPEC.md §2).
 pub const MAGIC: [u8; 8] = *b"\x89MSLPROF";
 pub const VERSION_MAJOR: u16 = 1;
-pub const VERSION_MINOR: u16 = 4;
+pub const VERSION_MINOR: u16 = 5;
 pub const BYTE_ORDER_MARK: u32 = 0x0A0B_0C0D;
 pub const PREAMBLE_SIZE: u64 = 16;
 
@@ -35,6 +35,17 @@ pub const HIST_SPARSE: u8 = 2;
 pub const SPARSE_ENTRY_SIZE: u64 = 12;
 /// One arc record (SPEC.md §7.1).
 pub const ARC_RECORD_SIZE: u64 = 32;
+/// One arc record of a module with flag COMPACT_ARCS (since 1.5): both addresses in 32 bits.
+pub const COMPACT_ARC_RECORD_SIZE: u64 = 20;
+
+/// The size of one arc record of a module with these flags (SPEC.md §7.1).
+pub fn arc_record_size(module_flags: u32) -> u64 {
+    if module_flags & crate::model::module_flags::COMPACT_ARCS != 0 {
+        COMPACT_ARC_RECORD_SIZE
+    } else {
+        ARC_RECORD_SIZE
+    }
+}
 /// STACKS payload bytes before the records: record_count, max_depth, dropped (SPEC.md §11).
 pub const STACKS_FIXED: u64 = 16;
 /// One stack record's bytes before its frames: count, flags, depth.

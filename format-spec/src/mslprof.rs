@@ -253,6 +253,8 @@ struct Entry {
     arc_offset_at: usize,
     arc_size: u64,
     arc_count: u64,
+    /// Bytes of one arc record: 32, or 20 with COMPACT_ARCS.
+    arc_record_size: u64,
 }
 
 fn read_entry(bytes: &[u8], at: usize, end: usize, big_endian: bool) -> Result<Entry, ReadError> {
@@ -396,9 +398,14 @@ fn read_entry(bytes: &[u8], at: usize, end: usize, big_endian: bool) -> Result<E
     if arc_count > MAX_ARCS {
         return Err(err(ErrorKind::LimitExceeded("arc count"), arc_count_at));
     }
-    if arc_count.checked_mul(ARC_RECORD_SIZE) != Some(arc_size) {
+    let arc_record_size = arc_record_size(flags);
+    if arc_count.checked_mul(arc_record_size) != Some(arc_size) {
         return Err(err(
-            ErrorKind::CountMismatch("arc_size is not 32 × arc_count"),
+            ErrorKind::CountMismatch(if arc_record_size == ARC_RECORD_SIZE {
+                "arc_size is not 32 × arc_count"
+            } else {
+                "arc_size is not 20 × arc_count (COMPACT_ARCS)"
+            }),
             arc_size_at,
         ));
     }
@@ -418,7 +425,7 @@ fn read_entry(bytes: &[u8], at: usize, end: usize, big_endian: bool) -> Result<E
             name,
             soname,
             build_id,
-            flags,
+            flags: flags & !module_flags::COMPACT_ARCS,
             load_order,
             unload_order,
             load_bias: LoadBias(load_bias),
@@ -441,6 +448,7 @@ fn read_entry(bytes: &[u8], at: usize, end: usize, big_endian: bool) -> Result<E
         arc_offset_at,
         arc_size,
         arc_count,
+        arc_record_size,
     })
 }
 
@@ -595,16 +603,26 @@ fn decode_arcs(
     start: usize,
     end: usize,
     big_endian: bool,
+    record_size: u64,
     keys: &[u32],
 ) -> Result<Vec<Arc>, ReadError> {
     let mut d = Decoder::new(bytes, start, end, big_endian);
     let mut arcs = Vec::new();
+    let compact = record_size == COMPACT_ARC_RECORD_SIZE;
     while !d.is_empty() {
         let at = d.pos();
         let caller_key = d.u32("arc record")?;
-        d.skip(4, "arc record")?;
-        let caller_address = LinkAddress(d.u64("arc record")?);
-        let callee_address = LinkAddress(d.u64("arc record")?);
+        let (caller_address, callee_address) = if compact {
+            (
+                u64::from(d.u32("arc record")?),
+                u64::from(d.u32("arc record")?),
+            )
+        } else {
+            d.skip(4, "arc record")?;
+            (d.u64("arc record")?, d.u64("arc record")?)
+        };
+        let (caller_address, callee_address) =
+            (LinkAddress(caller_address), LinkAddress(callee_address));
         let count = d.u64("arc record")?;
         if caller_key != UNKNOWN_KEY && keys.binary_search(&caller_key).is_err() {
             return Err(err(ErrorKind::UnknownKey(caller_key), at));
@@ -783,7 +801,7 @@ pub(crate) fn read(bytes: &[u8]) -> Result<Profile, ReadError> {
         if e.arc_count != 0 {
             let s = to_usize(e.arc_offset);
             let t = to_usize(e.arc_offset.saturating_add(e.arc_size));
-            e.module.arcs = decode_arcs(bytes, s, t, big_endian, &keys)?;
+            e.module.arcs = decode_arcs(bytes, s, t, big_endian, e.arc_record_size, &keys)?;
         }
         if let Ok(i) = keys.binary_search(&e.module.key) {
             e.module.path = std::mem::take(&mut key_entries[i].1);

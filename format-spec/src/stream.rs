@@ -359,7 +359,8 @@ impl<E: fmt::Debug + fmt::Display> std::error::Error for StreamError<E> {}
 pub struct StreamSummary {
     /// Zero-count records written because a callback produced fewer arcs than announced.
     pub arcs_padded: u64,
-    /// Arcs a callback offered beyond the announced count (not written).
+    /// Arcs a callback offered beyond the announced count, or with an address above 2³² − 1 in a module with
+    /// flag COMPACT_ARCS (not written).
     pub arcs_dropped: u64,
     /// Arcs whose caller key was not among the modules written: written as unknown/spontaneous callers
     /// (caller key `0xFFFFFFFF`, address 0) so that the file stays readable.
@@ -571,7 +572,7 @@ fn place_module(m: &ModuleDesc<'_>, mut cursor: u64) -> Result<u64, &'static str
     if p.arc_count != 0 {
         cursor = checked(align8(cursor))?;
         p.arc_offset = cursor;
-        cursor = checked(cursor.checked_add(p.arc_count * ARC_RECORD_SIZE))?;
+        cursor = checked(cursor.checked_add(p.arc_count * arc_record_size(m.flags)))?;
     }
     if let Some(h) = &m.histogram {
         let (buckets, nonzero) = scan_histogram(h)?;
@@ -770,37 +771,58 @@ impl<S: Sink> Encoder<'_, S> {
     }
     /// One arc record (SPEC.md §7.1), copied into the buffer at once: a dump writes hundreds of
     /// thousands of them.
-    fn arc(&mut self, arc: Arc) -> Result<(), S::Error> {
+    fn arc(&mut self, arc: Arc, compact: bool) -> Result<(), S::Error> {
         let big = self.big_endian;
         let key = if big {
             arc.caller_key.to_be_bytes()
         } else {
             arc.caller_key.to_le_bytes()
         };
-        let words = [arc.caller_address.0, arc.callee_address.0, arc.count];
+        let word = |w: u64| {
+            if big {
+                w.to_be_bytes()
+            } else {
+                w.to_le_bytes()
+            }
+        };
+        // A compact record's addresses were checked to fit 32 bits by the caller.
+        let half = |w: u64| {
+            let w = w as u32;
+            if big {
+                w.to_be_bytes()
+            } else {
+                w.to_le_bytes()
+            }
+        };
         let fill = |record: &mut [u8]| {
             record[..4].copy_from_slice(&key);
-            record[4..8].fill(0);
-            for (field, word) in record[8..].chunks_exact_mut(8).zip(words) {
-                field.copy_from_slice(&if big {
-                    word.to_be_bytes()
-                } else {
-                    word.to_le_bytes()
-                });
+            if compact {
+                record[4..8].copy_from_slice(&half(arc.caller_address.0));
+                record[8..12].copy_from_slice(&half(arc.callee_address.0));
+                record[12..20].copy_from_slice(&word(arc.count));
+            } else {
+                record[4..8].fill(0);
+                record[8..16].copy_from_slice(&word(arc.caller_address.0));
+                record[16..24].copy_from_slice(&word(arc.callee_address.0));
+                record[24..32].copy_from_slice(&word(arc.count));
             }
         };
         // A dump of 200 000 arcs writes 200 000 records: each goes straight into the buffer when it fits
         // (a record built aside and then copied stalls on every copy: the copy's loads span its stores).
-        const SIZE: usize = ARC_RECORD_SIZE as usize;
-        if let Some(free) = self.buf.get_mut(self.len..self.len + SIZE) {
+        let size = if compact {
+            COMPACT_ARC_RECORD_SIZE
+        } else {
+            ARC_RECORD_SIZE
+        } as usize;
+        if let Some(free) = self.buf.get_mut(self.len..self.len + size) {
             fill(free);
-            self.len += SIZE;
-            self.written += SIZE as u64;
+            self.len += size;
+            self.written += size as u64;
             return Ok(());
         }
-        let mut record = [0u8; SIZE];
+        let mut record = [0u8; ARC_RECORD_SIZE as usize];
         fill(&mut record);
-        self.bytes(&record)
+        self.bytes(&record[..size])
     }
     fn bucket(&mut self, bits: u8, count: u32) -> Result<(), S::Error> {
         if bits == 16 {
@@ -866,7 +888,7 @@ fn module_entry<S: Sink>(e: &mut Encoder<'_, S>, m: &ModuleDesc<'_>) -> Result<(
     e.u64(p.hist_size)?;
     e.u64(p.bucket_count)?;
     e.u64(p.arc_offset)?;
-    e.u64(p.arc_count * ARC_RECORD_SIZE)?;
+    e.u64(p.arc_count * arc_record_size(m.flags))?;
     e.u64(p.arc_count)?;
     for r in hist.ranges {
         e.u64(r.start.0)?;
@@ -1062,6 +1084,7 @@ fn write_arcs<S: Sink>(
     known: &dyn Fn(u32) -> bool,
     summary: &mut StreamSummary,
 ) -> Result<(), S::Error> {
+    let compact = m.flags & module_flags::COMPACT_ARCS != 0;
     let mut written: u64 = 0;
     let mut failure: Option<S::Error> = None;
     let mut dropped: u64 = 0;
@@ -1086,7 +1109,11 @@ fn write_arcs<S: Sink>(
                     arc.caller_address = LinkAddress(0);
                 }
             }
-            match e.arc(arc) {
+            if compact && (arc.caller_address.0 | arc.callee_address.0) > u64::from(u32::MAX) {
+                dropped += 1;
+                return true;
+            }
+            match e.arc(arc, compact) {
                 Ok(()) => {
                     written += 1;
                     written < announced
@@ -1111,7 +1138,7 @@ fn write_arcs<S: Sink>(
         count: 0,
     };
     while written < announced {
-        e.arc(padding)?;
+        e.arc(padding, compact)?;
         written += 1;
     }
     Ok(())

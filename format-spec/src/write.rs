@@ -66,6 +66,17 @@ fn check_module(m: &Module, keys: &HashSet<u32>) -> io::Result<()> {
     Ok(())
 }
 
+/// `flags` with COMPACT_ARCS set exactly when the module has arcs and every address fits a compact record
+/// (SPEC.md §7.1).
+fn compact_arcs_flag(flags: u32, arcs: &[Arc]) -> u32 {
+    let fits = |a: &Arc| (a.caller_address.0 | a.callee_address.0) <= u64::from(u32::MAX);
+    if !arcs.is_empty() && arcs.iter().all(fits) {
+        flags | module_flags::COMPACT_ARCS
+    } else {
+        flags & !module_flags::COMPACT_ARCS
+    }
+}
+
 fn check_stacks(stacks: &Stacks, keys: &HashSet<u32>) -> io::Result<()> {
     if stacks
         .records
@@ -156,7 +167,7 @@ pub(crate) fn write(profile: &Profile, options: WriteOptions, out: impl Write) -
             name: &m.name,
             soname: &m.soname,
             build_id: &m.build_id,
-            flags: m.flags,
+            flags: compact_arcs_flag(m.flags, &arcs[i]),
             load_order: m.load_order,
             unload_order: m.unload_order,
             load_bias: m.load_bias,

@@ -296,7 +296,7 @@ fn count_mismatch() {
     assert_eq!(
         read_err(&f),
         ReadError::new(
-            ErrorKind::CountMismatch("arc_size is not 32 × arc_count"),
+            ErrorKind::CountMismatch("arc_size is not 20 × arc_count (COMPACT_ARCS)"),
             (entry + 96) as u64
         )
     );
@@ -414,7 +414,7 @@ fn required_sections_may_come_in_any_order_after_the_file_header() {
 
 #[test]
 fn fields_appended_by_a_newer_minor_version_are_ignored() {
-    // A 1.5 writer appends 8 bytes to each module entry; DATA moves by 8 × modules and the offsets with it.
+    // A 1.6 writer appends 8 bytes to each module entry; DATA moves by 8 × modules and the offsets with it.
     let f = le();
     let mh = section(&f, 3);
     let entries = module_entries(&f);
@@ -442,9 +442,9 @@ fn fields_appended_by_a_newer_minor_version_are_ignored() {
     }
     put_u64(&mut out, mh.header + 8, (mh.length + grow) as u64);
     out.extend_from_slice(&f[mh.end..]);
-    out[10] = 5; // minor version 5
+    out[10] = 6; // minor version 6
     let p = read(&out, GnuTarget::default()).unwrap();
-    assert_eq!(p.format, SourceFormat::Mslprof { major: 1, minor: 5 });
+    assert_eq!(p.format, SourceFormat::Mslprof { major: 1, minor: 6 });
     assert_eq!(p.modules, sample::profile().modules);
 }
 
@@ -589,7 +589,7 @@ fn stacks_section_is_not_critical_and_older_files_have_none() {
     let stacks = section(&f, 5);
     assert_eq!(sample::le_u32(&f, stacks.header + 4), 0, "not critical");
     assert_eq!(stacks.end, f.len(), "written last");
-    assert_eq!(&f[8..12], &[1, 0, 4, 0], "version 1.4");
+    assert_eq!(&f[8..12], &[1, 0, 5, 0], "version 1.5");
 
     // A 1.3 file: no STACKS section.
     let mut old_profile = sample::profile();
@@ -602,4 +602,83 @@ fn stacks_section_is_not_critical_and_older_files_have_none() {
     assert_eq!(p.format, SourceFormat::Mslprof { major: 1, minor: 3 });
     assert_eq!(p.stacks, None);
     assert_eq!(p.modules, sample::profile().modules);
+}
+
+#[test]
+fn arc_records_are_compact_where_addresses_fit_and_wide_elsewhere() {
+    // The sample's arcs all fit 32 bits: 20-byte records, key, caller, callee, count (SPEC.md §7.1), sorted.
+    let f = le();
+    let main = module_entries(&f)[0];
+    assert_ne!(sample::le_u32(&f, main + 8) & module_flags::COMPACT_ARCS, 0);
+    assert_eq!(sample::le_u64(&f, main + 96), 3 * 20, "arc_size");
+    let at = sample::le_u64(&f, main + 88) as usize;
+    let words = |r: usize| {
+        let r = at + 20 * r;
+        (
+            sample::le_u32(&f, r),
+            sample::le_u32(&f, r + 4),
+            sample::le_u32(&f, r + 8),
+            sample::le_u64(&f, r + 12),
+        )
+    };
+    assert_eq!(words(0), (1, 0x1010, 0x1040, 5));
+    assert_eq!(words(1), (2, 0x2200, 0x1080, 1 << 40));
+    assert_eq!(words(2), (UNKNOWN_KEY, 0, 0x1000, 1));
+    let read_back = read(&f, GnuTarget::default()).unwrap();
+    assert_eq!(
+        read_back.modules,
+        sample::profile().modules,
+        "the flag is not in the model"
+    );
+
+    // One address above 2³² − 1 makes that module's records wide (32 bytes); the library's stay compact.
+    let mut wide = sample::profile();
+    wide.modules[0].arcs.push(Arc {
+        caller_key: 1,
+        caller_address: LinkAddress(0x1_0000_0010),
+        callee_address: LinkAddress(0x1040),
+        count: 3,
+    });
+    wide.modules[0].arcs.sort();
+    let mut w = Vec::new();
+    write(&wide, &mut w).unwrap();
+    let entries = module_entries(&w);
+    assert_eq!(
+        sample::le_u32(&w, entries[0] + 8) & module_flags::COMPACT_ARCS,
+        0
+    );
+    assert_eq!(sample::le_u64(&w, entries[0] + 96), 4 * 32);
+    // Sorted by (caller key, caller address, callee address): the new arc is the second record.
+    let r = sample::le_u64(&w, entries[0] + 88) as usize + 32;
+    assert_eq!(sample::le_u64(&w, r + 8), 0x1_0000_0010, "caller_address");
+    assert_eq!(sample::le_u64(&w, entries[1] + 96), 20);
+    assert_eq!(
+        read(&w, GnuTarget::default()).unwrap().modules,
+        wide.modules
+    );
+
+    // A 1.4 file, whose records are all wide, reads the same.
+    let mut old = sample::profile();
+    for m in &mut old.modules {
+        for a in &mut m.arcs {
+            a.callee_address.0 |= 1 << 40;
+        }
+    }
+    let mut o = Vec::new();
+    write(&old, &mut o).unwrap();
+    o[10] = 4;
+    let p = read(&o, GnuTarget::default()).unwrap();
+    assert_eq!(p.format, SourceFormat::Mslprof { major: 1, minor: 4 });
+    assert_eq!(p.modules, old.modules);
+
+    // A wide record's arc_size in a compact module is refused.
+    let mut f = le();
+    put_u64(&mut f, main + 96, 3 * 32);
+    assert_eq!(
+        read_err(&f),
+        ReadError::new(
+            ErrorKind::CountMismatch("arc_size is not 20 × arc_count (COMPACT_ARCS)"),
+            (main + 96) as u64
+        )
+    );
 }

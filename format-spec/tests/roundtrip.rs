@@ -123,20 +123,20 @@ fn arcs(keys: Vec<u32>) -> impl Strategy<Value = Vec<Arc>> {
         1 => Just(UNKNOWN_KEY),
         4 => prop::sample::select(keys),
     ];
-    prop::collection::btree_map((caller, any::<u64>(), any::<u64>()), 1..=u64::MAX, 0..12).prop_map(
-        |m| {
-            m.into_iter()
-                .map(
-                    |((caller_key, caller_address, callee_address), count)| Arc {
-                        caller_key,
-                        caller_address: LinkAddress(caller_address),
-                        callee_address: LinkAddress(callee_address),
-                        count,
-                    },
-                )
-                .collect()
-        },
-    )
+    // Addresses that fit 32 bits half the time, so both record layouts (SPEC.md §7.1) are written.
+    let address = || prop_oneof![any::<u64>(), any::<u32>().prop_map(u64::from)];
+    prop::collection::btree_map((caller, address(), address()), 1..=u64::MAX, 0..12).prop_map(|m| {
+        m.into_iter()
+            .map(
+                |((caller_key, caller_address, callee_address), count)| Arc {
+                    caller_key,
+                    caller_address: LinkAddress(caller_address),
+                    callee_address: LinkAddress(callee_address),
+                    count,
+                },
+            )
+            .collect()
+    })
 }
 
 /// Canonical stacks (records sorted by flags and frames, unique, non-zero) whose frames are in `keys` or unknown.
@@ -183,10 +183,12 @@ fn module(key: u32, keys: Vec<u32>) -> impl Strategy<Value = Module> {
         .prop_map(move |(s, f, n, histogram, arcs)| {
             let profiled = f.1;
             // CALLEE_ARCS only on modules that are not PROFILED (the writer refuses both).
+            // COMPACT_ARCS is the writer's to choose and the reader's to take out (a layout bit).
+            let f0 = f.0 & !module_flags::COMPACT_ARCS;
             let flags = if profiled {
-                (f.0 | module_flags::PROFILED) & !module_flags::CALLEE_ARCS
+                (f0 | module_flags::PROFILED) & !module_flags::CALLEE_ARCS
             } else {
-                f.0 & !module_flags::PROFILED
+                f0 & !module_flags::PROFILED
             };
             let callee_arcs = flags & module_flags::CALLEE_ARCS != 0;
             Module {
@@ -229,7 +231,7 @@ fn profile() -> impl Strategy<Value = Profile> {
             let stacks = prop::option::of(stacks(arc_keys));
             (Just(header), modules, stacks).prop_map(|(header, modules, stacks)| Profile {
                 stacks,
-                format: SourceFormat::Mslprof { major: 1, minor: 4 },
+                format: SourceFormat::Mslprof { major: 1, minor: 5 },
                 header,
                 modules,
             })

@@ -174,7 +174,7 @@ fn write_two_modules_in(
         }
     };
     let lib_feed = |emit: &mut dyn FnMut(Arc) -> bool| {
-        emit(arc(1, 0x1000, 9));
+        emit(arc(1, 0x1_0000_1000, 9));
         // A caller key that is not among the modules written (a stale one).
         emit(arc(42, 0x1008, 2));
     };
@@ -183,7 +183,8 @@ fn write_two_modules_in(
             key: 1,
             path: b"/bin/app",
             name: b"app",
-            flags: module_flags::PROFILED | module_flags::MAIN_PROGRAM,
+            // Compact records, as the runtime writes them; the library's are wide (an address above 2³² − 1).
+            flags: module_flags::PROFILED | module_flags::MAIN_PROGRAM | module_flags::COMPACT_ARCS,
             load_order: 1,
             samples: 20,
             histogram: Some(HistogramDesc {
@@ -303,7 +304,7 @@ fn streaming_path_allocates_nothing_and_reads_back() {
         callee_address: LinkAddress(0x1008),
         count: 2,
     };
-    assert_eq!(lib.arcs, vec![arc(1, 0x1000, 9), stale]);
+    assert_eq!(lib.arcs, vec![arc(1, 0x1_0000_1000, 9), stale]);
 }
 
 #[test]
@@ -328,6 +329,33 @@ fn fewer_arcs_than_announced_are_padded_and_more_are_cut() {
     let p = read(&buf[..len], GnuTarget::default()).unwrap();
     assert_eq!(p.modules[0].arcs.len(), 3);
     assert!(!p.modules[0].arcs.contains(&arc(1, 0x40, 7)));
+}
+
+#[test]
+fn a_compact_module_leaves_out_an_arc_whose_address_does_not_fit() {
+    let feed = |emit: &mut dyn FnMut(Arc) -> bool| {
+        emit(arc(1, 0x1_0000_0000, 3));
+        emit(arc(1, 0x40, 7));
+    };
+    let module = ModuleDesc {
+        key: 1,
+        name: b"m",
+        flags: module_flags::PROFILED | module_flags::COMPACT_ARCS,
+        arc_count: 2,
+        arcs: Some(&feed),
+        ..ModuleDesc::default()
+    };
+    let mut buf = vec![0u8; 1 << 12];
+    let mut sink = SliceSink {
+        buf: &mut buf,
+        len: 0,
+        fail_after: usize::MAX,
+    };
+    let summary = stream::write_profile(&mut sink, &HEADER, std::slice::from_ref(&module)).unwrap();
+    let len = sink.len;
+    assert_eq!((summary.arcs_dropped, summary.arcs_padded), (1, 1));
+    let p = read(&buf[..len], GnuTarget::default()).unwrap();
+    assert_eq!(p.modules[0].arcs, vec![arc(1, 0x40, 7)]);
 }
 
 #[test]

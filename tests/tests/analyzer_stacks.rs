@@ -101,7 +101,7 @@ fn counter_profile(exe: &Path, stacks: bool) -> Profile {
     };
     let path = exe.as_os_str().as_encoded_bytes().to_vec();
     Profile {
-        format: SourceFormat::Mslprof { major: 1, minor: 4 },
+        format: SourceFormat::Mslprof { major: 1, minor: 5 },
         header: Header {
             hz: 100,
             sample_period_ns: 10_000_000,

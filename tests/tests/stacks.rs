@@ -113,7 +113,7 @@ fn the_gprof_manuals_counter_example_charges_foo_to_b() {
     let ws = Workspace::new();
     let program = ws.program("counter", &[source("gprof_counter.c")], &[]);
     let profile = run_profiled(&ws, &program, &[], &[("MSLPROF_HZ", "1000")], 3, "done 1\n");
-    assert_eq!(profile.format, SourceFormat::Mslprof { major: 1, minor: 4 });
+    assert_eq!(profile.format, SourceFormat::Mslprof { major: 1, minor: 5 });
     let stacks = resolved_stacks(&profile);
     let with_foo = samples_where(&stacks, |s| s.functions.iter().any(|f| f == "foo"));
     let under_b = samples_where(&stacks, |s| caller_of(s, "foo") == Some("b"));

@@ -16,7 +16,7 @@ pub fn profile() -> Profile {
     sparse[400] = 70_000;
     Profile {
         stacks: Some(stacks()),
-        format: SourceFormat::Mslprof { major: 1, minor: 4 },
+        format: SourceFormat::Mslprof { major: 1, minor: 5 },
         header: Header {
             flags: header_flags::INCOMPLETE,
             incomplete_cause: IncompleteCause::Signal,

@@ -191,6 +191,9 @@ fn module_flag_bits(module: &LiveModule) -> u32 {
             module.histogram.is_none() && !module.arcs.is_empty(),
             module_flags::CALLEE_ARCS,
         ),
+        // The table keeps 32 bits of each address (calls beyond are dropped), so every arc fits a compact
+        // record.
+        (!module.arcs.is_empty(), module_flags::COMPACT_ARCS),
     ] {
         if set {
             flags |= bit;

@@ -12,7 +12,7 @@ use crate::sys;
 /// Longest path (with its NUL) a dump writes to.
 pub const PATH_BYTES: usize = 4096;
 
-/// Bytes a dump buffers before each `write`: a profile of 200 000 arcs is 6 MB, which 1 KiB writes (the
+/// Bytes a dump buffers before each `write`: a profile of 200 000 arcs is 4 MB, which 1 KiB writes (the
 /// stream encoder's own buffer, kept small for alternate signal stacks) would make 6 000 system calls. More
 /// than 64 KiB saves few calls, and each further page of the fresh mapping costs a page fault.
 const SINK_BUFFER_BYTES: usize = 64 << 10;
