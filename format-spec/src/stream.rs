@@ -771,6 +771,7 @@ impl<S: Sink> Encoder<'_, S> {
     }
     /// One arc record (SPEC.md §7.1), copied into the buffer at once: a dump writes hundreds of
     /// thousands of them.
+    #[inline(always)]
     fn arc(&mut self, arc: Arc, compact: bool) -> Result<(), S::Error> {
         let big = self.big_endian;
         let key = if big {
