@@ -38,9 +38,9 @@ pub const ARC_RECORD_SIZE: u64 = 32;
 /// One arc record of a module with flag COMPACT_ARCS (since 1.5): both addresses in 32 bits.
 pub const COMPACT_ARC_RECORD_SIZE: u64 = 20;
 
-/// The size of one arc record of a module with these flags (SPEC.md §7.1).
-pub fn arc_record_size(module_flags: u32) -> u64 {
-    if module_flags & crate::model::module_flags::COMPACT_ARCS != 0 {
+/// The size of one arc record: compact (module flag COMPACT_ARCS) or not (SPEC.md §7.1).
+pub fn arc_record_size(compact: bool) -> u64 {
+    if compact {
         COMPACT_ARC_RECORD_SIZE
     } else {
         ARC_RECORD_SIZE

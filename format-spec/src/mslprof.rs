@@ -398,7 +398,7 @@ fn read_entry(bytes: &[u8], at: usize, end: usize, big_endian: bool) -> Result<E
     if arc_count > MAX_ARCS {
         return Err(err(ErrorKind::LimitExceeded("arc count"), arc_count_at));
     }
-    let arc_record_size = arc_record_size(flags);
+    let arc_record_size = arc_record_size(flags & module_flags::COMPACT_ARCS != 0);
     if arc_count.checked_mul(arc_record_size) != Some(arc_size) {
         return Err(err(
             ErrorKind::CountMismatch(if arc_record_size == ARC_RECORD_SIZE {

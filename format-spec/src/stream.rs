@@ -72,7 +72,7 @@
 
 use std::fmt;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::atomic::{AtomicU8, AtomicU64};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64};
 
 use crate::address::{LinkAddress, LoadBias};
 use crate::layout::*;
@@ -218,11 +218,20 @@ pub struct StacksDesc<'a> {
 struct PlanData {
     encoding: u8,
     arc_count: u64,
+    /// The module's arc records are compact (flag COMPACT_ARCS as first seen).
+    compact_arcs: bool,
     bucket_count: u64,
     sparse_entries: u64,
     hist_size: u64,
     hist_offset: u64,
     arc_offset: u64,
+}
+
+impl PlanData {
+    /// Bytes of one of the module's arc records (SPEC.md §7.1).
+    fn arc_record_size(&self) -> u64 {
+        arc_record_size(self.compact_arcs)
+    }
 }
 
 /// Scratch space the writer fills in its first pass and reads in the later ones: the encoding chosen, the
@@ -233,6 +242,7 @@ struct PlanData {
 pub struct Plan {
     encoding: AtomicU8,
     arc_count: AtomicU64,
+    compact_arcs: AtomicBool,
     bucket_count: AtomicU64,
     sparse_entries: AtomicU64,
     hist_size: AtomicU64,
@@ -245,6 +255,7 @@ impl Plan {
         Plan {
             encoding: AtomicU8::new(0),
             arc_count: AtomicU64::new(0),
+            compact_arcs: AtomicBool::new(false),
             bucket_count: AtomicU64::new(0),
             sparse_entries: AtomicU64::new(0),
             hist_size: AtomicU64::new(0),
@@ -257,6 +268,7 @@ impl Plan {
         PlanData {
             encoding: self.encoding.load(Relaxed),
             arc_count: self.arc_count.load(Relaxed),
+            compact_arcs: self.compact_arcs.load(Relaxed),
             bucket_count: self.bucket_count.load(Relaxed),
             sparse_entries: self.sparse_entries.load(Relaxed),
             hist_size: self.hist_size.load(Relaxed),
@@ -268,6 +280,7 @@ impl Plan {
     fn set(&self, p: PlanData) {
         self.encoding.store(p.encoding, Relaxed);
         self.arc_count.store(p.arc_count, Relaxed);
+        self.compact_arcs.store(p.compact_arcs, Relaxed);
         self.bucket_count.store(p.bucket_count, Relaxed);
         self.sparse_entries.store(p.sparse_entries, Relaxed);
         self.hist_size.store(p.hist_size, Relaxed);
@@ -314,8 +327,9 @@ impl ModuleDesc<'_> {
 ///
 /// `with_module(i, visit)` must call `visit` exactly once with the descriptor of module `i`
 /// (`0 ≤ i < module_count()`); the writer visits each module several times (plan, key table, module headers,
-/// data), and every visit must describe the same module: same key, strings, flags, histogram ranges and slice
-/// lengths, and a `plan_slot` pointing at the same [`Plan`]. Histogram values and the arcs a feed produces may
+/// data), and every visit must describe the same module: same key, strings, flags (but COMPACT_ARCS, of which
+/// the first visit's holds), histogram ranges and slice lengths, and a `plan_slot` pointing at the same
+/// [`Plan`]. Histogram values and the arcs a feed produces may
 /// change between visits; the file stays well-formed (see the module documentation). While writing a module's
 /// arcs, the writer calls `with_module` again (nested) to check caller keys, so it must be re-entrant.
 pub trait ModuleSource {
@@ -567,12 +581,13 @@ fn check_module(m: &ModuleDesc<'_>) -> Result<(u64, u64), &'static str> {
 fn place_module(m: &ModuleDesc<'_>, mut cursor: u64) -> Result<u64, &'static str> {
     let mut p = PlanData {
         arc_count: m.plan().get().arc_count,
+        compact_arcs: m.flags & module_flags::COMPACT_ARCS != 0,
         ..PlanData::default()
     };
     if p.arc_count != 0 {
         cursor = checked(align8(cursor))?;
         p.arc_offset = cursor;
-        cursor = checked(cursor.checked_add(p.arc_count * arc_record_size(m.flags)))?;
+        cursor = checked(cursor.checked_add(p.arc_count * p.arc_record_size()))?;
     }
     if let Some(h) = &m.histogram {
         let (buckets, nonzero) = scan_histogram(h)?;
@@ -873,7 +888,13 @@ fn module_entry<S: Sink>(e: &mut Encoder<'_, S>, m: &ModuleDesc<'_>) -> Result<(
     let hist = m.histogram.unwrap_or_default();
     e.u32(entry_length(m) as u32)?;
     e.u32(m.key)?;
-    e.u32(m.flags)?;
+    // The layout bit as planned: a runtime's module may get its first arc between the visits.
+    let flags = if p.compact_arcs {
+        m.flags | module_flags::COMPACT_ARCS
+    } else {
+        m.flags & !module_flags::COMPACT_ARCS
+    };
+    e.u32(flags)?;
     e.u32(m.load_order)?;
     e.u32(m.unload_order)?;
     e.u8(hist.bucket_bits)?;
@@ -889,7 +910,7 @@ fn module_entry<S: Sink>(e: &mut Encoder<'_, S>, m: &ModuleDesc<'_>) -> Result<(
     e.u64(p.hist_size)?;
     e.u64(p.bucket_count)?;
     e.u64(p.arc_offset)?;
-    e.u64(p.arc_count * arc_record_size(m.flags))?;
+    e.u64(p.arc_count * p.arc_record_size())?;
     e.u64(p.arc_count)?;
     for r in hist.ranges {
         e.u64(r.start.0)?;
@@ -1085,7 +1106,7 @@ fn write_arcs<S: Sink>(
     known: &dyn Fn(u32) -> bool,
     summary: &mut StreamSummary,
 ) -> Result<(), S::Error> {
-    let compact = m.flags & module_flags::COMPACT_ARCS != 0;
+    let compact = m.plan().get().compact_arcs;
     let mut written: u64 = 0;
     let mut failure: Option<S::Error> = None;
     let mut dropped: u64 = 0;
