@@ -1,8 +1,8 @@
 //! The suite `plt`: what counting calls through the PLT costs (issue 10). A C program calling an
 //! uninstrumented library function N times through the PLT, plain, counted (`LD_AUDIT=libmslprof_audit.so`
-//! with the runtime) and with `MSLPROF_PLT=0`, as per-call slopes; and rustc `-O` on a generated crate of 300
-//! small functions under `LD_PROFILE=ALL` with PLT counting on and off, against the plain run's CPU time; and
-//! two call-heavy programs nobody here wrote, Python with SQLite and `openssl speed`, the same three ways
+//! with the runtime) and with `MSLPROF_PLT=0`, as per-call slopes, from one call site and from 8 192 scattered
+//! ones; rustc `-O` on a generated crate of 300 small functions under `LD_PROFILE=ALL` with PLT counting on
+//! and off, against the plain run's CPU time; and two call-heavy programs nobody here wrote, Python with SQLite and `openssl speed`, the same three ways
 //! and with PLT counting but no call site rewritten (`MSLPROF_PLT_SITES=0`), and what their modules weigh in
 //! the report with PLT counting on and off.
 
@@ -90,14 +90,11 @@ fn calls_into_leaf(dir: &Path) -> Result<u64, String> {
         .sum())
 }
 
-/// `plt_main` (tests/fixtures/plt) calling libleaf.so's `plt_leaf` through the PLT: per-call slopes.
-fn leaf_section(env: &Env) -> Result<Section, String> {
-    let dir = env.folder("plt-leaf")?;
-    let sources = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/plt");
-    let leaf = sources.join("leaf.c");
-    let main = sources.join("plt_main.c");
+/// Builds libleaf.so (tests/fixtures/plt/leaf.c) into `dir`.
+fn build_leaf(dir: &Path) -> Result<(), String> {
+    let leaf = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/plt/leaf.c");
     cc(
-        &dir,
+        dir,
         &[
             "-O2",
             "-shared",
@@ -106,30 +103,46 @@ fn leaf_section(env: &Env) -> Result<Section, String> {
             "libleaf.so",
             &leaf.to_string_lossy(),
         ],
-    )?;
-    cc(
-        &dir,
-        &[
-            "-O2",
-            "-o",
-            "plt_main",
-            &main.to_string_lossy(),
-            "-L.",
-            "-lleaf",
-            "-ldl",
-            "-Wl,-rpath,$ORIGIN",
-        ],
-    )?;
-    let program = dir.join("plt_main");
-    let (small, large): (u64, u64) = (1_000_000, 11_000_000);
-    let trials = match env.scale {
-        Scale::Quick => 5,
-        _ => 21,
-    };
+    )
+}
+
+/// Builds `program` in `dir` from `source`, linked with libleaf.so, with `extra` flags.
+fn build_leaf_caller(
+    dir: &Path,
+    source: &Path,
+    program: &str,
+    extra: &[&str],
+) -> Result<(), String> {
+    let source = source.to_string_lossy();
+    let mut args = vec!["-O2"];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&[
+        "-o",
+        program,
+        &source,
+        "-L.",
+        "-lleaf",
+        "-ldl",
+        "-Wl,-rpath,$ORIGIN",
+    ]);
+    cc(dir, &args)
+}
+
+/// The rows of a PLT table: each mode's per-call CPU-time slope of `program` between `small` and `large`
+/// calls (its one argument), over `trials` interleaved trials, and the slope over the plain run's of the same
+/// trial; every counted run's profile must count `large + extra_calls` calls into libleaf.so.
+fn plt_rows(
+    env: &Env,
+    dir: &Path,
+    program: &Path,
+    (small, large): (u64, u64),
+    trials: usize,
+    extra_calls: u64,
+) -> Result<Vec<Vec<String>>, String> {
     let invs: Vec<(Invocation, Invocation)> = MODES
         .iter()
         .map(|mode| {
-            let base = mode.invocation(env, &program, &dir);
+            let base = mode.invocation(env, program, dir);
             (
                 base.clone().arg(small.to_string()),
                 base.arg(large.to_string()),
@@ -145,12 +158,11 @@ fn leaf_section(env: &Env) -> Result<Section, String> {
             let l = run_once(large_run)?.cpu.as_secs_f64();
             slopes[i].push((l - s) / (large - small) as f64 * 1e9);
             if MODES[i] == Mode::Counted {
-                // The loop's calls of plt_leaf, and main's one call of plt_leaf_address.
-                let counted = calls_into_leaf(&dir)?;
-                if counted != large + 1 {
+                let counted = calls_into_leaf(dir)?;
+                if counted != large + extra_calls {
                     return Err(format!(
                         "PLT counting counted {counted} calls into libleaf.so, not {}",
-                        large + 1
+                        large + extra_calls
                     ));
                 }
             }
@@ -171,6 +183,34 @@ fn leaf_section(env: &Env) -> Result<Section, String> {
             },
         ]);
     }
+    Ok(rows)
+}
+
+/// The columns of both PLT tables.
+fn plt_header() -> Vec<String> {
+    ["mode", "command", "ns/call", "ns/call over plain"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+}
+
+fn plt_trials(env: &Env) -> usize {
+    match env.scale {
+        Scale::Quick => 5,
+        _ => 21,
+    }
+}
+
+/// `plt_main` (tests/fixtures/plt) calling libleaf.so's `plt_leaf` through the PLT: per-call slopes.
+fn leaf_section(env: &Env) -> Result<Section, String> {
+    let dir = env.folder("plt-leaf")?;
+    build_leaf(&dir)?;
+    let main = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/plt/plt_main.c");
+    build_leaf_caller(&dir, &main, "plt_main", &[])?;
+    let (small, large): (u64, u64) = (1_000_000, 11_000_000);
+    let trials = plt_trials(env);
+    // The loop's calls of plt_leaf, and main's one call of plt_leaf_address.
+    let rows = plt_rows(env, &dir, &dir.join("plt_main"), (small, large), trials, 1)?;
     Ok(Section {
         title: "Call counting: calls through the PLT".into(),
         intro: format!(
@@ -178,14 +218,75 @@ fn leaf_section(env: &Env) -> Result<Section, String> {
              ns per call, median (min–max) over {trials} interleaved trials, each the CPU-time slope between {small} and {large} calls; \
              the overhead column subtracts the plain run's slope of the same trial."
         ),
-        header: ["mode", "command", "ns/call", "ns/call over plain"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect(),
+        header: plt_header(),
         rows,
         notes: vec![
             format!("Every counted run's gmon.out was checked: exactly {large} + 1 calls into libleaf.so (the loop's and main's call of `plt_leaf_address`)."),
             "Target: the counted overhead no more than mslprof's mcount hit path (the fib table's one-thread row).".into(),
+        ],
+    })
+}
+
+/// Call sites of [`scattered_sites_source`].
+const SCATTERED_SITES: usize = 8192;
+
+/// A program whose calls of `plt_leaf` come from [`SCATTERED_SITES`] call sites, one in each of as many small
+/// functions, picked in pseudo-random order: `main(n)` makes n calls, about as many from every site.
+fn scattered_sites_source() -> String {
+    let mut c = String::from(
+        "/* Generated by the bench suite `plt`. */\n#include <stdio.h>\n#include <stdlib.h>\nint plt_leaf(int x);\n",
+    );
+    for i in 0..SCATTERED_SITES {
+        c.push_str(&format!(
+            "__attribute__((noinline)) int c{i}(int x) {{ volatile int v = x ^ {i}; return plt_leaf(v) + 1; }}\n"
+        ));
+    }
+    c.push_str("static int (*const callers[])(int) = {");
+    for i in 0..SCATTERED_SITES {
+        c.push_str(&format!("c{i},"));
+    }
+    c.push_str("};\n");
+    c.push_str(&format!(
+        "int main(int argc, char **argv) {{\n long n = argc > 1 ? atol(argv[1]) : 1000000;\n unsigned s = 1;\n long sum = 0;\n \
+         for (long k = 0; k < n; k++) {{\n  s = s * 1103515245u + 12345u;\n  sum += callers[(s >> 8) % {SCATTERED_SITES}]((int)k);\n }}\n \
+         printf(\"%ld\\n\", sum);\n return 0;\n}}\n"
+    ));
+    c
+}
+
+/// [`scattered_sites_source`]'s program: per-call slopes, the shape of rustc's calls into its allocator
+/// (thousands of call sites, none of them hot).
+fn scattered_sites_section(env: &Env) -> Result<Section, String> {
+    let dir = env.folder("plt-scattered")?;
+    build_leaf(&dir)?;
+    let source = dir.join("scattered_sites.c");
+    std::fs::write(&source, scattered_sites_source())
+        .map_err(|e| format!("{}: {e}", source.display()))?;
+    build_leaf_caller(&dir, &source, "scattered_sites", &[])?;
+    let (small, large): (u64, u64) = (2_000_000, 22_000_000);
+    let trials = plt_trials(env);
+    let rows = plt_rows(
+        env,
+        &dir,
+        &dir.join("scattered_sites"),
+        (small, large),
+        trials,
+        0,
+    )?;
+    Ok(Section {
+        title: format!("Call counting: calls through the PLT from {SCATTERED_SITES} call sites"),
+        intro: format!(
+            "A generated program (`scattered_sites_source` in `tests/src/bin/bench/plt.rs`, `cc -O2`) calling `plt_leaf` of `tests/fixtures/plt/leaf.c` through the PLT \
+             from {SCATTERED_SITES} call sites, one in each of as many small functions, picked in pseudo-random order: the shape of rustc's calls into its allocator, \
+             thousands of sites none of which is hot enough for the look to rewrite it, and a callee with too many callers for its audit stub to be redirected. \
+             ns per call, median (min–max) over {trials} interleaved trials, each the CPU-time slope between {small} and {large} calls; \
+             the overhead column subtracts the plain run's slope of the same trial."
+        ),
+        header: plt_header(),
+        rows,
+        notes: vec![
+            format!("Every counted run's gmon.out was checked: exactly {large} calls into libleaf.so."),
+            "Each counted call reads and writes its call site's entry of the thread's cache, an entry on a line of its own: the hit path of the table above, with the entries of 8 192 sites (512 KiB of lines) beyond the first-level data cache.".into(),
         ],
     })
 }
@@ -481,6 +582,7 @@ fn openssl_section(env: &Env) -> Result<Section, String> {
 pub fn run(env: &Env) -> Result<Vec<Section>, String> {
     Ok(vec![
         leaf_section(env)?,
+        scattered_sites_section(env)?,
         rustc_section(env)?,
         python_sqlite_section(env)?,
         openssl_section(env)?,
