@@ -194,6 +194,14 @@ fn plt_header() -> Vec<String> {
         .collect()
 }
 
+/// How the PLT tables' figures are taken, for their introductions.
+fn slope_method(trials: usize, small: u64, large: u64) -> String {
+    format!(
+        "ns per call, median (min–max) over {trials} interleaved trials, each the CPU-time slope between {small} and {large} calls; \
+         the overhead column subtracts the plain run's slope of the same trial."
+    )
+}
+
 fn plt_trials(env: &Env) -> usize {
     match env.scale {
         Scale::Quick => 5,
@@ -214,9 +222,8 @@ fn leaf_section(env: &Env) -> Result<Section, String> {
     Ok(Section {
         title: "Call counting: calls through the PLT".into(),
         intro: format!(
-            "`tests/fixtures/plt/plt_main.c` calling `plt_leaf` of `tests/fixtures/plt/leaf.c` (both `cc -O2`, no `-pg`) through the PLT. \
-             ns per call, median (min–max) over {trials} interleaved trials, each the CPU-time slope between {small} and {large} calls; \
-             the overhead column subtracts the plain run's slope of the same trial."
+            "`tests/fixtures/plt/plt_main.c` calling `plt_leaf` of `tests/fixtures/plt/leaf.c` (both `cc -O2`, no `-pg`) through the PLT. {}",
+            slope_method(trials, small, large)
         ),
         header: plt_header(),
         rows,
@@ -278,9 +285,8 @@ fn scattered_sites_section(env: &Env) -> Result<Section, String> {
         intro: format!(
             "A generated program (`scattered_sites_source` in `tests/src/bin/bench/plt.rs`, `cc -O2`) calling `plt_leaf` of `tests/fixtures/plt/leaf.c` through the PLT \
              from {SCATTERED_SITES} call sites, one in each of as many small functions, picked in pseudo-random order: the shape of rustc's calls into its allocator, \
-             thousands of sites none of which is hot enough for the look to rewrite it, and a callee with too many callers for its audit stub to be redirected. \
-             ns per call, median (min–max) over {trials} interleaved trials, each the CPU-time slope between {small} and {large} calls; \
-             the overhead column subtracts the plain run's slope of the same trial."
+             thousands of sites none of which is hot enough for the look to rewrite it, and a callee with too many callers for its audit stub to be redirected. {}",
+            slope_method(trials, small, large)
         ),
         header: plt_header(),
         rows,
