@@ -46,6 +46,11 @@ pub fn arc_record_size(compact: bool) -> u64 {
         ARC_RECORD_SIZE
     }
 }
+
+/// Whether both of an arc's addresses fit the 32 bits of a compact record.
+pub fn fits_compact_record(arc: &crate::model::Arc) -> bool {
+    (arc.caller_address.0 | arc.callee_address.0) <= u64::from(u32::MAX)
+}
 /// STACKS payload bytes before the records: record_count, max_depth, dropped (SPEC.md §11).
 pub const STACKS_FIXED: u64 = 16;
 /// One stack record's bytes before its frames: count, flags, depth.

@@ -253,8 +253,8 @@ struct Entry {
     arc_offset_at: usize,
     arc_size: u64,
     arc_count: u64,
-    /// Bytes of one arc record: 32, or 20 with COMPACT_ARCS.
-    arc_record_size: u64,
+    /// The arc records are compact (flag COMPACT_ARCS).
+    compact_arcs: bool,
 }
 
 fn read_entry(bytes: &[u8], at: usize, end: usize, big_endian: bool) -> Result<Entry, ReadError> {
@@ -398,13 +398,13 @@ fn read_entry(bytes: &[u8], at: usize, end: usize, big_endian: bool) -> Result<E
     if arc_count > MAX_ARCS {
         return Err(err(ErrorKind::LimitExceeded("arc count"), arc_count_at));
     }
-    let arc_record_size = arc_record_size(flags & module_flags::COMPACT_ARCS != 0);
-    if arc_count.checked_mul(arc_record_size) != Some(arc_size) {
+    let compact_arcs = flags & module_flags::COMPACT_ARCS != 0;
+    if arc_count.checked_mul(arc_record_size(compact_arcs)) != Some(arc_size) {
         return Err(err(
-            ErrorKind::CountMismatch(if arc_record_size == ARC_RECORD_SIZE {
-                "arc_size is not 32 × arc_count"
-            } else {
+            ErrorKind::CountMismatch(if compact_arcs {
                 "arc_size is not 20 × arc_count (COMPACT_ARCS)"
+            } else {
+                "arc_size is not 32 × arc_count"
             }),
             arc_size_at,
         ));
@@ -448,7 +448,7 @@ fn read_entry(bytes: &[u8], at: usize, end: usize, big_endian: bool) -> Result<E
         arc_offset_at,
         arc_size,
         arc_count,
-        arc_record_size,
+        compact_arcs,
     })
 }
 
@@ -603,12 +603,11 @@ fn decode_arcs(
     start: usize,
     end: usize,
     big_endian: bool,
-    record_size: u64,
+    compact: bool,
     keys: &[u32],
 ) -> Result<Vec<Arc>, ReadError> {
     let mut d = Decoder::new(bytes, start, end, big_endian);
     let mut arcs = Vec::new();
-    let compact = record_size == COMPACT_ARC_RECORD_SIZE;
     while !d.is_empty() {
         let at = d.pos();
         let caller_key = d.u32("arc record")?;
@@ -801,7 +800,7 @@ pub(crate) fn read(bytes: &[u8]) -> Result<Profile, ReadError> {
         if e.arc_count != 0 {
             let s = to_usize(e.arc_offset);
             let t = to_usize(e.arc_offset.saturating_add(e.arc_size));
-            e.module.arcs = decode_arcs(bytes, s, t, big_endian, e.arc_record_size, &keys)?;
+            e.module.arcs = decode_arcs(bytes, s, t, big_endian, e.compact_arcs, &keys)?;
         }
         if let Ok(i) = keys.binary_search(&e.module.key) {
             e.module.path = std::mem::take(&mut key_entries[i].1);

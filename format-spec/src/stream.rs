@@ -825,11 +825,7 @@ impl<S: Sink> Encoder<'_, S> {
         };
         // A dump of 200 000 arcs writes 200 000 records: each goes straight into the buffer when it fits
         // (a record built aside and then copied stalls on every copy: the copy's loads span its stores).
-        let size = if compact {
-            COMPACT_ARC_RECORD_SIZE
-        } else {
-            ARC_RECORD_SIZE
-        } as usize;
+        let size = arc_record_size(compact) as usize;
         if let Some(free) = self.buf.get_mut(self.len..self.len + size) {
             fill(free);
             self.len += size;
@@ -1131,7 +1127,7 @@ fn write_arcs<S: Sink>(
                     arc.caller_address = LinkAddress(0);
                 }
             }
-            if compact && (arc.caller_address.0 | arc.callee_address.0) > u64::from(u32::MAX) {
+            if compact && !fits_compact_record(&arc) {
                 dropped += 1;
                 return true;
             }

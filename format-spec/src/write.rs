@@ -5,6 +5,7 @@ use std::collections::HashSet;
 use std::io::{self, Write};
 
 use crate::WriteOptions;
+use crate::layout::fits_compact_record;
 use crate::model::*;
 use crate::mslprof::merge_arcs;
 use crate::stream::{
@@ -69,8 +70,7 @@ fn check_module(m: &Module, keys: &HashSet<u32>) -> io::Result<()> {
 /// `flags` with COMPACT_ARCS set exactly when the module has arcs and every address fits a compact record
 /// (SPEC.md §7.1).
 fn compact_arcs_flag(flags: u32, arcs: &[Arc]) -> u32 {
-    let fits = |a: &Arc| (a.caller_address.0 | a.callee_address.0) <= u64::from(u32::MAX);
-    if !arcs.is_empty() && arcs.iter().all(fits) {
+    if !arcs.is_empty() && arcs.iter().all(fits_compact_record) {
         flags | module_flags::COMPACT_ARCS
     } else {
         flags & !module_flags::COMPACT_ARCS

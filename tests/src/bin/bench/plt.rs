@@ -2,8 +2,8 @@
 //! uninstrumented library function N times through the PLT, plain, counted (`LD_AUDIT=libmslprof_audit.so`
 //! with the runtime) and with `MSLPROF_PLT=0`, as per-call slopes, from one call site and from 8 192 scattered
 //! ones; rustc `-O` on a generated crate of 300 small functions under `LD_PROFILE=ALL` with PLT counting on
-//! and off, against the plain run's CPU time; and two call-heavy programs nobody here wrote, Python with SQLite and `openssl speed`, the same three ways
-//! and with PLT counting but no call site rewritten (`MSLPROF_PLT_SITES=0`), and what their modules weigh in
+//! and off, against the plain run's CPU time; and two call-heavy programs nobody here wrote, Python with
+//! SQLite and `openssl speed`, the same three ways and with PLT counting but no call site rewritten (`MSLPROF_PLT_SITES=0`), and what their modules weigh in
 //! the report with PLT counting on and off.
 
 use std::path::{Path, PathBuf};
@@ -106,26 +106,22 @@ fn build_leaf(dir: &Path) -> Result<(), String> {
     )
 }
 
-/// Builds `program` in `dir` from `source`, linked with libleaf.so, with `extra` flags.
-fn build_leaf_caller(
-    dir: &Path,
-    source: &Path,
-    program: &str,
-    extra: &[&str],
-) -> Result<(), String> {
+/// Builds `program` in `dir` from `source` (`-O2`), linked with libleaf.so.
+fn build_leaf_caller(dir: &Path, source: &Path, program: &str) -> Result<(), String> {
     let source = source.to_string_lossy();
-    let mut args = vec!["-O2"];
-    args.extend_from_slice(extra);
-    args.extend_from_slice(&[
-        "-o",
-        program,
-        &source,
-        "-L.",
-        "-lleaf",
-        "-ldl",
-        "-Wl,-rpath,$ORIGIN",
-    ]);
-    cc(dir, &args)
+    cc(
+        dir,
+        &[
+            "-O2",
+            "-o",
+            program,
+            &source,
+            "-L.",
+            "-lleaf",
+            "-ldl",
+            "-Wl,-rpath,$ORIGIN",
+        ],
+    )
 }
 
 /// The rows of a PLT table: each mode's per-call CPU-time slope of `program` between `small` and `large`
@@ -202,6 +198,7 @@ fn slope_method(trials: usize, small: u64, large: u64) -> String {
     )
 }
 
+/// Trials of each PLT table.
 fn plt_trials(env: &Env) -> usize {
     match env.scale {
         Scale::Quick => 5,
@@ -214,7 +211,7 @@ fn leaf_section(env: &Env) -> Result<Section, String> {
     let dir = env.folder("plt-leaf")?;
     build_leaf(&dir)?;
     let main = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/plt/plt_main.c");
-    build_leaf_caller(&dir, &main, "plt_main", &[])?;
+    build_leaf_caller(&dir, &main, "plt_main")?;
     let (small, large): (u64, u64) = (1_000_000, 11_000_000);
     let trials = plt_trials(env);
     // The loop's calls of plt_leaf, and main's one call of plt_leaf_address.
@@ -269,7 +266,7 @@ fn scattered_sites_section(env: &Env) -> Result<Section, String> {
     let source = dir.join("scattered_sites.c");
     std::fs::write(&source, scattered_sites_source())
         .map_err(|e| format!("{}: {e}", source.display()))?;
-    build_leaf_caller(&dir, &source, "scattered_sites", &[])?;
+    build_leaf_caller(&dir, &source, "scattered_sites")?;
     let (small, large): (u64, u64) = (2_000_000, 22_000_000);
     let trials = plt_trials(env);
     let rows = plt_rows(
