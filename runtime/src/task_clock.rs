@@ -17,10 +17,10 @@
 //! [`RING_SPAN_NS`] of its thread's CPU time, and should one still fill past half, its event signals each
 //! sample again for a while ([`on_watch_tick`]). When samples have stacks, a record also holds the registers
 //! and a copy of the top of the stack ([`CopiedStack`]), and the drain thread (`ring_drainer`) walks them as
-//! the ring fills ([`poll_set`]); should a walk need more than the copy, the event signals each sample for a
-//! while, and the handler walks the live stack. A dump, a pause and a change of the module table drain every
-//! ring; a thread's exit drains its own ([`release`]). The mapping holds the event, so a program that closes
-//! the descriptor does not stop it. Where no ring can be mapped (the locked-memory budget:
+//! the ring fills ([`poll_set`]); should a walk need more than the copy, the ring goes and the event signals
+//! each sample for a while, and the handler walks the live stack. A dump, a pause and a change of the module
+//! table drain every ring; a thread's exit drains its own ([`release`]). The mapping holds the event, so a
+//! program that closes the descriptor does not stop it. Where no ring can be mapped (the locked-memory budget:
 //! `perf_event_mlock_kb`, then `RLIMIT_MEMLOCK`), the event signals every sample.
 //!
 //! The SIGPROF handler reaches a slot through the signal: an event's signal carries its descriptor (`si_fd`,
@@ -72,6 +72,16 @@ struct Slot {
     ring_wanted: AtomicBool,
     /// When the event was opened (`CLOCK_MONOTONIC`, ns).
     opened_ns: AtomicU64,
+    /// The wanted ring is mapped only once live walks fit, never for the thread's age: the thread's stacks were
+    /// seen to outgrow a copy ([`map_ring_once_stacks_fit`]).
+    ring_once_fitting: AtomicBool,
+    /// Live walks still to come, whether they fit or not, before a ring wanted [`Slot::ring_once_fitting`] is
+    /// mapped.
+    walks_before_ring: AtomicU32,
+    /// When the thread's samples were last walked live, or its ring given back (`CLOCK_MONOTONIC`, ns).
+    last_walk_ns: AtomicU64,
+    /// The last live walk of the thread's samples needed more stack than a copy holds ([`note_live_walk`]).
+    last_walk_outgrew: AtomicBool,
     /// The thread's CPU time at its last watch tick (ns).
     last_watch_ns: AtomicU64,
     /// Watch ticks in a row that came on time.
@@ -100,6 +110,10 @@ static SLOT_TABLE: [Slot; SLOTS] = [const {
         descriptor_gone: AtomicBool::new(false),
         ring_wanted: AtomicBool::new(false),
         opened_ns: AtomicU64::new(0),
+        ring_once_fitting: AtomicBool::new(false),
+        walks_before_ring: AtomicU32::new(0),
+        last_walk_ns: AtomicU64::new(0),
+        last_walk_outgrew: AtomicBool::new(false),
         last_watch_ns: AtomicU64::new(0),
         timely_ticks: AtomicU32::new(0),
         quiet_after_ticks: AtomicU32::new(TIMELY_TICKS_TO_GO_QUIET),
@@ -151,6 +165,10 @@ const STACK_RING_BYTES: usize = 512 << 10;
 /// own work, which threads that live a few milliseconds would pay for nothing; until then the event signals
 /// each sample.
 const STACK_RING_DELAY_NS: u64 = 50_000_000;
+/// How long a thread whose ring was withheld because its stacks outgrow a copy ([`map_ring_once_stacks_fit`])
+/// goes without a live walk of its samples before the drain thread maps its ring anyway: a thread that blocks
+/// SIGPROF takes no signal, and its samples would be lost without a ring; one that sleeps pays a mapping.
+const UNWALKED_RING_DELAY_NS: u64 = 100_000_000;
 /// `PERF_RECORD_LOST` and `PERF_RECORD_SAMPLE`.
 const RECORD_LOST: u32 = 2;
 const RECORD_SAMPLE: u32 = 9;
@@ -410,6 +428,8 @@ fn open_into(index: usize, periods: FirstPeriod) -> Result<(), i32> {
     // stacks, each sample until the drain thread polls it and its stacks fit (see `go_quiet_if_due`); its watch
     // ticks are timed from now (`on_watch_tick`), which an event without a ring never reads.
     slot.ring_wanted.store(ring_wanted, Ordering::Relaxed);
+    slot.ring_once_fitting.store(false, Ordering::Relaxed);
+    slot.last_walk_outgrew.store(false, Ordering::Relaxed);
     slot.opened_ns.store(
         sys::clock_ns(sys::CLOCK_MONOTONIC).max(0) as u64,
         Ordering::Relaxed,
@@ -856,13 +876,55 @@ fn drain_if_holding(
         } else {
             ring_records - ring_records / 8
         };
-        if wants_live {
+        // A signalling event's samples are walked live: a live walk that outgrew a copy since the ring was mapped
+        // gives the ring back. A walk of a copy that ran off its end makes the event signal, so that the next
+        // samples are walked live; a thread that blocks SIGPROF keeps its ring.
+        let walked_deep = slot.signalling.load(Ordering::Relaxed)
+            && slot.last_walk_outgrew.load(Ordering::Relaxed);
+        if walked_deep
+            && let Some(event) = event_of(slot).filter(|&event| sys::task_clock_is_open(event))
+        {
+            give_back_ring(slot, event, ring);
+        } else if wants_live || walked_deep {
+            // (Walked deep: the mapping holds an event whose descriptor the program closed; it stays.)
             start_signalling(slot, LIVE_STACK_TICKS);
         } else if lost || records > too_full {
             start_signalling(slot, TIMELY_TICKS_TO_GO_QUIET);
         }
     }
     slot.draining.store(false, Ordering::Release);
+}
+
+/// A live walk of a sample of the slot's signalling event needed more stack than a copy holds: the ring is
+/// unmapped, so that the kernel stops copying stacks no walk can use, and the event signals each sample, walked
+/// live, as before its first ring, until [`map_ring_once_stacks_fit`] says. The caller holds the ring and has
+/// just read it: a sample the kernel writes before the unmapping is lost. Async-signal-safe.
+fn give_back_ring(slot: &Slot, event: sys::TaskClock, ring: usize) {
+    slot.ring.store(0, Ordering::Release);
+    map_ring_once_stacks_fit(slot);
+    unmap_ring(ring);
+    if !slot.signalling.swap(false, Ordering::Relaxed) {
+        sys::start_task_clock_signals(event);
+    }
+}
+
+/// The slot's thread has stacks deeper than a copy: the drain thread maps its ring once the thread has had
+/// [`LIVE_STACK_TICKS`] watch periods of samples, walked live, and the last [`FITTING_WALKS_TO_GO_QUIET`] of
+/// them fit in a copy, or once none of its samples has been walked for [`UNWALKED_RING_DELAY_NS`]
+/// ([`poll_set`]). A thread that is deep from time to time is then walked live throughout, not copied and cut
+/// short at each deep spell.
+fn map_ring_once_stacks_fit(slot: &Slot) {
+    slot.fitting_walks.store(0, Ordering::Relaxed);
+    slot.last_walk_ns.store(
+        sys::clock_ns(sys::CLOCK_MONOTONIC).max(0) as u64,
+        Ordering::Relaxed,
+    );
+    let walks =
+        LIVE_STACK_TICKS as u64 * WATCH_PERIOD_NS / PERIOD_NS.load(Ordering::Relaxed).max(1);
+    slot.walks_before_ring
+        .store(u32::try_from(walks).unwrap_or(u32::MAX), Ordering::Relaxed);
+    slot.ring_once_fitting.store(true, Ordering::Relaxed);
+    slot.ring_wanted.store(true, Ordering::Relaxed);
 }
 
 /// The event of the slot signals each sample from now on, if it did not (its descriptor still open), until
@@ -915,6 +977,15 @@ pub fn note_live_walk(index: usize, fits: bool) {
     let Some(slot) = SLOT_TABLE.get(index) else {
         return;
     };
+    let to_go = slot.walks_before_ring.load(Ordering::Relaxed);
+    if to_go > 0 {
+        slot.walks_before_ring.store(to_go - 1, Ordering::Relaxed);
+    }
+    slot.last_walk_outgrew.store(!fits, Ordering::Relaxed);
+    slot.last_walk_ns.store(
+        sys::clock_ns(sys::CLOCK_MONOTONIC).max(0) as u64,
+        Ordering::Relaxed,
+    );
     if !fits {
         slot.fitting_walks.store(0, Ordering::Relaxed);
         return;
@@ -956,12 +1027,18 @@ pub enum Rings {
 /// For the drain thread: maps the ring of a slot whose event wants one ([`Slot::ring_wanted`]), while holding
 /// it (the owning thread may be exiting: `release`). The event signals each sample until its stacks fit
 /// ([`go_quiet_if_due`]). Where the ring cannot be mapped (the locked-memory budget), the event goes on
-/// signalling.
+/// signalling. A thread due for its age whose last live walk outgrew a copy gets none yet
+/// ([`map_ring_once_stacks_fit`]).
 fn install_ring(slot: &Slot) {
     if !hold(slot, false) {
         return;
     }
-    if slot.ring_wanted.swap(false, Ordering::Relaxed)
+    if slot.last_walk_outgrew.load(Ordering::Relaxed)
+        && !slot.ring_once_fitting.load(Ordering::Relaxed)
+    {
+        // Due for its age, but its stacks were just seen deeper than a copy.
+        map_ring_once_stacks_fit(slot);
+    } else if slot.ring_wanted.swap(false, Ordering::Relaxed)
         && slot.ring.load(Ordering::Relaxed) == 0
         && let Some(event) = event_of(slot).filter(|&event| sys::task_clock_is_open(event))
         && let Some(ring) = sys::map_event_ring(event, RING_DATA_BYTES.load(Ordering::Relaxed))
@@ -969,6 +1046,7 @@ fn install_ring(slot: &Slot) {
         // The live walks of its samples so far (`fitting_walks`, kept) count towards going quiet: they were
         // walks of this thread's stacks as much as the ones to come.
         begin_ring_states(slot, true);
+        slot.last_walk_outgrew.store(false, Ordering::Relaxed);
         slot.last_watch_ns.store(0, Ordering::Relaxed);
         slot.ring.store(ring as usize, Ordering::Release);
     }
@@ -1026,9 +1104,16 @@ pub fn poll_set(set: &mut Vec<libc::pollfd>) -> Option<u64> {
     let now = sys::clock_ns(sys::CLOCK_MONOTONIC).max(0) as u64;
     for slot in SLOT_TABLE.iter().take(used) {
         if slot.ring_wanted.load(Ordering::Relaxed)
-            && (slot.fitting_walks.load(Ordering::Relaxed) >= FITTING_WALKS_TO_GO_QUIET
-                || now.saturating_sub(slot.opened_ns.load(Ordering::Relaxed))
-                    >= STACK_RING_DELAY_NS)
+            && if slot.ring_once_fitting.load(Ordering::Relaxed) {
+                (slot.fitting_walks.load(Ordering::Relaxed) >= FITTING_WALKS_TO_GO_QUIET
+                    && slot.walks_before_ring.load(Ordering::Relaxed) == 0)
+                    || now.saturating_sub(slot.last_walk_ns.load(Ordering::Relaxed))
+                        >= UNWALKED_RING_DELAY_NS
+            } else {
+                slot.fitting_walks.load(Ordering::Relaxed) >= FITTING_WALKS_TO_GO_QUIET
+                    || now.saturating_sub(slot.opened_ns.load(Ordering::Relaxed))
+                        >= STACK_RING_DELAY_NS
+            }
         {
             install_ring(slot);
         }

@@ -241,7 +241,7 @@ fn a_stack_deeper_than_a_rings_copy_is_walked_to_main() {
     // samples taken before (at most a ring's worth) are cut.
     let ws = Workspace::new();
     let program = stack_program(&ws, "deep_frames");
-    let (profile, _) = run_deep_frames(&ws, &program);
+    let (profile, _) = run_deep_frames(&ws, &program, &[]);
     let stacks = resolved_stacks(&profile);
     let in_bottom = |s: &Resolved| {
         s.functions.first().is_some_and(|f| f == "spin")
@@ -260,19 +260,82 @@ fn a_stack_deeper_than_a_rings_copy_is_walked_to_main() {
     );
 }
 
-/// Runs `deep_frames` at 1 kHz: its profile, and how often the drain thread woke (None: the run had none).
-fn run_deep_frames(ws: &Workspace, program: &Path) -> (Profile, Option<u64>) {
-    let output = run(ws.command_with_runtime(program).env("MSLPROF_HZ", "1000"));
+/// What a run of `deep_frames` printed besides `done`.
+struct DeepFrames {
+    /// How often the drain thread woke (None: the run had none).
+    drain_wakeups: Option<u64>,
+    /// The perf rings mapped at the end of `shallow` and at the end of `bottom`.
+    rings_shallow: i64,
+    rings_deep: i64,
+}
+
+/// Runs `deep_frames` with `args` at 1 kHz: its profile, and what it printed.
+fn run_deep_frames(ws: &Workspace, program: &Path, args: &[&str]) -> (Profile, DeepFrames) {
+    let output = run(ws
+        .command_with_runtime(program)
+        .args(args)
+        .env("MSLPROF_HZ", "1000"));
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert_eq!(output.status.code(), Some(0), "{stdout}");
-    let wakeups = stdout
-        .strip_prefix("done\ndrain_wakeups=")
-        .and_then(|rest| rest.trim_end().parse::<i64>().ok())
-        .unwrap_or_else(|| panic!("{stdout}"));
-    (
-        read_profile(&ws.join("gmon.out")),
-        u64::try_from(wakeups).ok(),
-    )
+    let printed = || -> Option<DeepFrames> {
+        let rest = stdout.strip_prefix("done\ndrain_wakeups=")?;
+        let (wakeups, rings) = rest.trim_end().split_once("\nrings=")?;
+        let (shallow, deep) = rings.split_once(',')?;
+        Some(DeepFrames {
+            drain_wakeups: u64::try_from(wakeups.parse::<i64>().ok()?).ok(),
+            rings_shallow: shallow.parse().ok()?,
+            rings_deep: deep.parse().ok()?,
+        })
+    };
+    let printed = printed().unwrap_or_else(|| panic!("{stdout}"));
+    (read_profile(&ws.join("gmon.out")), printed)
+}
+
+#[test]
+fn a_thread_whose_stacks_outgrow_a_copy_gives_its_ring_back() {
+    // Once a walk shows that the thread's stacks are deeper than a copy, its ring is unmapped: the kernel would
+    // go on copying 16 KiB of stack into it at each sample, for walks that need the live stack anyway.
+    let ws = Workspace::new();
+    let program = stack_program(&ws, "deep_frames");
+    let (profile, printed) = run_deep_frames(&ws, &program, &[]);
+    if printed.drain_wakeups.is_none() || printed.rings_shallow < 1 {
+        eprintln!(
+            "SKIPPED: no ring with stack copies in this run (sources {}, {} rings)",
+            profile.header.sampling_sources, printed.rings_shallow
+        );
+        return;
+    }
+    assert_eq!(
+        printed.rings_deep,
+        printed.rings_shallow - 1,
+        "perf rings mapped while shallow and after 1 s deep"
+    );
+}
+
+#[test]
+fn a_thread_without_its_ring_that_blocks_sigprof_is_still_sampled() {
+    // Deep, the thread has given its ring back, and its samples are signals. Then it spins for 1 s of CPU with
+    // SIGPROF blocked: it takes no signal, so after 100 ms without a live walk the drain thread maps its ring
+    // again, and the samples go there.
+    let ws = Workspace::new();
+    let program = stack_program(&ws, "deep_frames");
+    let (profile, printed) = run_deep_frames(&ws, &program, &["block"]);
+    if printed.drain_wakeups.is_none() || printed.rings_shallow < 1 {
+        eprintln!(
+            "SKIPPED: no ring with stack copies in this run (sources {}, {} rings)",
+            profile.header.sampling_sources, printed.rings_shallow
+        );
+        return;
+    }
+    let stacks = resolved_stacks(&profile);
+    let blocked = samples_where(&stacks, |s| {
+        s.functions.first().is_some_and(|f| f == "spin")
+            && s.functions.get(1).is_some_and(|f| f == "blocked")
+    });
+    assert!(
+        blocked >= 500,
+        "{blocked} samples in 1 s of CPU with SIGPROF blocked, at 1 kHz"
+    );
 }
 
 #[test]
@@ -283,8 +346,8 @@ fn a_thread_walked_live_does_not_wake_the_drain_thread_at_each_sample() {
     // dozen times a second of the run, not once a sample.
     let ws = Workspace::new();
     let program = stack_program(&ws, "deep_frames");
-    let (profile, wakeups) = run_deep_frames(&ws, &program);
-    let Some(wakeups) = wakeups else {
+    let (profile, printed) = run_deep_frames(&ws, &program, &[]);
+    let Some(wakeups) = printed.drain_wakeups else {
         eprintln!(
             "SKIPPED: no drain thread in this run (sources {})",
             profile.header.sampling_sources
