@@ -12,12 +12,12 @@ fn source(name: &str) -> PathBuf {
     fixtures_dir("stacks").join(name)
 }
 
-/// The compiler flag that finds the fixtures' `spin.h`.
+/// The compiler flag that finds the fixtures' headers (`spin.h`, `perf_rings.h`).
 fn include() -> String {
     format!("-I{}", fixtures_dir("stacks").display())
 }
 
-/// The fixture program `name` built from `name.c`, which may include `spin.h`.
+/// The fixture program `name` built from `name.c`, which may include the fixtures' headers.
 fn stack_program(ws: &Workspace, name: &str) -> PathBuf {
     let include_flag = include();
     ws.program(
