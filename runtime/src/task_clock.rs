@@ -146,7 +146,8 @@ pub const RING_SPAN_NS: u64 = 10 * WATCH_PERIOD_NS;
 const TIMELY_TICKS_TO_GO_QUIET: u32 = 8;
 /// Watch ticks in a row (2 s of the thread's CPU time) that an event signals each sample after a sample's walk
 /// needed more than its stack copy (a stack deeper than the copy, a signal handler on an alternate stack): the
-/// handler walks the live stack meanwhile.
+/// handler walks the live stack meanwhile. A thread whose ring was given back meanwhile counts as many watch
+/// periods of samples instead ([`map_ring_once_stacks_fit`]).
 const LIVE_STACK_TICKS: u32 = 40;
 /// Live walks in a row whose stacks a copy would have held before an event whose records copy stacks stops
 /// signalling each sample: a thread whose stacks are deeper than the copy keeps being walked live.
