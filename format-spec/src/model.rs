@@ -51,7 +51,8 @@ pub mod module_flags {
     /// counted at the PLT from selected modules (never set together with PROFILED).
     pub const CALLEE_ARCS: u32 = 1 << 6;
     /// Since 1.5: the module's arc records are 20 bytes, both addresses in 32 bits (SPEC.md §7.1). A layout
-    /// bit: writers set it where every arc's addresses fit, and readers take it out of [`Module::flags`].
+    /// bit: writers set it where every arc's addresses fit, and readers take it out of
+    /// [`Module::flags`](super::Module::flags).
     pub const COMPACT_ARCS: u32 = 1 << 7;
 }
 
