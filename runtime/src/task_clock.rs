@@ -73,12 +73,13 @@ struct Slot {
     /// When the event was opened (`CLOCK_MONOTONIC`, ns).
     opened_ns: AtomicU64,
     /// The wanted ring is mapped only once live walks fit, never for the thread's age: the thread's stacks were
-    /// seen to outgrow a copy ([`map_ring_once_stacks_fit`]).
+    /// seen to outgrow a copy ([`map_ring_once_stacks_fit`]); cleared when the ring is mapped.
     ring_once_fitting: AtomicBool,
     /// Live walks still to come, whether they fit or not, before a ring wanted [`Slot::ring_once_fitting`] is
     /// mapped.
     walks_before_ring: AtomicU32,
-    /// When the thread's samples were last walked live, or its ring given back (`CLOCK_MONOTONIC`, ns).
+    /// While [`Slot::ring_once_fitting`]: when the thread's samples were last walked live, or its ring withheld
+    /// (`CLOCK_MONOTONIC`, ns).
     last_walk_ns: AtomicU64,
     /// The last live walk of the thread's samples needed more stack than a copy holds ([`note_live_walk`]).
     last_walk_outgrew: AtomicBool,
@@ -431,10 +432,7 @@ fn open_into(index: usize, periods: FirstPeriod) -> Result<(), i32> {
     slot.ring_wanted.store(ring_wanted, Ordering::Relaxed);
     slot.ring_once_fitting.store(false, Ordering::Relaxed);
     slot.last_walk_outgrew.store(false, Ordering::Relaxed);
-    slot.opened_ns.store(
-        sys::clock_ns(sys::CLOCK_MONOTONIC).max(0) as u64,
-        Ordering::Relaxed,
-    );
+    slot.opened_ns.store(monotonic_ns(), Ordering::Relaxed);
     slot.fitting_walks.store(0, Ordering::Relaxed);
     begin_ring_states(slot, ring != 0 && rings_copy_stacks());
     if ring != 0 {
@@ -523,6 +521,11 @@ fn unmap_ring(ring: usize) {
 fn close_with_ring(event: sys::TaskClock, ring: usize) {
     sys::close_task_clock(event);
     unmap_ring(ring);
+}
+
+/// `CLOCK_MONOTONIC` now, in ns. Async-signal-safe.
+fn monotonic_ns() -> u64 {
+    sys::clock_ns(sys::CLOCK_MONOTONIC).max(0) as u64
 }
 
 /// Whether the slot's event has a ring (its samples are not signals).
@@ -916,10 +919,7 @@ fn give_back_ring(slot: &Slot, event: sys::TaskClock, ring: usize) {
 /// short at each deep spell.
 fn map_ring_once_stacks_fit(slot: &Slot) {
     slot.fitting_walks.store(0, Ordering::Relaxed);
-    slot.last_walk_ns.store(
-        sys::clock_ns(sys::CLOCK_MONOTONIC).max(0) as u64,
-        Ordering::Relaxed,
-    );
+    slot.last_walk_ns.store(monotonic_ns(), Ordering::Relaxed);
     let walks =
         LIVE_STACK_TICKS as u64 * WATCH_PERIOD_NS / PERIOD_NS.load(Ordering::Relaxed).max(1);
     slot.walks_before_ring
@@ -978,15 +978,15 @@ pub fn note_live_walk(index: usize, fits: bool) {
     let Some(slot) = SLOT_TABLE.get(index) else {
         return;
     };
-    let to_go = slot.walks_before_ring.load(Ordering::Relaxed);
-    if to_go > 0 {
-        slot.walks_before_ring.store(to_go - 1, Ordering::Relaxed);
-    }
     slot.last_walk_outgrew.store(!fits, Ordering::Relaxed);
-    slot.last_walk_ns.store(
-        sys::clock_ns(sys::CLOCK_MONOTONIC).max(0) as u64,
-        Ordering::Relaxed,
-    );
+    // Only a ring withheld for the thread's depth waits on its live walks (`poll_set`).
+    if slot.ring_once_fitting.load(Ordering::Relaxed) {
+        let to_go = slot.walks_before_ring.load(Ordering::Relaxed);
+        if to_go > 0 {
+            slot.walks_before_ring.store(to_go - 1, Ordering::Relaxed);
+        }
+        slot.last_walk_ns.store(monotonic_ns(), Ordering::Relaxed);
+    }
     if !fits {
         slot.fitting_walks.store(0, Ordering::Relaxed);
         return;
@@ -1048,6 +1048,7 @@ fn install_ring(slot: &Slot) {
         // walks of this thread's stacks as much as the ones to come.
         begin_ring_states(slot, true);
         slot.last_walk_outgrew.store(false, Ordering::Relaxed);
+        slot.ring_once_fitting.store(false, Ordering::Relaxed);
         slot.last_watch_ns.store(0, Ordering::Relaxed);
         slot.ring.store(ring as usize, Ordering::Release);
     }
@@ -1102,21 +1103,22 @@ pub fn poll_set(set: &mut Vec<libc::pollfd>) -> Option<u64> {
         .fetch_add(1, Ordering::Relaxed)
         .is_multiple_of(DESCRIPTOR_CHECK_ROUNDS);
     let used = SLOTS_USED.load(Ordering::Relaxed);
-    let now = sys::clock_ns(sys::CLOCK_MONOTONIC).max(0) as u64;
+    let now = monotonic_ns();
     for slot in SLOT_TABLE.iter().take(used) {
-        if slot.ring_wanted.load(Ordering::Relaxed)
-            && if slot.ring_once_fitting.load(Ordering::Relaxed) {
-                (slot.fitting_walks.load(Ordering::Relaxed) >= FITTING_WALKS_TO_GO_QUIET
-                    && slot.walks_before_ring.load(Ordering::Relaxed) == 0)
+        if slot.ring_wanted.load(Ordering::Relaxed) {
+            let fitting = slot.fitting_walks.load(Ordering::Relaxed) >= FITTING_WALKS_TO_GO_QUIET;
+            let due = if slot.ring_once_fitting.load(Ordering::Relaxed) {
+                (fitting && slot.walks_before_ring.load(Ordering::Relaxed) == 0)
                     || now.saturating_sub(slot.last_walk_ns.load(Ordering::Relaxed))
                         >= UNWALKED_RING_DELAY_NS
             } else {
-                slot.fitting_walks.load(Ordering::Relaxed) >= FITTING_WALKS_TO_GO_QUIET
+                fitting
                     || now.saturating_sub(slot.opened_ns.load(Ordering::Relaxed))
                         >= STACK_RING_DELAY_NS
+            };
+            if due {
+                install_ring(slot);
             }
-        {
-            install_ring(slot);
         }
         if slot.ring.load(Ordering::Acquire) == 0 || slot.descriptor_gone.load(Ordering::Relaxed) {
             continue;
