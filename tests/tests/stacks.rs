@@ -291,6 +291,19 @@ fn run_deep_frames(ws: &Workspace, program: &Path, args: &[&str]) -> (Profile, D
     (read_profile(&ws.join("gmon.out")), printed)
 }
 
+/// Whether the run had no ring with stack copies (no drain thread, or no ring mapped while shallow), said as a
+/// skip: the tests of rings cannot tell anything then.
+fn skipped_without_stack_rings(profile: &Profile, printed: &DeepFrames) -> bool {
+    let without = printed.drain_wakeups.is_none() || printed.rings_shallow < 1;
+    if without {
+        eprintln!(
+            "SKIPPED: no ring with stack copies in this run (sources {}, {} rings)",
+            profile.header.sampling_sources, printed.rings_shallow
+        );
+    }
+    without
+}
+
 #[test]
 fn a_thread_whose_stacks_outgrow_a_copy_gives_its_ring_back() {
     // Once a walk shows that the thread's stacks are deeper than a copy, its ring is unmapped: the kernel would
@@ -298,11 +311,7 @@ fn a_thread_whose_stacks_outgrow_a_copy_gives_its_ring_back() {
     let ws = Workspace::new();
     let program = stack_program(&ws, "deep_frames");
     let (profile, printed) = run_deep_frames(&ws, &program, &[]);
-    if printed.drain_wakeups.is_none() || printed.rings_shallow < 1 {
-        eprintln!(
-            "SKIPPED: no ring with stack copies in this run (sources {}, {} rings)",
-            profile.header.sampling_sources, printed.rings_shallow
-        );
+    if skipped_without_stack_rings(&profile, &printed) {
         return;
     }
     assert_eq!(
@@ -320,11 +329,7 @@ fn a_thread_without_its_ring_that_blocks_sigprof_is_still_sampled() {
     let ws = Workspace::new();
     let program = stack_program(&ws, "deep_frames");
     let (profile, printed) = run_deep_frames(&ws, &program, &["block"]);
-    if printed.drain_wakeups.is_none() || printed.rings_shallow < 1 {
-        eprintln!(
-            "SKIPPED: no ring with stack copies in this run (sources {}, {} rings)",
-            profile.header.sampling_sources, printed.rings_shallow
-        );
+    if skipped_without_stack_rings(&profile, &printed) {
         return;
     }
     let stacks = resolved_stacks(&profile);

@@ -3,8 +3,8 @@
 //! with the runtime) and with `MSLPROF_PLT=0`, as per-call slopes, from one call site and from 8 192 scattered
 //! ones; rustc `-O` on a generated crate of 300 small functions under `LD_PROFILE=ALL` with PLT counting on
 //! and off, against the plain run's CPU time; and two call-heavy programs nobody here wrote, Python with
-//! SQLite and `openssl speed`, the same three ways and with PLT counting but no call site rewritten (`MSLPROF_PLT_SITES=0`), and what their modules weigh in
-//! the report with PLT counting on and off.
+//! SQLite and `openssl speed`, the same three ways and with PLT counting but no call site rewritten
+//! (`MSLPROF_PLT_SITES=0`), and what their modules weigh in the report with PLT counting on and off.
 
 use std::path::{Path, PathBuf};
 
