@@ -265,6 +265,54 @@ pub fn all_signals() -> SignalMask {
     mask
 }
 
+/// The signals a fault in a handler raises at once (SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGTRAP, SIGSYS): never
+/// blocked by the runtime's own handlers, since the kernel kills a process whose fault signal is blocked.
+const FAULT_SIGNALS: [c_int; 6] = [
+    libc::SIGSEGV,
+    libc::SIGBUS,
+    libc::SIGILL,
+    libc::SIGFPE,
+    libc::SIGTRAP,
+    libc::SIGSYS,
+];
+
+/// Every signal but the [`FAULT_SIGNALS`]: what a handler of the runtime's blocks while it runs, so that no
+/// handler of the program's runs on top of it, in the middle of its work. A signal that comes meanwhile is
+/// delivered as the handler returns, to the code it interrupted.
+pub fn all_but_fault_signals() -> SignalMask {
+    let mut mask = all_signals();
+    for signal in FAULT_SIGNALS {
+        // SAFETY: a valid sigset_t of ours and a valid signal number.
+        unsafe { libc::sigdelset(&mut mask, signal) };
+    }
+    mask
+}
+
+/// The mask the kernel would give a handler of `signal` installed with `flags` and `mask`, delivered into the
+/// code `context` interrupted: that code's mask, `mask`, and `signal` itself unless SA_NODEFER.
+///
+/// # Safety
+/// `context` is the ucontext the kernel passed to an SA_SIGINFO handler.
+pub unsafe fn delivery_mask(
+    context: *const c_void,
+    signal: c_int,
+    flags: c_int,
+    mask: &SignalMask,
+) -> SignalMask {
+    // SAFETY: the kernel's ucontext, as the caller guarantees.
+    let interrupted = unsafe { (*(context as *const libc::ucontext_t)).uc_sigmask };
+    let mut words = mask_words(&interrupted);
+    for (word, added) in words.iter_mut().zip(mask_words(mask)) {
+        *word |= added;
+    }
+    let mut delivered = mask_from_words(&words);
+    if flags & SA_NODEFER == 0 {
+        // SAFETY: a valid sigset_t of ours and a valid signal number.
+        unsafe { libc::sigaddset(&mut delivered, signal) };
+    }
+    delivered
+}
+
 /// libc's `sigaction`, found once (the runtime exports its own `sigaction`, which must not be re-entered).
 fn real_sigaction() -> usize {
     static REAL: AtomicUsize = AtomicUsize::new(0);
@@ -399,14 +447,15 @@ fn change_mask_of_one(how: c_int, signal: c_int) -> bool {
     old & bit != 0
 }
 
-/// Blocks the signals of a mask in this thread for the life of the guard. Async-signal-safe.
+/// Sets this thread's mask for the life of the guard. Async-signal-safe.
 pub struct BlockedSignals(SignalMask);
 
 impl BlockedSignals {
-    pub fn block(mask: &SignalMask) -> BlockedSignals {
+    /// Blocks exactly `mask`'s signals.
+    pub fn set(mask: &SignalMask) -> BlockedSignals {
         let mut old = no_signals();
         // SAFETY: both pointers are valid.
-        unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, mask, &mut old) };
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, mask, &mut old) };
         BlockedSignals(old)
     }
 }

@@ -61,8 +61,11 @@ pub fn install_sampling_handler(handler: SignalHandler) -> bool {
     let Some(program) = program() else {
         return false;
     };
-    // SA_SIGINFO | SA_RESTART, nothing else blocked: the program's mask is applied when a signal is forwarded.
-    let action = signal_sys::handler_action(handler, SA_RESTART, &signal_sys::no_signals());
+    // SA_SIGINFO | SA_RESTART. Every signal but a fault's is blocked while it runs, so that no handler of the
+    // program's runs on top of it (one that spins would hold its ring for as long); a signal forwarded to the
+    // program runs with the mask the kernel would have given it.
+    let action =
+        signal_sys::handler_action(handler, SA_RESTART, &signal_sys::all_but_fault_signals());
     let mut previous = signal_sys::empty_action();
     if !signal_sys::set_and_get_action(SIGPROF, Some(&action), Some(&mut previous)) {
         return false;
@@ -182,8 +185,12 @@ pub unsafe fn forward(signal: i32, info: *mut SignalInfo, context: *mut c_void) 
             signal_sys::raise_in_this_thread(signal);
         }
         Delivery::Handler { handler, flags } => {
-            // Our real action blocks nothing: apply the program's mask as the kernel would have.
-            let _mask = signal_sys::BlockedSignals::block(&program.mask());
+            // Our real action blocks every signal but a fault's: the program's handler runs with the mask the
+            // kernel would have given it.
+            // SAFETY: the kernel's context for this delivery.
+            let mask =
+                unsafe { signal_sys::delivery_mask(context, signal, flags, &program.mask()) };
+            let _mask = signal_sys::BlockedSignals::set(&mask);
             // SAFETY: the program installed `handler` with these flags for SIGPROF; the kernel's arguments.
             unsafe { program_actions::call_handler(handler, flags, signal, info, context) };
         }

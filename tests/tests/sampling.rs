@@ -787,25 +787,26 @@ fn blocking_calls_are_not_interrupted_and_the_handler_restarts_syscalls() {
     assert!(ws.profile("gmon.out").header.total_samples > 0);
 }
 
+/// The value after `name=` in a fixture's line of `name=value` words.
+fn printed<'a>(stdout: &'a str, name: &str) -> &'a str {
+    stdout
+        .split_whitespace()
+        .find_map(|word| word.strip_prefix(name)?.strip_prefix('='))
+        .unwrap_or_else(|| panic!("no {name}= in {stdout:?}"))
+}
+
 #[test]
 fn a_program_using_sigprof_itself_keeps_its_signals_and_is_still_sampled() {
     let ws = Workspace::new();
-    let program = ws.program("own", &[source("own_sigprof.c")], &[]);
+    let program = ws.program("own", &[source("own_sigprof.c")], &["-pthread"]);
     let baseline = run(&mut ws.command(&program));
     assert!(baseline.status.success());
+    let baseline = String::from_utf8_lossy(&baseline.stdout);
     for how in ["sigaction", "signal"] {
         let output = run(ws.command_with_test_hooks_runtime(&program).arg(how));
         assert!(output.status.success());
         let stdout = String::from_utf8_lossy(&output.stdout);
-        let ticks: u32 = stdout
-            .trim()
-            .strip_prefix("ticks=")
-            .unwrap()
-            .split(' ')
-            .next()
-            .unwrap()
-            .parse()
-            .unwrap();
+        let ticks: u32 = printed(&stdout, "ticks").parse().unwrap();
         // The fixture burns CPU until its own ITIMER_PROF has delivered 20 signals (at most 10 s of CPU, which
         // brings 1000 at 100 Hz on an idle machine and well over 20 on a busy one).
         assert!(
@@ -813,6 +814,12 @@ fn a_program_using_sigprof_itself_keeps_its_signals_and_is_still_sampled() {
             "{how}: the program got only {ticks} of its SIGPROF signals in 10 s of CPU ({stdout})"
         );
         assert!(stdout.ends_with("handler_is_mine=1\n"), "{how}: {stdout}");
+        // The runtime's handler blocks every signal but a fault's; the program's runs with its own mask.
+        assert_eq!(
+            printed(&stdout, "handler_mask"),
+            printed(&baseline, "handler_mask"),
+            "{how}: {stdout} without the runtime: {baseline}"
+        );
         let stderr = String::from_utf8_lossy(&output.stderr);
         let lines = mslprof_lines(&stderr);
         assert_eq!(lines.len(), 1, "{how}: said once: {stderr}");
@@ -827,6 +834,29 @@ fn a_program_using_sigprof_itself_keeps_its_signals_and_is_still_sampled() {
             module_names(&profile)
         );
     }
+}
+
+#[test]
+fn no_handler_of_the_program_runs_in_the_middle_of_a_sample() {
+    // A handler that ran on top of the runtime's SIGPROF handler would find its state half changed (a ring
+    // held), and one that spins would hold it for as long. The fixture's SIGUSR1 comes every 50 us, and each
+    // sample's walk of 4000 frames is long: without the runtime's mask, some 170 of about 3000 came during a
+    // sample.
+    let ws = Workspace::new();
+    let program = ws.program("flood", &[source("signal_flood.c")], &["-pthread"]);
+    let output = run(ws
+        .command_with_runtime(&program)
+        .env("MSLPROF_HZ", "1000")
+        .env("MSLPROF_STACK_DEPTH", "4096"));
+    assert!(output.status.success(), "{output:?}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let handled: u64 = printed(&stdout, "handled").parse().unwrap();
+    assert!(handled >= 500, "only {handled} signals came: {stdout}");
+    assert_eq!(printed(&stdout, "on_top_of_sigprof"), "0", "{stdout}");
+    // The runtime's handler did run, for each of these samples.
+    let profile = ws.profile("gmon.out");
+    let samples = module(&profile, "flood").samples;
+    assert!(samples >= 100, "{samples} samples in the program");
 }
 
 #[test]
