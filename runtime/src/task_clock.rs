@@ -907,6 +907,8 @@ fn give_back_ring(slot: &Slot, event: sys::TaskClock, ring: usize) {
     slot.ring.store(0, Ordering::Release);
     map_ring_once_stacks_fit(slot);
     unmap_ring(ring);
+    // The caller saw the event signalling, but the thread's own handler may have made it quiet since
+    // (`go_quiet_if_due`): without a ring, it must signal again.
     if !slot.signalling.swap(false, Ordering::Relaxed) {
         sys::start_task_clock_signals(event);
     }
